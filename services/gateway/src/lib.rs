@@ -1,0 +1,299 @@
+//! The gateway: weft's public HTTP edge. It authenticates bearer tokens, checks scopes,
+//! validates requests, and forwards model calls to the router over gRPC with a short-lived
+//! internal JWT carrying the caller's principal. It serves the OpenAI-compatible routes, the
+//! token routes, health, readiness, metrics and the OpenAPI document.
+
+pub mod error;
+pub mod extract;
+mod health;
+mod openai;
+mod openapi;
+pub mod tokens;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use weft_auth::{BearerAuth, InternalJwt, TokenResolver};
+use weft_config::Config;
+use weft_core::{Error, Principal};
+use weft_proto::v1;
+use weft_proto::v1::router_client::RouterClient;
+use weft_store::TokenStore;
+
+use crate::error::{ApiError, Shape, from_status, render};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("gateway: {0}")]
+    Store(#[from] weft_store::StoreError),
+    #[error("gateway: gateway.router_url {0:?} is not a valid URL")]
+    RouterUrl(String),
+    #[error("gateway: serving failed: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// Everything a handler needs. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub tokens: TokenStore,
+    pub resolver: TokenResolver,
+    pub jwt: InternalJwt,
+    router: RouterClient<Channel>,
+    request_timeout: Duration,
+}
+
+impl AppState {
+    /// Builds the state: the router channel connects lazily, so the gateway starts (and reports
+    /// not-ready) while the router is down.
+    pub fn new(
+        pool: PgPool,
+        config: &Config,
+        jwt: InternalJwt,
+        router_url: &str,
+    ) -> Result<Self, GatewayError> {
+        let endpoint = Endpoint::from_shared(router_url.to_owned())
+            .map_err(|_| GatewayError::RouterUrl(router_url.to_owned()))?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(2))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        let tokens = TokenStore::new(pool.clone());
+        Ok(Self {
+            resolver: TokenResolver::new(
+                tokens.clone(),
+                Duration::from_millis(config.gateway.token_cache_ttl_ms),
+            ),
+            tokens,
+            pool,
+            jwt,
+            router: RouterClient::new(endpoint.connect_lazy()),
+            request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
+        })
+    }
+
+    /// A router request carrying the principal's internal JWT and the trace context.
+    fn internal<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
+        let mut req = tonic::Request::new(msg);
+        let token = self.jwt.sign(p)?;
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::internal())?;
+        req.metadata_mut().insert("authorization", value);
+        weft_telemetry::inject_trace_context(req.metadata_mut());
+        req.set_timeout(self.request_timeout);
+        Ok(req)
+    }
+
+    pub async fn router_chat(
+        &self,
+        p: &Principal,
+        msg: v1::ChatRequest,
+    ) -> Result<tonic::Streaming<v1::ChatEvent>, Error> {
+        let req = self.internal(p, msg)?;
+        let mut client = self.router.clone();
+        client
+            .chat(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| from_status(&s))
+    }
+
+    pub async fn router_embed(
+        &self,
+        p: &Principal,
+        msg: v1::EmbedRequest,
+    ) -> Result<v1::EmbedResponse, Error> {
+        let req = self.internal(p, msg)?;
+        let mut client = self.router.clone();
+        client
+            .embed(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| from_status(&s))
+    }
+
+    pub async fn router_models(&self, p: &Principal) -> Result<Vec<v1::ModelInfo>, Error> {
+        let req = self.internal(p, v1::ListModelsRequest {})?;
+        let mut client = self.router.clone();
+        client
+            .list_models(req)
+            .await
+            .map(|r| r.into_inner().models)
+            .map_err(|s| from_status(&s))
+    }
+
+    /// Whether the router answers an authenticated call.
+    pub async fn router_ping(&self) -> Result<(), Error> {
+        let probe = Principal {
+            tenant: weft_core::TenantId::parse("weft-system")?,
+            subject: "readyz".into(),
+            scopes: weft_core::Scopes::default(),
+        };
+        self.router_models(&probe).await.map(|_| ())
+    }
+}
+
+fn auth(state: &AppState, shape: Shape) -> BearerAuth {
+    BearerAuth {
+        resolver: state.resolver.clone(),
+        render: Arc::new(move |e: Error| render(&e, shape)),
+    }
+}
+
+/// The HTTP routes. `max_body_bytes` caps every request body.
+pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
+    let openai = axum::Router::new()
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/models", get(openai::models))
+        .route_layer(middleware::from_fn_with_state(
+            auth(&state, Shape::OpenAi),
+            BearerAuth::middleware,
+        ));
+    let native = axum::Router::new()
+        .route("/v1/me", get(tokens::me_handler))
+        .route(
+            "/v1/tokens",
+            post(tokens::create_token_handler).get(tokens::list_tokens_handler),
+        )
+        .route("/v1/tokens/{id}", delete(tokens::revoke_token_handler))
+        .route_layer(middleware::from_fn_with_state(
+            auth(&state, Shape::Native),
+            BearerAuth::middleware,
+        ));
+    axum::Router::new()
+        .merge(openai)
+        .merge(native)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(openapi::openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(middleware::from_fn(record_metrics))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(middleware::from_fn(trace_request))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    let shape = if req.uri().path().starts_with("/v1/") {
+        Shape::OpenAi
+    } else {
+        Shape::Native
+    };
+    ApiError(
+        Error::not_found(format!(
+            "no route for {} {}; /v1/openapi.json lists the routes",
+            req.method(),
+            req.uri().path()
+        )),
+        shape,
+    )
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let mut r = render(
+        &Error::invalid(format!(
+            "{} is not allowed on {}",
+            req.method(),
+            req.uri().path()
+        )),
+        Shape::Native,
+    );
+    *r.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
+    r
+}
+
+/// One span per request with its id, method and route — never a body or a header value.
+async fn trace_request(req: Request, next: Next) -> Response {
+    let rid = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let span = tracing::info_span!("http", request_id = %rid, method = %req.method(), route = tracing::field::Empty, status = tracing::field::Empty);
+    if let Some(m) = req.extensions().get::<MatchedPath>() {
+        span.record("route", m.as_str());
+    }
+    let resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    span.record("status", resp.status().as_u16());
+    if resp.status().is_server_error() {
+        span.in_scope(|| tracing::warn!("request failed"));
+    }
+    resp
+}
+
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::histogram!("weft_gateway_request_seconds", "route" => route.clone())
+        .record(start.elapsed().as_secs_f64());
+    metrics::counter!("weft_gateway_requests_total", "route" => route, "status" => status)
+        .increment(1);
+    resp
+}
+
+/// Connects the database (migrating when configured) and builds the state.
+pub async fn connect(
+    config: &Config,
+    jwt: InternalJwt,
+    router_url: &str,
+) -> Result<AppState, GatewayError> {
+    let pool = weft_store::connect(
+        config.database.url.expose(),
+        config.database.max_connections,
+    )
+    .await?;
+    if config.database.migrate_on_start {
+        weft_store::migrate(&pool).await?;
+    }
+    AppState::new(pool, config, jwt, router_url)
+}
+
+/// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    max_body_bytes: usize,
+    shutdown: CancellationToken,
+) -> Result<(), GatewayError> {
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tracing::info!("gateway serving");
+    axum::serve(listener, router(state, max_body_bytes))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}
+
+/// Connects and serves: the whole gateway for its own binary.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    jwt: InternalJwt,
+    shutdown: CancellationToken,
+) -> Result<(), GatewayError> {
+    let state = connect(&config, jwt, &config.gateway.router_url).await?;
+    serve(listener, state, config.gateway.max_body_bytes, shutdown).await
+}

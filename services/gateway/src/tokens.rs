@@ -1,0 +1,207 @@
+//! The token routes: `POST/GET /v1/tokens`, `DELETE /v1/tokens/{id}`, `GET /v1/me`.
+//! Admins manage every tenant; tenant admins manage only their own and never grant a scope they
+//! do not hold. Another tenant's token is a 404, never a 403.
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use weft_core::{Error, Principal, Scope, Scopes, TenantId, TokenId};
+use weft_store::{NewToken, TokenRecord};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{NativeJson, ValidJson};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    name: String,
+    #[serde(default)]
+    tenant: Option<TenantId>,
+    subject: String,
+    scopes: Vec<Scope>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    expires_at: Option<OffsetDateTime>,
+}
+
+fn ts(t: OffsetDateTime) -> Value {
+    t.format(&Rfc3339).map(Value::String).unwrap_or(Value::Null)
+}
+
+fn token_json(r: &TokenRecord) -> Value {
+    json!({
+        "id": r.id,
+        "name": r.name,
+        "tenant": r.tenant,
+        "subject": r.subject,
+        "scopes": r.scopes,
+        "prefix": r.prefix,
+        "bootstrap": r.bootstrap,
+        "created_at": ts(r.created_at),
+        "expires_at": r.expires_at.map_or(Value::Null, ts),
+        "revoked_at": r.revoked_at.map_or(Value::Null, ts),
+    })
+}
+
+fn require_tenant_admin(p: &Principal) -> std::result::Result<(), Error> {
+    if p.is_admin() || p.scopes.contains(Scope::TenantAdmin) {
+        Ok(())
+    } else {
+        Err(Error::forbidden(
+            "managing tokens needs the `tenant:admin` or `admin` scope",
+        ))
+    }
+}
+
+/// Mints a token. Shared by the HTTP route and `weft token create`.
+pub async fn create_token(
+    st: &weft_store::TokenStore,
+    creator: Option<&Principal>,
+    req: CreateTokenInput,
+) -> std::result::Result<(TokenRecord, String), Error> {
+    if req.name.trim().is_empty() || req.name.len() > 200 {
+        return Err(Error::invalid("`name` must be 1-200 characters").with_param("name"));
+    }
+    if req.subject.trim().is_empty() || req.subject.len() > 200 {
+        return Err(Error::invalid("`subject` must be 1-200 characters").with_param("subject"));
+    }
+    if req.scopes.is_empty() {
+        return Err(
+            Error::invalid("`scopes` must name at least one scope, e.g. [\"llm:call\"]")
+                .with_param("scopes"),
+        );
+    }
+    if let Some(e) = req.expires_at
+        && e <= OffsetDateTime::now_utc()
+    {
+        return Err(Error::invalid("`expires_at` is in the past").with_param("expires_at"));
+    }
+    if let Some(c) = creator {
+        require_tenant_admin(c)?;
+        if !c.administers(&req.tenant) {
+            return Err(Error::forbidden(format!(
+                "a tenant admin mints tokens only in its own tenant (`{}`), not in `{}`",
+                c.tenant, req.tenant
+            ))
+            .with_param("tenant"));
+        }
+        if let Some(s) = req.scopes.iter().find(|s| !c.has(*s)) {
+            return Err(Error::forbidden(format!(
+                "you cannot grant `{s}`: your token does not hold it"
+            ))
+            .with_param("scopes"));
+        }
+    }
+    let minted = weft_auth::mint_token();
+    let rec = st
+        .insert(&NewToken {
+            id: TokenId::new(),
+            tenant: req.tenant,
+            subject: req.subject,
+            name: req.name,
+            scopes: req.scopes,
+            hash: minted.hash.to_vec(),
+            prefix: minted.prefix.clone(),
+            created_by: creator.map(|c| format!("{}/{}", c.tenant, c.subject)),
+            bootstrap: req.bootstrap,
+            expires_at: req.expires_at,
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "inserting token failed");
+            e.to_api()
+        })?;
+    Ok((rec, minted.secret))
+}
+
+/// What a new token is bound to.
+#[derive(Debug)]
+pub struct CreateTokenInput {
+    pub name: String,
+    pub tenant: TenantId,
+    pub subject: String,
+    pub scopes: Scopes,
+    pub expires_at: Option<OffsetDateTime>,
+    pub bootstrap: bool,
+}
+
+pub async fn create_token_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    ValidJson(body): NativeJson<CreateToken>,
+) -> Result<Response> {
+    let input = CreateTokenInput {
+        name: body.name,
+        tenant: body.tenant.unwrap_or_else(|| p.tenant.clone()),
+        subject: body.subject,
+        scopes: Scopes::new(body.scopes),
+        expires_at: body.expires_at,
+        bootstrap: false,
+    };
+    let (rec, secret) = create_token(&st.tokens, Some(&p), input)
+        .await
+        .map_err(ApiError::native)?;
+    tracing::info!(token_id = %rec.id, tenant = %rec.tenant, "token created");
+    let mut body = token_json(&rec);
+    body["token"] = Value::String(secret);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    tenant: Option<TenantId>,
+}
+
+pub async fn list_tokens_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Query(q): Query<ListQuery>,
+) -> Result<Response> {
+    require_tenant_admin(&p).map_err(ApiError::native)?;
+    let tenant = if p.is_admin() {
+        q.tenant
+    } else {
+        Some(p.tenant.clone())
+    };
+    let list = st.tokens.list(tenant.as_ref()).await.map_err(|e| {
+        tracing::error!(error = %e, "listing tokens failed");
+        ApiError::native(e.to_api())
+    })?;
+    Ok(Json(json!({"data": list.iter().map(token_json).collect::<Vec<_>>()})).into_response())
+}
+
+pub async fn revoke_token_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    require_tenant_admin(&p).map_err(ApiError::native)?;
+    let not_found =
+        || ApiError::native(Error::not_found(format!("no token `{id}` in your tenant")));
+    let token_id: TokenId = id.parse().map_err(|_| not_found())?;
+    let tenant = (!p.is_admin()).then(|| p.tenant.clone());
+    let rec = st
+        .tokens
+        .revoke(token_id, tenant.as_ref())
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "revoking token failed");
+            ApiError::native(e.to_api())
+        })?;
+    let rec = rec.ok_or_else(not_found)?;
+    st.resolver.forget(&rec.hash);
+    tracing::info!(token_id = %rec.id, "token revoked");
+    Ok(Json(token_json(&rec)).into_response())
+}
+
+pub async fn me_handler(Extension(p): Extension<Principal>) -> Response {
+    Json(json!({"tenant": p.tenant, "subject": p.subject, "scopes": p.scopes})).into_response()
+}

@@ -1,0 +1,67 @@
+//! The provider router: resolves a requested model (a name, an alias, `provider/model` or
+//! `tier:<name>`) to an ordered list of candidates, calls the first through its driver, falls
+//! back to the next on a retryable failure before the first byte, and streams the turn back as
+//! [`ChatEvent`]s over gRPC. Every call must carry a valid internal JWT.
+
+pub mod grpc;
+pub mod providers;
+pub mod routing;
+pub mod types;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use weft_auth::{InternalJwt, JwtInterceptor};
+use weft_config::Config;
+
+pub use routing::Routing;
+pub use types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    #[error("router config: {0}")]
+    Config(String),
+    #[error("router transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Builds the routing table and drivers from config.
+pub fn build(config: &Config) -> Result<Arc<Routing>, RouterError> {
+    Routing::from_config(&config.router).map(Arc::new)
+}
+
+/// Serves the router's gRPC API on `listener` until `shutdown` is cancelled, then drains.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    jwt: InternalJwt,
+    shutdown: CancellationToken,
+) -> Result<(), RouterError> {
+    let routing = build(&config)?;
+    serve(listener, routing, jwt, shutdown).await
+}
+
+/// Like [`run`], with a routing table already built.
+pub async fn serve(
+    listener: TcpListener,
+    routing: Arc<Routing>,
+    jwt: InternalJwt,
+    shutdown: CancellationToken,
+) -> Result<(), RouterError> {
+    let addr = listener.local_addr().ok();
+    let svc = weft_proto::v1::router_server::RouterServer::with_interceptor(
+        grpc::RouterService::new(routing),
+        JwtInterceptor::new(jwt),
+    );
+    tracing::info!(addr = ?addr, "router serving");
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! The embedded `mock` provider: deterministic, configurable per model, no key and no network.
+//!
+//! Behaviour of one turn: after a `tool` message it reports the tool's output; when tools are
+//! offered (and `tool_choice` is not `none`) it calls one tool with the configured arguments;
+//! otherwise it echoes the last user message. Latency, jitter, per-token delay and 429/500
+//! injection rates come from config, drawn from a seeded sequence so runs are repeatable.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use weft_config::{MockModelConfig, MockProviderConfig};
+use weft_core::message::{FinishReason, Role, Usage};
+use weft_core::{Error, ErrorCode};
+
+use super::{EventStream, ProviderError};
+use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
+
+pub struct MockProvider {
+    name: String,
+    models: BTreeMap<String, MockModel>,
+}
+
+struct MockModel {
+    cfg: MockModelConfig,
+    calls: AtomicU64,
+}
+
+impl MockProvider {
+    pub fn new(name: &str, cfg: &MockProviderConfig) -> Self {
+        Self {
+            name: name.to_owned(),
+            models: cfg
+                .models
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        MockModel {
+                            cfg: v.clone(),
+                            calls: AtomicU64::new(0),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    pub fn has_model(&self, model: &str) -> bool {
+        self.models.contains_key(model)
+    }
+
+    fn model(&self, model: &str) -> Result<&MockModel, ProviderError> {
+        self.models.get(model).ok_or_else(|| {
+            ProviderError::fatal(
+                Error::new(
+                    ErrorCode::ModelNotFound,
+                    format!("mock provider `{}` has no model `{model}`", self.name),
+                )
+                .with_param("model"),
+            )
+        })
+    }
+
+    pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
+        let m = self.model(model)?;
+        let draw = m.draw();
+        m.delay(draw).await;
+        self.inject(m, draw)?;
+        let plan = plan_turn(&m.cfg, req);
+        let prompt_tokens = estimate_tokens(req);
+        let token_delay = Duration::from_millis(m.cfg.token_delay_ms);
+        let mut events: Vec<ChatEvent> = Vec::new();
+        let completion_tokens;
+        match plan {
+            Turn::Text(text) => {
+                let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+                completion_tokens = words.len() as u64;
+                events.extend(words.into_iter().map(ChatEvent::TextDelta));
+                events.push(ChatEvent::Usage(usage(prompt_tokens, completion_tokens)));
+                events.push(ChatEvent::Finish(FinishReason::Stop));
+            }
+            Turn::ToolCall { name, arguments } => {
+                completion_tokens = 8;
+                let n = m.calls.load(Ordering::Relaxed);
+                events.push(ChatEvent::ToolCallStart {
+                    index: 0,
+                    id: format!("call_mock_{n}"),
+                    name,
+                });
+                events.push(ChatEvent::ToolCallDelta {
+                    index: 0,
+                    arguments,
+                });
+                events.push(ChatEvent::Usage(usage(prompt_tokens, completion_tokens)));
+                events.push(ChatEvent::Finish(FinishReason::ToolCalls));
+            }
+        }
+        let stream = futures::stream::iter(events.into_iter().map(Ok));
+        if token_delay.is_zero() {
+            Ok(Box::pin(stream))
+        } else {
+            Ok(Box::pin(stream.then(move |e| async move {
+                tokio::time::sleep(token_delay).await;
+                e
+            })))
+        }
+    }
+
+    pub async fn embed(
+        &self,
+        model: &str,
+        req: &EmbedRequest,
+    ) -> Result<EmbedResult, ProviderError> {
+        let m = self.model(model)?;
+        let draw = m.draw();
+        m.delay(draw).await;
+        self.inject(m, draw)?;
+        let dims = req.dimensions.unwrap_or(m.cfg.embedding_dims).max(1);
+        let vectors = req.input.iter().map(|s| embed_text(s, dims)).collect();
+        let tokens: u64 = req
+            .input
+            .iter()
+            .map(|s| (s.len() as u64).div_ceil(4).max(1))
+            .sum();
+        Ok(EmbedResult {
+            provider: self.name.clone(),
+            model: model.to_owned(),
+            vectors,
+            usage: Usage {
+                prompt_tokens: tokens,
+                completion_tokens: 0,
+                total_tokens: tokens,
+            },
+        })
+    }
+
+    fn inject(&self, m: &MockModel, draw: u64) -> Result<(), ProviderError> {
+        let r = unit(draw);
+        if r < m.cfg.error_rate_429 {
+            return Err(ProviderError::rate_limited(
+                &self.name,
+                Some(Duration::from_secs(1)),
+            ));
+        }
+        if r < m.cfg.error_rate_429 + m.cfg.error_rate_500 {
+            return Err(ProviderError::retryable(Error::new(
+                ErrorCode::UpstreamError,
+                format!("provider `{}` failed (injected 500)", self.name),
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl MockModel {
+    /// The next value of this model's seeded sequence.
+    fn draw(&self) -> u64 {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        splitmix64(self.cfg.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    async fn delay(&self, draw: u64) {
+        let jitter = if self.cfg.jitter_ms == 0 {
+            0
+        } else {
+            splitmix64(draw) % (self.cfg.jitter_ms + 1)
+        };
+        let total = self.cfg.latency_ms + jitter;
+        if total > 0 {
+            tokio::time::sleep(Duration::from_millis(total)).await;
+        }
+    }
+}
+
+enum Turn {
+    Text(String),
+    ToolCall { name: String, arguments: String },
+}
+
+fn plan_turn(cfg: &MockModelConfig, req: &ChatRequest) -> Turn {
+    let last = req.messages.last();
+    if let Some(m) = last.filter(|m| m.role == Role::Tool) {
+        return Turn::Text(format!("the tool returned: {}", m.text()));
+    }
+    let choice = req.tool_choice.as_ref();
+    let none = choice.and_then(|c| c.as_str()) == Some("none");
+    if cfg.tool_calls && !none && !req.tools.is_empty() {
+        let named = choice
+            .and_then(|c| c.pointer("/function/name"))
+            .and_then(|n| n.as_str())
+            .filter(|n| req.tools.iter().any(|t| t.name == *n));
+        let name = named.map_or_else(|| req.tools[0].name.clone(), str::to_owned);
+        return Turn::ToolCall {
+            name,
+            arguments: cfg.tool_arguments.clone(),
+        };
+    }
+    let text = req
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .unwrap_or_default();
+    Turn::Text(format!("echo: {text}"))
+}
+
+fn estimate_tokens(req: &ChatRequest) -> u64 {
+    let chars: usize = req.messages.iter().map(|m| m.text().len()).sum();
+    (chars as u64).div_ceil(4).max(1)
+}
+
+fn usage(prompt: u64, completion: u64) -> Usage {
+    Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: prompt + completion,
+    }
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Maps a draw to [0, 1).
+fn unit(x: u64) -> f64 {
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A deterministic unit-length vector for `s`.
+fn embed_text(s: &str, dims: u32) -> Vec<f32> {
+    let mut seed: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        seed = (seed ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let raw: Vec<f64> = (0..u64::from(dims))
+        .map(|i| unit(splitmix64(seed ^ i)) * 2.0 - 1.0)
+        .collect();
+    let norm = raw
+        .iter()
+        .map(|x| x * x)
+        .sum::<f64>()
+        .sqrt()
+        .max(f64::EPSILON);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "embeddings are f32 by design"
+    )]
+    raw.into_iter().map(|x| (x / norm) as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_core::message::{ContentBlock, Message, ToolSpec};
+
+    fn provider(cfg: MockModelConfig) -> MockProvider {
+        let mut models = BTreeMap::new();
+        models.insert("m".to_owned(), cfg);
+        MockProvider::new("mock", &MockProviderConfig { models })
+    }
+
+    fn user(text: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::text(text)],
+            name: None,
+        }
+    }
+
+    async fn collect(p: &MockProvider, req: &ChatRequest) -> Vec<ChatEvent> {
+        p.chat("m", req)
+            .await
+            .map_err(|e| e.error)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn echoes_the_last_user_message_then_usage_then_finish() {
+        let p = provider(MockModelConfig::default());
+        let req = ChatRequest {
+            messages: vec![user("hello there")],
+            ..Default::default()
+        };
+        let ev = collect(&p, &req).await;
+        let text: String = ev
+            .iter()
+            .filter_map(|e| match e {
+                ChatEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "echo: hello there");
+        assert!(matches!(ev[ev.len() - 2], ChatEvent::Usage(u) if u.total_tokens > 0));
+        assert_eq!(ev.last(), Some(&ChatEvent::Finish(FinishReason::Stop)));
+    }
+
+    #[tokio::test]
+    async fn calls_the_chosen_tool_and_then_reports_its_result() {
+        let p = provider(MockModelConfig {
+            tool_arguments: r#"{"city":"Paris"}"#.into(),
+            ..Default::default()
+        });
+        let tool = |n: &str| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type":"object"}),
+        };
+        let mut req = ChatRequest {
+            messages: vec![user("weather?")],
+            tools: vec![tool("a"), tool("b")],
+            tool_choice: Some(serde_json::json!({"type":"function","function":{"name":"b"}})),
+            ..Default::default()
+        };
+        let ev = collect(&p, &req).await;
+        assert!(matches!(&ev[0], ChatEvent::ToolCallStart { name, .. } if name == "b"));
+        assert!(
+            matches!(&ev[1], ChatEvent::ToolCallDelta { arguments, .. } if arguments.contains("Paris"))
+        );
+        assert_eq!(ev.last(), Some(&ChatEvent::Finish(FinishReason::ToolCalls)));
+
+        req.messages.push(Message {
+            role: Role::Tool,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: "call_mock_0".into(),
+                content: vec![ContentBlock::text("sunny")],
+                is_error: false,
+            }],
+            name: None,
+        });
+        let ev = collect(&p, &req).await;
+        assert_eq!(ev[0], ChatEvent::TextDelta("the ".into()));
+        req.messages.pop();
+        req.tool_choice = Some(serde_json::json!("none"));
+        assert!(matches!(
+            collect(&p, &req).await[0],
+            ChatEvent::TextDelta(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn error_injection_is_deterministic_for_a_seed() {
+        let cfg = MockModelConfig {
+            error_rate_429: 0.3,
+            error_rate_500: 0.2,
+            seed: 42,
+            ..Default::default()
+        };
+        let req = ChatRequest {
+            messages: vec![user("x")],
+            ..Default::default()
+        };
+        let run = || async {
+            let p = provider(cfg.clone());
+            let mut codes = Vec::new();
+            for _ in 0..200 {
+                codes.push(p.chat("m", &req).await.err().map(|e| e.error.code));
+            }
+            codes
+        };
+        let a = run().await;
+        assert_eq!(a, run().await);
+        let n429 = a
+            .iter()
+            .filter(|c| **c == Some(ErrorCode::RateLimited))
+            .count();
+        let n500 = a
+            .iter()
+            .filter(|c| **c == Some(ErrorCode::UpstreamError))
+            .count();
+        assert!((30..90).contains(&n429), "{n429} 429s of 200 at rate 0.3");
+        assert!((15..65).contains(&n500), "{n500} 500s of 200 at rate 0.2");
+    }
+
+    #[tokio::test]
+    async fn embeddings_are_deterministic_unit_vectors() {
+        let p = provider(MockModelConfig::default());
+        let req = EmbedRequest {
+            model: "m".into(),
+            input: vec!["a".into(), "b".into(), "a".into()],
+            dimensions: Some(8),
+            ..Default::default()
+        };
+        let r = p.embed("m", &req).await.map_err(|e| e.error).unwrap();
+        assert_eq!(r.vectors.len(), 3);
+        assert_eq!(r.vectors[0].len(), 8);
+        assert_eq!(r.vectors[0], r.vectors[2]);
+        assert_ne!(r.vectors[0], r.vectors[1]);
+        let norm: f32 = r.vectors[1].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+}

@@ -1,0 +1,245 @@
+//! `weft doctor`: checks the config and everything weft depends on, one line per check with
+//! PASS, WARN or FAIL, and a fix hint for anything that is not PASS.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::TcpStream;
+use weft_config::{Config, ProviderConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug)]
+pub struct Check {
+    pub name: String,
+    pub verdict: Verdict,
+    pub detail: String,
+}
+
+fn check(name: &str, verdict: Verdict, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.to_owned(),
+        verdict,
+        detail: detail.into(),
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Runs every check. A config that does not load is the only check then.
+pub async fn run(file: Option<&Path>, overrides: serde_json::Value) -> Vec<Check> {
+    let config = match Config::load(file, overrides) {
+        Ok(c) => c,
+        Err(e) => return vec![check("config", Verdict::Fail, e.to_string())],
+    };
+    let mut out = vec![check(
+        "config",
+        Verdict::Pass,
+        file.map_or_else(
+            || "built-in defaults (no file)".to_owned(),
+            |p| p.display().to_string(),
+        ),
+    )];
+    out.push(postgres(&config).await);
+    out.push(redis(&config).await);
+    out.push(nats(&config).await);
+    for (name, addr) in [
+        ("port gateway.listen", config.gateway.listen),
+        ("port router.listen", config.router.listen),
+    ] {
+        out.push(port(name, addr).await);
+    }
+    for (name, p) in &config.router.providers {
+        if let ProviderConfig::Openai(o) = p
+            && let Some(var) = &o.api_key_env
+        {
+            out.push(if std::env::var_os(var).is_some() {
+                check(
+                    &format!("provider {name}"),
+                    Verdict::Pass,
+                    format!("{var} is set"),
+                )
+            } else {
+                check(
+                    &format!("provider {name}"),
+                    Verdict::Fail,
+                    format!("{var} is not set; export it before starting weft"),
+                )
+            });
+        }
+    }
+    out
+}
+
+async fn postgres(config: &Config) -> Check {
+    let url = config.database.url.expose();
+    let pool = match tokio::time::timeout(TIMEOUT, weft_store::connect(url, 1)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            return check(
+                "postgres",
+                Verdict::Fail,
+                format!("{e}; is Postgres running? (./deploy/local/deps.sh starts it)"),
+            );
+        }
+        Err(_) => {
+            return check(
+                "postgres",
+                Verdict::Fail,
+                "no answer within 3 s; is Postgres running?",
+            );
+        }
+    };
+    let applied: Result<Vec<i64>, _> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&pool)
+            .await;
+    let known: Vec<i64> = weft_store::MIGRATOR.iter().map(|m| m.version).collect();
+    match applied {
+        Ok(v) if known.iter().all(|k| v.contains(k)) => check(
+            "postgres",
+            Verdict::Pass,
+            format!("reachable; {} migrations applied", v.len()),
+        ),
+        Ok(v) => check(
+            "postgres",
+            Verdict::Warn,
+            format!(
+                "reachable; {} of {} migrations applied; run `weft migrate`",
+                v.len(),
+                known.len()
+            ),
+        ),
+        Err(_) => check(
+            "postgres",
+            Verdict::Warn,
+            "reachable; no migrations applied yet; run `weft migrate`",
+        ),
+    }
+}
+
+/// `host:port` of a `scheme://[user@]host:port[/…]` URL.
+fn host_port(url: &str, default_port: u16) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hp = rest.split('/').next().unwrap_or(rest);
+    if hp.contains(':') {
+        hp.to_owned()
+    } else {
+        format!("{hp}:{default_port}")
+    }
+}
+
+async fn redis(config: &Config) -> Check {
+    let addr = host_port(config.redis.url.expose(), 6379);
+    let probe = async {
+        let mut s = TcpStream::connect(&addr).await?;
+        s.write_all(b"PING\r\n").await?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line)
+    };
+    match tokio::time::timeout(TIMEOUT, probe).await {
+        Ok(Ok(l)) if l.starts_with("+PONG") => {
+            check("redis", Verdict::Pass, format!("{addr} answers PING"))
+        }
+        Ok(Ok(l)) if l.contains("NOAUTH") => check(
+            "redis",
+            Verdict::Warn,
+            format!("{addr} needs a password; put it in redis.url"),
+        ),
+        Ok(Ok(l)) => check(
+            "redis",
+            Verdict::Fail,
+            format!("{addr} answered {:?} to PING", l.trim()),
+        ),
+        Ok(Err(e)) => check(
+            "redis",
+            Verdict::Fail,
+            format!("{addr}: {e}; is redis-server running?"),
+        ),
+        Err(_) => check(
+            "redis",
+            Verdict::Fail,
+            format!("{addr}: no answer within 3 s"),
+        ),
+    }
+}
+
+async fn nats(config: &Config) -> Check {
+    let addr = host_port(&config.nats.url, 4222);
+    let probe = async {
+        let s = TcpStream::connect(&addr).await?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line)
+    };
+    match tokio::time::timeout(TIMEOUT, probe).await {
+        Ok(Ok(l)) if l.starts_with("INFO ") => {
+            let info: serde_json::Value =
+                serde_json::from_str(l.trim_start_matches("INFO ").trim()).unwrap_or_default();
+            let version = info["version"].as_str().unwrap_or("?").to_owned();
+            if info["jetstream"].as_bool() == Some(true) {
+                check(
+                    "nats",
+                    Verdict::Pass,
+                    format!("{addr} is NATS {version} with JetStream"),
+                )
+            } else {
+                check(
+                    "nats",
+                    Verdict::Fail,
+                    format!(
+                        "{addr} is NATS {version} without JetStream; start nats-server with -js"
+                    ),
+                )
+            }
+        }
+        Ok(Ok(l)) => check(
+            "nats",
+            Verdict::Fail,
+            format!("{addr} did not greet like NATS: {:?}", l.trim()),
+        ),
+        Ok(Err(e)) => check(
+            "nats",
+            Verdict::Fail,
+            format!("{addr}: {e}; is nats-server running?"),
+        ),
+        Err(_) => check(
+            "nats",
+            Verdict::Fail,
+            format!("{addr}: no answer within 3 s"),
+        ),
+    }
+}
+
+async fn port(name: &str, addr: SocketAddr) -> Check {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(_) => check(name, Verdict::Pass, format!("{addr} is free")),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => check(
+            name,
+            Verdict::Warn,
+            format!("{addr} is in use (is weft already running?); pick another with --listen"),
+        ),
+        Err(e) => check(name, Verdict::Fail, format!("{addr}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_handles_users_paths_and_defaults() {
+        assert_eq!(host_port("redis://127.0.0.1:6379", 1), "127.0.0.1:6379");
+        assert_eq!(host_port("redis://:pw@h:7000/0", 1), "h:7000");
+        assert_eq!(host_port("nats://h", 4222), "h:4222");
+    }
+}

@@ -1,0 +1,209 @@
+//! Every service of weft in one process: the router and the gateway, each on its own listener,
+//! sharing one shutdown token. The gateway still reaches the router over gRPC on loopback, so
+//! the in-process fleet exercises the same path as separate processes.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use rand::RngCore as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use weft_auth::InternalJwt;
+use weft_config::Config;
+use weft_core::{Scope, Scopes, TenantId};
+use weft_gateway::tokens::{CreateTokenInput, create_token};
+use weft_store::TokenStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("{0}")]
+    Router(#[from] weft_router::RouterError),
+    #[error("{0}")]
+    Gateway(#[from] weft_gateway::GatewayError),
+    #[error("{0}")]
+    Store(#[from] weft_store::StoreError),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("bootstrap token: {0}")]
+    Bootstrap(String),
+}
+
+/// A running fleet.
+pub struct Fleet {
+    pub gateway_addr: SocketAddr,
+    pub router_addr: SocketAddr,
+    /// The bootstrap admin token, when this start minted it or could read it back.
+    pub admin_token: Option<String>,
+    /// Whether this start minted the bootstrap token.
+    pub minted: bool,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("gateway_addr", &self.gateway_addr)
+            .field("router_addr", &self.router_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The internal JWT key: from config, or random for a single-process fleet.
+pub fn internal_jwt(config: &Config) -> InternalJwt {
+    let secret = match &config.auth.internal_jwt_secret {
+        Some(s) => s.expose().as_bytes().to_vec(),
+        None => {
+            let mut b = [0u8; 32];
+            rand::rng().fill_bytes(&mut b);
+            b.to_vec()
+        }
+    };
+    InternalJwt::new(&secret, Duration::from_secs(60))
+}
+
+impl Fleet {
+    /// Binds the configured addresses and starts everything.
+    pub async fn start(config: Config) -> Result<Self, FleetError> {
+        let gw = TcpListener::bind(config.gateway.listen)
+            .await
+            .map_err(|e| FleetError::Bind(config.gateway.listen, e))?;
+        let rt = TcpListener::bind(config.router.listen)
+            .await
+            .map_err(|e| FleetError::Bind(config.router.listen, e))?;
+        Self::start_on(config, gw, rt).await
+    }
+
+    /// Starts everything on listeners the caller bound (tests bind port 0).
+    pub async fn start_on(
+        config: Config,
+        gateway: TcpListener,
+        router: TcpListener,
+    ) -> Result<Self, FleetError> {
+        let jwt = internal_jwt(&config);
+        let shutdown = CancellationToken::new();
+        let gateway_addr = gateway
+            .local_addr()
+            .map_err(|e| FleetError::Bind(config.gateway.listen, e))?;
+        let router_addr = router
+            .local_addr()
+            .map_err(|e| FleetError::Bind(config.router.listen, e))?;
+
+        let routing = weft_router::build(&config)?;
+        let state =
+            weft_gateway::connect(&config, jwt.clone(), &format!("http://{router_addr}")).await?;
+        let (admin_token, minted) = bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
+
+        let mut tasks = Vec::new();
+        let stop = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = weft_router::serve(router, routing, jwt, stop.clone()).await {
+                tracing::error!(error = %e, "router stopped");
+                stop.cancel();
+            }
+        }));
+        let stop = shutdown.clone();
+        let max_body = config.gateway.max_body_bytes;
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = weft_gateway::serve(gateway, state, max_body, stop.clone()).await {
+                tracing::error!(error = %e, "gateway stopped");
+                stop.cancel();
+            }
+        }));
+        Ok(Self {
+            gateway_addr,
+            router_addr,
+            admin_token,
+            minted,
+            shutdown,
+            tasks,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.gateway_addr)
+    }
+
+    /// A token that is cancelled when the fleet stops (or a service in it fails).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops every service and waits up to `deadline` for in-flight work to drain.
+    pub async fn stop(self, deadline: Duration) {
+        self.shutdown.cancel();
+        let all = futures_join(self.tasks);
+        if tokio::time::timeout(deadline, all).await.is_err() {
+            tracing::warn!("fleet did not drain within the deadline; exiting anyway");
+        }
+    }
+}
+
+async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// Mints the bootstrap admin token on first start and keeps it in `token_file` (mode 0600).
+/// On later starts, reads it back from the file if it is still active.
+async fn bootstrap(
+    store: &TokenStore,
+    token_file: &Path,
+) -> Result<(Option<String>, bool), FleetError> {
+    if store.has_active_bootstrap().await? {
+        let existing = std::fs::read_to_string(token_file)
+            .ok()
+            .map(|s| s.trim().to_owned());
+        let active = match &existing {
+            Some(t) => store
+                .find_by_hash(&weft_auth::hash_token(t))
+                .await?
+                .is_some_and(|r| r.is_active(time::OffsetDateTime::now_utc())),
+            None => false,
+        };
+        return Ok((existing.filter(|_| active), false));
+    }
+    let input = CreateTokenInput {
+        name: "bootstrap admin".into(),
+        tenant: TenantId::parse("default").map_err(|e| FleetError::Bootstrap(e.message))?,
+        subject: "bootstrap-admin".into(),
+        scopes: Scopes::new([Scope::Admin]),
+        expires_at: None,
+        bootstrap: true,
+    };
+    let (_, secret) = create_token(store, None, input)
+        .await
+        .map_err(|e| FleetError::Bootstrap(e.message))?;
+    if let Err(e) = write_secret_file(token_file, &secret) {
+        tracing::warn!(path = %token_file.display(), error = %e, "could not save the bootstrap token; it is printed once");
+    }
+    Ok((Some(secret), true))
+}
+
+fn write_secret_file(path: &Path, secret: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    use std::io::Write as _;
+    let mut f = opts.open(path)?;
+    f.write_all(secret.as_bytes())?;
+    f.write_all(b"\n")
+}
+
+/// A random secret suitable for `auth.internal_jwt_secret`.
+pub fn random_secret() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}

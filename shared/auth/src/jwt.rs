@@ -1,0 +1,155 @@
+//! Short-lived internal JWTs (HS256) that carry the caller's principal between services.
+
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
+use serde::{Deserialize, Serialize};
+use weft_core::{Error, Principal, Scopes, TenantId};
+
+/// The `aud` of every internal token.
+pub const JWT_AUDIENCE: &str = "weft-internal";
+const ISSUER: &str = "weft-gateway";
+
+#[derive(Serialize, Deserialize)]
+struct Claims {
+    iss: String,
+    aud: String,
+    sub: String,
+    tenant: TenantId,
+    scopes: Scopes,
+    iat: u64,
+    exp: u64,
+}
+
+/// Signs and verifies internal tokens with one shared key.
+#[derive(Clone)]
+pub struct InternalJwt {
+    enc: EncodingKey,
+    dec: DecodingKey,
+    validation: Validation,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for InternalJwt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InternalJwt")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InternalJwt {
+    /// `secret` should be at least 32 bytes of entropy; `ttl` is how long a token stays valid.
+    pub fn new(secret: &[u8], ttl: Duration) -> Self {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_audience(&[JWT_AUDIENCE]);
+        validation.set_issuer(&[ISSUER]);
+        validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
+        validation.leeway = 5;
+        Self {
+            enc: EncodingKey::from_secret(secret),
+            dec: DecodingKey::from_secret(secret),
+            validation,
+            ttl,
+        }
+    }
+
+    pub fn sign(&self, p: &Principal) -> Result<String, Error> {
+        let now = unix_now();
+        let claims = Claims {
+            iss: ISSUER.into(),
+            aud: JWT_AUDIENCE.into(),
+            sub: p.subject.clone(),
+            tenant: p.tenant.clone(),
+            scopes: p.scopes.clone(),
+            iat: now,
+            exp: now + self.ttl.as_secs().max(1),
+        };
+        encode(&Header::new(Algorithm::HS256), &claims, &self.enc).map_err(|e| {
+            tracing::error!(error = %e, "signing internal jwt failed");
+            Error::internal()
+        })
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Principal, Error> {
+        let data = decode::<Claims>(token, &self.dec, &self.validation).map_err(|e| {
+            Error::unauthenticated(format!("internal token rejected: {}", e.kind_name()))
+        })?;
+        Ok(Principal {
+            tenant: data.claims.tenant,
+            subject: data.claims.sub,
+            scopes: data.claims.scopes,
+        })
+    }
+}
+
+trait KindName {
+    fn kind_name(&self) -> &'static str;
+}
+
+impl KindName for jsonwebtoken::errors::Error {
+    fn kind_name(&self) -> &'static str {
+        use jsonwebtoken::errors::ErrorKind;
+        match self.kind() {
+            ErrorKind::ExpiredSignature => "expired",
+            ErrorKind::InvalidSignature => "bad signature",
+            ErrorKind::InvalidAudience => "wrong audience",
+            ErrorKind::InvalidIssuer => "wrong issuer",
+            _ => "malformed",
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_core::Scope;
+
+    fn principal() -> Principal {
+        Principal {
+            tenant: TenantId::parse("acme").unwrap(),
+            subject: "svc".into(),
+            scopes: Scopes::new([Scope::LlmCall]),
+        }
+    }
+
+    #[test]
+    fn a_signed_token_verifies_to_the_same_principal() {
+        let j = InternalJwt::new(b"0123456789abcdef0123456789abcdef", Duration::from_secs(60));
+        let t = j.sign(&principal()).unwrap();
+        assert_eq!(j.verify(&t).unwrap(), principal());
+    }
+
+    #[test]
+    fn another_key_or_garbage_is_refused() {
+        let a = InternalJwt::new(b"0123456789abcdef0123456789abcdef", Duration::from_secs(60));
+        let b = InternalJwt::new(b"ffffffffffffffffffffffffffffffff", Duration::from_secs(60));
+        let t = a.sign(&principal()).unwrap();
+        assert!(b.verify(&t).unwrap_err().message.contains("bad signature"));
+        assert!(a.verify("not.a.jwt").is_err());
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() {
+        let j = InternalJwt::new(b"0123456789abcdef0123456789abcdef", Duration::from_secs(60));
+        let now = unix_now();
+        let claims = Claims {
+            iss: ISSUER.into(),
+            aud: JWT_AUDIENCE.into(),
+            sub: "s".into(),
+            tenant: TenantId::parse("a").unwrap(),
+            scopes: Scopes::default(),
+            iat: now - 120,
+            exp: now - 60,
+        };
+        let t = encode(&Header::new(Algorithm::HS256), &claims, &j.enc).unwrap();
+        assert!(j.verify(&t).unwrap_err().message.contains("expired"));
+    }
+}

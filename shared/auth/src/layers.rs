@@ -1,0 +1,98 @@
+//! The axum middleware that turns a bearer token into a [`Principal`] request extension, and the
+//! tonic interceptor that does the same from an internal JWT.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use weft_core::{Error, Principal};
+
+use crate::{InternalJwt, TokenResolver};
+
+/// The token in an `Authorization: Bearer …` header, if any.
+pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// State of the bearer-auth middleware: the resolver and how to render a refusal (the OpenAI
+/// routes and the native routes have different error shapes).
+#[derive(Clone)]
+pub struct BearerAuth {
+    pub resolver: TokenResolver,
+    pub render: Arc<dyn Fn(Error) -> Response + Send + Sync>,
+}
+
+impl BearerAuth {
+    /// `axum::middleware::from_fn_with_state(auth, BearerAuth::middleware)`.
+    pub async fn middleware(
+        State(auth): State<BearerAuth>,
+        mut req: Request,
+        next: Next,
+    ) -> Response {
+        let Some(token) = bearer_token(req.headers()) else {
+            return (auth.render)(Error::unauthenticated(
+                "missing bearer token; send `Authorization: Bearer wft_…`",
+            ));
+        };
+        match auth.resolver.resolve(token).await {
+            Ok(p) => {
+                req.extensions_mut().insert(p);
+                next.run(req).await
+            }
+            Err(e) => (auth.render)(e),
+        }
+    }
+}
+
+/// Verifies the internal JWT on every gRPC call and puts the [`Principal`] in the extensions.
+#[derive(Clone, Debug)]
+pub struct JwtInterceptor {
+    jwt: InternalJwt,
+}
+
+impl JwtInterceptor {
+    pub fn new(jwt: InternalJwt) -> Self {
+        Self { jwt }
+    }
+}
+
+impl tonic::service::Interceptor for JwtInterceptor {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                tonic::Status::from(Error::unauthenticated(
+                    "missing internal token; only weft services may call this API",
+                ))
+            })?;
+        let principal: Principal = self.jwt.verify(token).map_err(tonic::Status::from)?;
+        req.extensions_mut().insert(principal);
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_parsed_case_insensitively() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(bearer_token(&h), None);
+        h.insert("authorization", "bearer wft_x".parse().unwrap());
+        assert_eq!(bearer_token(&h), Some("wft_x"));
+        h.insert("authorization", "Basic abc".parse().unwrap());
+        assert_eq!(bearer_token(&h), None);
+        h.insert("authorization", "Bearer ".parse().unwrap());
+        assert_eq!(bearer_token(&h), None);
+    }
+}

@@ -1,0 +1,20 @@
+//! Authentication for weft.
+//!
+//! - API tokens (`wft_…`): minted from 32 random bytes, stored as SHA-256 hashes, resolved to a
+//!   [`Principal`] through a short-lived cache so revocation takes effect within the cache TTL.
+//! - Internal JWTs: the gateway signs the principal into a short-lived HS256 token; every
+//!   internal service verifies it before doing anything.
+//! - Layers: an axum middleware that resolves bearer tokens, and a tonic interceptor that
+//!   verifies internal JWTs.
+
+mod jwt;
+mod layers;
+mod resolver;
+mod token;
+
+pub use jwt::{InternalJwt, JWT_AUDIENCE};
+pub use layers::{BearerAuth, JwtInterceptor, bearer_token};
+pub use resolver::TokenResolver;
+pub use token::{MintedToken, TOKEN_PREFIX, hash_token, mint_token};
+
+pub use weft_core::Principal;

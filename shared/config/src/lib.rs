@@ -1,0 +1,519 @@
+//! weft's configuration. One TOML file describes the fleet; each service reads the sections it
+//! needs. Layers, later winning: built-in defaults → the TOML file → `WEFT_<SECTION>__<KEY>`
+//! environment variables → command-line flags. Unknown keys are errors, and [`Config::validate`]
+//! says what is wrong and how to fix it. Secrets are [`Secret`]s, redacted in `Debug`.
+
+mod secret;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+pub use secret::Secret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("config file {0} does not exist; pass an existing file or none to use the defaults")]
+    MissingFile(PathBuf),
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// The whole fleet's configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    pub router: RouterConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+    pub telemetry: TelemetryConfig,
+    pub bootstrap: BootstrapConfig,
+    pub redis: RedisConfig,
+    pub nats: NatsConfig,
+}
+
+/// Redis: cancel flags, fairness leases, quotas (used by later services; `weft doctor` checks it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    pub url: Secret,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: Secret::new("redis://127.0.0.1:6379"),
+        }
+    }
+}
+
+/// NATS with JetStream: run dispatch and live events (used by later services; `weft doctor`
+/// checks it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    pub url: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            url: "nats://127.0.0.1:4222".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address the HTTP edge listens on.
+    pub listen: SocketAddr,
+    /// The router's gRPC URL; ignored by `weft up`, which wires the router in-process.
+    pub router_url: String,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How long a resolved token stays cached. Revocation takes effect within this; at most 1000.
+    pub token_cache_ttl_ms: u64,
+    /// Deadline for one router call, in seconds.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            router_url: "http://127.0.0.1:8788".into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            token_cache_ttl_ms: 1000,
+            request_timeout_secs: 600,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Address the gRPC server listens on.
+    pub listen: SocketAddr,
+    /// Providers by name.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Alias → ordered candidates (`provider/model`); later candidates are fallbacks.
+    pub aliases: BTreeMap<String, Vec<String>>,
+    /// Tier name → ordered candidates, addressed as `tier:<name>` or `x-weft-tier`.
+    pub tiers: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        let mut providers = BTreeMap::new();
+        providers.insert(
+            "mock".to_owned(),
+            ProviderConfig::Mock(MockProviderConfig::default()),
+        );
+        let mut aliases = BTreeMap::new();
+        aliases.insert("default".to_owned(), vec!["mock/mock-1".to_owned()]);
+        let mut tiers = BTreeMap::new();
+        tiers.insert("fast".to_owned(), vec!["mock/mock-1".to_owned()]);
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8788)),
+            providers,
+            aliases,
+            tiers,
+        }
+    }
+}
+
+/// One provider, tagged by `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProviderConfig {
+    /// The embedded deterministic provider; no key, no network.
+    Mock(MockProviderConfig),
+    /// Any OpenAI-compatible server.
+    Openai(OpenAiProviderConfig),
+}
+
+impl ProviderConfig {
+    /// The model names this provider serves.
+    pub fn models(&self) -> Vec<String> {
+        match self {
+            Self::Mock(m) => m.models.keys().cloned().collect(),
+            Self::Openai(o) => o.models.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MockProviderConfig {
+    pub models: BTreeMap<String, MockModelConfig>,
+}
+
+impl Default for MockProviderConfig {
+    fn default() -> Self {
+        let mut models = BTreeMap::new();
+        models.insert("mock-1".to_owned(), MockModelConfig::default());
+        Self { models }
+    }
+}
+
+/// How one mock model behaves. Deterministic for a given `seed` and call sequence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MockModelConfig {
+    /// Delay before the first event, in milliseconds.
+    pub latency_ms: u64,
+    /// Extra random delay up to this many milliseconds.
+    pub jitter_ms: u64,
+    /// Delay between streamed tokens, in milliseconds.
+    pub token_delay_ms: u64,
+    /// Reply with a fixed tool call when tools are offered and the last message is not a tool
+    /// result.
+    pub tool_calls: bool,
+    /// The JSON arguments of that tool call.
+    pub tool_arguments: String,
+    /// Fraction of calls (0..=1) that fail with 429.
+    pub error_rate_429: f64,
+    /// Fraction of calls (0..=1) that fail with 500.
+    pub error_rate_500: f64,
+    /// Seed of the error and jitter sequence.
+    pub seed: u64,
+    /// Dimensions of mock embeddings.
+    pub embedding_dims: u32,
+}
+
+impl Default for MockModelConfig {
+    fn default() -> Self {
+        Self {
+            latency_ms: 0,
+            jitter_ms: 0,
+            token_delay_ms: 0,
+            tool_calls: true,
+            tool_arguments: "{}".into(),
+            error_rate_429: 0.0,
+            error_rate_500: 0.0,
+            seed: 1,
+            embedding_dims: 16,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiProviderConfig {
+    /// Base URL including the version segment, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Name of the environment variable that holds the API key; unset for keyless servers.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Models served; requests name them as `model` or `<provider>/<model>`.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Retries on 429/5xx before the first byte, per candidate.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Base of the exponential backoff, in milliseconds.
+    #[serde(default = "default_backoff_ms")]
+    pub backoff_ms: u64,
+    /// Longest `Retry-After` honoured before giving up on this candidate, in seconds.
+    #[serde(default = "default_max_retry_after_secs")]
+    pub max_retry_after_secs: u64,
+    /// Time allowed until response headers arrive, in seconds.
+    #[serde(default = "default_first_byte_timeout_secs")]
+    pub first_byte_timeout_secs: u64,
+}
+
+fn default_max_retries() -> u32 {
+    2
+}
+fn default_backoff_ms() -> u64 {
+    200
+}
+fn default_max_retry_after_secs() -> u64 {
+    10
+}
+fn default_first_byte_timeout_secs() -> u64 {
+    60
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    pub url: Secret,
+    pub max_connections: u32,
+    /// Apply pending migrations when a service starts.
+    pub migrate_on_start: bool,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: Secret::new("postgres://postgres@127.0.0.1:5432/weft"),
+            max_connections: 16,
+            migrate_on_start: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HMAC key of the internal JWTs between services. Required when services run as separate
+    /// processes; `weft up` makes a random one when unset.
+    pub internal_jwt_secret: Option<Secret>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// `json` or `text`.
+    pub log_format: LogFormat,
+    /// An `EnvFilter` directive such as `info` or `weft_router=debug,info`.
+    pub log_level: String,
+    /// OTLP/gRPC endpoint for traces, e.g. `http://127.0.0.1:4317`; unset = no export.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Json,
+            log_level: "info".into(),
+            otlp_endpoint: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BootstrapConfig {
+    /// Where `weft up` keeps the bootstrap admin token it minted (mode 0600).
+    pub token_file: PathBuf,
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        Self {
+            token_file: PathBuf::from(".weft/admin-token"),
+        }
+    }
+}
+
+impl Config {
+    /// Loads the layers: defaults → `file` → `WEFT_*__*` env → `overrides` (CLI flags, as a JSON
+    /// object of the same shape), then validates.
+    pub fn load(file: Option<&Path>, overrides: serde_json::Value) -> Result<Self, ConfigError> {
+        Self::figment(file, overrides)?
+            .extract::<Config>()
+            .map_err(|e| ConfigError::Load(Box::new(e)))
+            .and_then(|c| c.validate().map(|()| c))
+    }
+
+    fn figment(file: Option<&Path>, overrides: serde_json::Value) -> Result<Figment, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::MissingFile(path.to_owned()));
+            }
+            fig = fig.merge(Toml::file_exact(path));
+        }
+        // Only section-qualified variables (`WEFT_GATEWAY__LISTEN`) are config; `WEFT_CONFIG`
+        // and friends belong to the CLI.
+        fig = fig.merge(
+            Env::prefixed("WEFT_")
+                .filter(|k| k.as_str().contains("__"))
+                .split("__"),
+        );
+        Ok(fig.merge(Serialized::defaults(overrides)))
+    }
+
+    /// Checks what types cannot: references between sections and ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.gateway.token_cache_ttl_ms > 1000 {
+            return bad(format!(
+                "gateway.token_cache_ttl_ms must be at most 1000 so revocation takes effect within 1 s, got {}",
+                self.gateway.token_cache_ttl_ms
+            ));
+        }
+        if self.gateway.max_body_bytes < 1024 {
+            return bad(format!(
+                "gateway.max_body_bytes must be at least 1024, got {}",
+                self.gateway.max_body_bytes
+            ));
+        }
+        if self.router.providers.is_empty() {
+            return bad("router.providers is empty; configure at least one provider (the default is `mock`)".into());
+        }
+        for (name, p) in &self.router.providers {
+            if name.is_empty() || name.contains('/') || name.contains(':') {
+                return bad(format!(
+                    "router.providers.{name}: provider names must be non-empty and contain no '/' or ':'"
+                ));
+            }
+            match p {
+                ProviderConfig::Mock(m) => {
+                    for (model, mc) in &m.models {
+                        for (field, rate) in [
+                            ("error_rate_429", mc.error_rate_429),
+                            ("error_rate_500", mc.error_rate_500),
+                        ] {
+                            if !(0.0..=1.0).contains(&rate) {
+                                return bad(format!(
+                                    "router.providers.{name}.models.{model}.{field} must be between 0 and 1, got {rate}"
+                                ));
+                            }
+                        }
+                        if serde_json::from_str::<serde_json::Value>(&mc.tool_arguments).is_err() {
+                            return bad(format!(
+                                "router.providers.{name}.models.{model}.tool_arguments must be JSON text, got {:?}",
+                                mc.tool_arguments
+                            ));
+                        }
+                    }
+                }
+                ProviderConfig::Openai(o) => {
+                    if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+                        return bad(format!(
+                            "router.providers.{name}.base_url must start with http:// or https://, got {:?}",
+                            o.base_url
+                        ));
+                    }
+                }
+            }
+        }
+        for (section, map) in [
+            ("aliases", &self.router.aliases),
+            ("tiers", &self.router.tiers),
+        ] {
+            for (key, candidates) in map {
+                if candidates.is_empty() {
+                    return bad(format!(
+                        "router.{section}.{key} has no candidates; list at least one `provider/model`"
+                    ));
+                }
+                for c in candidates {
+                    let Some((provider, model)) = c.split_once('/') else {
+                        return bad(format!(
+                            "router.{section}.{key}: candidate {c:?} must be `provider/model`"
+                        ));
+                    };
+                    match self.router.providers.get(provider) {
+                        None => {
+                            return bad(format!(
+                                "router.{section}.{key}: candidate {c:?} names provider `{provider}`, which is not configured"
+                            ));
+                        }
+                        Some(ProviderConfig::Mock(m)) if !m.models.contains_key(model) => {
+                            return bad(format!(
+                                "router.{section}.{key}: mock provider `{provider}` has no model `{model}`"
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::result_large_err, reason = "figment's Jail API returns its own error type")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_use_the_mock() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert!(matches!(
+            c.router.providers["mock"],
+            ProviderConfig::Mock(_)
+        ));
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "weft.toml",
+                r#"
+                [gateway]
+                listen = "127.0.0.1:9000"
+                max_body_bytes = 2048
+                [router.providers.up]
+                kind = "openai"
+                base_url = "http://127.0.0.1:1/v1"
+                models = ["m"]
+                "#,
+            )?;
+            jail.set_env("WEFT_GATEWAY__MAX_BODY_BYTES", "4096");
+            jail.set_env("WEFT_URL", "ignored: not section-qualified");
+            let c = Config::load(
+                Some(Path::new("weft.toml")),
+                serde_json::json!({"gateway": {"listen": "127.0.0.1:9100"}}),
+            )
+            .map_err(|e| e.to_string())?;
+            assert_eq!(c.gateway.listen.port(), 9100, "cli beats file");
+            assert_eq!(c.gateway.max_body_bytes, 4096, "env beats file");
+            assert!(c.router.providers.contains_key("up"));
+            assert!(c.router.providers.contains_key("mock"), "defaults stay");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("weft.toml", "[gateway]\nlisten_addr = \"x\"\n")?;
+            let err = Config::load(Some(Path::new("weft.toml")), serde_json::json!({}))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("listen_addr"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = Config::default();
+        c.router.aliases.insert("x".into(), vec!["nope/m".into()]);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("router.aliases.x") && err.contains("nope"),
+            "{err}"
+        );
+        let mut c = Config::default();
+        c.gateway.token_cache_ttl_ms = 5000;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("token_cache_ttl_ms")
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug() {
+        let mut c = Config::default();
+        c.auth.internal_jwt_secret = Some(Secret::new("hunter2"));
+        c.database.url = Secret::new("postgres://u:pw@h/db");
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("hunter2") && !dbg.contains("pw@"), "{dbg}");
+    }
+}

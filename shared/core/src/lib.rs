@@ -1,0 +1,12 @@
+//! weft's core vocabulary, shared by every service: typed ids, the principal a token resolves
+//! to, the content-block message model, and the closed set of error codes with their mapping to
+//! HTTP, gRPC and the OpenAI error shape.
+
+pub mod error;
+pub mod ids;
+pub mod message;
+pub mod principal;
+
+pub use error::{Error, ErrorCode};
+pub use ids::{TenantId, TokenId};
+pub use principal::{Principal, Scope, Scopes};

@@ -1,0 +1,154 @@
+//! The one internal message model every provider translates to and from: a message is a role and
+//! a list of content blocks.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    Image {
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        /// The arguments exactly as the model produced them (JSON text, possibly invalid).
+        input_json: String,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: Vec<ContentBlock>,
+        #[serde(default)]
+        is_error: bool,
+    },
+    Reasoning {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+}
+
+impl ContentBlock {
+    pub fn text(s: impl Into<String>) -> Self {
+        Self::Text { text: s.into() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    /// All text blocks of the message, concatenated.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for b in &self.content {
+            match b {
+                ContentBlock::Text { text } => out.push_str(text),
+                ContentBlock::ToolResult { content, .. } => {
+                    for c in content {
+                        if let ContentBlock::Text { text } = c {
+                            out.push_str(text);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// Token usage of one model call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` string.
+    pub fn as_openai(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+        }
+    }
+
+    pub fn from_openai(s: &str) -> Self {
+        match s {
+            "length" => Self::Length,
+            "tool_calls" | "function_call" => Self::ToolCalls,
+            "content_filter" => Self::ContentFilter,
+            _ => Self::Stop,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_blocks_are_tagged_by_type() {
+        let b = ContentBlock::ToolUse {
+            id: "call_1".into(),
+            name: "get".into(),
+            input_json: "{}".into(),
+        };
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(v["type"], "tool_use");
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), b);
+    }
+
+    #[test]
+    fn message_text_joins_text_blocks() {
+        let m = Message {
+            role: Role::User,
+            content: vec![ContentBlock::text("a"), ContentBlock::text("b")],
+            name: None,
+        };
+        assert_eq!(m.text(), "ab");
+    }
+}

@@ -1,0 +1,221 @@
+//! Who is calling: the principal a bearer token resolves to, and the scopes it holds.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, TenantId};
+
+/// A permission. `admin` holds every scope in every tenant; `tenant:admin` every scope in its
+/// own tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    Admin,
+    TenantAdmin,
+    RunsCreate,
+    RunsRead,
+    MemoryRead,
+    MemoryWrite,
+    ChannelsPublish,
+    ChannelsRead,
+    LlmCall,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 9] = [
+        Self::Admin,
+        Self::TenantAdmin,
+        Self::RunsCreate,
+        Self::RunsRead,
+        Self::MemoryRead,
+        Self::MemoryWrite,
+        Self::ChannelsPublish,
+        Self::ChannelsRead,
+        Self::LlmCall,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::TenantAdmin => "tenant:admin",
+            Self::RunsCreate => "runs:create",
+            Self::RunsRead => "runs:read",
+            Self::MemoryRead => "memory:read",
+            Self::MemoryWrite => "memory:write",
+            Self::ChannelsPublish => "channels:publish",
+            Self::ChannelsRead => "channels:read",
+            Self::LlmCall => "llm:call",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scope {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<_> = Self::ALL.iter().map(|s| s.as_str()).collect();
+                Error::invalid(format!(
+                    "unknown scope `{s}`; known scopes are {}",
+                    known.join(", ")
+                ))
+                .with_param("scopes")
+            })
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|e: Error| serde::de::Error::custom(e.message))
+    }
+}
+
+/// A sorted, de-duplicated set of scopes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Vec<Scope>", into = "Vec<Scope>")]
+pub struct Scopes(Vec<Scope>);
+
+impl Scopes {
+    pub fn new(scopes: impl IntoIterator<Item = Scope>) -> Self {
+        let mut v: Vec<_> = scopes.into_iter().collect();
+        v.sort();
+        v.dedup();
+        Self(v)
+    }
+
+    /// Parses a comma-separated list such as `llm:call,runs:create`.
+    pub fn parse_list(s: &str) -> Result<Self, Error> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self::new)
+    }
+
+    pub fn contains(&self, scope: Scope) -> bool {
+        self.0.binary_search(&scope).is_ok()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Scope> + '_ {
+        self.0.iter().copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn to_strings(&self) -> Vec<String> {
+        self.0.iter().map(|s| s.as_str().to_owned()).collect()
+    }
+}
+
+impl From<Vec<Scope>> for Scopes {
+    fn from(v: Vec<Scope>) -> Self {
+        Self::new(v)
+    }
+}
+
+impl From<Scopes> for Vec<Scope> {
+    fn from(s: Scopes) -> Self {
+        s.0
+    }
+}
+
+impl fmt::Display for Scopes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_strings().join(","))
+    }
+}
+
+/// The caller, as resolved from its bearer token. Never taken from a request body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    pub tenant: TenantId,
+    pub subject: String,
+    pub scopes: Scopes,
+}
+
+impl Principal {
+    /// Whether the principal is an operator admin (all tenants).
+    pub fn is_admin(&self) -> bool {
+        self.scopes.contains(Scope::Admin)
+    }
+
+    /// Whether the principal administers `tenant` (operator admins administer every tenant).
+    pub fn administers(&self, tenant: &TenantId) -> bool {
+        self.is_admin() || (self.scopes.contains(Scope::TenantAdmin) && &self.tenant == tenant)
+    }
+
+    /// Whether the principal holds `scope` in its own tenant; admins hold everything.
+    pub fn has(&self, scope: Scope) -> bool {
+        self.is_admin()
+            || self.scopes.contains(scope)
+            || (self.scopes.contains(Scope::TenantAdmin) && scope != Scope::Admin)
+    }
+
+    /// `Ok` when the principal holds `scope`, otherwise a 403 naming the missing scope.
+    pub fn require(&self, scope: Scope) -> Result<(), Error> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(Error::forbidden(format!(
+                "this token lacks the `{scope}` scope; ask a tenant admin for a token that has it"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(tenant: &str, scopes: &str) -> Principal {
+        Principal {
+            tenant: TenantId::parse(tenant).unwrap(),
+            subject: "s".into(),
+            scopes: Scopes::parse_list(scopes).unwrap(),
+        }
+    }
+
+    #[test]
+    fn scope_lists_parse_sort_and_dedupe() {
+        let s = Scopes::parse_list("llm:call, runs:create,llm:call").unwrap();
+        assert_eq!(s.to_string(), "runs:create,llm:call");
+        assert!(Scopes::parse_list("llm:call,bogus").is_err());
+    }
+
+    #[test]
+    fn admin_and_tenant_admin_imply_scopes() {
+        assert!(p("a", "admin").has(Scope::LlmCall));
+        assert!(p("a", "tenant:admin").has(Scope::LlmCall));
+        assert!(!p("a", "tenant:admin").has(Scope::Admin));
+        assert!(!p("a", "llm:call").has(Scope::RunsCreate));
+        assert!(p("a", "llm:call").require(Scope::RunsCreate).is_err());
+    }
+
+    #[test]
+    fn tenant_admins_administer_only_their_tenant() {
+        let ta = p("a", "tenant:admin");
+        assert!(ta.administers(&TenantId::parse("a").unwrap()));
+        assert!(!ta.administers(&TenantId::parse("b").unwrap()));
+        assert!(p("a", "admin").administers(&TenantId::parse("b").unwrap()));
+    }
+}

@@ -1,0 +1,110 @@
+//! Postgres for weft: connecting (creating the database when it is missing), the migrations in
+//! `migrations/` embedded at build time, and one narrow store per table family.
+
+mod tokens;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
+
+pub use tokens::{NewToken, TokenRecord, TokenStore};
+
+/// The migrations under `migrations/`, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database name `{0}` must be 1-63 characters of a-z, 0-9 and '_'")]
+    BadDatabaseName(String),
+}
+
+impl StoreError {
+    /// The client-facing error: never the SQL or the driver's message.
+    pub fn to_api(&self) -> weft_core::Error {
+        match self {
+            Self::Db(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed) => {
+                weft_core::Error::unavailable("the database is unreachable; try again shortly")
+            }
+            _ => weft_core::Error::internal(),
+        }
+    }
+}
+
+/// Connects a pool to `url`, creating the database first when it does not exist.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    let opts = PgConnectOptions::from_str(url)?;
+    ensure_database(&opts).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(opts.log_statements(tracing::log::LevelFilter::Trace))
+        .await?;
+    Ok(pool)
+}
+
+/// Applies pending migrations.
+pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// Creates the database named in `opts` when it is missing, via the `postgres` maintenance db.
+pub async fn ensure_database(opts: &PgConnectOptions) -> Result<(), StoreError> {
+    let Some(name) = opts.get_database().map(str::to_owned) else {
+        return Ok(());
+    };
+    if !valid_db_name(&name) {
+        return Err(StoreError::BadDatabaseName(name));
+    }
+    let mut conn = opts.clone().database("postgres").connect().await?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(&name)
+        .fetch_optional(&mut conn)
+        .await?;
+    if exists.is_none() {
+        // Identifiers cannot be bound; the name was validated above to [a-z0-9_].
+        let mut q = QueryBuilder::new("CREATE DATABASE ");
+        q.push(format_args!("\"{name}\""));
+        match q.build().execute(&mut conn).await {
+            Ok(_) => tracing::info!(database = %name, "created database"),
+            // Another process created it between our check and our create.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+/// Drops a database (tests only use this, for the ones they made).
+pub async fn drop_database(opts: &PgConnectOptions, name: &str) -> Result<(), StoreError> {
+    if !valid_db_name(name) {
+        return Err(StoreError::BadDatabaseName(name.to_owned()));
+    }
+    let mut conn = opts.clone().database("postgres").connect().await?;
+    let mut q = QueryBuilder::new("DROP DATABASE IF EXISTS ");
+    q.push(format_args!("\"{name}\" WITH (FORCE)"));
+    q.build().execute(&mut conn).await?;
+    conn.close().await?;
+    Ok(())
+}
+
+fn valid_db_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Whether the database answers.
+pub async fn ping(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1").execute(pool).await?;
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! The `tokens` table: hashes of API tokens bound to `{tenant, subject, scopes}`.
+
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
+use weft_core::{Scopes, TenantId, TokenId};
+
+use crate::StoreError;
+
+/// A token as stored (never the secret).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenRecord {
+    pub id: TokenId,
+    pub tenant: TenantId,
+    pub subject: String,
+    pub name: String,
+    pub scopes: Scopes,
+    pub prefix: String,
+    /// SHA-256 of the token; never the token.
+    pub hash: Vec<u8>,
+    pub created_by: Option<String>,
+    pub bootstrap: bool,
+    pub created_at: OffsetDateTime,
+    pub expires_at: Option<OffsetDateTime>,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl TokenRecord {
+    /// Not revoked and not expired at `now`.
+    pub fn is_active(&self, now: OffsetDateTime) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|e| e > now)
+    }
+}
+
+/// What to insert; the hash is computed by `weft-auth`.
+#[derive(Clone, Debug)]
+pub struct NewToken {
+    pub id: TokenId,
+    pub tenant: TenantId,
+    pub subject: String,
+    pub name: String,
+    pub scopes: Scopes,
+    pub hash: Vec<u8>,
+    pub prefix: String,
+    pub created_by: Option<String>,
+    pub bootstrap: bool,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Uuid,
+    tenant_id: String,
+    subject: String,
+    name: String,
+    scopes: Vec<String>,
+    prefix: String,
+    token_hash: Vec<u8>,
+    created_by: Option<String>,
+    bootstrap: bool,
+    created_at: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+    revoked_at: Option<OffsetDateTime>,
+}
+
+impl Row {
+    fn into_record(self) -> Result<TokenRecord, StoreError> {
+        let bad = |what: &str| {
+            StoreError::Db(sqlx::Error::Decode(
+                format!("token {} has an invalid {what}", self.id).into(),
+            ))
+        };
+        let tenant = TenantId::parse(&self.tenant_id).map_err(|_| bad("tenant"))?;
+        let scopes = Scopes::parse_list(&self.scopes.join(",")).map_err(|_| bad("scope"))?;
+        Ok(TokenRecord {
+            id: TokenId(self.id),
+            tenant,
+            subject: self.subject,
+            name: self.name,
+            scopes,
+            prefix: self.prefix,
+            hash: self.token_hash,
+            created_by: self.created_by,
+            bootstrap: self.bootstrap,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_at: self.revoked_at,
+        })
+    }
+}
+
+/// The selected columns, as a literal so queries stay static strings (`concat!`, not `format!`).
+macro_rules! columns {
+    () => {
+        "id, tenant_id, subject, name, scopes, prefix, token_hash, created_by, bootstrap, created_at, \
+         expires_at, revoked_at"
+    };
+}
+
+#[derive(Clone, Debug)]
+pub struct TokenStore {
+    pool: PgPool,
+}
+
+impl TokenStore {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub async fn insert(&self, t: &NewToken) -> Result<TokenRecord, StoreError> {
+        let row: Row = sqlx::query_as(concat!(
+            "INSERT INTO tokens (id, tenant_id, subject, name, scopes, token_hash, prefix, \
+             created_by, bootstrap, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) \
+             RETURNING ",
+            columns!(),
+            ""
+        ))
+        .bind(t.id.0)
+        .bind(t.tenant.as_str())
+        .bind(&t.subject)
+        .bind(&t.name)
+        .bind(t.scopes.to_strings())
+        .bind(&t.hash)
+        .bind(&t.prefix)
+        .bind(&t.created_by)
+        .bind(t.bootstrap)
+        .bind(t.expires_at)
+        .fetch_one(&self.pool)
+        .await?;
+        row.into_record()
+    }
+
+    /// The token with this hash, active or not.
+    pub async fn find_by_hash(&self, hash: &[u8]) -> Result<Option<TokenRecord>, StoreError> {
+        let row: Option<Row> = sqlx::query_as(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM tokens WHERE token_hash = $1"
+        ))
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(Row::into_record).transpose()
+    }
+
+    /// Tokens of `tenant`, or of every tenant when `None`, newest first.
+    pub async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<TokenRecord>, StoreError> {
+        let rows: Vec<Row> = sqlx::query_as(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM tokens WHERE ($1::text IS NULL OR tenant_id = $1) \
+             ORDER BY created_at DESC, id DESC LIMIT 1000"
+        ))
+        .bind(tenant.map(TenantId::as_str))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(Row::into_record).collect()
+    }
+
+    /// Revokes token `id` if it belongs to `tenant` (any tenant when `None`). Returns whether a
+    /// live token was revoked; revoking twice is not an error but returns the first time only.
+    pub async fn revoke(
+        &self,
+        id: TokenId,
+        tenant: Option<&TenantId>,
+    ) -> Result<Option<TokenRecord>, StoreError> {
+        let row: Option<Row> = sqlx::query_as(concat!(
+            "UPDATE tokens SET revoked_at = COALESCE(revoked_at, now()) \
+             WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) RETURNING ",
+            columns!(),
+            ""
+        ))
+        .bind(id.0)
+        .bind(tenant.map(TenantId::as_str))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(Row::into_record).transpose()
+    }
+
+    /// Whether an active bootstrap admin token exists.
+    pub async fn has_active_bootstrap(&self) -> Result<bool, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM tokens WHERE bootstrap AND revoked_at IS NULL \
+             AND (expires_at IS NULL OR expires_at > now())",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
+    }
+}

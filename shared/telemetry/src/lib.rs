@@ -1,0 +1,176 @@
+//! Observability for every weft service: `tracing` with JSON (or text) logs on stderr, a Prometheus
+//! recorder for `/metrics`, OTLP trace export when an endpoint is configured, and W3C trace
+//! context carried in gRPC metadata so one request is one trace across services.
+//!
+//! It also owns the one piece of process plumbing every binary shares: turning SIGINT/SIGTERM
+//! into a cancellation.
+//!
+//! Nothing sensitive goes into spans or logs: callers record ids, sizes, codes and timings, never
+//! prompts, completions, tool results or tokens.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+use weft_config::{LogFormat, TelemetryConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("telemetry.log_level {0:?} is not a valid filter: {1}")]
+    Filter(String, String),
+    #[error("telemetry.otlp_endpoint: {0}")]
+    Otlp(String),
+}
+
+/// Keeps the tracer provider alive; dropping it flushes pending spans.
+pub struct TelemetryGuard {
+    provider: SdkTracerProvider,
+}
+
+impl std::fmt::Debug for TelemetryGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TelemetryGuard")
+    }
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.provider.shutdown() {
+            eprintln!("telemetry: flushing spans failed: {e}");
+        }
+    }
+}
+
+/// Installs the global subscriber once for this process. Later calls (tests starting several
+/// services in one process) are no-ops apart from returning a guard.
+pub fn init(
+    service: &'static str,
+    cfg: &TelemetryConfig,
+) -> Result<TelemetryGuard, TelemetryError> {
+    let filter = EnvFilter::try_new(&cfg.log_level)
+        .map_err(|e| TelemetryError::Filter(cfg.log_level.clone(), e.to_string()))?;
+    let mut builder = SdkTracerProvider::builder().with_resource(
+        opentelemetry_sdk::Resource::builder()
+            .with_service_name(service)
+            .build(),
+    );
+    if let Some(endpoint) = &cfg.otlp_endpoint {
+        use opentelemetry_otlp::WithExportConfig as _;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .build()
+            .map_err(|e| TelemetryError::Otlp(e.to_string()))?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    let provider = builder.build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service));
+    let fmt = match cfg.log_format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    // A second init in the same process fails harmlessly: the first subscriber stays.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    Ok(TelemetryGuard { provider })
+}
+
+/// The process-wide Prometheus recorder (installed on first use) for `/metrics`.
+pub fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0,
+            ])
+            .map(PrometheusBuilder::build_recorder)
+            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let handle = recorder.handle();
+        // Another recorder may already be installed (a test harness); then ours only renders.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+struct MetadataInjector<'a>(&'a mut tonic::metadata::MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+            value.parse(),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+struct MetadataExtractor<'a>(&'a tonic::metadata::MetadataMap);
+
+impl Extractor for MetadataExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Writes the current span's W3C `traceparent` into outgoing gRPC metadata.
+pub fn inject_trace_context(md: &mut tonic::metadata::MetadataMap) {
+    let cx = tracing::Span::current().context();
+    TraceContextPropagator::new().inject_context(&cx, &mut MetadataInjector(md));
+}
+
+/// Makes `span` a child of the W3C trace context in incoming gRPC metadata, if there is one.
+pub fn adopt_trace_context(span: &tracing::Span, md: &tonic::metadata::MetadataMap) {
+    let cx = TraceContextPropagator::new().extract(&MetadataExtractor(md));
+    let _ = span.set_parent(cx);
+}
+
+/// Cancels `token` on the first SIGINT or SIGTERM.
+pub async fn shutdown_on_signal(token: tokio_util::sync::CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received; draining");
+    token.cancel();
+}
