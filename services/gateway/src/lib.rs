@@ -68,6 +68,8 @@ impl AppState {
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);
         let tokens = TokenStore::new(pool.clone());
+        // Install the metrics recorder before the first request records anything.
+        let _ = weft_telemetry::prometheus();
         Ok(Self {
             resolver: TokenResolver::new(
                 tokens.clone(),

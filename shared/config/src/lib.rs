@@ -433,7 +433,10 @@ impl Config {
 }
 
 #[cfg(test)]
-#[expect(clippy::result_large_err, reason = "figment's Jail API returns its own error type")]
+#[expect(
+    clippy::result_large_err,
+    reason = "figment's Jail API returns its own error type"
+)]
 mod tests {
     use super::*;
 

@@ -238,6 +238,7 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     let text = match &behavior {
         Behavior::Echo => format!("echo: {}", last_user_text(&req)),
         Behavior::Text(t) => t.clone(),
+        Behavior::BreakMidStream => "this stream breaks before it ends".to_owned(),
         _ => String::new(),
     };
     let completion_tokens = u64::try_from(text.split_whitespace().count() + calls.len() * 8)
@@ -305,19 +306,25 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     let mut out: Vec<Result<Bytes, std::io::Error>> = Vec::new();
     for (i, f) in frames.into_iter().enumerate() {
         if breaks && i == 2 {
-            out.push(Err(std::io::Error::other(
-                "fake upstream breaks the stream",
-            )));
             break;
         }
         out.push(Ok(Bytes::from(format!("data: {f}\n\n"))));
     }
-    if !breaks {
+    let body = if breaks {
+        // Yield once so the server flushes the headers and first frames, then break: the client
+        // sees a stream that started and then died, not a refused connection.
+        let tail = futures::stream::once(async {
+            tokio::task::yield_now().await;
+            Err(std::io::Error::other("fake upstream breaks the stream"))
+        });
+        Body::from_stream(futures::stream::iter(out).chain(tail).boxed())
+    } else {
         out.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
-    }
+        Body::from_stream(futures::stream::iter(out).boxed())
+    };
     Response::builder()
         .header("content-type", "text/event-stream")
-        .body(Body::from_stream(futures::stream::iter(out).boxed()))
+        .body(body)
         .unwrap_or_else(|_| fail(500, None))
 }
 

@@ -1,0 +1,251 @@
+//! The command line: `upstream`, `chat` and `compare`, and the small value parsers they share
+//! (durations such as `10s`/`500ms`, positive rates).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// weft's load generator.
+#[derive(Debug, Parser)]
+#[command(name = "weft-loadtest", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the fake OpenAI-compatible upstream until Ctrl-C or SIGTERM.
+    Upstream(UpstreamArgs),
+    /// Drive `POST {url}/chat/completions` and print a latency report as JSON.
+    Chat(ChatArgs),
+    /// Print the latency weft adds: `through - direct` at p50/p90/p99.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpstreamArgs {
+    /// Address to listen on; port 0 picks a free port (see `--ready-file`).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// Tokio worker threads (a multi-thread runtime). One leaves the other cores to weft and the
+    /// generator on a small machine.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Once serving, write `{"base_url": "...", "addr": "..."}` here.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("load").required(true).args(["concurrency", "rate"])))]
+pub struct ChatArgs {
+    /// Base URL including `/v1`, e.g. `http://127.0.0.1:8080/v1`.
+    #[arg(long)]
+    pub url: String,
+    /// Bearer token sent as `Authorization: Bearer …` (prefer the env var: argv is visible to `ps`).
+    #[arg(long, env = "WEFT_LOADTEST_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Model name in the request body.
+    #[arg(long, default_value = "bench")]
+    pub model: String,
+    /// Closed loop: this many workers, each sending its next request when the last one finished.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: Option<u32>,
+    /// Open loop: requests arrive at this many per second whatever the latency.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// How long to measure, after the warm-up (`10s`, `500ms`, `2m`).
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Load applied before measuring starts, not recorded (connections, caches, JIT-free but
+    /// allocator and pool warm-up still matter).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Ask for an SSE stream (`stream: true`, `stream_options.include_usage`).
+    #[arg(long)]
+    pub stream: bool,
+    /// The user message.
+    #[arg(
+        long,
+        default_value = "Say hello to the load generator in a few words."
+    )]
+    pub prompt: String,
+    /// Stop after this many measured requests even if the duration has not elapsed.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_requests: Option<u64>,
+    /// Open loop only: at most this many requests in flight; arrivals beyond it are dropped and
+    /// counted as `dropped` errors.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_in_flight: u32,
+    /// Per-request deadline; a request still running then counts as a `timeout` error.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Tokio worker threads for the generator. 1 (the default) runs a current-thread runtime so
+    /// the generator takes one core and leaves the rest to what it measures.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Also write the report here (parent directories are created).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the single request sent before the run to fail fast on a wrong URL, model or token.
+    #[arg(long)]
+    pub no_preflight: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Report of the run against the upstream directly.
+    #[arg(long)]
+    pub direct: PathBuf,
+    /// Report of the same run through weft.
+    #[arg(long)]
+    pub through: PathBuf,
+    /// Also write the comparison here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Parses `10s`, `1.5s`, `500ms`, `250us`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration; write e.g. `10s`, `500ms` or `2m`"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit `{other}` in `{s}`; use us, ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{s}` is not a valid duration: {e}"))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("the duration must be greater than zero, got `{s}`"));
+    }
+    Ok(d)
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a rate; write requests per second, e.g. `1000`"))?;
+    if !(r.is_finite() && r > 0.0 && r <= 10_000_000.0) {
+        return Err(format!(
+            "the rate must be between 0 and 10000000 requests per second, got `{s}`"
+        ));
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("weft-loadtest").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn durations_accept_common_units() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn chat_needs_exactly_one_load_shape() {
+        assert!(parse(&["chat", "--url", "http://x/v1"]).is_err());
+        assert!(
+            parse(&[
+                "chat",
+                "--url",
+                "http://x/v1",
+                "--concurrency",
+                "2",
+                "--rate",
+                "10"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["chat", "--url", "http://x/v1", "--concurrency", "0"]).is_err());
+        assert!(parse(&["chat", "--url", "http://x/v1", "--rate", "0"]).is_err());
+        assert!(parse(&["chat", "--url", "http://x/v1", "--rate", "-5"]).is_err());
+    }
+
+    #[test]
+    fn chat_defaults_and_flags() {
+        let cli = parse(&[
+            "chat",
+            "--url",
+            "http://127.0.0.1:1/v1",
+            "--rate",
+            "2500",
+            "--duration",
+            "3s",
+            "--warmup",
+            "0s",
+            "--stream",
+            "--max-requests",
+            "100",
+            "--threads",
+            "2",
+        ])
+        .unwrap();
+        let Command::Chat(a) = cli.command else {
+            panic!("expected chat");
+        };
+        assert_eq!(a.rate, Some(2500.0));
+        assert_eq!(a.concurrency, None);
+        assert_eq!(a.duration, Duration::from_secs(3));
+        assert_eq!(a.warmup, Duration::ZERO);
+        assert!(a.stream);
+        assert_eq!(a.max_requests, Some(100));
+        assert_eq!(a.threads, 2);
+        assert_eq!(a.model, "bench");
+        assert_eq!(a.max_in_flight, 512);
+
+        let cli = parse(&["chat", "--url", "http://h/v1", "--concurrency", "64"]).unwrap();
+        let Command::Chat(a) = cli.command else {
+            panic!("expected chat");
+        };
+        assert_eq!(a.concurrency, Some(64));
+        assert_eq!(a.duration, Duration::from_secs(10));
+        assert_eq!(a.warmup, Duration::from_secs(2));
+        assert_eq!(a.threads, 1);
+        assert!(!a.stream);
+    }
+
+    #[test]
+    fn upstream_and_compare_parse() {
+        let cli = parse(&["upstream", "--listen", "127.0.0.1:0"]).unwrap();
+        let Command::Upstream(a) = cli.command else {
+            panic!("expected upstream");
+        };
+        assert_eq!(a.listen.port(), 0);
+        assert!(parse(&["compare", "--direct", "a.json"]).is_err());
+        assert!(parse(&["compare", "--direct", "a.json", "--through", "b.json"]).is_ok());
+    }
+}

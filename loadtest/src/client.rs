@@ -1,0 +1,446 @@
+//! One chat request, sent and checked: a pooled hyper client with `TCP_NODELAY`, the request
+//! body serialised once, and a body check that reads the whole response (through `data: [DONE]`
+//! for a stream) so a fast error or a truncated stream never passes for a fast success.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderValue, Method, Request, Uri};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::report::{ErrorKind, Timing};
+
+/// A non-stream body larger than this is not a small completion: reading stops and it counts as
+/// `invalid` (the generator must not buffer without bound).
+const MAX_BODY: usize = 4 << 20;
+
+/// What the run sends, prepared once and shared by every worker.
+pub struct Target {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: Uri,
+    body: Bytes,
+    auth: Option<HeaderValue>,
+    stream: bool,
+    timeout: Duration,
+}
+
+/// The request parameters, as given on the command line.
+pub struct TargetSpec<'a> {
+    pub url: &'a str,
+    pub token: Option<&'a str>,
+    pub model: &'a str,
+    pub prompt: &'a str,
+    pub stream: bool,
+    pub timeout: Duration,
+    /// Expected number of concurrent connections, so the pool keeps them all.
+    pub connections: usize,
+}
+
+/// The `POST /chat/completions` body.
+pub fn chat_body(model: &str, prompt: &str, stream: bool) -> serde_json::Value {
+    let mut body = json!({
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+    });
+    if stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+impl Target {
+    pub fn new(spec: &TargetSpec<'_>) -> anyhow::Result<Self> {
+        let url = spec.url.trim_end_matches('/');
+        let uri: Uri = format!("{url}/chat/completions").parse().with_context(|| {
+            format!("`{url}` is not a URL; write e.g. http://127.0.0.1:8080/v1")
+        })?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            bail!(
+                "`{url}` must be an http:// URL with a host (the generator speaks plain HTTP/1.1)"
+            );
+        }
+        let auth = spec
+            .token
+            .map(|t| {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .context("the token contains characters not allowed in a header")?;
+                v.set_sensitive(true);
+                anyhow::Ok(v)
+            })
+            .transpose()?;
+        let body = Bytes::from(serde_json::to_vec(&chat_body(
+            spec.model,
+            spec.prompt,
+            spec.stream,
+        ))?);
+
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        connector.set_connect_timeout(Some(spec.timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(spec.connections.max(1))
+            .build(connector);
+        Ok(Self {
+            client,
+            uri,
+            body,
+            auth,
+            stream: spec.stream,
+            timeout: spec.timeout,
+        })
+    }
+
+    fn request(&self) -> Request<Full<Bytes>> {
+        // Cloning `Bytes`, `Uri` and `HeaderValue` is reference counting, not copying.
+        let mut req = Request::new(Full::new(self.body.clone()));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        let headers = req.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.stream {
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        if let Some(auth) = &self.auth {
+            headers.insert(AUTHORIZATION, auth.clone());
+        }
+        req
+    }
+
+    /// Sends one request and reads the whole response; timings are measured from `origin`
+    /// (the actual start in a closed loop, the scheduled start in an open loop).
+    pub async fn send(&self, origin: Instant) -> Result<Timing, ErrorKind> {
+        match tokio::time::timeout(self.timeout, self.exchange(origin)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(ErrorKind::Timeout),
+        }
+    }
+
+    async fn exchange(&self, origin: Instant) -> Result<Timing, ErrorKind> {
+        let resp = self.client.request(self.request()).await.map_err(|e| {
+            if e.is_connect() {
+                ErrorKind::Connect
+            } else {
+                ErrorKind::Request
+            }
+        })?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut check = BodyCheck::new(self.stream);
+        let mut ttfb = None;
+        // Read even an error body to the end, so the connection goes back to the pool.
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| ErrorKind::Body)?;
+            if let Ok(data) = frame.into_data()
+                && !data.is_empty()
+            {
+                if ttfb.is_none() {
+                    ttfb = Some(origin.elapsed());
+                }
+                check.feed(&data)?;
+            }
+        }
+        let latency = origin.elapsed();
+        if !status.is_success() {
+            return Err(ErrorKind::Status(status.as_u16()));
+        }
+        check.finish()?;
+        Ok(Timing {
+            latency,
+            ttfb: ttfb.unwrap_or(latency),
+        })
+    }
+
+    /// One request before the run, with an explanation when it fails: a wrong URL, model or
+    /// token should stop the run at once rather than produce a report full of errors.
+    pub async fn preflight(&self) -> anyhow::Result<()> {
+        let fut = async {
+            let resp = self
+                .client
+                .request(self.request())
+                .await
+                .with_context(|| format!("POST {} failed", self.uri))?;
+            let status = resp.status();
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| anyhow::anyhow!("reading the response of POST {}: {e}", self.uri))?
+                .to_bytes();
+            let snippet = || {
+                let end = body.len().min(300);
+                String::from_utf8_lossy(&body[..end]).into_owned()
+            };
+            if !status.is_success() {
+                bail!("POST {} answered {status}: {}", self.uri, snippet());
+            }
+            let mut check = BodyCheck::new(self.stream);
+            let verdict = check.feed(&body).and_then(|()| check.finish());
+            if let Err(kind) = verdict {
+                bail!(
+                    "POST {} answered {status} but the body is not a finished completion ({kind}): {}",
+                    self.uri,
+                    snippet()
+                );
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
+            anyhow::anyhow!("POST {} did not answer within {:?}", self.uri, self.timeout)
+        })?
+    }
+}
+
+/// Decides whether a 2xx body is a finished completion, fed chunk by chunk.
+enum BodyCheck {
+    Json(Vec<u8>),
+    Sse(SseCheck),
+}
+
+impl BodyCheck {
+    fn new(stream: bool) -> Self {
+        if stream {
+            Self::Sse(SseCheck::default())
+        } else {
+            Self::Json(Vec::with_capacity(1024))
+        }
+    }
+
+    fn feed(&mut self, data: &[u8]) -> Result<(), ErrorKind> {
+        match self {
+            Self::Json(buf) => {
+                if buf.len() + data.len() > MAX_BODY {
+                    return Err(ErrorKind::Invalid);
+                }
+                buf.extend_from_slice(data);
+                Ok(())
+            }
+            Self::Sse(sse) => sse.feed(data),
+        }
+    }
+
+    fn finish(&self) -> Result<(), ErrorKind> {
+        match self {
+            Self::Json(buf) => check_completion(buf),
+            Self::Sse(sse) => sse.finish(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    finish_reason: Option<IgnoredAny>,
+}
+
+/// A non-stream body is a success when it parses as a chat completion whose choices all have a
+/// `finish_reason` (an error object or a truncated body does not).
+fn check_completion(body: &[u8]) -> Result<(), ErrorKind> {
+    let c: Completion = serde_json::from_slice(body).map_err(|_| ErrorKind::Invalid)?;
+    if c.choices.is_empty() || c.choices.iter().any(|ch| ch.finish_reason.is_none()) {
+        return Err(ErrorKind::Invalid);
+    }
+    Ok(())
+}
+
+/// Line-oriented SSE check: the stream must carry a chunk with a non-null `finish_reason`, no
+/// error event, and end with `data: [DONE]`.
+#[derive(Default)]
+struct SseCheck {
+    /// The current, unfinished line (events may be split across body frames anywhere).
+    line: Vec<u8>,
+    finished: bool,
+    done: bool,
+}
+
+/// An SSE line longer than this is not a chat chunk.
+const MAX_SSE_LINE: usize = 1 << 20;
+
+impl SseCheck {
+    fn feed(&mut self, mut data: &[u8]) -> Result<(), ErrorKind> {
+        while let Some(nl) = data.iter().position(|&b| b == b'\n') {
+            let (head, rest) = data.split_at(nl);
+            if self.line.is_empty() {
+                self.line_done(head)?;
+            } else {
+                self.line.extend_from_slice(head);
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line)?;
+                self.line = line;
+                self.line.clear();
+            }
+            data = &rest[1..];
+        }
+        if self.line.len() + data.len() > MAX_SSE_LINE {
+            return Err(ErrorKind::Invalid);
+        }
+        self.line.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn line_done(&mut self, line: &[u8]) -> Result<(), ErrorKind> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(payload) = line.strip_prefix(b"data:") else {
+            // Blank separators, comments, `event:`/`id:` lines.
+            return Ok(());
+        };
+        let payload = payload.trim_ascii();
+        if payload == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if self.done {
+            // Data after [DONE] is a broken stream.
+            return Err(ErrorKind::Invalid);
+        }
+        // Every chunk is a JSON object; checking its ends is enough to catch a garbled event
+        // without paying for a parse.
+        if payload.starts_with(b"{\"error\"")
+            || !(payload.starts_with(b"{") && payload.ends_with(b"}"))
+        {
+            return Err(ErrorKind::Invalid);
+        }
+        if !self.finished && has_finish_reason(payload) {
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<(), ErrorKind> {
+        if !self.done || !self.line.trim_ascii().is_empty() {
+            return Err(ErrorKind::Incomplete);
+        }
+        if !self.finished {
+            return Err(ErrorKind::Invalid);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a JSON chunk has `"finish_reason"` set to something other than `null`, without
+/// parsing it (the generator should stay cheap).
+fn has_finish_reason(chunk: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"finish_reason\"";
+    let mut rest = chunk;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        rest = &rest[at + KEY.len()..];
+        let after = rest.trim_ascii_start();
+        if let Some(value) = after.strip_prefix(b":") {
+            let value = value.trim_ascii_start();
+            if !value.is_empty() && !value.starts_with(b"null") {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sse(parts: &[&str]) -> Result<(), ErrorKind> {
+        let mut c = SseCheck::default();
+        for p in parts {
+            c.feed(p.as_bytes())?;
+        }
+        c.finish()
+    }
+
+    const CHUNK: &str =
+        r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#;
+    const LAST: &str = r#"data: {"choices":[{"index":0,"delta":{},"finish_reason": "stop"}]}"#;
+
+    #[test]
+    fn a_finished_stream_passes_however_it_is_split() {
+        let whole = format!("{CHUNK}\n\n{LAST}\n\ndata: [DONE]\n\n");
+        assert_eq!(sse(&[&whole]), Ok(()));
+        for cut in 1..whole.len() {
+            let (a, b) = whole.split_at(cut);
+            assert_eq!(sse(&[a, b]), Ok(()), "split at {cut}");
+        }
+        let crlf = whole.replace('\n', "\r\n");
+        assert_eq!(sse(&[&crlf]), Ok(()));
+    }
+
+    #[test]
+    fn broken_streams_fail() {
+        assert_eq!(
+            sse(&[&format!("{CHUNK}\n\n{LAST}\n\n")]),
+            Err(ErrorKind::Incomplete)
+        );
+        assert_eq!(
+            sse(&[&format!("{CHUNK}\n\ndata: [DONE]\n\n")]),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            sse(&[&format!(
+                "{CHUNK}\n\ndata: {{\"error\":{{\"message\":\"x\"}}}}\n\n{LAST}\n\ndata: [DONE]\n\n"
+            )]),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            sse(&[&format!("{LAST}\n\ndata: [DONE]\n\n{CHUNK}\n\n")]),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            sse(&[&format!("data: {{not json\n\n{LAST}\n\ndata: [DONE]\n\n")]),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            sse(&[&format!("{LAST}\n\ndata: [DO")]),
+            Err(ErrorKind::Incomplete)
+        );
+    }
+
+    #[test]
+    fn completions_need_a_finish_reason() {
+        assert_eq!(
+            check_completion(
+                br#"{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check_completion(br#"{"choices":[{"finish_reason":null}]}"#),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check_completion(br#"{"choices":[]}"#),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check_completion(br#"{"error":{"message":"no"}}"#),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check_completion(br#"{"choices":[{"finish_reason":"st"#),
+            Err(ErrorKind::Invalid)
+        );
+    }
+
+    #[test]
+    fn request_body_asks_for_usage_only_when_streaming() {
+        let b = chat_body("bench", "hi", true);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["messages"][0]["content"], "hi");
+        let b = chat_body("bench", "hi", false);
+        assert!(b.get("stream").is_none());
+        assert!(b.get("stream_options").is_none());
+    }
+}

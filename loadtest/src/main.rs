@@ -1,0 +1,72 @@
+//! `weft-loadtest`: weft's load generator. `upstream` serves a fake OpenAI-compatible
+//! provider, `chat` drives a chat-completions endpoint (weft or the upstream directly) and prints
+//! a JSON latency report, `compare` turns a direct and a through-weft report into added latency.
+//! `bench.sh` next to this crate runs the whole benchmark.
+
+mod chat;
+mod cli;
+mod client;
+mod compare;
+mod report;
+mod upstream;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use serde::Serialize;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weft-loadtest: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Upstream(args) => runtime(args.threads, true)?.block_on(upstream::run(&args)),
+        Command::Chat(args) => {
+            let report = runtime(args.threads, false)?.block_on(chat::run(&args))?;
+            emit(&report, args.out.as_deref())
+        }
+        Command::Compare(args) => compare::run(&args),
+    }
+}
+
+/// One thread and no `multi_thread` wish gives a current-thread runtime: no work stealing, no
+/// cross-thread wake-ups, the lightest generator for a small machine.
+fn runtime(threads: u16, multi_thread: bool) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads == 1 && !multi_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(usize::from(threads.max(1)));
+        b
+    };
+    builder
+        .enable_all()
+        .build()
+        .context("start the tokio runtime")
+}
+
+/// Prints `value` as pretty JSON on stdout and, when asked, writes the same to `out`.
+pub(crate) fn emit<T: Serialize>(value: &T, out: Option<&Path>) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    print!("{text}");
+    if let Some(path) = out {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        std::fs::write(path, &text).with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
