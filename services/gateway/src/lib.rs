@@ -92,10 +92,30 @@ impl AppState {
             .map_err(|_| Error::internal())?;
         req.metadata_mut().insert("authorization", value);
         weft_telemetry::inject_trace_context(req.metadata_mut());
-        req.set_timeout(self.request_timeout);
         Ok(req)
     }
 
+    /// Bounds a router call by `gateway.request_timeout_secs`.
+    async fn deadline<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(r) => r
+                .map(tonic::Response::into_inner)
+                .map_err(|s| from_status(&s)),
+            Err(_) => Err(Error::new(
+                weft_core::ErrorCode::UpstreamTimeout,
+                format!(
+                    "no answer within {} s (gateway.request_timeout_secs)",
+                    self.request_timeout.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// Opens a chat stream; the deadline covers the wait for the first event (the router and
+    /// its drivers bound the stream itself with their idle timeouts).
     pub async fn router_chat(
         &self,
         p: &Principal,
@@ -103,11 +123,7 @@ impl AppState {
     ) -> Result<tonic::Streaming<v1::ChatEvent>, Error> {
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
-        client
-            .chat(req)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| from_status(&s))
+        self.deadline(client.chat(req)).await
     }
 
     pub async fn router_embed(
@@ -117,21 +133,15 @@ impl AppState {
     ) -> Result<v1::EmbedResponse, Error> {
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
-        client
-            .embed(req)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| from_status(&s))
+        self.deadline(client.embed(req)).await
     }
 
     pub async fn router_models(&self, p: &Principal) -> Result<Vec<v1::ModelInfo>, Error> {
         let req = self.internal(p, v1::ListModelsRequest {})?;
         let mut client = self.router.clone();
-        client
-            .list_models(req)
+        self.deadline(client.list_models(req))
             .await
-            .map(|r| r.into_inner().models)
-            .map_err(|s| from_status(&s))
+            .map(|r| r.models)
     }
 
     /// Whether the router answers an authenticated call.
@@ -191,11 +201,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
 }
 
 async fn not_found(req: Request) -> ApiError {
-    let shape = if req.uri().path().starts_with("/v1/") {
-        Shape::OpenAi
-    } else {
-        Shape::Native
-    };
+    let shape = shape_for(req.uri().path());
     ApiError(
         Error::not_found(format!(
             "no route for {} {}; /v1/openapi.json lists the routes",
@@ -206,6 +212,17 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
+/// The routes that answer in OpenAI's error shape.
+const OPENAI_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/embeddings", "/v1/models"];
+
+fn shape_for(path: &str) -> Shape {
+    if OPENAI_PATHS.contains(&path) {
+        Shape::OpenAi
+    } else {
+        Shape::Native
+    }
+}
+
 async fn method_not_allowed(req: Request) -> Response {
     let mut r = render(
         &Error::invalid(format!(
@@ -213,7 +230,7 @@ async fn method_not_allowed(req: Request) -> Response {
             req.method(),
             req.uri().path()
         )),
-        Shape::Native,
+        shape_for(req.uri().path()),
     );
     *r.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
     r

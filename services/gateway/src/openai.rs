@@ -269,8 +269,13 @@ fn to_proto(
     range("top_p", r.top_p, 0.0, 1.0)?;
     range("presence_penalty", r.presence_penalty, -2.0, 2.0)?;
     range("frequency_penalty", r.frequency_penalty, -2.0, 2.0)?;
-    if r.max_tokens == Some(0) || r.max_completion_tokens == Some(0) {
-        return Err(Error::invalid("`max_tokens` must be at least 1").with_param("max_tokens"));
+    for (name, v) in [
+        ("max_tokens", r.max_tokens),
+        ("max_completion_tokens", r.max_completion_tokens),
+    ] {
+        if v == Some(0) {
+            return Err(Error::invalid(format!("`{name}` must be at least 1")).with_param(name));
+        }
     }
     let mut tools = Vec::with_capacity(r.tools.len());
     for (i, t) in r.tools.into_iter().enumerate() {

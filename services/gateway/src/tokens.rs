@@ -4,7 +4,7 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -155,19 +155,33 @@ pub async fn create_token_handler(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    tenant: Option<TenantId>,
+/// `?tenant=` of `GET /v1/tokens`, parsed here so a bad value gets weft's error shape.
+fn tenant_filter(query: Option<&str>) -> std::result::Result<Option<TenantId>, Error> {
+    let Some(q) = query else { return Ok(None) };
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "tenant" {
+            return Err(Error::invalid(format!(
+                "unknown query parameter `{key}`; the only one is `tenant`"
+            ))
+            .with_param(key));
+        }
+        if !value.is_empty() {
+            return TenantId::parse(value).map(Some);
+        }
+    }
+    Ok(None)
 }
 
 pub async fn list_tokens_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Query(q): Query<ListQuery>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response> {
     require_tenant_admin(&p).map_err(ApiError::native)?;
+    let filter = tenant_filter(query.as_deref()).map_err(ApiError::native)?;
     let tenant = if p.is_admin() {
-        q.tenant
+        filter
     } else {
         Some(p.tenant.clone())
     };

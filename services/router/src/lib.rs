@@ -50,6 +50,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), RouterError> {
     let addr = listener.local_addr().ok();
+    // Install the metrics recorder before the first call records anything.
+    let _ = weft_telemetry::prometheus();
     let svc = weft_proto::v1::router_server::RouterServer::with_interceptor(
         grpc::RouterService::new(routing),
         JwtInterceptor::new(jwt),

@@ -12,6 +12,9 @@ struct Cli {
     /// Address to listen on, e.g. 127.0.0.1:8788.
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Serve Prometheus /metrics on this address, e.g. 127.0.0.1:8789.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Log format: json or text.
     #[arg(long, value_parser = ["json", "text"])]
     log_format: Option<String>,
@@ -21,9 +24,14 @@ struct Cli {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let mut overrides = serde_json::json!({});
+    let mut router = serde_json::Map::new();
     if let Some(l) = cli.listen {
-        overrides["router"] = serde_json::json!({"listen": l.to_string()});
+        router.insert("listen".into(), l.to_string().into());
     }
+    if let Some(l) = cli.metrics_listen {
+        router.insert("metrics_listen".into(), l.to_string().into());
+    }
+    overrides["router"] = serde_json::Value::Object(router);
     if let Some(f) = &cli.log_format {
         overrides["telemetry"] = serde_json::json!({"log_format": f});
     }
@@ -63,6 +71,17 @@ async fn main() -> std::process::ExitCode {
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
+    if let Some(addr) = config.router.metrics_listen {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
+            }
+            Err(e) => {
+                eprintln!("weft-router: cannot serve metrics on {addr}: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        }
+    }
     match weft_router::run(listener, config, jwt, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -337,3 +337,20 @@ async fn the_api_key_is_sent_as_a_bearer_token() {
         Some("Bearer sk-test")
     );
 }
+
+#[tokio::test]
+async fn refused_credentials_are_not_retried_but_fall_back() {
+    let bad = FakeUpstream::start().await;
+    bad.set_default(Behavior::Fail {
+        status: 401,
+        retry_after: None,
+    });
+    let good = FakeUpstream::start().await;
+    let r = routing(
+        vec![("bad", provider(&bad)), ("good", provider(&good))],
+        &["bad/m", "good/m"],
+    );
+    let ev = events(&r, &request("chain", false)).await;
+    assert_eq!(text(&ev), "echo: hello world");
+    assert_eq!((bad.calls(), good.calls()), (1, 1));
+}

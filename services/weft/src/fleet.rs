@@ -39,6 +39,8 @@ pub struct Fleet {
     pub admin_token: Option<String>,
     /// Whether this start minted the bootstrap token.
     pub minted: bool,
+    /// Whether the minted token was saved to `bootstrap.token_file`.
+    pub saved: bool,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -95,7 +97,8 @@ impl Fleet {
         let routing = weft_router::build(&config)?;
         let state =
             weft_gateway::connect(&config, jwt.clone(), &format!("http://{router_addr}")).await?;
-        let (admin_token, minted) = bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
+        let (admin_token, minted, saved) =
+            bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
         let mut tasks = Vec::new();
         let stop = shutdown.clone();
@@ -118,6 +121,7 @@ impl Fleet {
             router_addr,
             admin_token,
             minted,
+            saved,
             shutdown,
             tasks,
         })
@@ -153,7 +157,7 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
 async fn bootstrap(
     store: &TokenStore,
     token_file: &Path,
-) -> Result<(Option<String>, bool), FleetError> {
+) -> Result<(Option<String>, bool, bool), FleetError> {
     if store.has_active_bootstrap().await? {
         let existing = std::fs::read_to_string(token_file)
             .ok()
@@ -165,7 +169,7 @@ async fn bootstrap(
                 .is_some_and(|r| r.is_active(time::OffsetDateTime::now_utc())),
             None => false,
         };
-        return Ok((existing.filter(|_| active), false));
+        return Ok((existing.filter(|_| active), false, false));
     }
     let input = CreateTokenInput {
         name: "bootstrap admin".into(),
@@ -178,10 +182,14 @@ async fn bootstrap(
     let (_, secret) = create_token(store, None, input)
         .await
         .map_err(|e| FleetError::Bootstrap(e.message))?;
-    if let Err(e) = write_secret_file(token_file, &secret) {
-        tracing::warn!(path = %token_file.display(), error = %e, "could not save the bootstrap token; it is printed once");
-    }
-    Ok((Some(secret), true))
+    let saved = match write_secret_file(token_file, &secret) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(path = %token_file.display(), error = %e, "could not save the bootstrap token; it is printed once");
+            false
+        }
+    };
+    Ok((Some(secret), true, saved))
 }
 
 fn write_secret_file(path: &Path, secret: &str) -> std::io::Result<()> {

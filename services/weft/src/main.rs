@@ -169,8 +169,12 @@ async fn up(config: weft_config::Config, ready_file: Option<PathBuf>) -> ExitCod
     println!("weft is up");
     println!("url: {url}");
     match &fleet.admin_token {
+        Some(t) if fleet.minted && fleet.saved => println!(
+            "admin token: {t}\n  (saved to {}; printed again on later starts)",
+            token_file.display()
+        ),
         Some(t) if fleet.minted => println!(
-            "admin token: {t}\n  (saved to {}; shown here on every start)",
+            "admin token: {t}\n  (could not be saved to {}: copy it now, it is shown once)",
             token_file.display()
         ),
         Some(t) => println!("admin token: {t}"),

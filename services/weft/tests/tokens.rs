@@ -186,3 +186,16 @@ async fn the_bootstrap_token_is_minted_once_and_read_back_later() {
     assert!(!again.minted);
     assert_eq!(again.admin_token.as_deref(), Some(f.admin.as_str()));
 }
+
+#[tokio::test]
+async fn bad_list_queries_get_weft_errors() {
+    let f = TestFleet::start().await;
+    let (s, e) = f.get("/v1/tokens?tenant=Not%20A%20Slug", &f.admin).await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["code"], "invalid_request");
+    let (s, e) = f.get("/v1/tokens?colour=red", &f.admin).await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["param"], "colour");
+    let (s, _) = f.get("/v1/tokens?tenant=default", &f.admin).await;
+    assert_eq!(s, 200);
+}

@@ -108,6 +108,9 @@ pub struct RouterConfig {
     pub aliases: BTreeMap<String, Vec<String>>,
     /// Tier name → ordered candidates, addressed as `tier:<name>` or `x-weft-tier`.
     pub tiers: BTreeMap<String, Vec<String>>,
+    /// Where the standalone `weft-router` serves Prometheus `/metrics`; unset = nowhere. Under
+    /// `weft up` the router's metrics appear on the gateway's `/metrics` instead.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for RouterConfig {
@@ -126,6 +129,7 @@ impl Default for RouterConfig {
             providers,
             aliases,
             tiers,
+            metrics_listen: None,
         }
     }
 }
@@ -356,9 +360,6 @@ impl Config {
                 self.gateway.max_body_bytes
             ));
         }
-        if self.router.providers.is_empty() {
-            return bad("router.providers is empty; configure at least one provider (the default is `mock`)".into());
-        }
         for (name, p) in &self.router.providers {
             if name.is_empty() || name.contains('/') || name.contains(':') {
                 return bad(format!(
@@ -377,6 +378,11 @@ impl Config {
                                     "router.providers.{name}.models.{model}.{field} must be between 0 and 1, got {rate}"
                                 ));
                             }
+                        }
+                        if mc.error_rate_429 + mc.error_rate_500 > 1.0 {
+                            return bad(format!(
+                                "router.providers.{name}.models.{model}: error_rate_429 + error_rate_500 must be at most 1"
+                            ));
                         }
                         if serde_json::from_str::<serde_json::Value>(&mc.tool_arguments).is_err() {
                             return bad(format!(

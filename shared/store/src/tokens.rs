@@ -157,8 +157,8 @@ impl TokenStore {
         rows.into_iter().map(Row::into_record).collect()
     }
 
-    /// Revokes token `id` if it belongs to `tenant` (any tenant when `None`). Returns whether a
-    /// live token was revoked; revoking twice is not an error but returns the first time only.
+    /// Revokes token `id` if it belongs to `tenant` (any tenant when `None`) and returns it;
+    /// revoking twice keeps the first revocation time. `None` when no such token is visible.
     pub async fn revoke(
         &self,
         id: TokenId,

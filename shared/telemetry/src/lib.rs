@@ -174,3 +174,19 @@ pub async fn shutdown_on_signal(token: tokio_util::sync::CancellationToken) {
     tracing::info!("shutdown signal received; draining");
     token.cancel();
 }
+
+/// Serves the Prometheus recorder at `GET /metrics` on `listener` until `shutdown`, for
+/// services whose main listener is not HTTP (the router's is gRPC).
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    let handle = prometheus();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || async move { handle.render() }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}

@@ -141,7 +141,7 @@ impl OpenAiProvider {
                     tracing::warn!(provider = %self.name, error = %e, "upstream request failed");
                     (
                         ProviderError::retryable(Error::new(
-                            ErrorCode::Unavailable,
+                            ErrorCode::UpstreamError,
                             format!("provider `{}` is unreachable", self.name),
                         )),
                         true,
@@ -149,8 +149,10 @@ impl OpenAiProvider {
                 }
                 Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
                 Ok(Ok(resp)) => {
+                    let status = resp.status().as_u16();
                     let e = self.status_error(resp).await;
-                    let retry = e.retryable;
+                    // Bad credentials stay bad: let the next candidate try instead.
+                    let retry = e.retryable && status != 401 && status != 403;
                     (e, retry)
                 }
             };
