@@ -123,11 +123,14 @@ pub async fn run(args: &ChatArgs) -> anyhow::Result<Report> {
 
 async fn closed_loop(target: &Arc<Target>, plan: Plan, workers: u32) -> anyhow::Result<Recorder> {
     let issued = Arc::new(AtomicU64::new(0));
+    // One recorder for all workers (a recorder's histograms are a few hundred KiB, too much to
+    // keep per worker at high concurrency); the lock is held only to record.
+    let shared = Arc::new(Mutex::new(Recorder::new()?));
     let mut tasks = JoinSet::new();
     for _ in 0..workers {
         let target = target.clone();
         let issued = issued.clone();
-        let mut rec = Recorder::new()?;
+        let shared = shared.clone();
         tasks.spawn(async move {
             loop {
                 let start = Instant::now();
@@ -135,17 +138,25 @@ async fn closed_loop(target: &Arc<Target>, plan: Plan, workers: u32) -> anyhow::
                     break;
                 };
                 let outcome = target.send(start).await;
-                if measured {
+                if measured && let Ok(mut rec) = shared.lock() {
                     rec.record(outcome);
                 }
             }
-            rec
         });
     }
-    let mut total = Recorder::new()?;
     while let Some(done) = tasks.join_next().await {
-        total.merge(&done.context("a load worker failed")?)?;
+        done.context("a load worker failed")?;
     }
+    into_recorder(&shared)
+}
+
+/// The recorder out of its lock, once every task that shared it has finished.
+fn into_recorder(shared: &Mutex<Recorder>) -> anyhow::Result<Recorder> {
+    let rec = shared
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the recorder lock was poisoned"))?;
+    let mut total = Recorder::new()?;
+    total.merge(&rec)?;
     Ok(total)
 }
 
@@ -159,7 +170,6 @@ async fn open_loop(
     let slots = Arc::new(Semaphore::new(
         usize::try_from(max_in_flight).unwrap_or(usize::MAX),
     ));
-    // Requests record into one shared recorder; the lock is never held across an await.
     let shared = Arc::new(Mutex::new(Recorder::new()?));
     let mut tasks = JoinSet::new();
     let mut n: u64 = 0;
@@ -201,12 +211,7 @@ async fn open_loop(
     while let Some(done) = tasks.join_next().await {
         done.context("a request task failed")?;
     }
-    let rec = shared
-        .lock()
-        .map_err(|_| anyhow::anyhow!("the recorder lock was poisoned"))?;
-    let mut total = Recorder::new()?;
-    total.merge(&rec)?;
-    Ok(total)
+    into_recorder(&shared)
 }
 
 #[cfg(test)]

@@ -71,6 +71,7 @@ impl Target {
         }
         let auth = spec
             .token
+            .filter(|t| !t.is_empty())
             .map(|t| {
                 let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
                     .context("the token contains characters not allowed in a header")?;

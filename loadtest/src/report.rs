@@ -60,7 +60,7 @@ pub struct Timing {
     pub ttfb: Duration,
 }
 
-/// Outcomes of the measured requests of one worker (or of the whole run, once merged).
+/// Outcomes of the measured requests of a run.
 pub struct Recorder {
     latency: Histogram<u64>,
     ttfb: Histogram<u64>,

@@ -48,29 +48,59 @@ pub struct AppState {
     pub tokens: TokenStore,
     pub resolver: TokenResolver,
     pub jwt: InternalJwt,
-    router: RouterClient<Channel>,
+    router: RouterClient<RouterTransport>,
     request_timeout: Duration,
 }
 
+/// How the gateway reaches the router: a gRPC channel over the network, or — inside `weft up`
+/// — the router's gRPC service called in-process (same codec, same interceptor and JWT, no
+/// socket).
+pub type RouterTransport = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    TransportError,
+>;
+
+/// A transport failure. A concrete type (not `BoxError` itself) so that the generated client's
+/// `Into<StdError>` bound holds for every lifetime inside axum handlers.
+#[derive(Debug)]
+pub struct TransportError(pub tower::BoxError);
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
+/// A lazily connecting channel to the router at `url`, so the gateway starts (and reports
+/// not-ready) while the router is down.
+pub fn router_channel(url: &str) -> Result<RouterTransport, GatewayError> {
+    use tower::ServiceExt as _;
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|_| GatewayError::RouterUrl(url.to_owned()))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true);
+    let channel: Channel = endpoint.connect_lazy();
+    Ok(tower::util::BoxCloneSyncService::new(
+        channel.map_err(|e| TransportError(Box::new(e))),
+    ))
+}
+
 impl AppState {
-    /// Builds the state: the router channel connects lazily, so the gateway starts (and reports
-    /// not-ready) while the router is down.
-    pub fn new(
-        pool: PgPool,
-        config: &Config,
-        jwt: InternalJwt,
-        router_url: &str,
-    ) -> Result<Self, GatewayError> {
-        let endpoint = Endpoint::from_shared(router_url.to_owned())
-            .map_err(|_| GatewayError::RouterUrl(router_url.to_owned()))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(2))
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_while_idle(true);
+    /// Builds the state around a transport to the router.
+    pub fn new(pool: PgPool, config: &Config, jwt: InternalJwt, router: RouterTransport) -> Self {
         let tokens = TokenStore::new(pool.clone());
         // Install the metrics recorder before the first request records anything.
         let _ = weft_telemetry::prometheus();
-        Ok(Self {
+        Self {
             resolver: TokenResolver::new(
                 tokens.clone(),
                 Duration::from_millis(config.gateway.token_cache_ttl_ms),
@@ -78,9 +108,9 @@ impl AppState {
             tokens,
             pool,
             jwt,
-            router: RouterClient::new(endpoint.connect_lazy()),
+            router: RouterClient::new(router),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
-        })
+        }
     }
 
     /// A router request carrying the principal's internal JWT and the trace context.
@@ -275,7 +305,7 @@ async fn record_metrics(req: Request, next: Next) -> Response {
 pub async fn connect(
     config: &Config,
     jwt: InternalJwt,
-    router_url: &str,
+    router: RouterTransport,
 ) -> Result<AppState, GatewayError> {
     let pool = weft_store::connect(
         config.database.url.expose(),
@@ -285,7 +315,7 @@ pub async fn connect(
     if config.database.migrate_on_start {
         weft_store::migrate(&pool).await?;
     }
-    AppState::new(pool, config, jwt, router_url)
+    Ok(AppState::new(pool, config, jwt, router))
 }
 
 /// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.
@@ -313,6 +343,7 @@ pub async fn run(
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), GatewayError> {
-    let state = connect(&config, jwt, &config.gateway.router_url).await?;
+    let router = router_channel(&config.gateway.router_url)?;
+    let state = connect(&config, jwt, router).await?;
     serve(listener, state, config.gateway.max_body_bytes, shutdown).await
 }

@@ -73,7 +73,11 @@ async fn main() -> ExitCode {
             );
         }
     };
-    let state = match weft_gateway::connect(&config, jwt, &config.gateway.router_url).await {
+    let router = match weft_gateway::router_channel(&config.gateway.router_url) {
+        Ok(r) => r,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    let state = match weft_gateway::connect(&config, jwt, router).await {
         Ok(s) => s,
         Err(e) => return fail(1, e.to_string()),
     };

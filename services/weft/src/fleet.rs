@@ -1,6 +1,8 @@
 //! Every service of weft in one process: the router and the gateway, each on its own listener,
-//! sharing one shutdown token. The gateway still reaches the router over gRPC on loopback, so
-//! the in-process fleet exercises the same path as separate processes.
+//! sharing one shutdown token. The gateway calls the router's gRPC service in-process (same
+//! contract, codec and JWT check, no socket hop); the router's own listener still serves other
+//! gRPC clients. `deploy/local/test.sh` runs the black-box suite against both this and separate
+//! processes.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -95,8 +97,7 @@ impl Fleet {
             .map_err(|e| FleetError::Bind(config.router.listen, e))?;
 
         let routing = weft_router::build(&config)?;
-        let state =
-            weft_gateway::connect(&config, jwt.clone(), &format!("http://{router_addr}")).await?;
+        let state = weft_gateway::connect(&config, jwt.clone(), in_process(&routing, &jwt)).await?;
         let (admin_token, minted, saved) =
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
@@ -150,6 +151,23 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
     for t in tasks {
         let _ = t.await;
     }
+}
+
+/// The router's gRPC service called in-process: the gateway keeps the gRPC contract, codec and
+/// JWT check, without a socket hop.
+fn in_process(
+    routing: &std::sync::Arc<weft_router::Routing>,
+    jwt: &InternalJwt,
+) -> weft_gateway::RouterTransport {
+    let svc = weft_router::grpc_service(routing.clone(), jwt.clone());
+    let svc = tower::ServiceExt::<http::Request<tonic::body::Body>>::map_err(
+        svc,
+        |e: std::convert::Infallible| -> weft_gateway::TransportError { match e {} },
+    );
+    let svc = tower::ServiceExt::<http::Request<tonic::body::Body>>::map_response(svc, |r| {
+        r.map(tonic::body::Body::new)
+    });
+    tower::util::BoxCloneSyncService::new(svc)
 }
 
 /// Mints the bootstrap admin token on first start and keeps it in `token_file` (mode 0600).

@@ -1,5 +1,7 @@
 //! Short-lived internal JWTs (HS256) that carry the caller's principal between services.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
@@ -21,13 +23,23 @@ struct Claims {
     exp: u64,
 }
 
+/// Most entries in either cache; past this a cache is cleared rather than grown.
+const CACHE_LIMIT: usize = 10_000;
+
 /// Signs and verifies internal tokens with one shared key.
+///
+/// Both directions are cached, because every request crosses the gateway → router hop: a signed
+/// token is reused for its principal until half its lifetime has passed, and a verified token's
+/// principal is remembered until the token expires. A cached verification is as strong as the
+/// first: the cache is keyed by the whole token string.
 #[derive(Clone)]
 pub struct InternalJwt {
     enc: EncodingKey,
     dec: DecodingKey,
     validation: Validation,
     ttl: Duration,
+    signed: Arc<Mutex<HashMap<Principal, (String, u64)>>>,
+    verified: Arc<Mutex<HashMap<String, (Principal, u64)>>>,
 }
 
 impl std::fmt::Debug for InternalJwt {
@@ -51,11 +63,32 @@ impl InternalJwt {
             dec: DecodingKey::from_secret(secret),
             validation,
             ttl,
+            signed: Arc::default(),
+            verified: Arc::default(),
         }
     }
 
+    /// A token for `p`, fresh or reused while more than half its lifetime remains.
     pub fn sign(&self, p: &Principal) -> Result<String, Error> {
         let now = unix_now();
+        let half = (self.ttl.as_secs() / 2).max(1);
+        if let Ok(cache) = self.signed.lock()
+            && let Some((token, exp)) = cache.get(p)
+            && *exp > now + half
+        {
+            return Ok(token.clone());
+        }
+        let token = self.sign_fresh(p, now)?;
+        if let Ok(mut cache) = self.signed.lock() {
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(p.clone(), (token.clone(), now + self.ttl.as_secs().max(1)));
+        }
+        Ok(token)
+    }
+
+    fn sign_fresh(&self, p: &Principal, now: u64) -> Result<String, Error> {
         let claims = Claims {
             iss: ISSUER.into(),
             aud: JWT_AUDIENCE.into(),
@@ -71,15 +104,31 @@ impl InternalJwt {
         })
     }
 
+    /// The principal in `token`, if its signature, audience, issuer and expiry check out.
     pub fn verify(&self, token: &str) -> Result<Principal, Error> {
+        let now = unix_now();
+        if let Ok(cache) = self.verified.lock()
+            && let Some((p, exp)) = cache.get(token)
+            && *exp > now
+        {
+            return Ok(p.clone());
+        }
         let data = decode::<Claims>(token, &self.dec, &self.validation).map_err(|e| {
             Error::unauthenticated(format!("internal token rejected: {}", e.kind_name()))
         })?;
-        Ok(Principal {
+        let exp = data.claims.exp;
+        let p = Principal {
             tenant: data.claims.tenant,
             subject: data.claims.sub,
             scopes: data.claims.scopes,
-        })
+        };
+        if let Ok(mut cache) = self.verified.lock() {
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(token.to_owned(), (p.clone(), exp));
+        }
+        Ok(p)
     }
 }
 
@@ -134,6 +183,24 @@ mod tests {
         let t = a.sign(&principal()).unwrap();
         assert!(b.verify(&t).unwrap_err().message.contains("bad signature"));
         assert!(a.verify("not.a.jwt").is_err());
+    }
+
+    #[test]
+    fn signing_reuses_a_fresh_token_and_verification_is_cached_by_the_whole_token() {
+        let j = InternalJwt::new(b"0123456789abcdef0123456789abcdef", Duration::from_secs(60));
+        let t1 = j.sign(&principal()).unwrap();
+        assert_eq!(j.sign(&principal()).unwrap(), t1);
+        assert_eq!(j.verify(&t1).unwrap(), principal());
+        assert_eq!(j.verify(&t1).unwrap(), principal(), "cached");
+        let mut other = principal();
+        other.subject = "other".into();
+        assert_ne!(j.sign(&other).unwrap(), t1);
+        let mut tampered = t1.clone();
+        tampered.pop();
+        assert!(
+            j.verify(&tampered).is_err(),
+            "a different string is verified afresh"
+        );
     }
 
     #[test]

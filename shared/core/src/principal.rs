@@ -88,7 +88,7 @@ impl<'de> Deserialize<'de> for Scope {
 }
 
 /// A sorted, de-duplicated set of scopes.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "Vec<Scope>", into = "Vec<Scope>")]
 pub struct Scopes(Vec<Scope>);
 
@@ -146,7 +146,7 @@ impl fmt::Display for Scopes {
 }
 
 /// The caller, as resolved from its bearer token. Never taken from a request body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Principal {
     pub tenant: TenantId,
     pub subject: String,

@@ -94,6 +94,10 @@ impl FakeUpstream {
         let addr = listener.local_addr().expect("local addr");
         let stop = inner.stop.clone();
         tokio::spawn(async move {
+            use axum::serve::ListenerExt as _;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(stop.cancelled_owned())
                 .await;

@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Reproduces weft's gateway benchmark on this machine (see loadtest/README.md):
+#   1. builds release binaries of `weft` and `weft-loadtest`;
+#   2. starts the fake upstream and `weft up` (fresh database, an `openai` provider pointing at
+#      the upstream);
+#   3. measures direct vs through-weft at concurrency 1 and 64, and streaming at concurrency 1;
+#   4. searches the highest fixed rate whose p99 stays under the limit, through weft and direct;
+#   5. writes the JSON reports and a markdown summary to loadtest/results/<date>/.
+# Everything it starts is stopped, and its database dropped, on exit.
+#
+# Knobs (environment): DURATION (10s), WARMUP (2s), RATE_DURATION (=DURATION),
+# RATES ("500 1000 2000 3000 4000 6000 8000 12000 16000 24000 32000 48000 64000", whole numbers),
+# REFINE_STEPS (2, bisection steps after the first failing rate), P99_LIMIT_US (20000),
+# MAX_ERROR_RATIO (0.001), GEN_THREADS (1), UPSTREAM_THREADS (1), RESULTS (results dir),
+# SKIP_BUILD (0), WEFT_BIN (the weft binary; default target/release/weft), WEFT_BENCH_TOKEN (token for the through-weft runs; default: the admin token
+# from the ready file), PGHOST (127.0.0.1), PGPORT (5432), PGUSER (postgres).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+RATE_DURATION=${RATE_DURATION:-$DURATION}
+RATES=${RATES:-"500 1000 2000 3000 4000 6000 8000 12000 16000 24000 32000 48000 64000"}
+REFINE_STEPS=${REFINE_STEPS:-2}
+P99_LIMIT_US=${P99_LIMIT_US:-20000}
+MAX_ERROR_RATIO=${MAX_ERROR_RATIO:-0.001}
+GEN_THREADS=${GEN_THREADS:-1}
+UPSTREAM_THREADS=${UPSTREAM_THREADS:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+PGHOST=${PGHOST:-127.0.0.1}
+PGPORT=${PGPORT:-5432}
+PGUSER=${PGUSER:-postgres}
+DATE=$(date -u +%Y-%m-%d)
+RESULTS=${RESULTS:-loadtest/results/$DATE}
+# Reports are written here first and moved into place only when the whole run succeeded, so an
+# interrupted run never leaves a half-updated results directory (`*.tmp` is git-ignored).
+STAGING="$RESULTS.tmp"
+
+LT="$ROOT/target/release/weft-loadtest"
+WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for tool in cargo jq psql python3; do
+    command -v "$tool" >/dev/null || die "$tool is required"
+done
+
+TMP=$(mktemp -d)
+PIDS=()
+DB=""
+
+stop_pid() {
+    # SIGTERM, up to 10 s to drain, then SIGKILL: only processes this script started.
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    log "process $pid did not stop in 10 s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    # Stop weft before the upstream, in reverse start order.
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        stop_pid "${PIDS[i]}"
+    done
+    if [[ -n $DB ]]; then
+        psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
+            -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null \
+            || log "could not drop database $DB; drop it by hand"
+    fi
+    if ((rc != 0)) && [[ -f $TMP/weft.log ]]; then
+        log "last lines of the weft log (token lines left out):"
+        grep -iv 'token' "$TMP/weft.log" | tail -n 30 >&2 || true
+    fi
+    rm -rf "$TMP" "$STAGING"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for_json FILE PID WHAT TIMEOUT_S: waits until FILE holds valid JSON, failing early when
+# the process that should write it has exited.
+wait_for_json() {
+    local file=$1 pid=$2 what=$3 timeout=$4
+    for _ in $(seq $((timeout * 10))); do
+        if [[ -s $file ]] && jq -e . "$file" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || die "$what exited before it was ready"
+        sleep 0.1
+    done
+    die "$what was not ready after ${timeout} s"
+}
+
+# --- build ---------------------------------------------------------------------------------
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "building release binaries"
+    cargo build --release --locked -p weft -p weft-loadtest
+fi
+[[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
+[[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
+WEFT=$(cd "$(dirname "$WEFT")" && pwd)/$(basename "$WEFT")
+
+rm -rf "$STAGING"
+mkdir -p "$STAGING"
+
+# --- upstream --------------------------------------------------------------------------------
+"$LT" upstream --listen 127.0.0.1:0 --threads "$UPSTREAM_THREADS" \
+    --ready-file "$TMP/upstream.json" 2>"$TMP/upstream.log" &
+PIDS+=("$!")
+wait_for_json "$TMP/upstream.json" "$!" "the upstream" 10
+DIRECT_URL=$(jq -r .base_url "$TMP/upstream.json")
+UPSTREAM_PORT=${DIRECT_URL##*:}
+UPSTREAM_PORT=${UPSTREAM_PORT%%/*}
+log "upstream at $DIRECT_URL"
+
+# --- weft ------------------------------------------------------------------------------------
+DB="weft_bench_$(date +%s)_$$"
+psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
+    -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+cat >"$TMP/weft.toml" <<EOF
+[router.providers.up]
+kind = "openai"
+base_url = "http://127.0.0.1:$UPSTREAM_PORT/v1"
+models = ["bench-model"]
+
+[router.aliases]
+bench = ["up/bench-model"]
+
+[telemetry]
+log_level = "warn"
+
+# Keep the throwaway bootstrap token away from the developer's own .weft/admin-token.
+[bootstrap]
+token_file = "$TMP/admin-token"
+EOF
+
+WEFT_PORT=$(free_port)
+ROUTER_PORT=$(free_port)
+while [[ $ROUTER_PORT == "$WEFT_PORT" ]]; do ROUTER_PORT=$(free_port); done
+# Run from the scratch directory so nothing relative lands in the repository.
+(cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
+    --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
+    --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
+    --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
+PIDS+=("$!")
+wait_for_json "$TMP/weft.json" "$!" "weft up" 120
+WEFT_URL="$(jq -r .url "$TMP/weft.json")/v1"
+WEFT_TOKEN=${WEFT_BENCH_TOKEN:-$(jq -r '.admin_token // empty' "$TMP/weft.json")}
+[[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token and WEFT_BENCH_TOKEN is not set"
+log "weft at $WEFT_URL"
+
+# --- runs ------------------------------------------------------------------------------------
+# chat_run direct|weft NAME ARGS...: one `chat` run, its report in $STAGING/NAME.json. The token
+# travels in the environment, not on the command line.
+chat_run() {
+    local target=$1 name=$2
+    shift 2
+    local out="$STAGING/$name.json" rc=0
+    # Explicit status handling: errexit does not apply when the caller is an `if` condition.
+    if [[ $target == weft ]]; then
+        WEFT_LOADTEST_TOKEN="$WEFT_TOKEN" "$LT" chat --url "$WEFT_URL" --model bench \
+            --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
+    else
+        env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$DIRECT_URL" --model bench-model \
+            --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
+    fi
+    sleep 1
+    return "$rc"
+}
+
+# pair NAME ARGS...: the same run direct then through weft, and their comparison.
+pair() {
+    local name=$1
+    shift
+    chat_run direct "direct-$name" "$@"
+    chat_run weft "weft-$name" "$@"
+    "$LT" compare --direct "$STAGING/direct-$name.json" --through "$STAGING/weft-$name.json" \
+        --out "$STAGING/compare-$name.json" >/dev/null
+}
+
+pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
+pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
+pair stream-c1 --concurrency 1 --stream --duration "$DURATION" --warmup "$WARMUP"
+
+# rate_run direct|weft RATE: one fixed-rate run; succeeds when it passes the limits.
+rate_run() {
+    local target=$1 r=$2 f="$STAGING/$1-rate-$2.json"
+    if ! chat_run "$target" "$target-rate-$r" --rate "$r" --duration "$RATE_DURATION" --warmup "$WARMUP"; then
+        log "$target: the $r/s run failed"
+        return 1
+    fi
+    if jq -e --argjson lim "$P99_LIMIT_US" --argjson maxerr "$MAX_ERROR_RATIO" \
+        '.latency_us != null and .latency_us.p99 < $lim and .errors <= $maxerr * .requests' \
+        "$f" >/dev/null; then
+        return 0
+    fi
+    log "$target: $r/s fails (p99 $(jq -r '.latency_us.p99 // "n/a"' "$f") µs, errors $(jq -r .errors "$f") of $(jq -r .requests "$f"))"
+    return 1
+}
+
+# search direct|weft: fixed-rate runs at the increasing RATES until one fails the limits, then
+# REFINE_STEPS bisection steps between the last passing and the first failing rate; records the
+# highest passing rate in $STAGING/max-rps-<target>.json.
+search() {
+    local target=$1 pass="" fail="" r mid lo hi tried=()
+    for r in $RATES; do
+        tried+=("$r")
+        if rate_run "$target" "$r"; then pass=$r; else fail=$r; break; fi
+    done
+    if [[ -n $fail ]]; then
+        lo=${pass:-0}
+        hi=$fail
+        for _ in $(seq "$REFINE_STEPS"); do
+            mid=$(((lo + hi) / 2 / 50 * 50))
+            ((mid > lo && mid < hi)) || break
+            tried+=("$mid")
+            if rate_run "$target" "$mid"; then lo=$mid pass=$mid; else hi=$mid; fi
+        done
+    fi
+    local tried_json
+    tried_json=$(printf '%s\n' "${tried[@]}" | jq -s -c .)
+    if [[ -n $pass ]]; then
+        # limit_found is false when even the highest rate tried passed: the answer is a floor.
+        jq --arg target "$target" --argjson lim "$P99_LIMIT_US" --argjson tried "$tried_json" \
+            --argjson found "$([[ -n $fail ]] && echo true || echo false)" \
+            '{target: $target, p99_limit_us: $lim, rate: .rate, limit_found: $found, rps: .rps,
+              p50_us: .latency_us.p50, p99_us: .latency_us.p99, errors, requests,
+              send_lag_p99_us: .send_lag_us.p99, tried: $tried}' \
+            "$STAGING/$target-rate-$pass.json" >"$STAGING/max-rps-$target.json"
+    else
+        jq -n --arg target "$target" --argjson lim "$P99_LIMIT_US" --argjson tried "$tried_json" \
+            '{target: $target, p99_limit_us: $lim, rate: null, tried: $tried}' \
+            >"$STAGING/max-rps-$target.json"
+    fi
+}
+
+search weft
+search direct
+
+# --- summary ---------------------------------------------------------------------------------
+jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)" \
+    --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
+    --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
+    --arg duration "$DURATION" --arg warmup "$WARMUP" --arg rates "$RATES" \
+    --argjson p99_limit_us "$P99_LIMIT_US" --argjson max_error_ratio "$MAX_ERROR_RATIO" \
+    --argjson gen_threads "$GEN_THREADS" --argjson upstream_threads "$UPSTREAM_THREADS" \
+    '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
+      warmup: $warmup, rates: $rates, p99_limit_us: $p99_limit_us,
+      max_error_ratio: $max_error_ratio, generator_threads: $gen_threads,
+      upstream_threads: $upstream_threads}' >"$STAGING/machine.json"
+
+{
+    echo "## weft gateway benchmark, $DATE"
+    echo
+    jq -r '"\(.cpu), \(.cores) cores, git \(.git); generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); \(.duration) per run after \(.warmup) warm-up"' "$STAGING/machine.json"
+    echo
+    echo "Latencies in µs; *added* = through weft − direct at the same percentile."
+    echo
+    echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | weft rps | weft errors |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for name in c1 c64 stream-c1; do
+        jq -r --arg name "$name" --slurpfile w "$STAGING/weft-$name.json" \
+            '"| \($name) | \(.direct_latency_us.p50) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.direct_latency_us.p99) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($w[0].rps) | \($w[0].errors) |"' \
+            "$STAGING/compare-$name.json"
+    done
+    jq -r '"| stream-c1 time to first byte | | | \(.added_ttfb_us.p50 // "n/a") | | | \(.added_ttfb_us.p99 // "n/a") | | |"' \
+        "$STAGING/compare-stream-c1.json"
+    echo
+    echo "Highest fixed rate with p99 < $((P99_LIMIT_US / 1000)) ms and errors ≤ $MAX_ERROR_RATIO:"
+    echo
+    echo "| target | rate/s | achieved rps | p50 | p99 | generator send-lag p99 | rates tried |"
+    echo "|---|---:|---:|---:|---:|---:|---|"
+    for target in weft direct; do
+        jq -r '"| \(.target) | \(if .rate == null then "none" elif .limit_found then .rate else "≥ \(.rate)" end) | \(.rps // "n/a") | \(.p50_us // "n/a") | \(.p99_us // "n/a") | \(.send_lag_p99_us // "n/a") | \(.tried | map(tostring) | join(", ")) |"' \
+            "$STAGING/max-rps-$target.json"
+    done
+} >"$STAGING/summary.md"
+
+rm -rf "$RESULTS"
+mkdir -p "$(dirname "$RESULTS")"
+mv "$STAGING" "$RESULTS"
+cat "$RESULTS/summary.md"
+log "reports in $RESULTS"
