@@ -291,7 +291,9 @@ compat_weft_up() {
     DATABASES+=("$db")
     log=$LOGS/weft-up.log ready=$LOGS/weft-up.ready.json
     rm -f "$ready"
-    start_proc "$log" "$BIN_DIR/weft" up --listen "127.0.0.1:${ports% *}" \
+    # The bootstrap token goes to the logs folder, never over a developer's .weft/admin-token.
+    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/weft-up.admin-token" \
+        "$BIN_DIR/weft" up --listen "127.0.0.1:${ports% *}" \
         --router-listen "127.0.0.1:${ports#* }" \
         --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
     pid=$LAST_PID

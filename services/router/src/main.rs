@@ -1,73 +1,52 @@
 //! `weft-router`: the provider router as its own process.
 
+use std::process::ExitCode;
+use std::time::Duration;
+
 use clap::Parser;
+use weft_config::{CommonArgs, Overrides};
 
 /// The weft provider router (gRPC). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the gateway.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// TOML config file (defaults, then this file, then WEFT_<SECTION>__<KEY> env, then flags).
-    #[arg(long, env = "WEFT_CONFIG")]
-    config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
     /// Address to listen on, e.g. 127.0.0.1:8788.
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
     /// Serve Prometheus /metrics on this address, e.g. 127.0.0.1:8789.
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
-    /// Log format: json or text.
-    #[arg(long, value_parser = ["json", "text"])]
-    log_format: Option<String>,
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("weft-router: {msg}");
+    ExitCode::from(code)
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut overrides = serde_json::json!({});
-    let mut router = serde_json::Map::new();
-    if let Some(l) = cli.listen {
-        router.insert("listen".into(), l.to_string().into());
-    }
-    if let Some(l) = cli.metrics_listen {
-        router.insert("metrics_listen".into(), l.to_string().into());
-    }
-    overrides["router"] = serde_json::Value::Object(router);
-    if let Some(f) = &cli.log_format {
-        overrides["telemetry"] = serde_json::json!({"log_format": f});
-    }
-    let config = match weft_config::Config::load(cli.config.as_deref(), overrides) {
+    let mut o = Overrides::default();
+    o.set("router", "listen", cli.listen)
+        .set("router", "metrics_listen", cli.metrics_listen);
+    let config = match cli.common.load(o) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("weft-router: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(e) => return fail(2, e),
     };
     let _guard = match weft_telemetry::init("weft-router", &config.telemetry) {
         Ok(g) => g,
-        Err(e) => {
-            eprintln!("weft-router: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(e) => return fail(2, e),
     };
-    let Some(secret) = config.auth.internal_jwt_secret.clone() else {
-        eprintln!(
-            "weft-router: auth.internal_jwt_secret is not set; set WEFT_AUTH__INTERNAL_JWT_SECRET to the same value as the gateway's"
-        );
-        return std::process::ExitCode::from(2);
+    let secret = match config.required_jwt_secret("gateway") {
+        Ok(s) => s,
+        Err(e) => return fail(2, e),
     };
-    let jwt = weft_auth::InternalJwt::new(
-        secret.expose().as_bytes(),
-        std::time::Duration::from_secs(60),
-    );
+    let jwt = weft_auth::InternalJwt::new(secret.expose().as_bytes(), Duration::from_secs(60));
     let listener = match tokio::net::TcpListener::bind(config.router.listen).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!(
-                "weft-router: cannot listen on {}: {e}",
-                config.router.listen
-            );
-            return std::process::ExitCode::from(1);
-        }
+        Err(e) => return fail(1, format!("cannot listen on {}: {e}", config.router.listen)),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
@@ -76,18 +55,14 @@ async fn main() -> std::process::ExitCode {
             Ok(l) => {
                 tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
             }
-            Err(e) => {
-                eprintln!("weft-router: cannot serve metrics on {addr}: {e}");
-                return std::process::ExitCode::from(1);
-            }
+            Err(e) => return fail(1, format!("cannot serve metrics on {addr}: {e}")),
         }
     }
     match weft_router::run(listener, config, jwt, shutdown).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "router failed");
-            eprintln!("weft-router: {e}");
-            std::process::ExitCode::from(1)
+            fail(1, e)
         }
     }
 }

@@ -2,12 +2,11 @@
 //! PASS, WARN or FAIL, and a fix hint for anything that is not PASS.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpStream;
-use weft_config::{Config, ProviderConfig};
+use weft_config::{CommonArgs, Config, Overrides, ProviderConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Verdict {
@@ -34,8 +33,9 @@ fn check(name: &str, verdict: Verdict, detail: impl Into<String>) -> Check {
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs every check. A config that does not load is the only check then.
-pub async fn run(file: Option<&Path>, overrides: serde_json::Value) -> Vec<Check> {
-    let config = match Config::load(file, overrides) {
+pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
+    let file = args.config.as_deref();
+    let config = match args.load(overrides) {
         Ok(c) => c,
         Err(e) => return vec![check("config", Verdict::Fail, e.to_string())],
     };

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
+use weft_config::{CommonArgs, Overrides};
 use weft_core::{Scopes, TenantId, TokenId};
 use weft_gateway::tokens::{CreateTokenInput, create_token};
 use weft_store::TokenStore;
@@ -25,15 +26,11 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Common {
-    /// TOML config file (defaults, then this file, then WEFT_<SECTION>__<KEY> env, then flags).
-    #[arg(long, env = "WEFT_CONFIG", global = true)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    shared: CommonArgs,
     /// Postgres URL (overrides database.url).
     #[arg(long, global = true)]
     database_url: Option<String>,
-    /// Log format: json or text.
-    #[arg(long, global = true, value_parser = ["json", "text"])]
-    log_format: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,17 +89,6 @@ enum TokenCmd {
     Revoke { id: String },
 }
 
-fn overrides(common: &Common) -> serde_json::Value {
-    let mut o = json!({});
-    if let Some(u) = &common.database_url {
-        o["database"] = json!({ "url": u });
-    }
-    if let Some(f) = &common.log_format {
-        o["telemetry"] = json!({ "log_format": f });
-    }
-    o
-}
-
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("weft: {msg}");
     ExitCode::FAILURE
@@ -111,9 +97,10 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut o = overrides(&cli.common);
+    let mut o = Overrides::default();
+    o.set("database", "url", cli.common.database_url.as_deref());
     if let Cmd::Doctor = cli.cmd {
-        return doctor(&cli.common, o).await;
+        return doctor(&cli.common.shared, o).await;
     }
     if let Cmd::Up {
         listen,
@@ -121,14 +108,10 @@ async fn main() -> ExitCode {
         ..
     } = &cli.cmd
     {
-        if let Some(l) = listen {
-            o["gateway"] = json!({ "listen": l.to_string() });
-        }
-        if let Some(l) = router_listen {
-            o["router"] = json!({ "listen": l.to_string() });
-        }
+        o.set("gateway", "listen", *listen)
+            .set("router", "listen", *router_listen);
     }
-    let config = match weft_config::Config::load(cli.common.config.as_deref(), o) {
+    let config = match cli.common.shared.load(o) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("weft: {e}");
@@ -320,9 +303,9 @@ async fn token(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
     }
 }
 
-async fn doctor(common: &Common, o: serde_json::Value) -> ExitCode {
+async fn doctor(common: &CommonArgs, o: Overrides) -> ExitCode {
     use weft::doctor::Verdict;
-    let checks = weft::doctor::run(common.config.as_deref(), o).await;
+    let checks = weft::doctor::run(common, o).await;
     for c in &checks {
         let v = match c.verdict {
             Verdict::Pass => "PASS",

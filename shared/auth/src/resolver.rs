@@ -1,7 +1,10 @@
 //! Resolves bearer tokens to principals, with a small cache in front of the `tokens` table.
 //!
 //! A cache entry lives at most `ttl` (≤ 1 s by config), so a revoked or expired token stops
-//! working on every replica within that time without any cross-replica messaging.
+//! working on every replica within that time without any cross-replica messaging. Entries in
+//! use are refreshed ahead of time: the first request that finds an entry past half its TTL
+//! starts one background lookup and is answered from the still-valid entry, so busy tokens never
+//! make a request wait on Postgres (nor make every concurrent request query it at once).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +26,8 @@ struct Entry {
     principal: Option<Principal>,
     expires_at: Option<OffsetDateTime>,
     fetched: Instant,
+    /// A background refresh is under way.
+    refreshing: bool,
 }
 
 #[derive(Clone)]
@@ -57,16 +62,27 @@ impl TokenResolver {
             ));
         }
         let hash = hash_token(token);
-        let now = Instant::now();
-        if let Some(e) = self.cached(&hash, now) {
+        if let Some((e, refresh)) = self.cached(&hash, Instant::now()) {
+            if refresh {
+                let this = self.clone();
+                tokio::spawn(async move { this.refresh(hash).await });
+            }
             return Self::check(e.principal, e.expires_at);
         }
-        let record = self.store.find_by_hash(&hash).await.map_err(|e| {
+        let entry = self.fetch(&hash).await?;
+        self.store_entry(hash, entry.clone());
+        Self::check(entry.principal, entry.expires_at)
+    }
+
+    /// Reads the token row and makes a fresh cache entry of it.
+    async fn fetch(&self, hash: &[u8; 32]) -> Result<Entry, Error> {
+        let now = Instant::now();
+        let record = self.store.find_by_hash(hash).await.map_err(|e| {
             tracing::error!(error = %e, "token lookup failed");
             e.to_api()
         })?;
-        let entry = match record {
-            Some(r) if verify_hash(&r, &hash) && r.is_active(OffsetDateTime::now_utc()) => Entry {
+        Ok(match record {
+            Some(r) if verify_hash(&r, hash) && r.is_active(OffsetDateTime::now_utc()) => Entry {
                 principal: Some(Principal {
                     tenant: r.tenant,
                     subject: r.subject,
@@ -74,15 +90,29 @@ impl TokenResolver {
                 }),
                 expires_at: r.expires_at,
                 fetched: now,
+                refreshing: false,
             },
             _ => Entry {
                 principal: None,
                 expires_at: None,
                 fetched: now,
+                refreshing: false,
             },
-        };
-        self.store_entry(hash, entry.clone());
-        Self::check(entry.principal, entry.expires_at)
+        })
+    }
+
+    /// The background half of refresh-ahead; on failure the entry simply ages out.
+    async fn refresh(&self, hash: [u8; 32]) {
+        match self.fetch(&hash).await {
+            Ok(entry) => self.store_entry(hash, entry),
+            Err(_) => {
+                if let Ok(mut cache) = self.cache.lock()
+                    && let Some(e) = cache.get_mut(&hash)
+                {
+                    e.refreshing = false;
+                }
+            }
+        }
     }
 
     /// Drops a cached entry now (this replica); other replicas notice within the TTL.
@@ -92,12 +122,19 @@ impl TokenResolver {
         }
     }
 
-    fn cached(&self, hash: &[u8; 32], now: Instant) -> Option<Entry> {
-        let cache = self.cache.lock().ok()?;
-        cache
-            .get(hash)
-            .filter(|e| now.duration_since(e.fetched) < self.ttl)
-            .cloned()
+    /// A still-valid entry, and whether this caller should start its refresh.
+    fn cached(&self, hash: &[u8; 32], now: Instant) -> Option<(Entry, bool)> {
+        let mut cache = self.cache.lock().ok()?;
+        let e = cache.get_mut(hash)?;
+        let age = now.duration_since(e.fetched);
+        if age >= self.ttl {
+            return None;
+        }
+        let refresh = age >= self.ttl / 2 && !e.refreshing;
+        if refresh {
+            e.refreshing = true;
+        }
+        Some((e.clone(), refresh))
     }
 
     fn store_entry(&self, hash: [u8; 32], entry: Entry) {

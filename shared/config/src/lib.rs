@@ -3,6 +3,7 @@
 //! environment variables → command-line flags. Unknown keys are errors, and [`Config::validate`]
 //! says what is wrong and how to fix it. Secrets are [`Secret`]s, redacted in `Debug`.
 
+mod cli;
 mod secret;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use cli::{CommonArgs, Overrides};
 pub use secret::Secret;
 
 #[derive(Debug, thiserror::Error)]
@@ -343,6 +345,15 @@ impl Config {
                 .split("__"),
         );
         Ok(fig.merge(Serialized::defaults(overrides)))
+    }
+
+    /// The internal JWT key, which services running as separate processes must share.
+    pub fn required_jwt_secret(&self, peer: &str) -> Result<&Secret, ConfigError> {
+        self.auth.internal_jwt_secret.as_ref().ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "auth.internal_jwt_secret is not set; set WEFT_AUTH__INTERNAL_JWT_SECRET to the same value as the {peer}'s"
+            ))
+        })
     }
 
     /// Checks what types cannot: references between sections and ranges.
