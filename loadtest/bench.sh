@@ -11,7 +11,7 @@
 # Knobs (environment): DURATION (10s), WARMUP (2s), RATE_DURATION (=DURATION),
 # RATES ("500 1000 2000 3000 4000 6000 8000 12000 16000 24000 32000 48000 64000", whole numbers),
 # REFINE_STEPS (2, bisection steps after the first failing rate), P99_LIMIT_US (20000),
-# MAX_ERROR_RATIO (0.001), GEN_THREADS (1), UPSTREAM_THREADS (1), RESULTS (results dir),
+# RATE_ATTEMPTS (2, runs per rate; one passing suffices), MAX_ERROR_RATIO (0.001), GEN_THREADS (1), UPSTREAM_THREADS (1), RESULTS (results dir),
 # SKIP_BUILD (0), WEFT_BIN (the weft binary; default target/release/weft), WEFT_BENCH_TOKEN (token for the through-weft runs; default: the admin token
 # from the ready file), PGHOST (127.0.0.1), PGPORT (5432), PGUSER (postgres).
 set -euo pipefail
@@ -23,6 +23,7 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 RATE_DURATION=${RATE_DURATION:-$DURATION}
 RATES=${RATES:-"500 1000 2000 3000 4000 6000 8000 12000 16000 24000 32000 48000 64000"}
+RATE_ATTEMPTS=${RATE_ATTEMPTS:-2}
 REFINE_STEPS=${REFINE_STEPS:-2}
 P99_LIMIT_US=${P99_LIMIT_US:-20000}
 MAX_ERROR_RATIO=${MAX_ERROR_RATIO:-0.001}
@@ -109,7 +110,10 @@ wait_for_json() {
 # --- build ---------------------------------------------------------------------------------
 if [[ $SKIP_BUILD != 1 ]]; then
     log "building release binaries"
-    cargo build --release --locked -p weft -p weft-loadtest
+    # Two builds, not one: cargo unifies features across the packages of one invocation, and
+    # building weft on its own keeps it identical to (and warm for) ./deploy/local/up.sh.
+    cargo build --release --locked -p weft
+    cargo build --release --locked -p weft-loadtest
 fi
 [[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
 [[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
@@ -194,23 +198,32 @@ pair() {
         --out "$STAGING/compare-$name.json" >/dev/null
 }
 
+# CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
+# idle iowait irq softirq steal): on a shared VM it explains noisy tails.
+cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+read -r TICKS0 STEAL0 < <(cpu_ticks)
+
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
 pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
 pair stream-c1 --concurrency 1 --stream --duration "$DURATION" --warmup "$WARMUP"
 
-# rate_run direct|weft RATE: one fixed-rate run; succeeds when it passes the limits.
+# rate_run direct|weft RATE: fixed-rate runs; succeeds when one of RATE_ATTEMPTS passes the
+# limits. On a shared VM a burst of steal time can sink one 10 s run; a rate counts as failed only
+# when every attempt fails (the report keeps the last attempt's numbers).
 rate_run() {
-    local target=$1 r=$2 f="$STAGING/$1-rate-$2.json"
-    if ! chat_run "$target" "$target-rate-$r" --rate "$r" --duration "$RATE_DURATION" --warmup "$WARMUP"; then
-        log "$target: the $r/s run failed"
-        return 1
-    fi
-    if jq -e --argjson lim "$P99_LIMIT_US" --argjson maxerr "$MAX_ERROR_RATIO" \
-        '.latency_us != null and .latency_us.p99 < $lim and .errors <= $maxerr * .requests' \
-        "$f" >/dev/null; then
-        return 0
-    fi
-    log "$target: $r/s fails (p99 $(jq -r '.latency_us.p99 // "n/a"' "$f") µs, errors $(jq -r .errors "$f") of $(jq -r .requests "$f"))"
+    local target=$1 r=$2 f="$STAGING/$1-rate-$2.json" attempt
+    for attempt in $(seq "$RATE_ATTEMPTS"); do
+        if ! chat_run "$target" "$target-rate-$r" --rate "$r" --duration "$RATE_DURATION" --warmup "$WARMUP"; then
+            log "$target: the $r/s run failed (attempt $attempt of $RATE_ATTEMPTS)"
+            continue
+        fi
+        if jq -e --argjson lim "$P99_LIMIT_US" --argjson maxerr "$MAX_ERROR_RATIO" \
+            '.latency_us != null and .latency_us.p99 < $lim and .errors <= $maxerr * .requests' \
+            "$f" >/dev/null; then
+            return 0
+        fi
+        log "$target: $r/s fails (attempt $attempt of $RATE_ATTEMPTS; p99 $(jq -r '.latency_us.p99 // "n/a"' "$f") µs, errors $(jq -r .errors "$f") of $(jq -r .requests "$f"))"
+    done
     return 1
 }
 
@@ -254,21 +267,25 @@ search weft
 search direct
 
 # --- summary ---------------------------------------------------------------------------------
+read -r TICKS1 STEAL1 < <(cpu_ticks)
+STEAL_PCT=$(awk -v t=$((TICKS1 - TICKS0)) -v s=$((STEAL1 - STEAL0)) 'BEGIN{printf "%.1f", t ? 100*s/t : 0}')
 jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)" \
     --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
     --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
     --arg duration "$DURATION" --arg warmup "$WARMUP" --arg rates "$RATES" \
     --argjson p99_limit_us "$P99_LIMIT_US" --argjson max_error_ratio "$MAX_ERROR_RATIO" \
     --argjson gen_threads "$GEN_THREADS" --argjson upstream_threads "$UPSTREAM_THREADS" \
+    --argjson steal_pct "$STEAL_PCT" --argjson attempts "$RATE_ATTEMPTS" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, rates: $rates, p99_limit_us: $p99_limit_us,
       max_error_ratio: $max_error_ratio, generator_threads: $gen_threads,
-      upstream_threads: $upstream_threads}' >"$STAGING/machine.json"
+      upstream_threads: $upstream_threads, rate_attempts: $attempts,
+      cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
 
 {
     echo "## weft gateway benchmark, $DATE"
     echo
-    jq -r '"\(.cpu), \(.cores) cores, git \(.git); generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); \(.duration) per run after \(.warmup) warm-up"' "$STAGING/machine.json"
+    jq -r '"\(.cpu), \(.cores) cores, git \(.git); generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); \(.duration) per run after \(.warmup) warm-up; hypervisor steal \(.cpu_steal_pct)% of CPU time over the run; a rate passes when one of \(.rate_attempts) attempts does"' "$STAGING/machine.json"
     echo
     echo "Latencies in µs; *added* = through weft − direct at the same percentile."
     echo
