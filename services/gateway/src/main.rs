@@ -38,12 +38,8 @@ async fn main() -> ExitCode {
     o.set("gateway", "listen", cli.listen)
         .set("gateway", "router_url", cli.router_url.as_deref())
         .set("database", "url", cli.database_url.as_deref());
-    let config = match cli.common.load(o) {
-        Ok(c) => c,
-        Err(e) => return fail(2, e),
-    };
-    let _guard = match weft_telemetry::init("weft-gateway", &config.telemetry) {
-        Ok(g) => g,
+    let (config, _guard) = match weft_telemetry::start("weft-gateway", &cli.common, o) {
+        Ok(started) => started,
         Err(e) => return fail(2, e),
     };
     let secret = match config.required_jwt_secret("router") {

@@ -31,12 +31,8 @@ async fn main() -> ExitCode {
     let mut o = Overrides::default();
     o.set("router", "listen", cli.listen)
         .set("router", "metrics_listen", cli.metrics_listen);
-    let config = match cli.common.load(o) {
-        Ok(c) => c,
-        Err(e) => return fail(2, e),
-    };
-    let _guard = match weft_telemetry::init("weft-router", &config.telemetry) {
-        Ok(g) => g,
+    let (config, _guard) = match weft_telemetry::start("weft-router", &cli.common, o) {
+        Ok(started) => started,
         Err(e) => return fail(2, e),
     };
     let secret = match config.required_jwt_secret("gateway") {

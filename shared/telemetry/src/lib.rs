@@ -190,3 +190,15 @@ pub async fn serve_metrics(
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
+
+/// A binary's start: load the config from its flags, then install telemetry for `service`.
+/// The error is a message for stderr (exit code 2).
+pub fn start(
+    service: &'static str,
+    args: &weft_config::CommonArgs,
+    overrides: weft_config::Overrides,
+) -> Result<(weft_config::Config, TelemetryGuard), String> {
+    let config = args.load(overrides).map_err(|e| e.to_string())?;
+    let guard = init(service, &config.telemetry).map_err(|e| e.to_string())?;
+    Ok((config, guard))
+}
