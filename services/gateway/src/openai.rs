@@ -593,6 +593,7 @@ pub async fn embeddings(
         dimensions: body.dimensions,
         user: body.user.unwrap_or_default(),
         provider_hint: header(&headers, "x-weft-provider"),
+        tier_hint: header(&headers, "x-weft-tier"),
     };
     let res = st.router_embed(&p, req).await.map_err(ApiError::openai)?;
     let b64 = body.encoding_format == Some(EncodingFormat::Base64);

@@ -151,6 +151,7 @@ impl v1::router_server::Router for RouterService {
             dimensions: r.dimensions,
             user: non_empty(r.user),
             provider_hint: r.provider_hint,
+            tier_hint: r.tier_hint,
         };
         let res = self.routing.embed(&req).instrument(span).await?;
         Ok(Response::new(v1::EmbedResponse {

@@ -205,7 +205,11 @@ impl Routing {
     }
 
     pub async fn embed(&self, req: &EmbedRequest) -> Result<EmbedResult, Error> {
-        let candidates = self.resolve(&req.model, req.provider_hint.as_deref(), None)?;
+        let candidates = self.resolve(
+            &req.model,
+            req.provider_hint.as_deref(),
+            req.tier_hint.as_deref(),
+        )?;
         let mut last = None;
         for c in candidates {
             let Some(driver) = self.drivers.get(&c.provider) else {

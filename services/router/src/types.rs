@@ -65,6 +65,7 @@ pub struct EmbedRequest {
     pub dimensions: Option<u32>,
     pub user: Option<String>,
     pub provider_hint: Option<String>,
+    pub tier_hint: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -347,3 +347,21 @@ async fn the_openapi_document_lists_every_route() {
         .unwrap();
     assert!(metrics.contains("weft_gateway_requests_total"), "{metrics}");
 }
+
+#[tokio::test]
+async fn the_tier_header_routes_chat_and_embeddings() {
+    let f = TestFleet::start().await;
+    for path in ["/v1/chat/completions", "/v1/embeddings"] {
+        let body = json!({"model": "whatever", "input": "a", "messages": [{"role": "user", "content": "x"}]});
+        let send = |tier: &'static str| {
+            f.http
+                .post(format!("{}{path}", f.url))
+                .bearer_auth(&f.admin)
+                .header("x-weft-tier", tier)
+                .json(&body)
+                .send()
+        };
+        assert_eq!(send("fast").await.unwrap().status(), 200, "{path}");
+        assert_eq!(send("nope").await.unwrap().status(), 404, "{path}");
+    }
+}
