@@ -198,6 +198,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
+        .route_layer(middleware::from_fn(openai::require_llm_call))
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::OpenAi),
             BearerAuth::middleware,

@@ -353,13 +353,29 @@ fn completion_id() -> String {
     format!("chatcmpl-{}", uuid::Uuid::now_v7().simple())
 }
 
+/// The OpenAI routes all need `llm:call`; checked before the body is read, so a token without
+/// it gets its 403 whatever it sent.
+pub async fn require_llm_call(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.require(Scope::LlmCall))
+    {
+        Some(Ok(())) => next.run(req).await,
+        Some(Err(e)) => ApiError::openai(e).into_response(),
+        None => ApiError::openai(Error::unauthenticated("missing bearer token")).into_response(),
+    }
+}
+
 pub async fn chat_completions(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     headers: HeaderMap,
     ValidJson(body): OpenAiJson<ChatCompletionRequest>,
 ) -> Result<Response> {
-    p.require(Scope::LlmCall).map_err(ApiError::openai)?;
     let (req, stream, include_usage) = to_proto(body, &headers).map_err(ApiError::openai)?;
     let requested_model = req.model.clone();
     let mut events = st.router_chat(&p, req).await.map_err(ApiError::openai)?;
@@ -571,7 +587,6 @@ pub async fn embeddings(
     headers: HeaderMap,
     ValidJson(body): OpenAiJson<EmbeddingsRequest>,
 ) -> Result<Response> {
-    p.require(Scope::LlmCall).map_err(ApiError::openai)?;
     let input = match body.input {
         EmbedInput::One(s) => vec![s],
         EmbedInput::Many(v) => v,
@@ -625,7 +640,6 @@ pub async fn models(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Result<Response> {
-    p.require(Scope::LlmCall).map_err(ApiError::openai)?;
     let list = st.router_models(&p).await.map_err(ApiError::openai)?;
     let data: Vec<Value> = list
         .into_iter()

@@ -259,6 +259,14 @@ async fn a_token_without_llm_call_cannot_call_models() {
             .unwrap()
             .contains("llm:call")
     );
+    let (s, _) = f
+        .post(
+            "/v1/chat/completions",
+            t["token"].as_str().unwrap(),
+            json!({"messages": "bad"}),
+        )
+        .await;
+    assert_eq!(s, 403, "the scope is checked before the body");
 }
 
 #[tokio::test]

@@ -180,8 +180,7 @@ impl OpenAiProvider {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         // The upstream's own message is meant for API callers; keep it short and never echo
         // anything but its `error.message`.
         let detail = resp
@@ -251,6 +250,16 @@ impl OpenAiProvider {
             format!("provider `{}` broke the connection mid-response", self.name),
         )
     }
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); a date in the past is 0.
+fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The OpenAI request body for one turn.
@@ -655,6 +664,21 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "c1", "content": "ok"})
         );
         assert_eq!(b["tools"][0]["function"]["name"], "f");
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
     }
 
     #[test]
