@@ -202,3 +202,42 @@ pub fn start(
     let guard = init(service, &config.telemetry).map_err(|e| e.to_string())?;
     Ok((config, guard))
 }
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    #[test]
+    fn trace_context_crosses_grpc_metadata() {
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let caller = tracing::info_span!("caller");
+            let mut md = tonic::metadata::MetadataMap::new();
+            caller.in_scope(|| inject_trace_context(&mut md));
+            let header = md
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .expect("a traceparent header")
+                .to_owned();
+            let parts: Vec<&str> = header.split('-').collect();
+            assert_eq!(parts.len(), 4, "{header}");
+            assert_eq!(parts[0], "00");
+            let caller_trace = caller.context().span().span_context().trace_id();
+            assert_eq!(parts[1], caller_trace.to_string());
+
+            let callee = tracing::info_span!("callee");
+            adopt_trace_context(&callee, &md);
+            let _entered = callee.enter();
+            assert_eq!(
+                callee.context().span().span_context().trace_id(),
+                caller_trace,
+                "the callee joins the caller's trace"
+            );
+        });
+    }
+}
