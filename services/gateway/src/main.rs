@@ -1,7 +1,6 @@
 //! `weft-gateway`: the public HTTP edge as its own process.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use weft_config::{CommonArgs, Overrides};
@@ -46,7 +45,7 @@ async fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(2, e),
     };
-    let jwt = weft_auth::InternalJwt::new(secret.expose().as_bytes(), Duration::from_secs(60));
+    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
     let listener = match tokio::net::TcpListener::bind(config.gateway.listen).await {
         Ok(l) => l,
         Err(e) => {

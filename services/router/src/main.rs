@@ -1,7 +1,6 @@
 //! `weft-router`: the provider router as its own process.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use weft_config::{CommonArgs, Overrides};
@@ -39,7 +38,7 @@ async fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(2, e),
     };
-    let jwt = weft_auth::InternalJwt::new(secret.expose().as_bytes(), Duration::from_secs(60));
+    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
     let listener = match tokio::net::TcpListener::bind(config.router.listen).await {
         Ok(l) => l,
         Err(e) => return fail(1, format!("cannot listen on {}: {e}", config.router.listen)),

@@ -66,7 +66,7 @@ pub fn internal_jwt(config: &Config) -> InternalJwt {
             b.to_vec()
         }
     };
-    InternalJwt::new(&secret, Duration::from_secs(60))
+    InternalJwt::from_secret(&secret)
 }
 
 impl Fleet {

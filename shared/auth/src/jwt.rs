@@ -23,6 +23,9 @@ struct Claims {
     exp: u64,
 }
 
+/// How long an internal token stays valid. Short: it only has to cover one hop.
+pub const INTERNAL_JWT_TTL: Duration = Duration::from_secs(60);
+
 /// Most entries in either cache; past this a cache is cleared rather than grown.
 const CACHE_LIMIT: usize = 10_000;
 
@@ -51,6 +54,11 @@ impl std::fmt::Debug for InternalJwt {
 }
 
 impl InternalJwt {
+    /// Signs and verifies with `secret`, tokens living [`INTERNAL_JWT_TTL`].
+    pub fn from_secret(secret: &[u8]) -> Self {
+        Self::new(secret, INTERNAL_JWT_TTL)
+    }
+
     /// `secret` should be at least 32 bytes of entropy; `ttl` is how long a token stays valid.
     pub fn new(secret: &[u8], ttl: Duration) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);

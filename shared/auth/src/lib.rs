@@ -12,7 +12,7 @@ mod layers;
 mod resolver;
 mod token;
 
-pub use jwt::{InternalJwt, JWT_AUDIENCE};
+pub use jwt::{INTERNAL_JWT_TTL, InternalJwt, JWT_AUDIENCE};
 pub use layers::{BearerAuth, JwtInterceptor, bearer_token};
 pub use resolver::TokenResolver;
 pub use token::{MintedToken, TOKEN_PREFIX, hash_token, mint_token};
