@@ -5,7 +5,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     unsafe_env_set(&protoc);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = [root.join("weft/v1/router.proto")];
+    let files = [
+        root.join("weft/v1/router.proto"),
+        root.join("weft/v1/substrate.proto"),
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

@@ -20,7 +20,6 @@ use axum::routing::{delete, get, post};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use weft_auth::{BearerAuth, InternalJwt, TokenResolver};
 use weft_config::Config;
@@ -52,46 +51,13 @@ pub struct AppState {
     request_timeout: Duration,
 }
 
-/// How the gateway reaches the router: a gRPC channel over the network, or — inside `weft up`
-/// — the router's gRPC service called in-process (same codec, same interceptor and JWT, no
-/// socket).
-pub type RouterTransport = tower::util::BoxCloneSyncService<
-    http::Request<tonic::body::Body>,
-    http::Response<tonic::body::Body>,
-    TransportError,
->;
-
-/// A transport failure. A concrete type (not `BoxError` itself) so that the generated client's
-/// `Into<StdError>` bound holds for every lifetime inside axum handlers.
-#[derive(Debug)]
-pub struct TransportError(pub tower::BoxError);
-
-impl std::fmt::Display for TransportError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for TransportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(self.0.as_ref())
-    }
-}
+/// How the gateway reaches the router (and the other services it calls).
+pub use weft_proto::transport::{GrpcTransport as RouterTransport, TransportError};
 
 /// A lazily connecting channel to the router at `url`, so the gateway starts (and reports
 /// not-ready) while the router is down.
 pub fn router_channel(url: &str) -> Result<RouterTransport, GatewayError> {
-    use tower::ServiceExt as _;
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|_| GatewayError::RouterUrl(url.to_owned()))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true);
-    let channel: Channel = endpoint.connect_lazy();
-    Ok(tower::util::BoxCloneSyncService::new(
-        channel.map_err(|e| TransportError(Box::new(e))),
-    ))
+    weft_proto::transport::channel(url).map_err(|e| GatewayError::RouterUrl(e.0))
 }
 
 impl AppState {

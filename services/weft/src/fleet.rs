@@ -159,15 +159,7 @@ fn in_process(
     routing: &std::sync::Arc<weft_router::Routing>,
     jwt: &InternalJwt,
 ) -> weft_gateway::RouterTransport {
-    let svc = weft_router::grpc_service(routing.clone(), jwt.clone());
-    let svc = tower::ServiceExt::<http::Request<tonic::body::Body>>::map_err(
-        svc,
-        |e: std::convert::Infallible| -> weft_gateway::TransportError { match e {} },
-    );
-    let svc = tower::ServiceExt::<http::Request<tonic::body::Body>>::map_response(svc, |r| {
-        r.map(tonic::body::Body::new)
-    });
-    tower::util::BoxCloneSyncService::new(svc)
+    weft_proto::transport::in_process(weft_router::grpc_service(routing.clone(), jwt.clone()))
 }
 
 /// Mints the bootstrap admin token on first start and keeps it in `token_file` (mode 0600).

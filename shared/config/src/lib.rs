@@ -39,6 +39,85 @@ pub struct Config {
     pub bootstrap: BootstrapConfig,
     pub redis: RedisConfig,
     pub nats: NatsConfig,
+    pub substrate: SubstrateConfig,
+    pub executor: ExecutorConfig,
+}
+
+/// The substrate: versioned definitions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubstrateConfig {
+    /// Address the gRPC server listens on.
+    pub listen: SocketAddr,
+    /// A folder of `<name>.md` agent definitions (YAML front matter + system prompt body)
+    /// loaded at boot; unset = none.
+    pub agents_dir: Option<PathBuf>,
+    /// Agent definitions given inline, by name, with the same fields as the front matter.
+    pub agents: BTreeMap<String, serde_json::Value>,
+    /// The tenant that boot-loaded definitions belong to.
+    pub boot_tenant: String,
+}
+
+impl Default for SubstrateConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8789)),
+            agents_dir: None,
+            agents: BTreeMap::new(),
+            boot_tenant: "default".into(),
+        }
+    }
+}
+
+/// The run-executor pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecutorConfig {
+    /// The router's gRPC URL; ignored by `weft up`, which wires it in-process.
+    pub router_url: String,
+    /// The substrate's gRPC URL; ignored by `weft up`.
+    pub substrate_url: String,
+    /// Where the standalone executor serves Prometheus `/metrics`; unset = nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How long a lease on a run lasts without a heartbeat, in milliseconds. A dead executor's
+    /// runs are taken over after this (it is also JetStream's ack wait).
+    pub lease_ttl_ms: u64,
+    /// How often a held lease is renewed, in milliseconds; well under `lease_ttl_ms`.
+    pub heartbeat_ms: u64,
+    /// Runs one executor process works on at once.
+    pub max_concurrent_runs: usize,
+    /// Tool calls of one model turn run at once.
+    pub max_parallel_tools: usize,
+    /// Deepest sub-run nesting allowed (a top-level run has depth 0).
+    pub max_depth: u32,
+    /// Deliveries of one dispatch message before JetStream gives up on it.
+    pub max_deliver: i64,
+    /// The operator's outbound host allowlist for the HTTP tool (the floor: agents and callers
+    /// narrow it). `*.example.com` matches subdomains. Empty = no outbound HTTP.
+    pub allowed_hosts: Vec<String>,
+    /// Largest HTTP tool response body kept, in bytes.
+    pub http_max_bytes: usize,
+    /// Time allowed for one HTTP tool request, in milliseconds.
+    pub http_timeout_ms: u64,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            router_url: "http://127.0.0.1:8788".into(),
+            substrate_url: "http://127.0.0.1:8789".into(),
+            metrics_listen: None,
+            lease_ttl_ms: 15_000,
+            heartbeat_ms: 3_000,
+            max_concurrent_runs: 256,
+            max_parallel_tools: 8,
+            max_depth: 4,
+            max_deliver: 20,
+            allowed_hosts: Vec::new(),
+            http_max_bytes: 1024 * 1024,
+            http_timeout_ms: 10_000,
+        }
+    }
 }
 
 /// Redis: cancel flags, fairness leases, quotas (used by later services; `weft doctor` checks it).
@@ -46,12 +125,15 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     pub url: Secret,
+    /// Prefix of every key and channel, so fleets (and tests) can share one Redis.
+    pub prefix: String,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             url: Secret::new("redis://127.0.0.1:6379"),
+            prefix: "weft".into(),
         }
     }
 }
@@ -62,12 +144,16 @@ impl Default for RedisConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     pub url: String,
+    /// Prefix of every subject, stream and consumer name, so fleets (and tests) can share one
+    /// NATS server.
+    pub prefix: String,
 }
 
 impl Default for NatsConfig {
     fn default() -> Self {
         Self {
             url: "nats://127.0.0.1:4222".into(),
+            prefix: "weft".into(),
         }
     }
 }
@@ -85,6 +171,12 @@ pub struct GatewayConfig {
     pub token_cache_ttl_ms: u64,
     /// Deadline for one router call, in seconds.
     pub request_timeout_secs: u64,
+    /// The substrate's gRPC URL; ignored by `weft up`, which wires it in-process.
+    pub substrate_url: String,
+    /// Runs one tenant may have admitted (queued or running) at once; more get 429.
+    pub tenant_max_concurrent_runs: u32,
+    /// How long an admission slot lasts without being renewed by the executor, in seconds.
+    pub admission_lease_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -95,6 +187,9 @@ impl Default for GatewayConfig {
             max_body_bytes: 4 * 1024 * 1024,
             token_cache_ttl_ms: 1000,
             request_timeout_secs: 600,
+            substrate_url: "http://127.0.0.1:8789".into(),
+            tenant_max_concurrent_runs: 1000,
+            admission_lease_secs: 600,
         }
     }
 }
@@ -370,6 +465,41 @@ impl Config {
                 "gateway.max_body_bytes must be at least 1024, got {}",
                 self.gateway.max_body_bytes
             ));
+        }
+        let e = &self.executor;
+        if e.heartbeat_ms == 0 || e.heartbeat_ms.saturating_mul(2) > e.lease_ttl_ms {
+            return bad(format!(
+                "executor.heartbeat_ms must be positive and at most half of executor.lease_ttl_ms ({}), got {}",
+                e.lease_ttl_ms, e.heartbeat_ms
+            ));
+        }
+        for (field, v) in [
+            ("max_concurrent_runs", e.max_concurrent_runs),
+            ("max_parallel_tools", e.max_parallel_tools),
+        ] {
+            if v == 0 {
+                return bad(format!("executor.{field} must be at least 1, got 0"));
+            }
+        }
+        if e.max_deliver < 2 {
+            return bad(format!(
+                "executor.max_deliver must be at least 2 so a crashed executor's runs are redelivered, got {}",
+                e.max_deliver
+            ));
+        }
+        for (section, prefix) in [("nats", &self.nats.prefix), ("redis", &self.redis.prefix)] {
+            if prefix.is_empty()
+                || !prefix
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return bad(format!(
+                    "{section}.prefix must be non-empty letters, digits, '-' or '_', got {prefix:?}"
+                ));
+            }
+        }
+        if self.gateway.tenant_max_concurrent_runs == 0 {
+            return bad("gateway.tenant_max_concurrent_runs must be at least 1, got 0".into());
         }
         for (name, p) in &self.router.providers {
             if name.is_empty() || name.contains('/') || name.contains(':') {

@@ -54,6 +54,11 @@ uuid_id!(
     TokenId
 );
 
+uuid_id!(
+    /// The id of an agent run.
+    RunId
+);
+
 /// A tenant: a lowercase slug of 1–63 characters `[a-z0-9-]`, starting with a letter or digit.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]

@@ -2,11 +2,13 @@
 //! to, the content-block message model, and the closed set of error codes with their mapping to
 //! HTTP, gRPC and the OpenAI error shape.
 
+pub mod agent;
 pub mod error;
 pub mod ids;
 pub mod message;
 pub mod principal;
+pub mod run;
 
 pub use error::{Error, ErrorCode};
-pub use ids::{TenantId, TokenId};
+pub use ids::{RunId, TenantId, TokenId};
 pub use principal::{Principal, Scope, Scopes};

@@ -11,5 +11,6 @@ pub mod v1 {
 }
 
 mod convert;
+pub mod transport;
 
 pub use convert::*;

@@ -1,0 +1,3 @@
+//! `weft-executor`: the run executor as its own process.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! The `HTTP` tool (to be written).

@@ -1,0 +1,1 @@
+//! The substrate: versioned, content-addressed, tenant-scoped definitions, served over gRPC.

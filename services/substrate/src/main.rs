@@ -1,0 +1,3 @@
+//! `weft-substrate`: the definitions service as its own process.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! Redis keys and scripts.
