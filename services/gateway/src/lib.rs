@@ -26,6 +26,7 @@ use weft_config::Config;
 use weft_core::{Error, Principal};
 use weft_proto::v1;
 use weft_proto::v1::router_client::RouterClient;
+use weft_proto::v1::substrate_client::SubstrateClient;
 use weft_store::TokenStore;
 
 use crate::error::{ApiError, Shape, from_status, render};
@@ -48,6 +49,8 @@ pub struct AppState {
     pub resolver: TokenResolver,
     pub jwt: InternalJwt,
     router: RouterClient<RouterTransport>,
+    /// The substrate (definitions), over gRPC.
+    pub substrate: SubstrateClient<RouterTransport>,
     request_timeout: Duration,
 }
 
@@ -62,7 +65,13 @@ pub fn router_channel(url: &str) -> Result<RouterTransport, GatewayError> {
 
 impl AppState {
     /// Builds the state around a transport to the router.
-    pub fn new(pool: PgPool, config: &Config, jwt: InternalJwt, router: RouterTransport) -> Self {
+    pub fn new(
+        pool: PgPool,
+        config: &Config,
+        jwt: InternalJwt,
+        router: RouterTransport,
+        substrate: RouterTransport,
+    ) -> Self {
         let tokens = TokenStore::new(pool.clone());
         // Install the metrics recorder before the first request records anything.
         let _ = weft_telemetry::prometheus();
@@ -75,12 +84,13 @@ impl AppState {
             pool,
             jwt,
             router: RouterClient::new(router),
+            substrate: SubstrateClient::new(substrate),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
         }
     }
 
     /// A router request carrying the principal's internal JWT and the trace context.
-    fn internal<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
+    pub fn internal<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
         let mut req = tonic::Request::new(msg);
         let token = self.jwt.sign(p)?;
         let value = format!("Bearer {token}")
@@ -92,7 +102,7 @@ impl AppState {
     }
 
     /// Bounds a router call by `gateway.request_timeout_secs`.
-    async fn deadline<T>(
+    pub async fn deadline<T>(
         &self,
         call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, Error> {
@@ -273,6 +283,7 @@ pub async fn connect(
     config: &Config,
     jwt: InternalJwt,
     router: RouterTransport,
+    substrate: RouterTransport,
 ) -> Result<AppState, GatewayError> {
     let pool = weft_store::connect(
         config.database.url.expose(),
@@ -282,7 +293,7 @@ pub async fn connect(
     if config.database.migrate_on_start {
         weft_store::migrate(&pool).await?;
     }
-    Ok(AppState::new(pool, config, jwt, router))
+    Ok(AppState::new(pool, config, jwt, router, substrate))
 }
 
 /// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.
@@ -311,6 +322,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), GatewayError> {
     let router = router_channel(&config.gateway.router_url)?;
-    let state = connect(&config, jwt, router).await?;
+    let substrate = router_channel(&config.gateway.substrate_url)?;
+    let state = connect(&config, jwt, router, substrate).await?;
     serve(listener, state, config.gateway.max_body_bytes, shutdown).await
 }

@@ -59,7 +59,11 @@ async fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(2, e),
     };
-    let state = match weft_gateway::connect(&config, jwt, router).await {
+    let substrate = match weft_gateway::router_channel(&config.gateway.substrate_url) {
+        Ok(r) => r,
+        Err(e) => return fail(2, e),
+    };
+    let state = match weft_gateway::connect(&config, jwt, router, substrate).await {
         Ok(s) => s,
         Err(e) => return fail(1, e),
     };

@@ -97,7 +97,10 @@ impl Fleet {
             .map_err(|e| FleetError::Bind(config.router.listen, e))?;
 
         let routing = weft_router::build(&config)?;
-        let state = weft_gateway::connect(&config, jwt.clone(), in_process(&routing, &jwt)).await?;
+        let substrate = weft_gateway::router_channel(&config.gateway.substrate_url)?;
+        let state =
+            weft_gateway::connect(&config, jwt.clone(), in_process(&routing, &jwt), substrate)
+                .await?;
         let (admin_token, minted, saved) =
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 

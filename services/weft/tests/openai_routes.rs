@@ -279,7 +279,9 @@ async fn a_router_that_is_down_gives_503_with_a_clear_message() {
         .unwrap();
     let jwt = weft::fleet::internal_jwt(&config);
     let router = weft_gateway::router_channel(&format!("http://{free}")).unwrap();
-    let state = weft_gateway::connect(&config, jwt, router).await.unwrap();
+    let state = weft_gateway::connect(&config, jwt, router.clone(), router)
+        .await
+        .unwrap();
     let (_, token) = weft_gateway::tokens::create_token(
         &state.tokens,
         None,
