@@ -1,4 +1,273 @@
 //! The executor: pulls runs from JetStream, takes a fenced lease on each, and runs the agent
 //! loop (model → tool_use → tool_result) against the router, persisting every step.
+//!
+//! One process works on up to `executor.max_concurrent_runs` runs. For each dispatch it pulls,
+//! it takes the run's lease (bumping the epoch that fences every later write), rebuilds the
+//! loop state from the transcript, and drives [`machine::next_action`] until the run finishes,
+//! parks or the lease is lost. A heartbeat renews the lease and tells JetStream the work is in
+//! progress; when a process dies, both lapse, JetStream redelivers, and another executor resumes
+//! from the transcript.
 
+mod driver;
+pub mod machine;
 pub mod tools;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use weft_auth::InternalJwt;
+use weft_bus::{Bus, DispatchPolicy};
+use weft_config::{Config, ExecutorConfig};
+use weft_coord::{ControlOp, ControlSignal, Coord};
+use weft_core::RunId;
+use weft_core::agent::AgentContent;
+use weft_proto::transport::GrpcTransport;
+use weft_proto::v1::router_client::RouterClient;
+use weft_proto::v1::substrate_client::SubstrateClient;
+use weft_store::RunStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("executor: {0}")]
+    Store(#[from] weft_store::StoreError),
+    #[error("executor: {0}")]
+    Bus(#[from] weft_bus::BusError),
+    #[error("executor: {0}")]
+    Coord(#[from] weft_coord::CoordError),
+    #[error("executor: {0}")]
+    Config(String),
+}
+
+/// A run this process holds: how to stop it and how to tell it input arrived.
+struct Held {
+    cancel: CancellationToken,
+    input: Arc<Notify>,
+}
+
+/// Shared by every run task of this process.
+pub(crate) struct Inner {
+    pub store: RunStore,
+    pub bus: Bus,
+    pub coord: Coord,
+    pub router: RouterClient<GrpcTransport>,
+    pub substrate: SubstrateClient<GrpcTransport>,
+    pub jwt: InternalJwt,
+    pub cfg: ExecutorConfig,
+    pub admission_lease: Duration,
+    /// This process's lease-owner id.
+    pub owner: String,
+    pub http: tools::http::HttpTool,
+    held: Mutex<HashMap<RunId, Held>>,
+    /// Agent definitions by content hash: immutable, so cached forever.
+    defs: Mutex<HashMap<String, Arc<AgentContent>>>,
+}
+
+impl Inner {
+    fn hold(&self, run: RunId) -> (CancellationToken, Arc<Notify>) {
+        let held = Held {
+            cancel: CancellationToken::new(),
+            input: Arc::new(Notify::new()),
+        };
+        let out = (held.cancel.clone(), held.input.clone());
+        if let Ok(mut m) = self.held.lock() {
+            m.insert(run, held);
+        }
+        out
+    }
+
+    fn unhold(&self, run: RunId) {
+        if let Ok(mut m) = self.held.lock() {
+            m.remove(&run);
+        }
+    }
+
+    fn cached_def(&self, hash: &str) -> Option<Arc<AgentContent>> {
+        self.defs.lock().ok()?.get(hash).cloned()
+    }
+
+    fn cache_def(&self, hash: &str, def: Arc<AgentContent>) {
+        if let Ok(mut m) = self.defs.lock() {
+            m.insert(hash.to_owned(), def);
+        }
+    }
+
+    /// Applies a control message to a held run.
+    fn control(&self, run: RunId, op: ControlOp) {
+        let Ok(m) = self.held.lock() else { return };
+        if let Some(h) = m.get(&run) {
+            match op {
+                ControlOp::Cancel => h.cancel.cancel(),
+                ControlOp::Input => h.input.notify_one(),
+            }
+        }
+    }
+
+    fn held_runs(&self) -> Vec<RunId> {
+        self.held
+            .lock()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// An executor process's worth of state.
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+impl Executor {
+    /// Connects Postgres (migrating when configured), NATS and Redis.
+    pub async fn connect(
+        config: &Config,
+        jwt: InternalJwt,
+        router: GrpcTransport,
+        substrate: GrpcTransport,
+    ) -> Result<Self, ExecutorError> {
+        let pool = weft_store::connect(
+            config.database.url.expose(),
+            config.database.max_connections,
+        )
+        .await?;
+        if config.database.migrate_on_start {
+            weft_store::migrate(&pool).await?;
+        }
+        let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
+        let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
+        let http = tools::http::HttpTool::new(&config.executor)
+            .map_err(|e| ExecutorError::Config(e.to_string()))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store: RunStore::new(pool),
+                bus,
+                coord,
+                router: RouterClient::new(router),
+                substrate: SubstrateClient::new(substrate),
+                jwt,
+                cfg: config.executor.clone(),
+                admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
+                owner: format!("executor-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
+                http,
+                held: Mutex::new(HashMap::new()),
+                defs: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// This process's lease-owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// Pulls and runs work until `shutdown`; then stops pulling, lets held runs stop at their
+    /// next await point (released for another executor) and returns.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ExecutorError> {
+        let inner = self.inner.clone();
+        let cfg = &inner.cfg;
+        let consumer = inner
+            .bus
+            .dispatch_consumer(DispatchPolicy {
+                ack_wait: Duration::from_millis(cfg.lease_ttl_ms),
+                max_deliver: cfg.max_deliver,
+                max_ack_pending: 100_000,
+            })
+            .await?;
+        let mut control = inner.coord.control_listener(shutdown.clone());
+        let ctl_inner = inner.clone();
+        let ctl_stop = shutdown.clone();
+        let control_task = tokio::spawn(async move {
+            loop {
+                let sig = tokio::select! {
+                    () = ctl_stop.cancelled() => return,
+                    s = control.recv() => s,
+                };
+                match sig {
+                    Some(ControlSignal::Message(c)) => ctl_inner.control(c.run_id, c.op),
+                    // Messages sent while the subscription was down are lost: re-check flags.
+                    Some(ControlSignal::Resubscribed) => {
+                        for run in ctl_inner.held_runs() {
+                            if ctl_inner.coord.is_cancelled(run).await.unwrap_or(false) {
+                                ctl_inner.control(run, ControlOp::Cancel);
+                            }
+                        }
+                    }
+                    None => return,
+                }
+            }
+        });
+
+        let slots = Arc::new(Semaphore::new(cfg.max_concurrent_runs));
+        let batch = cfg.max_concurrent_runs.clamp(1, 64);
+        let mut tasks = tokio::task::JoinSet::new();
+        tracing::info!(owner = %inner.owner, "executor pulling runs");
+        'outer: while !shutdown.is_cancelled() {
+            let mut messages = match consumer
+                .stream()
+                .max_messages_per_batch(batch)
+                .messages()
+                .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot pull from jetstream; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            loop {
+                let permit = tokio::select! {
+                    () = shutdown.cancelled() => break 'outer,
+                    p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break 'outer },
+                };
+                let msg = tokio::select! {
+                    () = shutdown.cancelled() => break 'outer,
+                    m = messages.next() => m,
+                };
+                match msg {
+                    Some(Ok(msg)) => {
+                        let inner = inner.clone();
+                        let stop = shutdown.clone();
+                        tasks.spawn(async move {
+                            driver::handle(inner, msg, stop).await;
+                            drop(permit);
+                        });
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "jetstream pull failed; re-subscribing");
+                        break;
+                    }
+                    None => break,
+                }
+                // Reap finished tasks so the set does not grow.
+                while tasks.try_join_next().is_some() {}
+            }
+        }
+        // Drain: held runs see the shutdown token and release themselves.
+        while tasks.join_next().await.is_some() {}
+        control_task.abort();
+        tracing::info!("executor stopped");
+        Ok(())
+    }
+}
+
+/// Connects and runs: the whole executor for its own binary.
+pub async fn run(
+    config: Config,
+    jwt: InternalJwt,
+    shutdown: CancellationToken,
+) -> Result<(), ExecutorError> {
+    let router = weft_proto::transport::channel(&config.executor.router_url)
+        .map_err(|e| ExecutorError::Config(format!("executor.router_url: {e}")))?;
+    let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
+        .map_err(|e| ExecutorError::Config(format!("executor.substrate_url: {e}")))?;
+    Executor::connect(&config, jwt, router, substrate)
+        .await?
+        .run(shutdown)
+        .await
+}

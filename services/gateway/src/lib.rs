@@ -8,6 +8,7 @@ pub mod extract;
 mod health;
 mod openai;
 mod openapi;
+pub mod runs;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -22,12 +23,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use weft_auth::{BearerAuth, InternalJwt, TokenResolver};
+use weft_bus::Bus;
 use weft_config::Config;
+use weft_coord::Coord;
 use weft_core::{Error, Principal};
 use weft_proto::v1;
 use weft_proto::v1::router_client::RouterClient;
 use weft_proto::v1::substrate_client::SubstrateClient;
-use weft_store::TokenStore;
+use weft_store::{RunStore, TokenStore};
 
 use crate::error::{ApiError, Shape, from_status, render};
 
@@ -37,6 +40,10 @@ pub enum GatewayError {
     Store(#[from] weft_store::StoreError),
     #[error("gateway: gateway.router_url {0:?} is not a valid URL")]
     RouterUrl(String),
+    #[error("gateway: {0}")]
+    Bus(#[from] weft_bus::BusError),
+    #[error("gateway: {0}")]
+    Coord(#[from] weft_coord::CoordError),
     #[error("gateway: serving failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -51,6 +58,13 @@ pub struct AppState {
     router: RouterClient<RouterTransport>,
     /// The substrate (definitions), over gRPC.
     pub substrate: SubstrateClient<RouterTransport>,
+    pub runs: RunStore,
+    pub bus: Bus,
+    pub coord: Coord,
+    /// Runs one tenant may have admitted at once.
+    pub tenant_max_runs: u32,
+    /// How long an admission slot lasts unless renewed.
+    pub admission_lease: Duration,
     request_timeout: Duration,
 }
 
@@ -71,8 +85,11 @@ impl AppState {
         jwt: InternalJwt,
         router: RouterTransport,
         substrate: RouterTransport,
+        bus: Bus,
+        coord: Coord,
     ) -> Self {
         let tokens = TokenStore::new(pool.clone());
+        let runs = RunStore::new(pool.clone());
         // Install the metrics recorder before the first request records anything.
         let _ = weft_telemetry::prometheus();
         Self {
@@ -85,6 +102,11 @@ impl AppState {
             jwt,
             router: RouterClient::new(router),
             substrate: SubstrateClient::new(substrate),
+            runs,
+            bus,
+            coord,
+            tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
+            admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
         }
     }
@@ -186,6 +208,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
             post(tokens::create_token_handler).get(tokens::list_tokens_handler),
         )
         .route("/v1/tokens/{id}", delete(tokens::revoke_token_handler))
+        .merge(runs::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,
@@ -293,7 +316,12 @@ pub async fn connect(
     if config.database.migrate_on_start {
         weft_store::migrate(&pool).await?;
     }
-    Ok(AppState::new(pool, config, jwt, router, substrate))
+    let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
+    bus.ensure_dispatch_stream().await?;
+    let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
+    Ok(AppState::new(
+        pool, config, jwt, router, substrate, bus, coord,
+    ))
 }
 
 /// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.

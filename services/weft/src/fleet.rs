@@ -27,6 +27,8 @@ pub enum FleetError {
     Gateway(#[from] weft_gateway::GatewayError),
     #[error("{0}")]
     Store(#[from] weft_store::StoreError),
+    #[error("{0}")]
+    Executor(#[from] weft_executor::ExecutorError),
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
     #[error("bootstrap token: {0}")]
@@ -98,9 +100,26 @@ impl Fleet {
 
         let routing = weft_router::build(&config)?;
         let substrate = weft_gateway::router_channel(&config.gateway.substrate_url)?;
-        let state =
-            weft_gateway::connect(&config, jwt.clone(), in_process(&routing, &jwt), substrate)
-                .await?;
+        let state = weft_gateway::connect(
+            &config,
+            jwt.clone(),
+            in_process(&routing, &jwt),
+            substrate.clone(),
+        )
+        .await?;
+        let executor = if config.executor.embedded {
+            Some(
+                weft_executor::Executor::connect(
+                    &config,
+                    jwt.clone(),
+                    in_process(&routing, &jwt),
+                    substrate,
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         let (admin_token, minted, saved) =
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
@@ -112,6 +131,15 @@ impl Fleet {
                 stop.cancel();
             }
         }));
+        if let Some(executor) = executor {
+            let stop = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = executor.run(stop.clone()).await {
+                    tracing::error!(error = %e, "executor stopped");
+                    stop.cancel();
+                }
+            }));
+        }
         let stop = shutdown.clone();
         let max_body = config.gateway.max_body_bytes;
         tasks.push(tokio::spawn(async move {

@@ -55,6 +55,9 @@ enum Cmd {
     Token(TokenCmd),
     /// Check the config, Postgres, Redis, NATS and ports; exit 1 if any check fails.
     Doctor,
+    /// Run only a run executor, against the router and substrate at executor.router_url and
+    /// executor.substrate_url (needs auth.internal_jwt_secret shared with them).
+    Executor,
 }
 
 #[derive(Subcommand, Debug)]
@@ -133,6 +136,21 @@ async fn main() -> ExitCode {
         },
         Cmd::Token(t) => token(&config, t).await,
         Cmd::Doctor => ExitCode::SUCCESS,
+        Cmd::Executor => executor(config).await,
+    }
+}
+
+async fn executor(config: weft_config::Config) -> ExitCode {
+    let secret = match config.required_jwt_secret("router") {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
+    match weft_executor::run(config, jwt, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
     }
 }
 

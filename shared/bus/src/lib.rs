@@ -1,1 +1,228 @@
-//! NATS subjects and JetStream dispatch.
+//! weft's use of NATS, in one place: every subject, stream and consumer name is built here
+//! (never as a literal elsewhere), and so are the two ways runs travel — the JetStream
+//! work-queue that dispatches runs to executors, and the core subjects that carry a run's live
+//! events to whoever is watching.
+//!
+//! Every name starts with a configurable prefix so several fleets (and parallel tests) share one
+//! NATS server without seeing each other.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use serde::{Deserialize, Serialize};
+use weft_core::{RunId, TenantId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("nats: cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    #[error("nats: {0}")]
+    Nats(String),
+}
+
+fn nats_err(e: impl std::fmt::Display) -> BusError {
+    BusError::Nats(e.to_string())
+}
+
+/// The names of everything weft keeps in NATS, under one prefix.
+#[derive(Clone, Debug)]
+pub struct Names {
+    prefix: String,
+}
+
+impl Names {
+    /// `prefix` is letters, digits, `-` and `_` (checked by the config).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The work-queue stream holding run dispatches (stream names cannot contain `.`).
+    pub fn dispatch_stream(&self) -> String {
+        format!("{}_RUNS", self.prefix.to_uppercase())
+    }
+
+    /// The subject a dispatch is published on.
+    pub fn dispatch_subject(&self) -> String {
+        format!("{}.dispatch.runs", self.prefix)
+    }
+
+    /// The one durable pull consumer all executors share.
+    pub fn executor_consumer(&self) -> String {
+        format!("{}_executors", self.prefix)
+    }
+
+    /// Live events of one run.
+    pub fn run_events(&self, run: RunId) -> String {
+        format!("{}.run.{run}.events", self.prefix)
+    }
+}
+
+/// "Run this run": what an executor pulls. The run row holds everything else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub run_id: RunId,
+    pub tenant: TenantId,
+}
+
+/// A run event as it travels live. `seq` is the transcript position of a persisted event; a
+/// live-only event (`text_delta`) carries the seq of the last persisted event before it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LiveEvent {
+    pub seq: i64,
+    pub kind: String,
+    /// Whether the event is in the transcript (false for `text_delta`).
+    pub persisted: bool,
+    pub data: serde_json::Value,
+}
+
+/// How dispatch behaves; set once by whoever creates the consumer.
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchPolicy {
+    /// Redelivery happens when an executor neither acks nor reports progress for this long.
+    pub ack_wait: Duration,
+    /// Deliveries of one message before JetStream gives up on it.
+    pub max_deliver: i64,
+    /// Messages delivered but not yet acked, across all executors.
+    pub max_ack_pending: i64,
+}
+
+/// A connection to NATS with weft's names.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    names: Names,
+}
+
+impl Bus {
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, BusError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("weft")
+            .connect(url)
+            .await
+            .map_err(|source| BusError::Connect {
+                url: url.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            js: jetstream::new(client.clone()),
+            client,
+            names: Names::new(prefix),
+        })
+    }
+
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// Creates the dispatch stream if it is missing. Idempotent; every replica calls it.
+    pub async fn ensure_dispatch_stream(&self) -> Result<stream::Stream, BusError> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: self.names.dispatch_stream(),
+                subjects: vec![self.names.dispatch_subject()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(nats_err)
+    }
+
+    /// The executors' shared durable pull consumer, created if missing. An existing consumer
+    /// keeps the policy it was created with.
+    pub async fn dispatch_consumer(
+        &self,
+        policy: DispatchPolicy,
+    ) -> Result<consumer::PullConsumer, BusError> {
+        let stream = self.ensure_dispatch_stream().await?;
+        let name = self.names.executor_consumer();
+        stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: policy.ack_wait,
+                    max_deliver: policy.max_deliver,
+                    max_ack_pending: policy.max_ack_pending,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(nats_err)
+    }
+
+    /// Publishes a dispatch and waits for JetStream to store it.
+    pub async fn dispatch(&self, d: &Dispatch) -> Result<(), BusError> {
+        let payload = serde_json::to_vec(d).map_err(nats_err)?;
+        self.js
+            .publish(self.names.dispatch_subject(), payload.into())
+            .await
+            .map_err(nats_err)?
+            .await
+            .map_err(nats_err)?;
+        Ok(())
+    }
+
+    /// Publishes a live event of `run` (at most once; watchers fill gaps from Postgres).
+    pub async fn publish_event(&self, run: RunId, ev: &LiveEvent) -> Result<(), BusError> {
+        let payload = serde_json::to_vec(ev).map_err(nats_err)?;
+        self.client
+            .publish(self.names.run_events(run), payload.into())
+            .await
+            .map_err(nats_err)
+    }
+
+    /// Subscribes to `run`'s live events. The subscription is registered with the server once
+    /// this returns (flushed), so nothing published afterwards is missed.
+    pub async fn subscribe_events(&self, run: RunId) -> Result<async_nats::Subscriber, BusError> {
+        let sub = self
+            .client
+            .subscribe(self.names.run_events(run))
+            .await
+            .map_err(nats_err)?;
+        self.client.flush().await.map_err(nats_err)?;
+        Ok(sub)
+    }
+
+    /// Whether the server answers.
+    pub async fn ping(&self) -> Result<(), BusError> {
+        self.client.flush().await.map_err(nats_err)
+    }
+}
+
+/// Decodes a live event from a NATS message payload.
+pub fn decode_event(payload: &[u8]) -> Option<LiveEvent> {
+    serde_json::from_slice(payload).ok()
+}
+
+/// Decodes a dispatch from a JetStream message payload.
+pub fn decode_dispatch(payload: &[u8]) -> Option<Dispatch> {
+    serde_json::from_slice(payload).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_share_the_prefix() {
+        let n = Names::new("t1");
+        assert_eq!(n.dispatch_stream(), "T1_RUNS");
+        assert_eq!(n.dispatch_subject(), "t1.dispatch.runs");
+        assert_eq!(n.executor_consumer(), "t1_executors");
+        let r = RunId::new();
+        assert_eq!(n.run_events(r), format!("t1.run.{r}.events"));
+    }
+}

@@ -73,6 +73,9 @@ impl Default for SubstrateConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExecutorConfig {
+    /// Whether `weft up` runs an executor in its own process (set false when executors run as
+    /// separate `weft-executor` processes).
+    pub embedded: bool,
     /// The router's gRPC URL; ignored by `weft up`, which wires it in-process.
     pub router_url: String,
     /// The substrate's gRPC URL; ignored by `weft up`.
@@ -99,11 +102,16 @@ pub struct ExecutorConfig {
     pub http_max_bytes: usize,
     /// Time allowed for one HTTP tool request, in milliseconds.
     pub http_timeout_ms: u64,
+    /// CIDRs (`10.20.0.0/16`, `127.0.0.1/32`) the HTTP tool may connect to although they are
+    /// private, loopback or otherwise non-public: an operator's trusted internal range. The host
+    /// allowlist still applies. Empty = every non-public address is refused.
+    pub http_private_exempt: Vec<String>,
 }
 
 impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
+            embedded: true,
             router_url: "http://127.0.0.1:8788".into(),
             substrate_url: "http://127.0.0.1:8789".into(),
             metrics_listen: None,
@@ -116,6 +124,7 @@ impl Default for ExecutorConfig {
             allowed_hosts: Vec::new(),
             http_max_bytes: 1024 * 1024,
             http_timeout_ms: 10_000,
+            http_private_exempt: Vec::new(),
         }
     }
 }
@@ -487,6 +496,11 @@ impl Config {
                 e.max_deliver
             ));
         }
+        if let Some(cidr) = e.http_private_exempt.iter().find(|c| !is_cidr(c)) {
+            return bad(format!(
+                "executor.http_private_exempt: {cidr:?} is not a CIDR; write an address and a prefix length, like \"10.20.0.0/16\" or \"127.0.0.1/32\""
+            ));
+        }
         for (section, prefix) in [("nats", &self.nats.prefix), ("redis", &self.redis.prefix)] {
             if prefix.is_empty()
                 || !prefix
@@ -579,6 +593,25 @@ impl Config {
     }
 }
 
+/// Whether `s` is `<IPv4 or IPv6 address>/<prefix length>` with the length in range: what the
+/// executor's CIDR parser (`ipnet`) accepts.
+fn is_cidr(s: &str) -> bool {
+    let Some((addr, len)) = s.split_once('/') else {
+        return false;
+    };
+    if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let Ok(len) = len.parse::<u8>() else {
+        return false;
+    };
+    match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => len <= 32,
+        Ok(std::net::IpAddr::V6(_)) => len <= 128,
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 #[expect(
     clippy::result_large_err,
@@ -595,6 +628,27 @@ mod tests {
             c.router.providers["mock"],
             ProviderConfig::Mock(_)
         ));
+    }
+
+    #[test]
+    fn http_private_exempt_entries_must_be_cidrs() {
+        let mut c = Config::default();
+        c.executor.http_private_exempt = vec!["127.0.0.1/32".into(), "fd00::/8".into()];
+        c.validate().unwrap();
+        for bad in [
+            "127.0.0.1",
+            "10.0.0.0/33",
+            "::1/129",
+            "example.com/8",
+            "10.0.0.0/+8",
+        ] {
+            c.executor.http_private_exempt = vec![bad.into()];
+            let err = c.validate().unwrap_err().to_string();
+            assert!(
+                err.contains("executor.http_private_exempt") && err.contains(bad),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -1,1 +1,367 @@
-//! Redis keys and scripts.
+//! weft's use of Redis, in one place: every key, channel and Lua script is here. Redis holds
+//! nothing that must survive a restart — run cancel flags, the control channel that tells the
+//! executor holding a run about a cancel or new input, and per-tenant admission leases.
+//!
+//! The connection is made lazily and every call is bounded by a short timeout, so a service
+//! starts while Redis is down and callers can fail closed with a clear error.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use redis::AsyncCommands as _;
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OnceCell, mpsc};
+use tokio_util::sync::CancellationToken;
+use weft_core::{RunId, TenantId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordError {
+    #[error("redis is unreachable: {0}")]
+    Unavailable(String),
+}
+
+fn unavailable(e: impl std::fmt::Display) -> CoordError {
+    CoordError::Unavailable(e.to_string())
+}
+
+/// Every Redis key and channel weft uses, under one prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// Set when a run is cancelled; read by the executor at each step.
+    pub fn cancel_flag(&self, run: RunId) -> String {
+        format!("{}:cancel:{run}", self.prefix)
+    }
+
+    /// Pub/sub channel carrying [`Control`] messages to executors.
+    pub fn control_channel(&self) -> String {
+        format!("{}:control", self.prefix)
+    }
+
+    /// Sorted set of a tenant's admitted runs, scored by lease expiry (ms since the epoch).
+    pub fn admission(&self, tenant: &TenantId) -> String {
+        format!("{}:admission:{tenant}", self.prefix)
+    }
+}
+
+/// What the control channel says about a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlOp {
+    /// Stop the run at the next await point.
+    Cancel,
+    /// New input is waiting for the run.
+    Input,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Control {
+    pub run_id: RunId,
+    pub op: ControlOp,
+}
+
+/// The outcome of asking for an admission slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Admitted,
+    /// The tenant is at its limit; try again after this long.
+    Full {
+        retry_after: Duration,
+    },
+}
+
+/// Admits `ARGV[3]` into the tenant's set when it holds fewer than `ARGV[2]` live leases.
+/// Expired leases are dropped first; re-admitting a member renews it. Time comes from the
+/// Redis server so gateways with skewed clocks agree.
+const ADMIT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) or redis.call('ZCARD', KEYS[1]) < limit then
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) - now)
+";
+
+/// Renews a member's lease only if it is still admitted.
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+  end
+  return 1
+end
+return 0
+";
+
+/// How long a cancel flag outlives the cancel (a run that is queued that long has bigger
+/// problems; its row records the cancel anyway).
+const CANCEL_FLAG_TTL_SECS: u64 = 24 * 3600;
+
+/// A lazily connected Redis with weft's keys.
+#[derive(Clone)]
+pub struct Coord {
+    client: redis::Client,
+    conn: std::sync::Arc<OnceCell<ConnectionManager>>,
+    keys: Keys,
+    timeout: Duration,
+    admit: std::sync::Arc<redis::Script>,
+    renew: std::sync::Arc<redis::Script>,
+}
+
+impl std::fmt::Debug for Coord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coord").field("keys", &self.keys).finish()
+    }
+}
+
+impl Coord {
+    /// Parses `url`; connects on first use.
+    pub fn new(url: &str, prefix: &str) -> Result<Self, CoordError> {
+        Ok(Self {
+            client: redis::Client::open(url).map_err(unavailable)?,
+            conn: std::sync::Arc::new(OnceCell::new()),
+            keys: Keys::new(prefix),
+            timeout: Duration::from_secs(1),
+            admit: std::sync::Arc::new(redis::Script::new(ADMIT)),
+            renew: std::sync::Arc::new(redis::Script::new(RENEW)),
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, CoordError> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        self.conn
+            .get_or_try_init(|| async {
+                self.client
+                    .get_connection_manager_with_config(config)
+                    .await
+                    .map_err(unavailable)
+            })
+            .await
+            .cloned()
+    }
+
+    /// Takes an admission slot for `member` (a run id) in the tenant's set of at most `limit`.
+    pub async fn admit(
+        &self,
+        tenant: &TenantId,
+        member: RunId,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Admission, CoordError> {
+        let mut c = self.conn().await?;
+        let wait_ms: u64 = self
+            .admit
+            .key(self.keys.admission(tenant))
+            .arg(millis(lease))
+            .arg(limit)
+            .arg(member.to_string())
+            .invoke_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(if wait_ms == 0 {
+            Admission::Admitted
+        } else {
+            Admission::Full {
+                retry_after: Duration::from_millis(wait_ms),
+            }
+        })
+    }
+
+    /// Extends a held slot; false when it had already lapsed.
+    pub async fn renew(
+        &self,
+        tenant: &TenantId,
+        member: RunId,
+        lease: Duration,
+    ) -> Result<bool, CoordError> {
+        let mut c = self.conn().await?;
+        let kept: i64 = self
+            .renew
+            .key(self.keys.admission(tenant))
+            .arg(millis(lease))
+            .arg(member.to_string())
+            .invoke_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(kept == 1)
+    }
+
+    /// Gives a slot back.
+    pub async fn release(&self, tenant: &TenantId, member: RunId) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let _: i64 = c
+            .zrem(self.keys.admission(tenant), member.to_string())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Sets the run's cancel flag and tells every executor.
+    pub async fn cancel(&self, run: RunId) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let _: () = c
+            .set_ex(self.keys.cancel_flag(run), 1, CANCEL_FLAG_TTL_SECS)
+            .await
+            .map_err(unavailable)?;
+        self.publish(
+            &mut c,
+            Control {
+                run_id: run,
+                op: ControlOp::Cancel,
+            },
+        )
+        .await
+    }
+
+    /// Tells the executor holding `run` that input is waiting.
+    pub async fn notify_input(&self, run: RunId) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        self.publish(
+            &mut c,
+            Control {
+                run_id: run,
+                op: ControlOp::Input,
+            },
+        )
+        .await
+    }
+
+    async fn publish(&self, c: &mut ConnectionManager, msg: Control) -> Result<(), CoordError> {
+        let payload = serde_json::to_string(&msg).map_err(unavailable)?;
+        let _: i64 = c
+            .publish(self.keys.control_channel(), payload)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Whether `run` has been cancelled.
+    pub async fn is_cancelled(&self, run: RunId) -> Result<bool, CoordError> {
+        let mut c = self.conn().await?;
+        c.exists(self.keys.cancel_flag(run))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Listens on the control channel until `stop`, reconnecting after failures. Messages are
+    /// at most once: after a reconnect, `resubscribed` is sent so the owner can re-check the
+    /// flags of what it holds. The returned receiver is bounded; a slow owner drops nothing
+    /// silently — it just delays the listener.
+    pub fn control_listener(&self, stop: CancellationToken) -> mpsc::Receiver<ControlSignal> {
+        let (tx, rx) = mpsc::channel(1024);
+        let client = self.client.clone();
+        let channel = self.keys.control_channel();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let attempt = async {
+                    let mut ps = client.get_async_pubsub().await?;
+                    ps.subscribe(&channel).await?;
+                    Ok::<_, redis::RedisError>(ps)
+                };
+                let ps = tokio::select! {
+                    () = stop.cancelled() => return,
+                    r = attempt => r,
+                };
+                match ps {
+                    Ok(ps) => {
+                        backoff = Duration::from_millis(100);
+                        if tx.send(ControlSignal::Resubscribed).await.is_err() {
+                            return;
+                        }
+                        let mut msgs = ps.into_on_message();
+                        loop {
+                            let m = tokio::select! {
+                                () = stop.cancelled() => return,
+                                m = msgs.next() => m,
+                            };
+                            let Some(m) = m else { break };
+                            let Ok(payload) = m.get_payload::<String>() else {
+                                continue;
+                            };
+                            if let Ok(c) = serde_json::from_str::<Control>(&payload)
+                                && tx.send(ControlSignal::Message(c)).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        tracing::warn!("redis control subscription ended; reconnecting");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot subscribe to the redis control channel; retrying");
+                    }
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+        rx
+    }
+}
+
+/// What the control listener hands its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlSignal {
+    Message(Control),
+    /// The subscription was (re)established; messages sent while it was down are lost.
+    Resubscribed,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_prefix() {
+        let k = Keys::new("t1");
+        let r = RunId::new();
+        assert_eq!(k.cancel_flag(r), format!("t1:cancel:{r}"));
+        assert_eq!(k.control_channel(), "t1:control");
+        let t = TenantId::parse("acme").unwrap();
+        assert_eq!(k.admission(&t), "t1:admission:acme");
+    }
+}

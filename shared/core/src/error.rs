@@ -38,6 +38,10 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// A rate limit or quota is exhausted.
     RateLimited,
+    /// The tenant already has as many admitted runs as it may; retry after `Retry-After`.
+    TenantConcurrencyExhausted,
+    /// Admission cannot be decided (Redis is unreachable); runs fail closed.
+    AdmissionUnavailable,
     /// Every upstream candidate failed.
     UpstreamError,
     /// The upstream did not answer in time.
@@ -49,7 +53,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 15] = [
         Self::InvalidRequest,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -59,6 +63,8 @@ impl ErrorCode {
         Self::PayloadTooLarge,
         Self::UnsupportedMediaType,
         Self::RateLimited,
+        Self::TenantConcurrencyExhausted,
+        Self::AdmissionUnavailable,
         Self::UpstreamError,
         Self::UpstreamTimeout,
         Self::Unavailable,
@@ -77,6 +83,8 @@ impl ErrorCode {
             Self::PayloadTooLarge => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited => "rate_limited",
+            Self::TenantConcurrencyExhausted => "tenant_concurrency_exhausted",
+            Self::AdmissionUnavailable => "admission_unavailable",
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::Unavailable => "unavailable",
@@ -98,10 +106,10 @@ impl ErrorCode {
             Self::Conflict => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
-            Self::RateLimited => 429,
+            Self::RateLimited | Self::TenantConcurrencyExhausted => 429,
             Self::Internal => 500,
             Self::UpstreamError => 502,
-            Self::Unavailable => 503,
+            Self::Unavailable | Self::AdmissionUnavailable => 503,
             Self::UpstreamTimeout => 504,
         }
     }
@@ -117,10 +125,10 @@ impl ErrorCode {
             Self::Conflict => Code::AlreadyExists,
             Self::PayloadTooLarge => Code::OutOfRange,
             Self::UnsupportedMediaType => Code::InvalidArgument,
-            Self::RateLimited => Code::ResourceExhausted,
+            Self::RateLimited | Self::TenantConcurrencyExhausted => Code::ResourceExhausted,
             Self::UpstreamError => Code::Unknown,
             Self::UpstreamTimeout => Code::DeadlineExceeded,
-            Self::Unavailable => Code::Unavailable,
+            Self::Unavailable | Self::AdmissionUnavailable => Code::Unavailable,
             Self::Internal => Code::Internal,
         }
     }
@@ -152,10 +160,12 @@ impl ErrorCode {
             | Self::UnsupportedMediaType => "invalid_request_error",
             Self::Unauthenticated => "authentication_error",
             Self::PermissionDenied => "permission_error",
-            Self::RateLimited => "rate_limit_error",
-            Self::UpstreamError | Self::UpstreamTimeout | Self::Unavailable | Self::Internal => {
-                "server_error"
-            }
+            Self::RateLimited | Self::TenantConcurrencyExhausted => "rate_limit_error",
+            Self::UpstreamError
+            | Self::UpstreamTimeout
+            | Self::Unavailable
+            | Self::AdmissionUnavailable
+            | Self::Internal => "server_error",
         }
     }
 
@@ -163,7 +173,12 @@ impl ErrorCode {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Self::RateLimited | Self::UpstreamError | Self::UpstreamTimeout | Self::Unavailable
+            Self::RateLimited
+                | Self::TenantConcurrencyExhausted
+                | Self::AdmissionUnavailable
+                | Self::UpstreamError
+                | Self::UpstreamTimeout
+                | Self::Unavailable
         )
     }
 }

@@ -112,3 +112,24 @@ mod tests {
         assert_eq!(StopReason::Cancelled.final_status(), RunStatus::Cancelled);
     }
 }
+
+/// What a run was asked to do, resolved when it is created (agent defaults, then the caller's
+/// narrowing and overrides) and stored with the run. Never holds credentials.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunSpec {
+    /// The model string for the router (name, alias, `provider/model` or `tier:<name>`).
+    pub model: String,
+    /// The tools the run may call: the agent's list narrowed by the caller.
+    pub tools: Vec<String>,
+    /// The agent's outbound hosts for the HTTP tool; `None` = the operator's list.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// The caller's narrowing of those; `None` = no narrowing, `[]` = no network.
+    pub caller_allowed_hosts: Option<Vec<String>>,
+    pub sampling: crate::agent::AgentSampling,
+    pub max_iterations: u32,
+    pub max_tokens: Option<u32>,
+    pub max_concurrent_children: u32,
+    /// Caller metadata, returned as given.
+    pub metadata: serde_json::Value,
+}

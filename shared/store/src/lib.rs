@@ -1,6 +1,7 @@
 //! Postgres for weft: connecting (creating the database when it is missing), the migrations in
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
+mod runs;
 mod tokens;
 
 use std::str::FromStr;
@@ -9,6 +10,10 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
+pub use runs::{
+    EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunFilter, RunRecord, RunStore,
+    RunStoreError,
+};
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 
 /// The migrations under `migrations/`, embedded at build time.

@@ -1,1 +1,1103 @@
-//! The `HTTP` tool (to be written).
+//! The built-in `HTTP` tool: one GET or POST to an allowed host, with the response handed back
+//! to the model as JSON.
+//!
+//! Outbound HTTP is default-deny (see "Trust model" in the architecture notes):
+//! - a [`HostAllowlist`], narrowed from the operator's floor by the agent and the caller, is
+//!   checked before any network I/O and again on every redirect hop;
+//! - non-public addresses (private, loopback, link-local, CGNAT, documentation, multicast, …) are
+//!   refused on the addresses actually connected to: the client's DNS resolver refuses a name if
+//!   any of its addresses is non-public, so DNS rebinding fails; IP-literal URLs, which never
+//!   reach the resolver, are checked before the request and on every redirect hop. Operators may
+//!   exempt trusted ranges with `executor.http_private_exempt`.
+//!
+//! Redirects are followed by this module, not by reqwest, because the allowlist is per call while
+//! reqwest's redirect policy is per client.
+
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use serde_json::{Value, json};
+use weft_config::ExecutorConfig;
+use weft_core::message::ToolSpec;
+
+use super::ToolOutput;
+
+/// The tool's name as the model sees it.
+pub const TOOL_NAME: &str = "HTTP";
+
+/// Redirects followed before giving up.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Response headers handed to the model; the rest (cookies, tracing ids, …) are dropped.
+const RESULT_HEADERS: [HeaderName; 10] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LANGUAGE,
+    header::CONTENT_DISPOSITION,
+    header::LOCATION,
+    header::RETRY_AFTER,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::CACHE_CONTROL,
+];
+
+/// Request headers the model may not set: the client owns framing, routing and proxying.
+const FORBIDDEN_REQUEST_HEADERS: [HeaderName; 10] = [
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+    header::UPGRADE,
+    header::TE,
+    header::TRAILER,
+    header::EXPECT,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+/// Why the tool could not be built from its config.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpToolError {
+    #[error(
+        "executor.http_private_exempt: {0:?} is not a CIDR; write an address and a prefix length, like \"10.20.0.0/16\""
+    )]
+    InvalidExempt(String),
+    #[error("building the HTTP tool's client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host allowlist
+
+/// One allowlist entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HostPattern {
+    /// `*`: any host.
+    Any,
+    /// `*.example.com`, stored as `.example.com`: any subdomain, not the apex.
+    Subdomains(String),
+    /// One host name or IP address, normalized.
+    Exact(String),
+}
+
+impl HostPattern {
+    fn parse(raw: &str) -> Option<Self> {
+        let raw = raw.trim();
+        if raw == "*" {
+            return Some(Self::Any);
+        }
+        if let Some(rest) = raw.strip_prefix("*.") {
+            let rest = normalize_host(rest);
+            return (!rest.is_empty()).then(|| Self::Subdomains(format!(".{rest}")));
+        }
+        // Anything else, a stray `*` included, is a literal that can only match itself.
+        let host = normalize_host(raw);
+        (!host.is_empty()).then_some(Self::Exact(host))
+    }
+
+    /// Whether this pattern matches `host` (already normalized).
+    fn matches(&self, host: &str) -> bool {
+        match self {
+            Self::Any => true,
+            // IP addresses have no subdomains (`*.1` must not match `10.0.0.1`).
+            Self::Subdomains(suffix) => host.parse::<IpAddr>().is_err() && host.ends_with(suffix),
+            Self::Exact(h) => h == host,
+        }
+    }
+
+    /// Whether every host `other` matches is matched by `self`.
+    fn covers(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Any, _) => true,
+            (_, Self::Any) => false,
+            (Self::Subdomains(s), Self::Subdomains(t)) => t.ends_with(s.as_str()),
+            (Self::Exact(_), Self::Subdomains(_)) => false,
+            (_, Self::Exact(h)) => self.matches(h),
+        }
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Any => f.write_str("*"),
+            Self::Subdomains(suffix) => write!(f, "*{suffix}"),
+            Self::Exact(h) => f.write_str(h),
+        }
+    }
+}
+
+/// Lowercase, without IPv6 brackets or a trailing dot; IP addresses in canonical form.
+fn normalize_host(host: &str) -> String {
+    let host = host.trim();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => host.to_ascii_lowercase(),
+    }
+}
+
+/// The hosts one run's HTTP tool may reach. Entries: `api.example.com` (exact, case-insensitive),
+/// `*.example.com` (any subdomain, not the apex), `*` (any host), or an IP address. Empty = no
+/// outbound HTTP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostAllowlist(Vec<HostPattern>);
+
+impl HostAllowlist {
+    /// An allowlist of exactly these patterns (empty entries are ignored).
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Self {
+        let mut out = Self(Vec::new());
+        for p in patterns
+            .iter()
+            .filter_map(|p| HostPattern::parse(p.as_ref()))
+        {
+            out.push(p);
+        }
+        out
+    }
+
+    /// The run's allowlist: the operator's `floor`, narrowed by the agent definition's list and
+    /// then by the caller's. `None` inherits the outer list, `Some(&[])` allows nothing, and
+    /// nothing widens: a pattern is kept only as far as every outer layer allows it (agent
+    /// `api.example.com` under floor `*.example.com` stays; agent `*` under floor `a.com`
+    /// becomes `a.com`).
+    pub fn narrow(
+        floor: &[String],
+        agent: Option<&[String]>,
+        caller: Option<&[String]>,
+    ) -> HostAllowlist {
+        let mut list = Self::new(floor);
+        for layer in [agent, caller].into_iter().flatten() {
+            list = list.intersect(&Self::new(layer));
+        }
+        list
+    }
+
+    /// Hosts allowed by both lists. Two patterns that share a host always nest (suffixes of one
+    /// host are suffixes of each other), so keeping the narrower of each overlapping pair is exact.
+    fn intersect(&self, inner: &HostAllowlist) -> HostAllowlist {
+        let mut out = HostAllowlist(Vec::new());
+        for q in &inner.0 {
+            if self.0.iter().any(|o| o.covers(q)) {
+                out.push(q.clone());
+            } else {
+                for o in self.0.iter().filter(|o| q.covers(o)) {
+                    out.push(o.clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn push(&mut self, p: HostPattern) {
+        if !self.0.contains(&p) {
+            self.0.push(p);
+        }
+    }
+
+    /// Whether `host` (a name or an IP address, any case, brackets and trailing dot allowed) may
+    /// be reached.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = normalize_host(host);
+        !host.is_empty() && self.0.iter().any(|p| p.matches(&host))
+    }
+
+    /// Whether nothing at all is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The patterns, normalized, as they would be written in config.
+    pub fn patterns(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Address policy
+
+/// A non-public address the tool refused to connect to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedAddress {
+    /// The DNS name that resolved to `ip`; `None` for an IP-literal URL.
+    pub host: Option<String>,
+    pub ip: IpAddr,
+    /// What kind of address it is ("loopback", "private", …).
+    pub class: &'static str,
+}
+
+impl fmt::Display for BlockedAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            Some(host) => write!(
+                f,
+                "{host} resolves to {}, a {} address",
+                self.ip, self.class
+            ),
+            None => write!(f, "{} is a {} address", self.ip, self.class),
+        }
+    }
+}
+
+impl StdError for BlockedAddress {}
+
+/// Which addresses the tool may connect to: public ones, plus the operator's exempt ranges.
+#[derive(Clone, Debug, Default)]
+pub struct AddressPolicy {
+    exempt: Vec<IpNet>,
+}
+
+impl AddressPolicy {
+    /// A policy exempting these CIDRs (`executor.http_private_exempt`).
+    pub fn new<S: AsRef<str>>(exempt: &[S]) -> Result<Self, HttpToolError> {
+        let exempt = exempt
+            .iter()
+            .map(|c| {
+                c.as_ref()
+                    .trim()
+                    .parse::<IpNet>()
+                    .map_err(|_| HttpToolError::InvalidExempt(c.as_ref().to_owned()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { exempt })
+    }
+
+    /// `Ok` if the tool may connect to `ip`. An IPv4-mapped IPv6 address is judged (and
+    /// exempted) as the IPv4 address it is.
+    pub fn check(&self, ip: IpAddr, host: Option<&str>) -> Result<(), BlockedAddress> {
+        let ip = ip.to_canonical();
+        if self.exempt.iter().any(|net| net.contains(&ip)) {
+            return Ok(());
+        }
+        match non_public_class(ip) {
+            None => Ok(()),
+            Some(class) => Err(BlockedAddress {
+                host: host.map(str::to_owned),
+                ip,
+                class,
+            }),
+        }
+    }
+}
+
+const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8) -> Ipv4Net {
+    Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), len)
+}
+
+const fn v6(segments: [u16; 8], len: u8) -> Ipv6Net {
+    let [a, b, c, d, e, f, g, h] = segments;
+    Ipv6Net::new_assert(Ipv6Addr::new(a, b, c, d, e, f, g, h), len)
+}
+
+/// IPv4 ranges that are not publicly routable (IANA special-purpose registry), most specific
+/// first where they nest.
+const NON_PUBLIC_V4: [(Ipv4Net, &str); 16] = [
+    (v4(0, 0, 0, 0, 8), "\"this network\" (unspecified)"),
+    (v4(10, 0, 0, 0, 8), "private"),
+    (v4(100, 64, 0, 0, 10), "shared (CGNAT)"),
+    (v4(127, 0, 0, 0, 8), "loopback"),
+    (v4(169, 254, 0, 0, 16), "link-local"),
+    (v4(172, 16, 0, 0, 12), "private"),
+    (v4(192, 0, 0, 0, 24), "IETF protocol assignment"),
+    (v4(192, 0, 2, 0, 24), "documentation"),
+    (v4(192, 88, 99, 0, 24), "6to4 relay anycast"),
+    (v4(192, 168, 0, 0, 16), "private"),
+    (v4(198, 18, 0, 0, 15), "benchmarking"),
+    (v4(198, 51, 100, 0, 24), "documentation"),
+    (v4(203, 0, 113, 0, 24), "documentation"),
+    (v4(224, 0, 0, 0, 4), "multicast"),
+    (v4(255, 255, 255, 255, 32), "broadcast"),
+    (v4(240, 0, 0, 0, 4), "reserved"),
+];
+
+/// IPv6 ranges that are not publicly routable. Everything outside 2000::/3 (global unicast)
+/// is refused as well, except the NAT64 prefix, which is judged by the IPv4 address it carries.
+const NON_PUBLIC_V6: [(Ipv6Net, &str); 12] = [
+    (v6([0, 0, 0, 0, 0, 0, 0, 0], 128), "unspecified"),
+    (v6([0, 0, 0, 0, 0, 0, 0, 1], 128), "loopback"),
+    (
+        v6([0, 0, 0, 0, 0, 0, 0, 0], 96),
+        "IPv4-compatible (deprecated)",
+    ),
+    (v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), "local-use NAT64"),
+    (v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64), "discard-only"),
+    (v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), "documentation"),
+    (
+        v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23),
+        "IETF protocol assignment",
+    ),
+    (v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), "documentation"),
+    (v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), "unique-local"),
+    (v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "link-local"),
+    (
+        v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),
+        "site-local (deprecated)",
+    ),
+    (v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), "multicast"),
+];
+
+const NAT64: Ipv6Net = v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96);
+const SIX_TO_FOUR: Ipv6Net = v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16);
+const GLOBAL_UNICAST: Ipv6Net = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3);
+
+/// `Some(kind)` if `ip` is not a public unicast address.
+fn non_public_class(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(ip) => NON_PUBLIC_V4
+            .iter()
+            .find(|(net, _)| net.contains(&ip))
+            .map(|(_, class)| *class),
+        IpAddr::V6(ip) => {
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return non_public_class(IpAddr::V4(v4)).map(|_| "IPv4-mapped non-public");
+            }
+            let [.., a, b, c, d] = ip.octets();
+            if NAT64.contains(&ip) {
+                return non_public_class(IpAddr::V4(Ipv4Addr::new(a, b, c, d)))
+                    .map(|_| "NAT64 of a non-public IPv4");
+            }
+            if SIX_TO_FOUR.contains(&ip) {
+                let [_, _, a, b, c, d, ..] = ip.octets();
+                if non_public_class(IpAddr::V4(Ipv4Addr::new(a, b, c, d))).is_some() {
+                    return Some("6to4 of a non-public IPv4");
+                }
+            }
+            if let Some((_, class)) = NON_PUBLIC_V6.iter().find(|(net, _)| net.contains(&ip)) {
+                return Some(class);
+            }
+            (!GLOBAL_UNICAST.contains(&ip)).then_some("non-global IPv6")
+        }
+    }
+}
+
+/// The client's resolver: tokio's (the system's) lookup, refusing the name outright if any of
+/// its addresses is non-public, so a name cannot smuggle one in among public ones.
+struct GuardedResolver {
+    policy: Arc<AddressPolicy>,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = Arc::clone(&self.policy);
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for addr in &addrs {
+                policy.check(addr.ip(), Some(&host))?;
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tool
+
+/// The `HTTP` tool. Cheap to share: one pooled client for every run of the process.
+#[derive(Clone, Debug)]
+pub struct HttpTool {
+    client: reqwest::Client,
+    addresses: Arc<AddressPolicy>,
+    timeout: Duration,
+    max_bytes: usize,
+}
+
+/// One validated call.
+#[derive(Debug)]
+struct HttpRequest {
+    method: Method,
+    url: Url,
+    headers: HeaderMap,
+    body: Option<Bytes>,
+}
+
+impl HttpTool {
+    /// The tool for this executor's config (`http_private_exempt`, `http_timeout_ms`,
+    /// `http_max_bytes`; the host allowlist is per call).
+    pub fn new(cfg: &ExecutorConfig) -> Result<Self, HttpToolError> {
+        let addresses = Arc::new(AddressPolicy::new(&cfg.http_private_exempt)?);
+        let client = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .no_proxy()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
+            .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
+            .dns_resolver(Arc::new(GuardedResolver {
+                policy: Arc::clone(&addresses),
+            }))
+            .build()?;
+        Ok(Self {
+            client,
+            addresses,
+            timeout: Duration::from_millis(cfg.http_timeout_ms),
+            max_bytes: cfg.http_max_bytes,
+        })
+    }
+
+    /// What the model is told about the tool.
+    pub fn spec() -> ToolSpec {
+        ToolSpec {
+            name: TOOL_NAME.into(),
+            description: "Make one HTTP request (GET or POST) to an allowed public host. Returns \
+                JSON {status, headers, body, body_encoding, truncated}: body is text, or base64 \
+                when body_encoding is \"base64\"; long bodies are cut and marked truncated. \
+                Redirects are followed (at most 5)."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "method": {"type": "string", "enum": ["GET", "POST"]},
+                    "url": {"type": "string", "description": "an absolute http:// or https:// URL"},
+                    "headers": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "description": "request headers by name"
+                    },
+                    "body": {
+                        "description": "POST only: a string sent as is, or an object sent as JSON",
+                        "type": ["string", "object"]
+                    }
+                },
+                "required": ["method", "url"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    /// Whether repeating the call is harmless: GET yes, POST (or anything unparsable) no.
+    pub fn is_idempotent(input: &Value) -> bool {
+        input
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.eq_ignore_ascii_case("GET"))
+    }
+
+    /// Runs one call. Every failure (bad input, refused host or address, timeout, connect
+    /// error) is an error result the model can act on; HTTP error statuses are ordinary results.
+    pub async fn call(&self, input: &Value, allow: &HostAllowlist) -> ToolOutput {
+        let req = match HttpRequest::parse(input) {
+            Ok(req) => req,
+            Err(msg) => return ToolOutput::error(msg),
+        };
+        let host = req.url.host_str().unwrap_or_default().to_owned();
+        if let Err(msg) = self.check_target(&req.url, allow) {
+            tracing::debug!(%host, "http tool: request refused");
+            return ToolOutput::error(format!("refused: {msg}"));
+        }
+        match tokio::time::timeout(self.timeout, self.execute(req, allow)).await {
+            Ok(Ok(result)) => ToolOutput::ok(result.to_string()),
+            Ok(Err(msg)) => {
+                tracing::debug!(%host, "http tool: request failed");
+                ToolOutput::error(msg)
+            }
+            Err(_) => ToolOutput::error(format!(
+                "the request to {host} timed out after {} ms (the HTTP tool's time limit for the \
+                 whole request, body included)",
+                self.timeout.as_millis()
+            )),
+        }
+    }
+
+    /// May a request go to `url` at all? Scheme, allowlist and, for IP literals (which bypass
+    /// the resolver), the address policy. No I/O.
+    fn check_target(&self, url: &Url, allow: &HostAllowlist) -> Result<(), String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "scheme `{}` is not allowed; only http and https are",
+                url.scheme()
+            ));
+        }
+        let Some(host) = url.host_str().map(normalize_host) else {
+            return Err(format!("{url} has no host"));
+        };
+        // The URL parser has already turned every IPv4 spelling (`0x7f.1`, `2130706433`) into
+        // dotted form, so what parses here is exactly what the connector will not resolve.
+        let ip = host.parse::<IpAddr>().ok();
+        if allow.is_empty() {
+            return Err(
+                "outbound HTTP is not allowed for this run (its host allowlist is empty)".into(),
+            );
+        }
+        if !allow.allows(&host) {
+            return Err(format!(
+                "host `{host}` is not on this run's allowlist ({})",
+                allow.patterns().join(", ")
+            ));
+        }
+        if let Some(ip) = ip {
+            self.addresses.check(ip, None).map_err(blocked_message)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the request, following redirects, and reads the response.
+    async fn execute(&self, req: HttpRequest, allow: &HostAllowlist) -> Result<Value, String> {
+        let HttpRequest {
+            mut method,
+            mut url,
+            mut headers,
+            mut body,
+        } = req;
+        let mut redirects = 0;
+        loop {
+            let mut builder = self
+                .client
+                .request(method.clone(), url.clone())
+                .headers(headers.clone());
+            if let Some(body) = &body {
+                builder = builder.body(body.clone());
+            }
+            let resp = builder
+                .send()
+                .await
+                .map_err(|e| describe_send_error(&e, &url))?;
+            let Some(next) = redirect_target(&resp, &url)? else {
+                return self.read(resp, &url).await;
+            };
+            redirects += 1;
+            if redirects > MAX_REDIRECTS {
+                return Err(format!(
+                    "stopped after {MAX_REDIRECTS} redirects (the last one, from {url}, pointed to {next})"
+                ));
+            }
+            self.check_target(&next, allow)
+                .map_err(|msg| format!("redirect from {url} to {next} refused: {msg}"))?;
+            // What browsers do: 303 always, and 301/302 after a POST, turn into a bodiless GET;
+            // 307/308 repeat the request as it was.
+            let status = resp.status();
+            if status == StatusCode::SEE_OTHER
+                || (method == Method::POST
+                    && matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND))
+            {
+                method = Method::GET;
+                body = None;
+                headers.remove(header::CONTENT_TYPE);
+            }
+            // Credentials meant for one origin must not follow a redirect to another.
+            if next.origin() != url.origin() {
+                headers.remove(header::AUTHORIZATION);
+                headers.remove(header::COOKIE);
+            }
+            url = next;
+        }
+    }
+
+    /// Reads the status, the kept headers and up to `max_bytes` of the body.
+    async fn read(&self, mut resp: reqwest::Response, url: &Url) -> Result<Value, String> {
+        let status = resp.status().as_u16();
+        let headers: BTreeMap<&str, &str> = RESULT_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = resp.headers().get(name)?.to_str().ok()?;
+                Some((name.as_str(), value))
+            })
+            .collect();
+        let headers = json!(headers);
+        let mut body = Vec::with_capacity(self.max_bytes.min(64 * 1024));
+        let mut truncated = false;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| {
+            format!(
+                "reading the response body from {} failed: {}",
+                url.origin().ascii_serialization(),
+                root_cause(&e)
+            )
+        })? {
+            let room = self.max_bytes - body.len();
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let (body, encoding) = match String::from_utf8(body) {
+            Ok(text) => (text, "utf-8"),
+            Err(e) => {
+                let utf8 = e.utf8_error();
+                let bytes = e.into_bytes();
+                // A cut can split a character; that alone does not make the body binary.
+                if truncated && utf8.error_len().is_none() {
+                    let valid = bytes.get(..utf8.valid_up_to()).unwrap_or_default();
+                    (String::from_utf8_lossy(valid).into_owned(), "utf-8")
+                } else {
+                    (
+                        base64::engine::general_purpose::STANDARD.encode(&bytes),
+                        "base64",
+                    )
+                }
+            }
+        };
+        let mut result = json!({
+            "status": status,
+            "headers": headers,
+            "body": body,
+            "body_encoding": encoding,
+            "truncated": truncated,
+        });
+        if truncated && let Some(obj) = result.as_object_mut() {
+            obj.insert(
+                "note".into(),
+                json!(format!(
+                    "the body was cut at the HTTP tool's limit of {} bytes",
+                    self.max_bytes
+                )),
+            );
+        }
+        Ok(result)
+    }
+}
+
+impl HttpRequest {
+    /// Validates the model's input; errors name the field and say what is expected.
+    fn parse(input: &Value) -> Result<Self, String> {
+        let Some(obj) = input.as_object() else {
+            return Err(format!(
+                "the HTTP tool takes a JSON object like {{\"method\": \"GET\", \"url\": \"https://…\"}}, got {}",
+                json_type(input)
+            ));
+        };
+        if let Some(key) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "method" | "url" | "headers" | "body"))
+        {
+            return Err(format!(
+                "unknown field `{key}`; the HTTP tool takes `method`, `url`, `headers` and `body`"
+            ));
+        }
+        let method = match obj.get("method") {
+            None => return Err("`method` is required: \"GET\" or \"POST\"".into()),
+            Some(Value::String(m)) if m.eq_ignore_ascii_case("GET") => Method::GET,
+            Some(Value::String(m)) if m.eq_ignore_ascii_case("POST") => Method::POST,
+            Some(other) => {
+                return Err(format!("`method` must be \"GET\" or \"POST\", got {other}"));
+            }
+        };
+        let url = match obj.get("url") {
+            Some(Value::String(u)) => Url::parse(u.trim()).map_err(|e| {
+                format!("`url` must be an absolute http:// or https:// URL ({e}), got {u:?}")
+            })?,
+            None => return Err("`url` is required: an absolute http:// or https:// URL".into()),
+            Some(other) => return Err(format!("`url` must be a string, got {}", json_type(other))),
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "`url` must use http or https, got `{}`",
+                url.scheme()
+            ));
+        }
+        let mut headers = HeaderMap::new();
+        match obj.get("headers") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) => {
+                for (name, value) in map {
+                    let Value::String(value) = value else {
+                        return Err(format!(
+                            "`headers.{name}` must be a string, got {}",
+                            json_type(value)
+                        ));
+                    };
+                    let header_name = HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| format!("`headers`: {name:?} is not a valid header name"))?;
+                    if FORBIDDEN_REQUEST_HEADERS.contains(&header_name)
+                        || header_name.as_str().starts_with("proxy-")
+                    {
+                        return Err(format!(
+                            "`headers.{name}` cannot be set; the HTTP tool manages it"
+                        ));
+                    }
+                    let header_value = HeaderValue::from_str(value).map_err(|_| {
+                        format!("`headers.{name}` must be visible ASCII text without line breaks")
+                    })?;
+                    headers.append(header_name, header_value);
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "`headers` must be an object of strings, got {}",
+                    json_type(other)
+                ));
+            }
+        }
+        let body = match obj.get("body") {
+            None | Some(Value::Null) => None,
+            Some(_) if method != Method::POST => {
+                return Err("`body` is only allowed with method \"POST\"".into());
+            }
+            Some(Value::String(text)) => Some(Bytes::from(text.clone().into_bytes())),
+            Some(value @ Value::Object(_)) => {
+                if !headers.contains_key(header::CONTENT_TYPE) {
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                }
+                Some(Bytes::from(value.to_string().into_bytes()))
+            }
+            Some(other) => {
+                return Err(format!(
+                    "`body` must be a string or a JSON object, got {}",
+                    json_type(other)
+                ));
+            }
+        };
+        Ok(Self {
+            method,
+            url,
+            headers,
+            body,
+        })
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn blocked_message(b: BlockedAddress) -> String {
+    format!(
+        "{b}; the HTTP tool does not connect to private, loopback or other non-public addresses"
+    )
+}
+
+/// The next URL if `resp` is a redirect the tool follows.
+fn redirect_target(resp: &reqwest::Response, url: &Url) -> Result<Option<Url>, String> {
+    if !matches!(
+        resp.status(),
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    ) {
+        return Ok(None);
+    }
+    let Some(location) = resp.headers().get(header::LOCATION) else {
+        return Ok(None);
+    };
+    let location = location
+        .to_str()
+        .map_err(|_| format!("{url} redirected with a Location header that is not text"))?;
+    url.join(location)
+        .map(Some)
+        .map_err(|e| format!("{url} redirected to an invalid location {location:?} ({e})"))
+}
+
+/// A message for a failed send: a refused address if the resolver refused one, else what went
+/// wrong at the bottom of the error chain.
+fn describe_send_error(err: &reqwest::Error, url: &Url) -> String {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(blocked) = e.downcast_ref::<BlockedAddress>() {
+            return format!("refused: {}", blocked_message(blocked.clone()));
+        }
+        source = e.source();
+    }
+    let target = url.origin().ascii_serialization();
+    if err.is_connect() {
+        format!("could not connect to {target}: {}", root_cause(err))
+    } else {
+        format!("the request to {target} failed: {}", root_cause(err))
+    }
+}
+
+/// The innermost error's text: the useful part ("connection refused"), without reqwest's
+/// wrapping.
+fn root_cause(err: &(dyn StdError + 'static)) -> String {
+    let mut last = err;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn allowlist_matches_exact_subdomains_and_any() {
+        let allow = HostAllowlist::new(&["API.example.com", "*.corp.test", "10.1.2.3", "[::2]"]);
+        assert!(allow.allows("api.example.com"));
+        assert!(allow.allows("Api.Example.COM."));
+        assert!(!allow.allows("example.com"));
+        assert!(!allow.allows("x.api.example.com"));
+        assert!(allow.allows("a.corp.test"));
+        assert!(allow.allows("a.b.corp.test"));
+        assert!(!allow.allows("corp.test"), "a glob does not match its apex");
+        assert!(!allow.allows("evilcorp.test"));
+        assert!(allow.allows("10.1.2.3"));
+        assert!(allow.allows("::2"));
+        assert!(allow.allows("[0:0::2]"));
+        assert!(!allow.allows("10.1.2.4"));
+
+        assert!(HostAllowlist::new(&["*"]).allows("anything.example"));
+        assert!(!HostAllowlist::new::<&str>(&[]).allows("example.com"));
+        assert!(
+            !HostAllowlist::new(&["*.1"]).allows("10.0.0.1"),
+            "IPs have no subdomains"
+        );
+        assert!(
+            !HostAllowlist::new(&["a*.com"]).allows("ab.com"),
+            "only a leading `*.` is a glob"
+        );
+    }
+
+    #[test]
+    fn narrowing_never_widens() {
+        let floor = list(&["*.example.com", "a.com"]);
+        // Inherit.
+        assert_eq!(
+            HostAllowlist::narrow(&floor, None, None).patterns(),
+            list(&["*.example.com", "a.com"])
+        );
+        // Some([]) = no network, at any layer.
+        assert!(HostAllowlist::narrow(&floor, Some(&[]), None).is_empty());
+        assert!(HostAllowlist::narrow(&floor, None, Some(&[])).is_empty());
+        // A narrower pattern inside the floor is kept; one outside it is dropped.
+        let agent = list(&["api.example.com", "b.com", "example.com"]);
+        let n = HostAllowlist::narrow(&floor, Some(&agent), None);
+        assert_eq!(n.patterns(), list(&["api.example.com"]));
+        // A wider pattern shrinks to the floor's.
+        let n = HostAllowlist::narrow(&list(&["a.com"]), Some(&list(&["*"])), None);
+        assert_eq!(n.patterns(), list(&["a.com"]));
+        let n = HostAllowlist::narrow(&floor, Some(&list(&["*.com"])), None);
+        assert_eq!(n.patterns(), list(&["*.example.com", "a.com"]));
+        // Nested globs keep the narrower one.
+        let n = HostAllowlist::narrow(&floor, Some(&list(&["*.eu.example.com"])), None);
+        assert_eq!(n.patterns(), list(&["*.eu.example.com"]));
+        // The caller narrows the agent's list, not the floor's.
+        let n = HostAllowlist::narrow(
+            &list(&["*"]),
+            Some(&list(&["*.example.com"])),
+            Some(&list(&["a.com", "x.example.com"])),
+        );
+        assert_eq!(n.patterns(), list(&["x.example.com"]));
+        // An empty floor allows nothing whatever the agent asks.
+        assert!(HostAllowlist::narrow(&[], Some(&list(&["*"])), None).is_empty());
+    }
+
+    #[test]
+    fn narrowing_is_the_intersection() {
+        let layers = [
+            list(&["*"]),
+            list(&["*.example.com", "a.com", "1.2.3.4"]),
+            list(&["x.example.com", "*.y.example.com", "b.com"]),
+            list(&["a.com", "*.com"]),
+            list(&[]),
+        ];
+        let hosts = [
+            "x.example.com",
+            "z.y.example.com",
+            "y.example.com",
+            "example.com",
+            "a.com",
+            "b.com",
+            "c.org",
+            "1.2.3.4",
+        ];
+        for floor in &layers {
+            for agent in &layers {
+                for caller in &layers {
+                    let n = HostAllowlist::narrow(floor, Some(agent), Some(caller));
+                    for h in hosts {
+                        let each = [floor, agent, caller]
+                            .iter()
+                            .all(|l| HostAllowlist::new(l).allows(h));
+                        assert_eq!(n.allows(h), each, "{floor:?} {agent:?} {caller:?} {h}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn non_public_addresses_are_classified() {
+        let blocked = [
+            "0.0.0.0",
+            "10.0.0.1",
+            "100.64.0.1",
+            "127.0.0.2",
+            "169.254.169.254",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "::127.0.0.1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "100::1",
+            "2001::1",
+            "2001:db8::1",
+            "2002:a00:1::1",
+            "3fff::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+            "5f00::1",
+        ];
+        for ip in blocked {
+            assert!(
+                non_public_class(ip.parse().unwrap()).is_some(),
+                "{ip} should be refused"
+            );
+        }
+        let public = [
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.32.0.1",
+            "192.169.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ];
+        for ip in public {
+            assert_eq!(
+                non_public_class(ip.parse().unwrap()),
+                None,
+                "{ip} is public"
+            );
+        }
+    }
+
+    #[test]
+    fn exempt_ranges_are_allowed_and_mapped_addresses_count_as_ipv4() {
+        let policy = AddressPolicy::new(&["127.0.0.1/32", "fd00::/8"]).unwrap();
+        assert!(policy.check("127.0.0.1".parse().unwrap(), None).is_ok());
+        assert!(
+            policy
+                .check("::ffff:127.0.0.1".parse().unwrap(), None)
+                .is_ok()
+        );
+        assert!(policy.check("fd00::5".parse().unwrap(), None).is_ok());
+        let err = policy
+            .check("127.0.0.2".parse().unwrap(), Some("x.test"))
+            .unwrap_err();
+        assert_eq!(err.class, "loopback");
+        assert_eq!(
+            err.to_string(),
+            "x.test resolves to 127.0.0.2, a loopback address"
+        );
+        assert!(matches!(
+            AddressPolicy::new(&["127.0.0.1"]),
+            Err(HttpToolError::InvalidExempt(_))
+        ));
+    }
+
+    #[test]
+    fn input_errors_name_the_field() {
+        let cases = [
+            (json!("GET https://x"), "JSON object"),
+            (json!({"url": "https://a.com"}), "`method` is required"),
+            (
+                json!({"method": "PUT", "url": "https://a.com"}),
+                "`method` must be",
+            ),
+            (json!({"method": "GET"}), "`url` is required"),
+            (json!({"method": "GET", "url": 5}), "`url` must be a string"),
+            (
+                json!({"method": "GET", "url": "/relative"}),
+                "`url` must be an absolute",
+            ),
+            (
+                json!({"method": "GET", "url": "ftp://a.com/"}),
+                "`url` must use http or https",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "x": 1}),
+                "unknown field `x`",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "headers": []}),
+                "`headers` must be",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "headers": {"a": 1}}),
+                "`headers.a` must be a string",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "headers": {"Host": "b"}}),
+                "`headers.Host` cannot be set",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "headers": {"a": "x\ny"}}),
+                "`headers.a` must be visible ASCII",
+            ),
+            (
+                json!({"method": "GET", "url": "https://a.com", "body": "x"}),
+                "only allowed with",
+            ),
+            (
+                json!({"method": "POST", "url": "https://a.com", "body": [1]}),
+                "`body` must be",
+            ),
+        ];
+        for (input, want) in cases {
+            let err = HttpRequest::parse(&input).unwrap_err();
+            assert!(err.contains(want), "{input}: {err}");
+        }
+        let ok = HttpRequest::parse(&json!({
+            "method": "post", "url": "https://a.com/x", "body": {"k": 1}
+        }))
+        .unwrap();
+        assert_eq!(ok.method, Method::POST);
+        assert_eq!(ok.headers[header::CONTENT_TYPE], "application/json");
+        assert_eq!(ok.body.unwrap(), Bytes::from_static(br#"{"k":1}"#));
+    }
+
+    #[test]
+    fn spec_and_idempotence() {
+        let spec = HttpTool::spec();
+        assert_eq!(spec.name, "HTTP");
+        assert_eq!(spec.parameters["required"], json!(["method", "url"]));
+        assert!(HttpTool::is_idempotent(
+            &json!({"method": "GET", "url": "x"})
+        ));
+        assert!(!HttpTool::is_idempotent(
+            &json!({"method": "POST", "url": "x"})
+        ));
+        assert!(!HttpTool::is_idempotent(&json!({})));
+    }
+}

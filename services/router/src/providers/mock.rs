@@ -2,7 +2,11 @@
 //!
 //! Behaviour of one turn: after a `tool` message it reports the tool's output; when tools are
 //! offered (and `tool_choice` is not `none`) it calls one tool with the configured arguments;
-//! otherwise it echoes the last user message. Latency, jitter, per-token delay and 429/500
+//! otherwise it echoes the last user message. A user or system message may carry a script
+//! instead — a line `#mock {"turns": [[{"name": "T", "input": {…}}, …], …], "reply": "…"}` —
+//! and then turn k after it makes the tool calls of `turns[k]` (in parallel when several) and,
+//! once the turns are used up, answers `reply` (or echoes). Tool-call ids are derived from the
+//! conversation (`call_<turn>_<i>`), so a run resumed elsewhere gets the same ids. Latency, jitter, per-token delay and 429/500
 //! injection rates come from config, drawn from a seeded sequence so runs are repeatable.
 
 use std::collections::BTreeMap;
@@ -81,18 +85,24 @@ impl MockProvider {
                 events.push(ChatEvent::Usage(usage(prompt_tokens, completion_tokens)));
                 events.push(ChatEvent::Finish(FinishReason::Stop));
             }
-            Turn::ToolCall { name, arguments } => {
-                completion_tokens = 8;
-                let n = m.calls.load(Ordering::Relaxed);
-                events.push(ChatEvent::ToolCallStart {
-                    index: 0,
-                    id: format!("call_mock_{n}"),
-                    name,
-                });
-                events.push(ChatEvent::ToolCallDelta {
-                    index: 0,
-                    arguments,
-                });
+            Turn::ToolCalls(calls) => {
+                completion_tokens = 8 * calls.len() as u64;
+                let turn = req
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == Role::Assistant)
+                    .count();
+                for (i, (name, arguments)) in (0u32..).zip(calls) {
+                    events.push(ChatEvent::ToolCallStart {
+                        index: i,
+                        id: format!("call_{turn}_{i}"),
+                        name,
+                    });
+                    events.push(ChatEvent::ToolCallDelta {
+                        index: i,
+                        arguments,
+                    });
+                }
                 events.push(ChatEvent::Usage(usage(prompt_tokens, completion_tokens)));
                 events.push(ChatEvent::Finish(FinishReason::ToolCalls));
             }
@@ -176,10 +186,63 @@ impl MockModel {
 
 enum Turn {
     Text(String),
-    ToolCall { name: String, arguments: String },
+    /// `(name, JSON arguments)` of each call.
+    ToolCalls(Vec<(String, String)>),
+}
+
+/// A `#mock` script: tool calls per turn, then a reply.
+#[derive(serde::Deserialize)]
+struct Script {
+    #[serde(default)]
+    turns: Vec<Vec<ScriptCall>>,
+    reply: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct ScriptCall {
+    name: String,
+    #[serde(default)]
+    input: serde_json::Value,
+}
+
+/// The newest script in the conversation and how many assistant turns followed it.
+fn find_script(req: &ChatRequest) -> Option<(Script, usize)> {
+    let (at, script) = req.messages.iter().enumerate().rev().find_map(|(i, m)| {
+        if !matches!(m.role, Role::User | Role::System) {
+            return None;
+        }
+        let text = m.text();
+        let line = text.lines().find_map(|l| l.trim().strip_prefix("#mock "))?;
+        serde_json::from_str::<Script>(line).ok().map(|s| (i, s))
+    })?;
+    let after = req.messages[at..]
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
+    Some((script, after))
 }
 
 fn plan_turn(cfg: &MockModelConfig, req: &ChatRequest) -> Turn {
+    if let Some((script, k)) = find_script(req) {
+        if let Some(calls) = script.turns.get(k) {
+            return Turn::ToolCalls(
+                calls
+                    .iter()
+                    .map(|c| {
+                        let args = if c.input.is_null() {
+                            "{}".to_owned()
+                        } else {
+                            c.input.to_string()
+                        };
+                        (c.name.clone(), args)
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(reply) = script.reply {
+            return Turn::Text(reply);
+        }
+    }
     let last = req.messages.last();
     if let Some(m) = last.filter(|m| m.role == Role::Tool) {
         return Turn::Text(format!("the tool returned: {}", m.text()));
@@ -192,10 +255,7 @@ fn plan_turn(cfg: &MockModelConfig, req: &ChatRequest) -> Turn {
             .and_then(|n| n.as_str())
             .filter(|n| req.tools.iter().any(|t| t.name == *n));
         let name = named.map_or_else(|| req.tools[0].name.clone(), str::to_owned);
-        return Turn::ToolCall {
-            name,
-            arguments: cfg.tool_arguments.clone(),
-        };
+        return Turn::ToolCalls(vec![(name, cfg.tool_arguments.clone())]);
     }
     let text = req
         .messages

@@ -1,0 +1,1003 @@
+//! Runs, their transcripts (`run_events`), the tool ledger and pending input.
+//!
+//! Fencing: an executor works on a run only under a lease whose epoch it got from
+//! [`RunStore::acquire_lease`]. Every executor write names that epoch and runs in a transaction
+//! that first locks the run row `FOR SHARE` where `lease_epoch` still matches; a lease taken by
+//! another executor bumps the epoch (under a row lock that waits for those transactions), so a
+//! stale executor's writes fail with [`RunStoreError::StaleLease`] and change nothing.
+
+use serde_json::Value;
+use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
+use time::OffsetDateTime;
+use uuid::Uuid;
+use weft_core::run::{RunStatus, StopReason};
+use weft_core::{RunId, TenantId};
+
+use crate::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunStoreError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The lease was lost: another executor took the run, or it ended.
+    #[error("the lease on run {0} was lost")]
+    StaleLease(RunId),
+}
+
+impl From<sqlx::Error> for RunStoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(StoreError::Db(e))
+    }
+}
+
+/// A run row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub tenant: TenantId,
+    pub subject: String,
+    pub agent_name: String,
+    pub agent_hash: String,
+    pub parent_run_id: Option<RunId>,
+    pub root_run_id: RunId,
+    pub depth: i32,
+    pub status: RunStatus,
+    pub stop_reason: Option<StopReason>,
+    pub interactive: bool,
+    pub spec: Value,
+    pub idempotency_key: Option<String>,
+    pub lease_epoch: i64,
+    pub lease_owner: Option<String>,
+    pub pending_interrupt: Option<Value>,
+    pub usage: Value,
+    pub iterations: i32,
+    pub error: Option<Value>,
+    pub created_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+macro_rules! run_columns {
+    () => {
+        "id, tenant_id, subject, agent_name, agent_hash, parent_run_id, root_run_id, depth, status, stop_reason, interactive, spec, idempotency_key, lease_epoch, lease_owner, pending_interrupt, usage, iterations, error, created_at, started_at, finished_at"
+    };
+}
+const RUN_COLUMNS: &str = run_columns!();
+
+fn run_from_row(r: &sqlx::postgres::PgRow) -> Result<RunRecord, RunStoreError> {
+    let status: String = r.try_get("status")?;
+    let stop: Option<String> = r.try_get("stop_reason")?;
+    let tenant: String = r.try_get("tenant_id")?;
+    Ok(RunRecord {
+        id: RunId(r.try_get("id")?),
+        tenant: TenantId::parse(&tenant).map_err(|_| decode("tenant_id"))?,
+        subject: r.try_get("subject")?,
+        agent_name: r.try_get("agent_name")?,
+        agent_hash: r.try_get("agent_hash")?,
+        parent_run_id: r.try_get::<Option<Uuid>, _>("parent_run_id")?.map(RunId),
+        root_run_id: RunId(r.try_get("root_run_id")?),
+        depth: r.try_get("depth")?,
+        status: RunStatus::parse(&status).ok_or_else(|| decode("status"))?,
+        stop_reason: match stop {
+            Some(s) => Some(StopReason::parse(&s).ok_or_else(|| decode("stop_reason"))?),
+            None => None,
+        },
+        interactive: r.try_get("interactive")?,
+        spec: r.try_get("spec")?,
+        idempotency_key: r.try_get("idempotency_key")?,
+        lease_epoch: r.try_get("lease_epoch")?,
+        lease_owner: r.try_get("lease_owner")?,
+        pending_interrupt: r.try_get("pending_interrupt")?,
+        usage: r.try_get("usage")?,
+        iterations: r.try_get("iterations")?,
+        error: r.try_get("error")?,
+        created_at: r.try_get("created_at")?,
+        started_at: r.try_get("started_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
+}
+
+fn decode(column: &str) -> RunStoreError {
+    RunStoreError::Store(StoreError::Db(sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: "unexpected value".into(),
+    }))
+}
+
+/// What to insert for a new run. Its first events (`run_started`, the input) go in with it.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub id: RunId,
+    pub tenant: TenantId,
+    pub subject: String,
+    pub agent_name: String,
+    pub agent_hash: String,
+    pub parent_run_id: Option<RunId>,
+    pub root_run_id: RunId,
+    pub depth: i32,
+    pub interactive: bool,
+    pub spec: Value,
+    pub idempotency_key: Option<String>,
+    /// Events written with the row, as `(kind, data)`, numbered from seq 1.
+    pub initial_events: Vec<(String, Value)>,
+}
+
+/// One persisted event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub kind: String,
+    pub data: Value,
+    pub created_at: OffsetDateTime,
+}
+
+/// A tool ledger row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LedgerEntry {
+    pub tool_use_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub idempotent: bool,
+    pub finished: bool,
+    pub result: Option<String>,
+    pub is_error: Option<bool>,
+    pub state: Option<Value>,
+}
+
+/// A held lease: the run and the epoch every write must carry.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub run: RunRecord,
+    pub epoch: i64,
+}
+
+/// Why a lease could not be taken.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeaseRefused {
+    /// No such run.
+    Missing,
+    /// The run is terminal or parked: nothing to do.
+    NotRunnable(RunStatus),
+    /// Another executor holds a live lease for this long yet.
+    Held { remaining_ms: i64 },
+}
+
+/// Filters of [`RunStore::list`].
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter {
+    /// Only runs created by this subject (None: the whole tenant).
+    pub subject: Option<String>,
+    pub status: Option<RunStatus>,
+    pub agent: Option<String>,
+    /// Runs older than this id (ids are time-ordered).
+    pub before: Option<RunId>,
+    pub limit: i64,
+}
+
+/// Runs, events, ledger and inputs in Postgres.
+#[derive(Clone, Debug)]
+pub struct RunStore {
+    pool: PgPool,
+}
+
+impl RunStore {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Inserts a run with its first events. With an idempotency key already used by the same
+    /// subject, returns the existing run and `false`.
+    pub async fn create(&self, new: &NewRun) -> Result<(RunRecord, bool), RunStoreError> {
+        let mut tx = self.pool.begin().await?;
+        let created = insert_run(&mut tx, new).await?;
+        let run = match created {
+            Some(run) => run,
+            None => {
+                tx.rollback().await?;
+                let key = new.idempotency_key.as_deref().unwrap_or_default();
+                let r = sqlx::query(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
+                ))
+                .bind(new.tenant.as_str())
+                .bind(&new.subject)
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await?;
+                return Ok((run_from_row(&r)?, false));
+            }
+        };
+        tx.commit().await?;
+        Ok((run, true))
+    }
+
+    /// A run of `tenant`; another tenant's run is `None`.
+    pub async fn get(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+    ) -> Result<Option<RunRecord>, RunStoreError> {
+        let r = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1 AND tenant_id = $2"
+        ))
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        r.as_ref().map(run_from_row).transpose()
+    }
+
+    /// A run by id alone: for the executor, which learns the tenant from the row.
+    pub async fn get_any(&self, id: RunId) -> Result<Option<RunRecord>, RunStoreError> {
+        let r = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1"
+        ))
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.as_ref().map(run_from_row).transpose()
+    }
+
+    /// A page of the tenant's runs, newest first.
+    pub async fn list(
+        &self,
+        tenant: &TenantId,
+        f: &RunFilter,
+    ) -> Result<Vec<RunRecord>, RunStoreError> {
+        let mut q = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE tenant_id = "
+        ));
+        q.push_bind(tenant.as_str());
+        if let Some(s) = &f.subject {
+            q.push(" AND subject = ").push_bind(s);
+        }
+        if let Some(s) = f.status {
+            q.push(" AND status = ").push_bind(s.as_str());
+        }
+        if let Some(a) = &f.agent {
+            q.push(" AND agent_name = ").push_bind(a);
+        }
+        if let Some(b) = f.before {
+            q.push(" AND id < ").push_bind(b.0);
+        }
+        q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Transcript events with `seq >= from_seq`, at most `limit`.
+    pub async fn events(
+        &self,
+        id: RunId,
+        from_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRecord>, RunStoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, data, created_at FROM run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(id.0)
+        .bind(from_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(EventRecord {
+                    seq: r.try_get("seq")?,
+                    kind: r.try_get("kind")?,
+                    data: r.try_get("data")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Non-terminal descendants of a run, for cancel cascades.
+    pub async fn live_descendants(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+    ) -> Result<Vec<RunId>, RunStoreError> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE d(id) AS (
+                SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
+                UNION ALL
+                SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id
+             )
+             SELECT runs.id FROM runs JOIN d ON runs.id = d.id
+             WHERE runs.status NOT IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| Ok(RunId(r.try_get("id")?))).collect()
+    }
+
+    /// Queues input for a run. A parked run becomes `queued` again: returns true when the
+    /// caller must dispatch it. A terminal run refuses (`Err(status)`).
+    pub async fn add_input(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        text: &str,
+    ) -> Result<Result<bool, RunStatus>, RunStoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(status) = lock_status(&mut tx, tenant, id).await? else {
+            return Err(RunStoreError::Store(StoreError::Db(
+                sqlx::Error::RowNotFound,
+            )));
+        };
+        if status.is_terminal() {
+            return Ok(Err(status));
+        }
+        sqlx::query("INSERT INTO run_inputs (id, run_id, tenant_id, text) VALUES ($1, $2, $3, $4)")
+            .bind(Uuid::now_v7())
+            .bind(id.0)
+            .bind(tenant.as_str())
+            .bind(text)
+            .execute(&mut *tx)
+            .await?;
+        let wake = status == RunStatus::AwaitingInput;
+        if wake {
+            sqlx::query("UPDATE runs SET status = 'queued', updated_at = now() WHERE id = $1")
+                .bind(id.0)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Ok(wake))
+    }
+
+    /// Answers a pending `Interruption.ask`: records the answer as the tool's result and makes
+    /// the run runnable. `Ok(false)` when `interrupt_id` is not the pending interruption.
+    pub async fn answer_interrupt(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        interrupt_id: &str,
+        answer: &str,
+    ) -> Result<bool, RunStoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT pending_interrupt FROM runs WHERE id = $1 AND tenant_id = $2 AND status = 'awaiting_input' FOR UPDATE",
+        )
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let pending: Option<Value> = match row {
+            Some(r) => r.try_get("pending_interrupt")?,
+            None => None,
+        };
+        let Some(pending) = pending else {
+            return Ok(false);
+        };
+        if pending.get("id").and_then(Value::as_str) != Some(interrupt_id) {
+            return Ok(false);
+        }
+        let tool_use_id = pending
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let result = serde_json::json!({ "answer": answer }).to_string();
+        sqlx::query(
+            "UPDATE tool_ledger SET status = 'finished', result = $3, is_error = false, finished_at = now()
+             WHERE run_id = $1 AND tool_use_id = $2 AND status = 'started'",
+        )
+        .bind(id.0)
+        .bind(&tool_use_id)
+        .bind(result)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE runs SET status = 'queued', pending_interrupt = NULL, updated_at = now() WHERE id = $1",
+        )
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Cancels a run nobody holds (queued or parked, or whose holder's lease lapsed): bumps the
+    /// epoch (fencing any late executor), ends it `cancelled` and appends `run_finished`.
+    /// Returns false when a live lease holds it (the holder must cancel it) or it already ended.
+    pub async fn cancel_unheld(
+        &self,
+        id: RunId,
+        reason: Option<&str>,
+    ) -> Result<bool, RunStoreError> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
+                 lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL,
+                 finished_at = now(), updated_at = now()
+             WHERE id = $1 AND status IN ('queued', 'running', 'awaiting_input')
+               AND (lease_owner IS NULL OR lease_expires_at < now())
+             RETURNING tenant_id, usage",
+        )
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(r) = r else {
+            return Ok(false);
+        };
+        let tenant: String = r.try_get("tenant_id")?;
+        let usage: Value = r.try_get("usage")?;
+        let seq = next_seq(&mut tx, id).await?;
+        insert_events(
+            &mut tx,
+            id,
+            &tenant,
+            0,
+            seq,
+            &[(
+                "run_finished".to_owned(),
+                serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": usage}),
+            )],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Takes the lease on a runnable run (queued, or running under a lapsed lease).
+    pub async fn acquire_lease(
+        &self,
+        id: RunId,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> Result<Result<Lease, LeaseRefused>, RunStoreError> {
+        let r = sqlx::query(concat!(
+            "UPDATE runs SET lease_epoch = lease_epoch + 1, lease_owner = $2,
+                 lease_expires_at = now() + $3 * interval '1 millisecond', status = 'running',
+                 started_at = COALESCE(started_at, now()), updated_at = now()
+             WHERE id = $1 AND status IN ('queued', 'running')
+               AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)
+             RETURNING ",
+            run_columns!(),
+            ""
+        ))
+        .bind(id.0)
+        .bind(owner)
+        .bind(ttl_ms)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(r) = r {
+            let run = run_from_row(&r)?;
+            return Ok(Ok(Lease {
+                epoch: run.lease_epoch,
+                run,
+            }));
+        }
+        let r = sqlx::query(
+            "SELECT status, (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint AS remaining
+             FROM runs WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = r else {
+            return Ok(Err(LeaseRefused::Missing));
+        };
+        let status: String = r.try_get("status")?;
+        let status = RunStatus::parse(&status).ok_or_else(|| decode("status"))?;
+        if matches!(status, RunStatus::Queued | RunStatus::Running) {
+            let remaining: Option<i64> = r.try_get("remaining")?;
+            return Ok(Err(LeaseRefused::Held {
+                remaining_ms: remaining.unwrap_or(0).max(0),
+            }));
+        }
+        Ok(Err(LeaseRefused::NotRunnable(status)))
+    }
+
+    /// Extends a held lease; `StaleLease` when it was lost.
+    pub async fn renew_lease(
+        &self,
+        id: RunId,
+        epoch: i64,
+        ttl_ms: i64,
+    ) -> Result<(), RunStoreError> {
+        let n = sqlx::query(
+            "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond'
+             WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+        )
+        .bind(id.0)
+        .bind(epoch)
+        .bind(ttl_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(RunStoreError::StaleLease(id))
+        }
+    }
+
+    /// The whole transcript and ledger of a run, for the executor resuming it.
+    pub async fn ledger(&self, id: RunId) -> Result<Vec<LedgerEntry>, RunStoreError> {
+        let rows = sqlx::query(
+            "SELECT tool_use_id, tool, input, idempotent, status, result, is_error, state FROM tool_ledger WHERE run_id = $1",
+        )
+        .bind(id.0)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status")?;
+                Ok(LedgerEntry {
+                    tool_use_id: r.try_get("tool_use_id")?,
+                    tool: r.try_get("tool")?,
+                    input: r.try_get("input")?,
+                    idempotent: r.try_get("idempotent")?,
+                    finished: status == "finished",
+                    result: r.try_get("result")?,
+                    is_error: r.try_get("is_error")?,
+                    state: r.try_get("state")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Starts a fenced write transaction.
+    pub async fn fenced(&self, lease: &Lease) -> Result<Fenced, RunStoreError> {
+        let mut tx = self.pool.begin().await?;
+        let ok =
+            sqlx::query("SELECT 1 AS one FROM runs WHERE id = $1 AND lease_epoch = $2 FOR SHARE")
+                .bind(lease.run.id.0)
+                .bind(lease.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if ok.is_none() {
+            return Err(RunStoreError::StaleLease(lease.run.id));
+        }
+        Ok(Fenced {
+            tx,
+            run: lease.run.id,
+            tenant: lease.run.tenant.as_str().to_owned(),
+            epoch: lease.epoch,
+        })
+    }
+
+    /// The run a subject created with an idempotency key.
+    pub async fn find_by_key(
+        &self,
+        tenant: &TenantId,
+        subject: &str,
+        key: &str,
+    ) -> Result<Option<RunRecord>, RunStoreError> {
+        let r = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
+        ))
+        .bind(tenant.as_str())
+        .bind(subject)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.as_ref().map(run_from_row).transpose()
+    }
+
+    /// Parks a new interactive run that has no input yet (no executor needed).
+    pub async fn park_new(&self, id: RunId) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE runs SET status = 'awaiting_input', updated_at = now() WHERE id = $1 AND status = 'queued'",
+        )
+        .bind(id.0)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Whether input is waiting for the run.
+    pub async fn has_inputs(&self, id: RunId) -> Result<bool, RunStoreError> {
+        let r = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM run_inputs WHERE run_id = $1 AND NOT consumed) AS waiting",
+        )
+        .bind(id.0)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(r.try_get("waiting")?)
+    }
+
+    /// Makes a parked run runnable again (input raced its parking); true when it was parked.
+    pub async fn wake_if_parked(&self, id: RunId) -> Result<bool, RunStoreError> {
+        let n = sqlx::query(
+            "UPDATE runs SET status = 'queued', updated_at = now()
+             WHERE id = $1 AND status = 'awaiting_input' AND pending_interrupt IS NULL",
+        )
+        .bind(id.0)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// The text of the run's last assistant message (a finished sub-run's answer).
+    pub async fn last_assistant_text(&self, id: RunId) -> Result<Option<String>, RunStoreError> {
+        let r = sqlx::query(
+            "SELECT data FROM run_events WHERE run_id = $1 AND kind = 'assistant_message' ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = r else { return Ok(None) };
+        let data: Value = r.try_get("data")?;
+        let msg: Option<weft_core::message::Message> = data
+            .get("message")
+            .and_then(|m| serde_json::from_value(m.clone()).ok());
+        Ok(msg.map(|m| m.text()))
+    }
+
+    /// Appends events under the lease in one statement; `first_seq` is the next free seq.
+    pub async fn append(
+        &self,
+        lease: &Lease,
+        first_seq: i64,
+        events: &[(String, Value)],
+    ) -> Result<(), RunStoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let (seqs, kinds, datas) = columns(first_seq, events);
+        let n = sqlx::query(
+            "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND lease_epoch = $2 FOR SHARE)
+             INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
+             SELECT $1, e.seq, $3, e.kind, e.data, $2
+             FROM fence, UNNEST($4::bigint[], $5::text[], $6::jsonb[]) AS e(seq, kind, data)",
+        )
+        .bind(lease.run.id.0)
+        .bind(lease.epoch)
+        .bind(lease.run.tenant.as_str())
+        .bind(seqs)
+        .bind(kinds)
+        .bind(datas)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| stale_on_conflict(e, lease.run.id))?
+        .rows_affected();
+        if usize::try_from(n).ok() == Some(events.len()) {
+            Ok(())
+        } else {
+            Err(RunStoreError::StaleLease(lease.run.id))
+        }
+    }
+}
+
+/// A transaction that holds the run's fence: everything in it commits only if the lease was
+/// still ours when it began, and no new lease can be taken until it ends.
+pub struct Fenced {
+    tx: Transaction<'static, Postgres>,
+    run: RunId,
+    tenant: String,
+    epoch: i64,
+}
+
+impl Fenced {
+    pub fn tx(&mut self) -> &mut Transaction<'static, Postgres> {
+        &mut self.tx
+    }
+
+    pub async fn commit(self) -> Result<(), RunStoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    /// Appends events; `first_seq` is the next free seq.
+    pub async fn append(
+        &mut self,
+        first_seq: i64,
+        events: &[(String, Value)],
+    ) -> Result<(), RunStoreError> {
+        let run = self.run;
+        insert_events(
+            &mut self.tx,
+            run,
+            &self.tenant,
+            self.epoch,
+            first_seq,
+            events,
+        )
+        .await
+        .map_err(|e| match e {
+            RunStoreError::Store(StoreError::Db(e)) => stale_on_conflict(e, run),
+            e => e,
+        })
+    }
+
+    /// Records that a tool call is about to run. A row that already exists (a resumed run) is
+    /// left as it is.
+    pub async fn ledger_start(
+        &mut self,
+        tool_use_id: &str,
+        tool: &str,
+        input: &Value,
+        idempotent: bool,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status, epoch)
+             VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
+             ON CONFLICT (run_id, tool_use_id) DO UPDATE SET epoch = EXCLUDED.epoch, started_at = now()
+             WHERE tool_ledger.status = 'started'",
+        )
+        .bind(self.run.0)
+        .bind(tool_use_id)
+        .bind(&self.tenant)
+        .bind(tool)
+        .bind(input)
+        .bind(idempotent)
+        .bind(self.epoch)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a tool call's result.
+    pub async fn ledger_finish(
+        &mut self,
+        tool_use_id: &str,
+        result: &str,
+        is_error: bool,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE tool_ledger SET status = 'finished', result = $3, is_error = $4, finished_at = now(), epoch = $5
+             WHERE run_id = $1 AND tool_use_id = $2",
+        )
+        .bind(self.run.0)
+        .bind(tool_use_id)
+        .bind(result)
+        .bind(is_error)
+        .bind(self.epoch)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Saves tool-specific progress (e.g. the ids of spawned children) on a started call.
+    pub async fn ledger_state(
+        &mut self,
+        tool_use_id: &str,
+        state: &Value,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query("UPDATE tool_ledger SET state = $3 WHERE run_id = $1 AND tool_use_id = $2")
+            .bind(self.run.0)
+            .bind(tool_use_id)
+            .bind(state)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Inserts a child run with its first events (the Agent tool), in this transaction.
+    /// Returns the existing child when the idempotency key was already used.
+    pub async fn create_child(&mut self, new: &NewRun) -> Result<(RunRecord, bool), RunStoreError> {
+        sqlx::query("SAVEPOINT child")
+            .execute(&mut *self.tx)
+            .await?;
+        if let Some(run) = insert_run(&mut self.tx, new).await? {
+            sqlx::query("RELEASE SAVEPOINT child")
+                .execute(&mut *self.tx)
+                .await?;
+            return Ok((run, true));
+        }
+        sqlx::query("ROLLBACK TO SAVEPOINT child")
+            .execute(&mut *self.tx)
+            .await?;
+        let r = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
+        ))
+        .bind(new.tenant.as_str())
+        .bind(&new.subject)
+        .bind(new.idempotency_key.as_deref().unwrap_or_default())
+        .fetch_one(&mut *self.tx)
+        .await?;
+        Ok((run_from_row(&r)?, false))
+    }
+
+    /// Takes the pending inputs of the run (marking them consumed).
+    pub async fn take_inputs(&mut self) -> Result<Vec<String>, RunStoreError> {
+        let rows = sqlx::query(
+            "UPDATE run_inputs SET consumed = true WHERE id IN (
+                 SELECT id FROM run_inputs WHERE run_id = $1 AND NOT consumed ORDER BY id FOR UPDATE)
+             RETURNING id, text",
+        )
+        .bind(self.run.0)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let mut out: Vec<(Uuid, String)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("text")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Records progress (iterations, usage so far).
+    pub async fn progress(&mut self, iterations: i32, usage: &Value) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE runs SET iterations = $2, usage = $3, updated_at = now() WHERE id = $1",
+        )
+        .bind(self.run.0)
+        .bind(iterations)
+        .bind(usage)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Parks the run (`awaiting_input`) and releases the lease. `interrupt` is the pending
+    /// `Interruption.ask`, if that is why it parks.
+    pub async fn park(&mut self, interrupt: Option<&Value>) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE runs SET status = 'awaiting_input', pending_interrupt = $2, lease_owner = NULL,
+                 lease_expires_at = NULL, updated_at = now() WHERE id = $1",
+        )
+        .bind(self.run.0)
+        .bind(interrupt)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Ends the run and releases the lease.
+    pub async fn finish(
+        &mut self,
+        reason: StopReason,
+        usage: &Value,
+        error: Option<&Value>,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE runs SET status = $2, stop_reason = $3, usage = $4, error = $5, lease_owner = NULL,
+                 lease_expires_at = NULL, pending_interrupt = NULL, finished_at = now(), updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(self.run.0)
+        .bind(reason.final_status().as_str())
+        .bind(reason.as_str())
+        .bind(usage)
+        .bind(error)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Releases the lease, leaving the run `queued` for another executor (drain on shutdown).
+    pub async fn release(&mut self) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(self.run.0)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+}
+
+fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
+    match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => RunStoreError::StaleLease(run),
+        _ => RunStoreError::Store(StoreError::Db(e)),
+    }
+}
+
+fn columns(first_seq: i64, events: &[(String, Value)]) -> (Vec<i64>, Vec<String>, Vec<Value>) {
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut datas = Vec::with_capacity(events.len());
+    for (i, (k, d)) in (0i64..).zip(events) {
+        seqs.push(first_seq + i);
+        kinds.push(k.clone());
+        datas.push(d.clone());
+    }
+    (seqs, kinds, datas)
+}
+
+async fn insert_events(
+    tx: &mut Transaction<'static, Postgres>,
+    run: RunId,
+    tenant: &str,
+    epoch: i64,
+    first_seq: i64,
+    events: &[(String, Value)],
+) -> Result<(), RunStoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let (seqs, kinds, datas) = columns(first_seq, events);
+    sqlx::query(
+        "INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
+         SELECT $1, e.seq, $2, e.kind, e.data, $3
+         FROM UNNEST($4::bigint[], $5::text[], $6::jsonb[]) AS e(seq, kind, data)",
+    )
+    .bind(run.0)
+    .bind(tenant)
+    .bind(epoch)
+    .bind(seqs)
+    .bind(kinds)
+    .bind(datas)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn next_seq(
+    tx: &mut Transaction<'static, Postgres>,
+    run: RunId,
+) -> Result<i64, RunStoreError> {
+    let r =
+        sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM run_events WHERE run_id = $1")
+            .bind(run.0)
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(r.try_get("next")?)
+}
+
+async fn lock_status(
+    tx: &mut Transaction<'static, Postgres>,
+    tenant: &TenantId,
+    id: RunId,
+) -> Result<Option<RunStatus>, RunStoreError> {
+    let r = sqlx::query("SELECT status FROM runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE")
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    match r {
+        Some(r) => {
+            let s: String = r.try_get("status")?;
+            Ok(Some(RunStatus::parse(&s).ok_or_else(|| decode("status"))?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Inserts the row and its initial events; `None` when the idempotency key is taken.
+async fn insert_run(
+    tx: &mut Transaction<'static, Postgres>,
+    new: &NewRun,
+) -> Result<Option<RunRecord>, RunStoreError> {
+    let r = sqlx::query(concat!(
+            "INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id, root_run_id,
+             depth, status, interactive, spec, idempotency_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11)
+         ON CONFLICT (tenant_id, subject, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         RETURNING ",
+            run_columns!(),
+            ""
+        ))
+    .bind(new.id.0)
+    .bind(new.tenant.as_str())
+    .bind(&new.subject)
+    .bind(&new.agent_name)
+    .bind(&new.agent_hash)
+    .bind(new.parent_run_id.map(|r| r.0))
+    .bind(new.root_run_id.0)
+    .bind(new.depth)
+    .bind(new.interactive)
+    .bind(&new.spec)
+    .bind(&new.idempotency_key)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(r) = r else {
+        return Ok(None);
+    };
+    let run = run_from_row(&r)?;
+    insert_events(tx, run.id, new.tenant.as_str(), 0, 1, &new.initial_events).await?;
+    Ok(Some(run))
+}
