@@ -29,6 +29,8 @@ pub enum FleetError {
     Store(#[from] weft_store::StoreError),
     #[error("{0}")]
     Executor(#[from] weft_executor::ExecutorError),
+    #[error("{0}")]
+    Substrate(#[from] weft_substrate::SubstrateError),
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
     #[error("bootstrap token: {0}")]
@@ -39,6 +41,7 @@ pub enum FleetError {
 pub struct Fleet {
     pub gateway_addr: SocketAddr,
     pub router_addr: SocketAddr,
+    pub substrate_addr: SocketAddr,
     /// The bootstrap admin token, when this start minted it or could read it back.
     pub admin_token: Option<String>,
     /// Whether this start minted the bootstrap token.
@@ -80,7 +83,10 @@ impl Fleet {
         let rt = TcpListener::bind(config.router.listen)
             .await
             .map_err(|e| FleetError::Bind(config.router.listen, e))?;
-        Self::start_on(config, gw, rt).await
+        let sb = TcpListener::bind(config.substrate.listen)
+            .await
+            .map_err(|e| FleetError::Bind(config.substrate.listen, e))?;
+        Self::start_on(config, gw, rt, sb).await
     }
 
     /// Starts everything on listeners the caller bound (tests bind port 0).
@@ -88,6 +94,7 @@ impl Fleet {
         config: Config,
         gateway: TcpListener,
         router: TcpListener,
+        substrate: TcpListener,
     ) -> Result<Self, FleetError> {
         let jwt = internal_jwt(&config);
         let shutdown = CancellationToken::new();
@@ -98,8 +105,18 @@ impl Fleet {
             .local_addr()
             .map_err(|e| FleetError::Bind(config.router.listen, e))?;
 
+        let substrate_addr = substrate
+            .local_addr()
+            .map_err(|e| FleetError::Bind(config.substrate.listen, e))?;
+        let substrate_listener = substrate;
+
         let routing = weft_router::build(&config)?;
-        let substrate = weft_gateway::router_channel(&config.gateway.substrate_url)?;
+        let defs = weft_substrate::connect(&config).await?;
+        weft_substrate::boot::load_boot_definitions(&defs, &config.substrate).await?;
+        let substrate = weft_proto::transport::in_process(weft_substrate::grpc_service(
+            defs.clone(),
+            jwt.clone(),
+        ));
         let state = weft_gateway::connect(
             &config,
             jwt.clone(),
@@ -124,6 +141,16 @@ impl Fleet {
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
         let mut tasks = Vec::new();
+        let stop = shutdown.clone();
+        let substrate_jwt = jwt.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) =
+                weft_substrate::serve(substrate_listener, defs, substrate_jwt, stop.clone()).await
+            {
+                tracing::error!(error = %e, "substrate stopped");
+                stop.cancel();
+            }
+        }));
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = weft_router::serve(router, routing, jwt, stop.clone()).await {
@@ -151,6 +178,7 @@ impl Fleet {
         Ok(Self {
             gateway_addr,
             router_addr,
+            substrate_addr,
             admin_token,
             minted,
             saved,

@@ -44,6 +44,9 @@ enum Cmd {
         /// Router gRPC address.
         #[arg(long)]
         router_listen: Option<std::net::SocketAddr>,
+        /// Substrate (definitions) gRPC address.
+        #[arg(long)]
+        substrate_listen: Option<std::net::SocketAddr>,
         /// Write {"url", "admin_token"} as JSON to this file once serving.
         #[arg(long)]
         ready_file: Option<PathBuf>,
@@ -58,6 +61,20 @@ enum Cmd {
     /// Run only a run executor, against the router and substrate at executor.router_url and
     /// executor.substrate_url (needs auth.internal_jwt_secret shared with them).
     Executor,
+    /// Print the content hash a deployment will report for a definition file.
+    #[command(subcommand)]
+    Hash(HashCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum HashCmd {
+    /// Print the `sha256:` version hash of an agent definition: a `<name>.md` file (YAML front
+    /// matter + system prompt body) or a `.json` object of content fields. Needs no config or
+    /// database; an invalid file exits 1 naming the field.
+    Agent {
+        /// The definition file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -105,14 +122,26 @@ async fn main() -> ExitCode {
     if let Cmd::Doctor = cli.cmd {
         return doctor(&cli.common.shared, o).await;
     }
+    if let Cmd::Hash(HashCmd::Agent { file }) = &cli.cmd {
+        return match weft_substrate::boot::read_agent_file(file) {
+            Ok(def) => {
+                println!("{}", def.content.hash());
+                ExitCode::SUCCESS
+            }
+            Err(weft_substrate::SubstrateError::Boot(msg)) => fail(msg),
+            Err(e) => fail(e),
+        };
+    }
     if let Cmd::Up {
         listen,
         router_listen,
+        substrate_listen,
         ..
     } = &cli.cmd
     {
         o.set("gateway", "listen", *listen)
-            .set("router", "listen", *router_listen);
+            .set("router", "listen", *router_listen)
+            .set("substrate", "listen", *substrate_listen);
     }
     let config = match cli.common.shared.load(o) {
         Ok(c) => c,
@@ -135,7 +164,7 @@ async fn main() -> ExitCode {
             Err(e) => fail(e),
         },
         Cmd::Token(t) => token(&config, t).await,
-        Cmd::Doctor => ExitCode::SUCCESS,
+        Cmd::Doctor | Cmd::Hash(_) => ExitCode::SUCCESS,
         Cmd::Executor => executor(config).await,
     }
 }

@@ -15,7 +15,8 @@ pub struct TestFleet {
     pub url: String,
     pub admin: String,
     pub http: reqwest::Client,
-    pub db: TestDb,
+    pub db: std::sync::Arc<TestDb>,
+    pub config: weft_config::Config,
 }
 
 pub fn config(db: &TestDb) -> weft_config::Config {
@@ -23,7 +24,14 @@ pub fn config(db: &TestDb) -> weft_config::Config {
     c.database.url = weft_config::Secret::new(db.url.clone());
     c.gateway.listen = "127.0.0.1:0".parse().unwrap();
     c.router.listen = "127.0.0.1:0".parse().unwrap();
+    c.substrate.listen = "127.0.0.1:0".parse().unwrap();
     c.bootstrap.token_file = std::env::temp_dir().join(format!("{}-admin-token", db.name));
+    // Each test its own NATS subjects/streams and Redis keys.
+    c.nats.prefix = db.name.clone();
+    c.redis.prefix = db.name.clone();
+    c.auth.internal_jwt_secret = Some(weft_config::Secret::new(format!("secret-{}", db.name)));
+    c.executor.lease_ttl_ms = 2000;
+    c.executor.heartbeat_ms = 400;
     c
 }
 
@@ -36,7 +44,7 @@ impl TestFleet {
         let db = TestDb::new().await;
         let mut c = config(&db);
         tweak(&mut c);
-        let fleet = weft::Fleet::start(c).await.unwrap();
+        let fleet = weft::Fleet::start(c.clone()).await.unwrap();
         let admin = fleet
             .admin_token
             .clone()
@@ -46,8 +54,30 @@ impl TestFleet {
             fleet,
             admin,
             http: reqwest::Client::new(),
-            db,
+            db: std::sync::Arc::new(db),
+            config: c,
         }
+    }
+
+    /// Another fleet on the same database, NATS prefix, Redis prefix and internal key (another
+    /// set of replicas of the same deployment), on its own ports.
+    pub async fn join(&self, tweak: impl FnOnce(&mut weft_config::Config)) -> Self {
+        let mut c = config(&self.db);
+        tweak(&mut c);
+        let fleet = weft::Fleet::start(c.clone()).await.unwrap();
+        Self {
+            url: fleet.url(),
+            fleet,
+            admin: self.admin.clone(),
+            http: reqwest::Client::new(),
+            db: self.db.clone(),
+            config: c,
+        }
+    }
+
+    /// Stops this fleet (its executor releases what it holds).
+    pub async fn stop(self) {
+        self.fleet.stop(std::time::Duration::from_secs(10)).await;
     }
 
     pub async fn post(&self, path: &str, token: &str, body: Value) -> (u16, Value) {

@@ -1,0 +1,221 @@
+//! Crash failover: two `weft executor` processes share the work; one is killed with SIGKILL
+//! while it holds runs. Every run still finishes — taken over once its lease lapses — with no
+//! tool result recorded twice and no gap in any transcript.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::TestFleet;
+use serde_json::{Value, json};
+
+/// Kills the process when dropped, so a failing test leaves nothing behind.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn executor(f: &TestFleet) -> Proc {
+    let c = &f.config;
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .arg("executor")
+        .env("WEFT_DATABASE__URL", c.database.url.expose())
+        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
+        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
+        .env(
+            "WEFT_AUTH__INTERNAL_JWT_SECRET",
+            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
+        )
+        .env(
+            "WEFT_EXECUTOR__ROUTER_URL",
+            format!("http://{}", f.fleet.router_addr),
+        )
+        .env(
+            "WEFT_EXECUTOR__SUBSTRATE_URL",
+            format!("http://{}", f.fleet.substrate_addr),
+        )
+        .env("WEFT_EXECUTOR__LEASE_TTL_MS", "2000")
+        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400")
+        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+#[tokio::test]
+async fn killing_an_executor_mid_run_loses_nothing() {
+    let f = TestFleet::start_with(|c| {
+        c.executor.embedded = false;
+        if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+            m.models.insert(
+                "slow".into(),
+                weft_config::MockModelConfig {
+                    latency_ms: 400,
+                    ..Default::default()
+                },
+            );
+        }
+    })
+    .await;
+    let (status, body) = put(
+        &f,
+        "worker",
+        json!({"model": "mock/slow", "tools": ["Context"]}),
+    )
+    .await;
+    assert!(status == 201 || status == 200, "{body}");
+    let mut first = executor(&f);
+    let second = executor(&f);
+    let first_pid = first.0.id();
+    let turns = json!([
+        [{"name": "Context", "input": {"op": "time"}}, {"name": "Context", "input": {"op": "self"}}],
+        [{"name": "Context", "input": {"op": "time"}}],
+        [{"name": "Context", "input": {"op": "self"}}]
+    ]);
+    let input = format!("#mock {}", json!({"turns": turns, "reply": "done"}));
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let (status, r) = f
+            .post(
+                "/v1/runs",
+                &f.admin,
+                json!({"agent": "worker", "input": input}),
+            )
+            .await;
+        assert_eq!(status, 201, "{r}");
+        runs.push(r["run_id"].as_str().unwrap().to_owned());
+    }
+    // Wait until the first executor holds some runs mid-flight, then kill it.
+    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap();
+    let owner = format!("executor-{first_pid}-%");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let held: Vec<uuid::Uuid> = loop {
+        let held: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE lease_owner LIKE $1 AND status = 'running' AND iterations >= 1",
+        )
+        .bind(&owner)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if !held.is_empty() {
+            break held;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first executor never held a run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    for run in &runs {
+        loop {
+            let (_, r) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+            if r["status"] == "succeeded" {
+                break;
+            }
+            assert!(
+                !matches!(r["status"].as_str(), Some("failed" | "cancelled")),
+                "run {run} ended badly: {r}"
+            );
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "run {run} never finished: {r}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut taken_over = 0;
+    for run in &runs {
+        let (_, page) = f
+            .get(&format!("/v1/runs/{run}/events?limit=1000"), &f.admin)
+            .await;
+        let events = page["events"].as_array().unwrap();
+        let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(
+            seqs,
+            (1..=i64::try_from(seqs.len()).unwrap()).collect::<Vec<_>>(),
+            "no gap in {run}"
+        );
+        let mut calls: HashMap<String, usize> = HashMap::new();
+        let mut results: HashMap<String, usize> = HashMap::new();
+        for e in events {
+            match e["kind"].as_str().unwrap() {
+                "tool_call" => {
+                    *calls
+                        .entry(e["data"]["id"].as_str().unwrap().to_owned())
+                        .or_default() += 1
+                }
+                "tool_result" => {
+                    *results
+                        .entry(e["data"]["tool_use_id"].as_str().unwrap().to_owned())
+                        .or_default() += 1
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(calls.len(), 4, "four tool calls in {run}: {calls:?}");
+        assert!(
+            calls.values().all(|n| *n == 1),
+            "each call once in {run}: {calls:?}"
+        );
+        assert_eq!(
+            calls.keys().collect::<std::collections::BTreeSet<_>>(),
+            results.keys().collect(),
+            "every call has a result in {run}"
+        );
+        assert!(
+            results.values().all(|n| *n == 1),
+            "no duplicated tool result in {run}: {results:?}"
+        );
+        let assistants = events
+            .iter()
+            .filter(|e| e["kind"] == "assistant_message")
+            .count();
+        assert_eq!(assistants, 4, "three tool turns and a reply in {run}");
+        let finisher = events.last().unwrap()["data"]["executor"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if held.iter().any(|h| h.to_string() == *run) {
+            assert!(
+                !finisher.starts_with(&format!("executor-{first_pid}-")),
+                "a killed executor cannot finish {run}"
+            );
+            taken_over += 1;
+        }
+    }
+    assert!(taken_over >= 1);
+    drop(second);
+}
+
+async fn put(f: &TestFleet, name: &str, body: Value) -> (u16, Value) {
+    let r = f
+        .http
+        .put(format!("{}/v1/agents/{name}", f.url))
+        .bearer_auth(&f.admin)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}

@@ -1,0 +1,588 @@
+//! Agent runs end to end on a fleet on port 0 against the machine's Postgres, NATS and Redis:
+//! tool calls and the transcript, re-attach, cancel through another gateway, interactive runs
+//! moving between executors, sub-run fan-out caps, admission, idempotency and tenancy.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestFleet;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+/// A mock script: tool calls per turn, then a reply.
+fn script(turns: Value, reply: &str) -> String {
+    format!("#mock {}", json!({"turns": turns, "reply": reply}))
+}
+
+async fn put_agent(f: &TestFleet, _token: &str, name: &str, body: Value) {
+    // TEMPORARY: straight into the store until the HTTP route lands.
+    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap();
+    let store = weft_substrate::store::DefStore::new(pool);
+    weft_substrate::agents::put_agent_json(
+        &store,
+        &weft_core::TenantId::parse("default").unwrap(),
+        name,
+        &body.to_string(),
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+/// Every SSE frame of a run stream, until it ends: (id, event, data).
+async fn stream(
+    f: &TestFleet,
+    token: &str,
+    run: &str,
+    query: &str,
+    last_event_id: Option<&str>,
+) -> Vec<(i64, String, Value)> {
+    let mut req = f
+        .http
+        .get(format!("{}/v1/runs/{run}/stream{query}", f.url))
+        .bearer_auth(token);
+    if let Some(l) = last_event_id {
+        req = req.header("last-event-id", l);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Some(ev) = tokio::time::timeout_at(deadline, events.next())
+        .await
+        .expect("the stream ended in time")
+    {
+        let ev = ev.unwrap();
+        let data: Value = serde_json::from_str(&ev.data).unwrap();
+        let done = ev.event == "run_finished";
+        out.push((ev.id.parse().unwrap(), ev.event, data));
+        if done {
+            break;
+        }
+    }
+    out
+}
+
+fn persisted(frames: &[(i64, String, Value)]) -> Vec<(i64, String)> {
+    frames
+        .iter()
+        .filter(|(_, k, _)| k != "text_delta")
+        .map(|(s, k, _)| (*s, k.clone()))
+        .collect()
+}
+
+async fn create(f: &TestFleet, token: &str, body: Value) -> String {
+    let (status, run) = f.post("/v1/runs", token, body).await;
+    assert_eq!(status, 201, "{run}");
+    run["run_id"].as_str().unwrap().to_owned()
+}
+
+/// Polls a run until `pred` holds (bounded).
+async fn wait_for(f: &TestFleet, token: &str, run: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, r) = f.get(&format!("/v1/runs/{run}"), token).await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run never reached the state: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_with_tool_calls_completes_with_an_ordered_complete_transcript() {
+    let f = TestFleet::start().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "helper",
+        json!({"model": "mock-1", "system_prompt": "be brief", "tools": ["Context"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}, {"name": "Context", "input": {"op": "self"}}], [{"name": "Context", "input": {"op": "time"}}]]),
+        "all done",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "helper", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let kinds: Vec<String> = persisted(&frames).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_started",
+            "user_input",
+            "provider_chosen",
+            "assistant_message",
+            "tool_call",
+            "tool_call",
+            "usage",
+            "tool_result",
+            "tool_result",
+            "provider_chosen",
+            "assistant_message",
+            "tool_call",
+            "usage",
+            "tool_result",
+            "provider_chosen",
+            "assistant_message",
+            "usage",
+            "run_finished"
+        ]
+    );
+    let seqs: Vec<i64> = persisted(&frames).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        seqs,
+        (1..=18).collect::<Vec<_>>(),
+        "seqs are contiguous from 1"
+    );
+    // The Context tool really ran: `self` names this agent and its version.
+    let self_result = frames
+        .iter()
+        .find(|(_, k, d)| {
+            k == "tool_result" && d["data"]["content"].as_str().unwrap().contains("\"agent\"")
+        })
+        .unwrap();
+    let content: Value =
+        serde_json::from_str(self_result.2["data"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["agent"], "helper");
+    assert!(content["version"].as_str().unwrap().starts_with("sha256:"));
+    let last = &frames.last().unwrap().2["data"];
+    assert_eq!(last["status"], "succeeded");
+    assert_eq!(last["stop_reason"], "end_turn");
+    let (_, r) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+    assert_eq!(r["status"], "succeeded");
+    assert_eq!(r["iterations"], 3);
+    assert!(r["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    // The persisted transcript page agrees with the stream.
+    let (_, page) = f.get(&format!("/v1/runs/{run}/events"), &f.admin).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 18);
+    assert_eq!(page["events"][17]["kind"], "run_finished");
+}
+
+#[tokio::test]
+async fn re_attaching_from_a_middle_seq_yields_exactly_the_remaining_events() {
+    let f = TestFleet::start().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "helper",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "ok",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "helper", "input": input})).await;
+    let all = persisted(&stream(&f, &f.admin, &run, "", None).await);
+    let n = i64::try_from(all.len()).unwrap();
+    assert!(n > 8);
+    let from_query = persisted(&stream(&f, &f.admin, &run, "?from_seq=5", None).await);
+    assert_eq!(from_query, all[4..].to_vec());
+    let from_header = persisted(&stream(&f, &f.admin, &run, "", Some("6")).await);
+    assert_eq!(
+        from_header,
+        all[6..].to_vec(),
+        "Last-Event-ID 6 resumes at 7"
+    );
+}
+
+#[tokio::test]
+async fn the_sse_form_of_create_streams_the_run() {
+    let f = TestFleet::start().await;
+    put_agent(&f, &f.admin, "helper", json!({"model": "mock-1"})).await;
+    let r = f
+        .http
+        .post(format!("{}/v1/runs", f.url))
+        .bearer_auth(&f.admin)
+        .json(&json!({"agent": "helper", "input": "hello", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    let mut kinds = Vec::new();
+    let mut text = String::new();
+    while let Some(ev) = events.next().await {
+        let ev = ev.unwrap();
+        let data: Value = serde_json::from_str(&ev.data).unwrap();
+        if ev.event == "text_delta" {
+            text.push_str(data["data"]["text"].as_str().unwrap());
+        } else {
+            kinds.push(ev.event.clone());
+        }
+        if ev.event == "run_finished" {
+            break;
+        }
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
+    assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
+    assert!(kinds.contains(&"assistant_message".to_owned()));
+}
+
+#[tokio::test]
+async fn cancel_sent_through_a_second_gateway_stops_a_run_held_by_an_executor() {
+    let a = TestFleet::start_with(|c| slow_model(c, 60_000)).await;
+    put_agent(&a, &a.admin, "sleepy", json!({"model": "mock/slow"})).await;
+    // A second fleet on the same database, NATS and Redis, with no executor of its own.
+    let b = a.join(|c| c.executor.embedded = false).await;
+    let run = create(
+        &a,
+        &a.admin,
+        json!({"agent": "sleepy", "input": "take your time"}),
+    )
+    .await;
+    wait_for(&a, &a.admin, &run, |r| r["status"] == "running").await;
+    let (status, r) = b
+        .post(
+            &format!("/v1/runs/{run}/cancel"),
+            &a.admin,
+            json!({"reason": "changed my mind"}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {r}");
+    let frames = stream(&b, &a.admin, &run, "", None).await;
+    let last = &frames.last().unwrap().2["data"];
+    assert_eq!(last["status"], "cancelled");
+    assert_eq!(last["stop_reason"], "cancelled");
+    assert_eq!(
+        last["executor"]
+            .as_str()
+            .map(|e| e.starts_with("executor-")),
+        Some(true),
+        "the executor acknowledged it"
+    );
+}
+
+#[tokio::test]
+async fn an_interactive_run_parks_and_finishes_on_another_executor() {
+    let a = TestFleet::start().await;
+    put_agent(&a, &a.admin, "chat", json!({"model": "mock-1"})).await;
+    let run = create(
+        &a,
+        &a.admin,
+        json!({"agent": "chat", "input": "first", "interactive": true}),
+    )
+    .await;
+    let parked = wait_for(&a, &a.admin, &run, |r| r["status"] == "awaiting_input").await;
+    assert_eq!(parked["iterations"], 1);
+    let (_, page) = a.get(&format!("/v1/runs/{run}/events"), &a.admin).await;
+    let first_executor = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "awaiting_input")
+        .unwrap()["data"]["executor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The first fleet (and its executor) goes away; a new one takes the input.
+    let b = a.join(|_| {}).await;
+    a.stop().await;
+    let (status, r) = b
+        .post(
+            &format!("/v1/runs/{run}/input"),
+            &b.admin,
+            json!({"text": "second"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let done = wait_for(&b, &b.admin, &run, |r| {
+        r["status"] == "awaiting_input" && r["iterations"] == 2
+    })
+    .await;
+    assert_eq!(done["iterations"], 2);
+    let (_, page) = b.get(&format!("/v1/runs/{run}/events"), &b.admin).await;
+    let events = page["events"].as_array().unwrap();
+    let executors: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "awaiting_input")
+        .map(|e| e["data"]["executor"].as_str().unwrap())
+        .collect();
+    assert_eq!(executors.len(), 2);
+    assert_eq!(executors[0], first_executor);
+    assert_ne!(
+        executors[1], first_executor,
+        "the second turn ran on another executor"
+    );
+    let inputs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "user_input")
+        .collect();
+    assert_eq!(inputs[1]["data"]["text"], "second");
+    // Cancel ends a parked run without an executor.
+    let (status, r) = b
+        .post(&format!("/v1/runs/{run}/cancel"), &b.admin, json!({}))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_sub_run_fan_out_respects_the_concurrency_cap() {
+    let f = TestFleet::start_with(|c| slow_model(c, 150)).await;
+    put_agent(&f, &f.admin, "worker", json!({"model": "mock/slow"})).await;
+    put_agent(
+        &f,
+        &f.admin,
+        "boss",
+        json!({"model": "mock-1", "tools": ["Agent"], "max_concurrent_children": 2}),
+    )
+    .await;
+    let runs: Vec<Value> = (0..5)
+        .map(|i| json!({"agent": "worker", "input": format!("job {i}")}))
+        .collect();
+    let input = script(
+        json!([[{"name": "Agent", "input": {"op": "parallel_spawn", "runs": runs}}]]),
+        "collected",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "boss", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let result = frames.iter().find(|(_, k, _)| k == "tool_result").unwrap();
+    let content: Value =
+        serde_json::from_str(result.2["data"]["content"].as_str().unwrap()).unwrap();
+    let results = content["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5);
+    for r in results {
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert!(
+            r["output"].as_str().unwrap().starts_with("echo: job"),
+            "{r}"
+        );
+    }
+    // Children's lifetimes (created → finished) never overlap more than 2 deep.
+    let (_, list) = f.get("/v1/runs?agent=worker&limit=50", &f.admin).await;
+    let children = list["runs"].as_array().unwrap();
+    assert_eq!(children.len(), 5);
+    let mut edges = Vec::new();
+    for c in children {
+        assert_eq!(c["parent_run_id"].as_str(), Some(run.as_str()));
+        let t = |k: &str| {
+            time::OffsetDateTime::parse(
+                c[k].as_str().unwrap(),
+                &time::format_description::well_known::Rfc3339,
+            )
+            .unwrap()
+        };
+        edges.push((t("created_at"), 1));
+        edges.push((t("finished_at"), -1));
+    }
+    edges.sort();
+    let (mut live, mut peak) = (0, 0);
+    for (_, d) in edges {
+        live += d;
+        peak = peak.max(live);
+    }
+    assert!(peak <= 2, "at most 2 children at once, saw {peak}");
+    assert_eq!(peak, 2, "the cap was reached (5 children, slow model)");
+}
+
+#[tokio::test]
+async fn idempotency_keys_return_the_same_run() {
+    let f = TestFleet::start().await;
+    put_agent(&f, &f.admin, "helper", json!({"model": "mock-1"})).await;
+    let body = json!({"agent": "helper", "input": "once", "idempotency_key": "k-1"});
+    let (s1, r1) = f.post("/v1/runs", &f.admin, body.clone()).await;
+    let (s2, r2) = f.post("/v1/runs", &f.admin, body).await;
+    assert_eq!((s1, s2), (201, 200));
+    assert_eq!(r1["run_id"], r2["run_id"]);
+}
+
+#[tokio::test]
+async fn admission_is_per_tenant_and_fails_closed_without_redis() {
+    let f = TestFleet::start_with(|c| {
+        slow_model(c, 60_000);
+        c.gateway.tenant_max_concurrent_runs = 1;
+    })
+    .await;
+    put_agent(&f, &f.admin, "sleepy", json!({"model": "mock/slow"})).await;
+    let run = create(&f, &f.admin, json!({"agent": "sleepy", "input": "1"})).await;
+    let r = f
+        .http
+        .post(format!("{}/v1/runs", f.url))
+        .bearer_auth(&f.admin)
+        .json(&json!({"agent": "sleepy", "input": "2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "tenant_concurrency_exhausted");
+    // Cancelling frees the slot.
+    f.post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
+        .await;
+    wait_for(&f, &f.admin, &run, |r| r["status"] == "cancelled").await;
+    let (status, _) = f
+        .post(
+            "/v1/runs",
+            &f.admin,
+            json!({"agent": "sleepy", "input": "3"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let g = f
+        .join(move |c| c.redis.url = weft_config::Secret::new(format!("redis://{closed}")))
+        .await;
+    let (status, body) = g
+        .post(
+            "/v1/runs",
+            &f.admin,
+            json!({"agent": "sleepy", "input": "4"}),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "admission_unavailable");
+}
+
+#[tokio::test]
+async fn another_tenants_run_is_a_404_and_scopes_are_enforced() {
+    let f = TestFleet::start().await;
+    put_agent(&f, &f.admin, "helper", json!({"model": "mock-1"})).await;
+    let run = create(&f, &f.admin, json!({"agent": "helper", "input": "mine"})).await;
+    let (_, t) = f
+        .mint(&f.admin, "other", &["runs:create", "runs:read"])
+        .await;
+    let other = t["token"].as_str().unwrap().to_owned();
+    for path in [
+        format!("/v1/runs/{run}"),
+        format!("/v1/runs/{run}/events"),
+        format!("/v1/runs/{run}/stream"),
+    ] {
+        let (status, _) = f.get(&path, &other).await;
+        assert_eq!(status, 404, "GET {path}");
+    }
+    for (path, body) in [
+        (format!("/v1/runs/{run}/cancel"), json!({})),
+        (format!("/v1/runs/{run}/input"), json!({"text": "x"})),
+        (
+            format!("/v1/runs/{run}/interrupts/int_x"),
+            json!({"answer": "x"}),
+        ),
+    ] {
+        let (status, _) = f.post(&path, &other, body).await;
+        assert_eq!(status, 404, "POST {path}");
+    }
+    let (_, list) = f.get("/v1/runs", &other).await;
+    assert_eq!(list["runs"].as_array().unwrap().len(), 0);
+    let (_, t) = f.mint(&f.admin, "default", &["runs:read"]).await;
+    let reader = t["token"].as_str().unwrap().to_owned();
+    let (status, body) = f
+        .post(
+            "/v1/runs",
+            &reader,
+            json!({"agent": "helper", "input": "x"}),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (_, t) = f.mint(&f.admin, "default", &["runs:create"]).await;
+    let writer = t["token"].as_str().unwrap().to_owned();
+    let (status, _) = f.get(&format!("/v1/runs/{run}"), &writer).await;
+    assert_eq!(status, 403, "reading needs runs:read");
+}
+
+#[tokio::test]
+async fn max_iterations_stops_a_looping_agent() {
+    let f = TestFleet::start().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "loop",
+        json!({"model": "mock-1", "tools": ["Context"], "max_iterations": 2}),
+    )
+    .await;
+    let call = json!([{"name": "Context", "input": {"op": "time"}}]);
+    let input = script(json!([call.clone(), call.clone(), call]), "never");
+    let run = create(&f, &f.admin, json!({"agent": "loop", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let last = &frames.last().unwrap().2["data"];
+    assert_eq!(last["stop_reason"], "max_iterations");
+    assert_eq!(last["iterations"], 2);
+}
+
+#[tokio::test]
+async fn an_interruption_parks_the_run_until_it_is_answered() {
+    let f = TestFleet::start().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "asker",
+        json!({"model": "mock-1", "tools": ["Interruption"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Interruption", "input": {"op": "ask", "question": "which colour?"}}]]),
+        "thanks",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "asker", "input": input})).await;
+    let parked = wait_for(&f, &f.admin, &run, |r| r["status"] == "awaiting_input").await;
+    let iid = parked["pending_interrupt"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(parked["pending_interrupt"]["question"], "which colour?");
+    let (status, _) = f
+        .post(
+            &format!("/v1/runs/{run}/interrupts/nope"),
+            &f.admin,
+            json!({"answer": "x"}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, r) = f
+        .post(
+            &format!("/v1/runs/{run}/interrupts/{iid}"),
+            &f.admin,
+            json!({"answer": "blue"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let result = frames.iter().find(|(_, k, _)| k == "tool_result").unwrap();
+    assert!(
+        result.2["data"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("blue")
+    );
+}
+
+/// Adds a mock provider `mock` model `slow` with the given latency.
+fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
+    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+        m.models.insert(
+            "slow".into(),
+            weft_config::MockModelConfig {
+                latency_ms,
+                ..Default::default()
+            },
+        );
+    }
+}
