@@ -576,8 +576,7 @@ impl Driver {
         let mut ask = None;
         for c in calls {
             let input = parse_input(&c.input_json);
-            let builtin =
-                Builtin::parse(&c.name).filter(|_| self.spec.tools.contains(&c.name));
+            let builtin = Builtin::parse(&c.name).filter(|_| self.spec.tools.contains(&c.name));
             match ledger.get(&c.id) {
                 Some(l) if l.finished => {
                     let out = ToolOutput {

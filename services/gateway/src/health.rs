@@ -1,4 +1,5 @@
-//! `/healthz` (the process is up), `/readyz` (Postgres and the router answer), `/metrics`.
+//! `/healthz` (the process is up), `/readyz` (Postgres, the router, NATS and Redis answer),
+//! `/metrics`.
 
 use std::time::Duration;
 
@@ -24,7 +25,16 @@ pub async fn readyz(State(st): State<AppState>) -> Response {
         tokio::time::timeout(deadline, st.router_ping()).await,
         Ok(Ok(()))
     );
-    let status = if db && router {
+    let nats = matches!(
+        tokio::time::timeout(deadline, st.bus.ping()).await,
+        Ok(Ok(()))
+    );
+    let redis = matches!(
+        tokio::time::timeout(deadline, st.coord.ping()).await,
+        Ok(Ok(()))
+    );
+    let ready = db && router && nats && redis;
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -33,8 +43,8 @@ pub async fn readyz(State(st): State<AppState>) -> Response {
     (
         status,
         Json(json!({
-            "status": if db && router { "ready" } else { "not_ready" },
-            "checks": {"postgres": word(db), "router": word(router)},
+            "status": if ready { "ready" } else { "not_ready" },
+            "checks": {"postgres": word(db), "router": word(router), "nats": word(nats), "redis": word(redis)},
         })),
     )
         .into_response()

@@ -3,6 +3,7 @@
 //! internal JWT carrying the caller's principal. It serves the OpenAI-compatible routes, the
 //! token routes, health, readiness, metrics and the OpenAPI document.
 
+mod agents;
 pub mod error;
 pub mod extract;
 mod health;
@@ -209,6 +210,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         )
         .route("/v1/tokens/{id}", delete(tokens::revoke_token_handler))
         .merge(runs::routes())
+        .merge(agents::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,

@@ -333,6 +333,13 @@ pub async fn create_run(
         return Ok((existing, false));
     }
     let version = resolve_agent(st, p, &body.agent).await?;
+    if version.retired {
+        return Err(Error::not_found(format!(
+            "agent `{}` is retired; activate a version with POST /v1/agents/{}/activate",
+            body.agent, body.agent
+        ))
+        .with_param("agent"));
+    }
     let def: AgentContent =
         serde_json::from_str(&version.content_json).map_err(|_| Error::internal())?;
     let tools = match &body.tools {

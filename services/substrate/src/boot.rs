@@ -57,7 +57,9 @@ pub fn read_agents_dir(dir: &Path) -> Result<Vec<BootDefinition>, SubstrateError
     paths.iter().map(|p| read_agent_file(p)).collect()
 }
 
-/// Reads one `<name>.md` definition; errors name the file and the field.
+/// Reads one definition file, validated: `<name>.md` (YAML front matter + system prompt body) or
+/// `<name>.json` (an object of content fields, optionally with `name`). Errors name the file
+/// and the field.
 pub fn read_agent_file(path: &Path) -> Result<BootDefinition, SubstrateError> {
     let source = path.display().to_string();
     let text = std::fs::read_to_string(path)
@@ -66,12 +68,46 @@ pub fn read_agent_file(path: &Path) -> Result<BootDefinition, SubstrateError> {
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or_default();
-    let (name, content) = parse_agent_markdown(stem, &text).map_err(|e| boot_err(&source, &e))?;
+    let (name, content) = match path.extension().and_then(|e| e.to_str()) {
+        Some("md") => parse_agent_markdown(stem, &text).map_err(|e| boot_err(&source, &e))?,
+        Some("json") => {
+            let value: Value = serde_json::from_str(&text)
+                .map_err(|e| SubstrateError::Boot(format!("{source}: not valid JSON: {e}")))?;
+            parse_named_json(stem, value).map_err(|e| boot_err(&source, &e))?
+        }
+        _ => {
+            return Err(SubstrateError::Boot(format!(
+                "{source}: an agent definition is a `.md` file (YAML front matter + prompt) or a `.json` object of content fields"
+            )));
+        }
+    };
     Ok(BootDefinition {
         name,
         content,
         source,
     })
+}
+
+/// A JSON object of content fields that may also carry `name` (default: `name_hint`),
+/// validated.
+fn parse_named_json(
+    name_hint: &str,
+    mut value: Value,
+) -> Result<(String, AgentContent), weft_core::Error> {
+    let name = match &mut value {
+        Value::Object(m) => match m.remove("name") {
+            None => name_hint.to_owned(),
+            Some(Value::String(s)) => s,
+            Some(_) => {
+                return Err(weft_core::Error::invalid("`name` must be a string").with_param("name"));
+            }
+        },
+        _ => name_hint.to_owned(),
+    };
+    validate_agent_name(&name)?;
+    let content = AgentContent::from_json(value)?;
+    content.validate()?;
+    Ok((name, content))
 }
 
 /// Reads the inline definitions of `substrate.agents`.
@@ -80,20 +116,15 @@ pub fn read_inline(cfg: &SubstrateConfig) -> Result<Vec<BootDefinition>, Substra
         .iter()
         .map(|(name, value)| {
             let source = format!("substrate.agents.{name}");
-            validate_agent_name(name).map_err(|e| boot_err(&source, &e))?;
-            let mut value = value.clone();
-            if let Value::Object(m) = &mut value
-                && let Some(n) = m.remove("name")
-                && n.as_str() != Some(name.as_str())
-            {
+            let (found, content) =
+                parse_named_json(name, value.clone()).map_err(|e| boot_err(&source, &e))?;
+            if &found != name {
                 return Err(SubstrateError::Boot(format!(
-                    "{source}: `name` is {n}, but the entry is named `{name}`; drop `name` or make them equal"
+                    "{source}: `name` is `{found}`, but the entry is named `{name}`; drop `name` or make them equal"
                 )));
             }
-            let content = AgentContent::from_json(value).map_err(|e| boot_err(&source, &e))?;
-            content.validate().map_err(|e| boot_err(&source, &e))?;
             Ok(BootDefinition {
-                name: name.clone(),
+                name: found,
                 content,
                 source,
             })

@@ -1,5 +1,9 @@
 //! The substrate against a real Postgres: versioning, lineage, concurrency, tenant isolation,
 //! boot loading, and the gRPC scope checks.
+//!
+//! The tests use the multi-thread runtime: `TestDb`'s drop closes its pool from another thread
+//! while blocking this one, and on a current-thread runtime nothing would drive the pool's
+//! sockets meanwhile.
 
 #![allow(
     clippy::unwrap_used,
@@ -33,7 +37,7 @@ async fn store() -> (TestDb, DefStore) {
     (db, store)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn same_content_keeps_its_version_and_changes_chain_to_the_parent() {
     let (_db, s) = store().await;
     let t = tenant("acme");
@@ -81,7 +85,7 @@ async fn same_content_keeps_its_version_and_changes_chain_to_the_parent() {
     assert!(!pinned.active);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn concurrent_puts_of_one_name_get_distinct_consecutive_numbers() {
     let (_db, s) = store().await;
     let t = tenant("acme");
@@ -127,7 +131,7 @@ async fn concurrent_puts_of_one_name_get_distinct_consecutive_numbers() {
     assert_eq!(s.versions(&t, "same").await.unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn tenants_do_not_see_each_others_definitions() {
     let (_db, s) = store().await;
     let (a, b) = (tenant("acme"), tenant("beta"));
@@ -158,7 +162,7 @@ async fn tenants_do_not_see_each_others_definitions() {
     assert_eq!(other.version.number, 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn forks_retire_activate_and_verify() {
     let (_db, s) = store().await;
     let t = tenant("acme");
@@ -264,7 +268,7 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     dir
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn boot_definitions_load_idempotently_and_fail_loudly() {
     let (_db, s) = store().await;
     let dir = temp_dir("boot");
@@ -347,7 +351,7 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
     req
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn grpc_checks_scopes_and_the_internal_token() {
     let (_db, s) = store().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");

@@ -21,21 +21,21 @@ fn script(turns: Value, reply: &str) -> String {
     format!("#mock {}", json!({"turns": turns, "reply": reply}))
 }
 
-async fn put_agent(f: &TestFleet, _token: &str, name: &str, body: Value) {
-    // TEMPORARY: straight into the store until the HTTP route lands.
-    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+async fn put_agent(f: &TestFleet, token: &str, name: &str, body: Value) {
+    let r = f
+        .http
+        .put(format!("{}/v1/agents/{name}", f.url))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
         .await
         .unwrap();
-    let store = weft_substrate::store::DefStore::new(pool);
-    weft_substrate::agents::put_agent_json(
-        &store,
-        &weft_core::TenantId::parse("default").unwrap(),
-        name,
-        &body.to_string(),
-        None,
-    )
-    .await
-    .unwrap();
+    let status = r.status().as_u16();
+    assert!(
+        status == 200 || status == 201,
+        "put agent {name}: {status} {}",
+        r.text().await.unwrap()
+    );
 }
 
 /// Every SSE frame of a run stream, until it ends: (id, event, data).
@@ -584,5 +584,131 @@ fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
                 ..Default::default()
             },
         );
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_sub_runs() {
+    let f = TestFleet::start_with(|c| slow_model(c, 60_000)).await;
+    put_agent(&f, &f.admin, "sleepy", json!({"model": "mock/slow"})).await;
+    put_agent(
+        &f,
+        &f.admin,
+        "boss",
+        json!({"model": "mock-1", "tools": ["Agent"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Agent", "input": {"op": "spawn", "agent": "sleepy", "input": "zzz"}}]]),
+        "never",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "boss", "input": input})).await;
+    // Wait until the child exists and an executor holds it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let child = loop {
+        let (_, list) = f.get("/v1/runs?agent=sleepy", &f.admin).await;
+        if let Some(c) = list["runs"].as_array().unwrap().first()
+            && c["status"] == "running"
+        {
+            break c["run_id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, _) = f
+        .post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
+        .await;
+    assert!(status == 200 || status == 202);
+    wait_for(&f, &f.admin, &run, |r| r["status"] == "cancelled").await;
+    let c = wait_for(&f, &f.admin, &child, |r| r["status"] == "cancelled").await;
+    assert_eq!(c["stop_reason"], "cancelled");
+}
+
+#[tokio::test]
+async fn tools_are_default_deny_and_callers_only_narrow() {
+    let f = TestFleet::start().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "helper",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    // The model asks for a tool the agent does not list: it gets an error result, not a call.
+    let input = script(
+        json!([[{"name": "HTTP", "input": {"method": "GET", "url": "http://example.com/"}}]]),
+        "ok",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "helper", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let result = &frames
+        .iter()
+        .find(|(_, k, _)| k == "tool_result")
+        .unwrap()
+        .2["data"];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("not available"),
+        "{result}"
+    );
+    // A caller may narrow the agent's tools to none, and asking for more than the agent has
+    // does not widen them.
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "ok",
+    );
+    let run = create(
+        &f,
+        &f.admin,
+        json!({"agent": "helper", "input": input, "tools": ["HTTP"]}),
+    )
+    .await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let started = &frames[0].2["data"];
+    assert_eq!(started["tools"], json!([]));
+    let result = &frames
+        .iter()
+        .find(|(_, k, _)| k == "tool_result")
+        .unwrap()
+        .2["data"];
+    assert_eq!(result["is_error"], true);
+}
+
+#[tokio::test]
+async fn the_http_tool_in_a_run_refuses_private_addresses() {
+    let f = TestFleet::start_with(|c| c.executor.allowed_hosts = vec!["*".into()]).await;
+    put_agent(
+        &f,
+        &f.admin,
+        "fetcher",
+        json!({"model": "mock-1", "tools": ["HTTP"]}),
+    )
+    .await;
+    let calls: Vec<Value> = [
+        "http://127.0.0.1:9/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.1/",
+        "http://localhost:9/",
+    ]
+    .iter()
+    .map(|u| json!({"name": "HTTP", "input": {"method": "GET", "url": u}}))
+    .collect();
+    let input = script(json!([calls]), "ok");
+    let run = create(&f, &f.admin, json!({"agent": "fetcher", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let results: Vec<&Value> = frames
+        .iter()
+        .filter(|(_, k, _)| k == "tool_result")
+        .map(|(_, _, d)| &d["data"])
+        .collect();
+    assert_eq!(results.len(), 4);
+    for r in results {
+        assert_eq!(r["is_error"], true, "{r}");
     }
 }

@@ -1,0 +1,281 @@
+//! The agent-definition routes (`/v1/agents…`): thin handlers over the substrate's gRPC API.
+//! They parse the request, forward it with the caller's internal JWT, and render the answer;
+//! the substrate validates, authorizes (reading needs `runs:create`, `runs:read` or
+//! `tenant:admin`; writing `tenant:admin`) and scopes everything to the caller's tenant.
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use weft_core::{Error, ErrorCode, Principal};
+use weft_proto::v1;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{NativeJson, ValidJson};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// The routes; mounted inside the bearer-authenticated native router.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/agents", get(list_agents_handler))
+        .route("/v1/agents/verify", post(verify_agent_handler))
+        .route(
+            "/v1/agents/{name}",
+            get(get_agent_handler).put(put_agent_handler),
+        )
+        .route("/v1/agents/{name}/versions", get(list_versions_handler))
+        .route("/v1/agents/{name}/fork", post(fork_agent_handler))
+        .route("/v1/agents/{name}/retire", post(retire_agent_handler))
+        .route("/v1/agents/{name}/activate", post(activate_agent_handler))
+}
+
+/// A substrate answer, with transport failures named after the substrate (the shared mapping
+/// speaks of the router).
+fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
+    r.map_err(|e| {
+        let e = if e.code == ErrorCode::Unavailable && e.message.starts_with("the router") {
+            Error::unavailable(
+                "the substrate is unavailable; retry shortly, and check that weft-substrate is running (gateway.substrate_url)",
+            )
+        } else {
+            e
+        };
+        ApiError::native(e)
+    })
+}
+
+fn version_json(v: v1::AgentVersion) -> Value {
+    let content = serde_json::from_str::<Value>(&v.content_json).unwrap_or_else(|e| {
+        tracing::error!(error = %e, version = %v.hash, "substrate sent content that is not JSON");
+        Value::Null
+    });
+    json!({
+        "name": v.name,
+        "version": v.hash,
+        "number": v.number,
+        "parent_version": v.parent_version,
+        "created_at": v.created_at,
+        "active": v.active,
+        "retired": v.retired,
+        "content": content,
+    })
+}
+
+fn put_json(r: v1::PutAgentResponse) -> Response {
+    let status = if r.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut body = r.version.map(version_json).unwrap_or_else(|| json!({}));
+    body["created"] = Value::Bool(r.created);
+    (status, Json(body)).into_response()
+}
+
+fn summary_json(s: v1::AgentSummary) -> Value {
+    json!({
+        "name": s.name,
+        "active_version": s.active_version,
+        "retired": s.retired,
+        "versions": s.versions,
+        "description": s.description,
+        "updated_at": s.updated_at,
+    })
+}
+
+/// `PUT /v1/agents/{name}`: the body is the content fields; 201 with a new version, 200 when
+/// the content already was a version.
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn put_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    ValidJson(body): NativeJson<Value>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::PutAgentRequest {
+                name,
+                content_json: body.to_string(),
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let r = substrate(st.deadline(client.put_agent(req)).await)?;
+    Ok(put_json(r))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetQuery {
+    version: Option<String>,
+}
+
+/// `GET /v1/agents/{name}?version=`: the active version, or a given one (hash or number).
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn get_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> Result<Response> {
+    let Query(q) = Query::<GetQuery>::try_from_uri(&uri).map_err(|e| {
+        ApiError::native(Error::invalid(format!(
+            "invalid query string: {}; the only parameter is `version`",
+            e.body_text()
+        )))
+    })?;
+    let req = st
+        .internal(
+            &p,
+            v1::GetAgentRequest {
+                name,
+                version: q.version,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let v = substrate(st.deadline(client.get_agent(req)).await)?;
+    Ok(Json(version_json(v)).into_response())
+}
+
+/// `GET /v1/agents`: every agent of the caller's tenant, retired ones included.
+#[tracing::instrument(skip_all)]
+pub async fn list_agents_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Response> {
+    let req = st
+        .internal(&p, v1::ListAgentsRequest {})
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let r = substrate(st.deadline(client.list_agents(req)).await)?;
+    let data: Vec<Value> = r.agents.into_iter().map(summary_json).collect();
+    Ok(Json(json!({ "data": data })).into_response())
+}
+
+/// `GET /v1/agents/{name}/versions`: oldest first.
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn list_versions_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    let req = st
+        .internal(&p, v1::ListAgentVersionsRequest { name })
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let r = substrate(st.deadline(client.list_agent_versions(req)).await)?;
+    let data: Vec<Value> = r.versions.into_iter().map(version_json).collect();
+    Ok(Json(json!({ "data": data })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    #[serde(default)]
+    from_version: Option<String>,
+    #[serde(default)]
+    changes: Option<Value>,
+}
+
+/// `POST /v1/agents/{name}/fork` `{from_version?, changes}`.
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn fork_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    ValidJson(body): NativeJson<ForkBody>,
+) -> Result<Response> {
+    let changes = body.changes.unwrap_or_else(|| json!({}));
+    let req = st
+        .internal(
+            &p,
+            v1::ForkAgentRequest {
+                name,
+                from_version: body.from_version,
+                changes_json: changes.to_string(),
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let r = substrate(st.deadline(client.fork_agent(req)).await)?;
+    Ok(put_json(r))
+}
+
+/// `POST /v1/agents/{name}/retire`.
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn retire_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    let req = st
+        .internal(&p, v1::RetireAgentRequest { name })
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let s = substrate(st.deadline(client.retire_agent(req)).await)?;
+    Ok(Json(summary_json(s)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivateBody {
+    version: String,
+}
+
+/// `POST /v1/agents/{name}/activate` `{version}`.
+#[tracing::instrument(skip_all, fields(agent = %name))]
+pub async fn activate_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    ValidJson(body): NativeJson<ActivateBody>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::ActivateAgentRequest {
+                name,
+                version: body.version,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let s = substrate(st.deadline(client.activate_agent(req)).await)?;
+    Ok(Json(summary_json(s)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyBody {
+    sha256: String,
+}
+
+/// `POST /v1/agents/verify` `{sha256}`: whether the hash is a version of an agent of the
+/// caller's tenant (200 either way).
+#[tracing::instrument(skip_all)]
+pub async fn verify_agent_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    ValidJson(body): NativeJson<VerifyBody>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::VerifyAgentRequest {
+                sha256: body.sha256,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.substrate.clone();
+    let r = substrate(st.deadline(client.verify_agent(req)).await)?;
+    Ok(Json(json!({"known": r.known, "name": r.name, "number": r.number})).into_response())
+}
