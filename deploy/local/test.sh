@@ -5,8 +5,10 @@
 #   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed)
 #   3. cargo build --bins, then the black-box OpenAI compatibility suite (tests/compat, with the
 #      real `openai` Python package) against two arrangements:
-#        weft-up  one `weft up` process (gateway + router), fresh database
-#        split    separate weft-router and weft-gateway processes, fresh database
+#        weft-up  one `weft up` process (gateway, router, substrate, executor), fresh database
+#        split    separate weft-router, weft-substrate, weft-executor and weft-gateway processes,
+#                 fresh database
+#      Each arrangement gets its own NATS subject prefix and Redis key prefix.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
 # Options (for local iteration; CI uses none):
@@ -283,18 +285,21 @@ finish_arrangement() {
     return "$status"
 }
 
-# (a) one `weft up` process with gateway and router inside.
+# (a) one `weft up` process with every service inside.
 compat_weft_up() {
-    local ports db log ready pid status=0
-    ports=$(free_ports 2) || return 1
+    local ports db log ready pid prefix gport rport sport status=0
+    ports=$(free_ports 3) || return 1
+    read -r gport rport sport <<<"$ports"
     db=weft_compat_$(rand_hex 6)
+    prefix=compat$(rand_hex 4)
     DATABASES+=("$db")
     log=$LOGS/weft-up.log ready=$LOGS/weft-up.ready.json
     rm -f "$ready"
     # The bootstrap token goes to the logs folder, never over a developer's .weft/admin-token.
     start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/weft-up.admin-token" \
-        "$BIN_DIR/weft" up --listen "127.0.0.1:${ports% *}" \
-        --router-listen "127.0.0.1:${ports#* }" \
+        "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
+        "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
+        --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
         --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
     pid=$LAST_PID
     wait_ready "weft up" "$pid" "$log" "$ready" || return 1
@@ -307,15 +312,18 @@ compat_weft_up() {
     finish_arrangement "$status" "$log"
 }
 
-# (b) weft-router and weft-gateway as separate processes sharing an internal JWT secret.
+# (b) every service as its own process, sharing an internal JWT secret.
 compat_split() {
-    local ports db url secret token rlog glog ready rpid gpid status=0
-    ports=$(free_ports 2) || return 1
-    local gport=${ports% *} rport=${ports#* }
+    local ports db url secret token rlog slog elog glog ready rpid spid epid gpid prefix status=0
+    local gport rport sport
+    ports=$(free_ports 3) || return 1
+    read -r gport rport sport <<<"$ports"
+    prefix=compat$(rand_hex 4)
     db=weft_compat_$(rand_hex 6)
     url=postgres://postgres@127.0.0.1:5432/$db
     secret=$(rand_hex 32)
     rlog=$LOGS/split-router.log glog=$LOGS/split-gateway.log ready=$LOGS/split-gateway.ready.json
+    slog=$LOGS/split-substrate.log elog=$LOGS/split-executor.log
     rm -f "$ready"
 
     DATABASES+=("$db")
@@ -336,18 +344,29 @@ compat_split() {
         "$BIN_DIR/weft-router" --listen "127.0.0.1:$rport"
     rpid=$LAST_PID
     wait_port weft-router "$rpid" "$rlog" "$rport" || return 1
+    start_proc "$slog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        "$BIN_DIR/weft-substrate" --listen "127.0.0.1:$sport" --database-url "$url"
+    spid=$LAST_PID
+    wait_port weft-substrate "$spid" "$slog" "$sport" || return 1
+    start_proc "$elog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" WEFT_DATABASE__URL="$url" \
+        WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
+        "$BIN_DIR/weft-executor" --router-url "http://127.0.0.1:$rport" \
+        --substrate-url "http://127.0.0.1:$sport"
+    epid=$LAST_PID
     start_proc "$glog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        WEFT_GATEWAY__SUBSTRATE_URL="http://127.0.0.1:$sport" \
+        WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
         "$BIN_DIR/weft-gateway" --listen "127.0.0.1:$gport" --router-url "http://127.0.0.1:$rport" \
         --database-url "$url" --ready-file "$ready"
     gpid=$LAST_PID
     wait_ready weft-gateway "$gpid" "$glog" "$ready" || {
-        finish_arrangement 1 "$rlog"
+        finish_arrangement 1 "$rlog" "$slog" "$elog"
         return 1
     }
 
     run_pytest split "$READY_URL" "$token" || status=$?
-    stop_all "weft-gateway:$gpid" "weft-router:$rpid" || status=1
-    finish_arrangement "$status" "$glog" "$rlog"
+    stop_all "weft-gateway:$gpid" "weft-executor:$epid" "weft-substrate:$spid" "weft-router:$rpid" || status=1
+    finish_arrangement "$status" "$glog" "$elog" "$slog" "$rlog"
 }
 
 # compat_totals: "N passed, M failed[, K skipped]" over the pytest reports of this run.
@@ -406,7 +425,7 @@ elif ! step "python venv (target/compat-venv)" make_venv; then
 else
     step "compat: weft up" compat_weft_up || true
     teardown
-    step "compat: weft-router + weft-gateway" compat_split || true
+    step "compat: split (router, substrate, executor, gateway)" compat_split || true
     teardown
 fi
 
