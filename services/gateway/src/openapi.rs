@@ -2,7 +2,7 @@
 //! route the gateway serves is listed.
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
-//! (`openapi.agents.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
+//! (`openapi.agents.json`, `openapi.runs.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
 //! first use.
 
 use std::sync::LazyLock;
@@ -14,7 +14,10 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 1] = [include_str!("../openapi.agents.json")];
+const FRAGMENTS: [&str; 2] = [
+    include_str!("../openapi.agents.json"),
+    include_str!("../openapi.runs.json"),
+];
 
 /// `base` with the paths and schemas of every fragment added.
 fn merge(base: &str, fragments: &[&str]) -> Result<String, serde_json::Error> {

@@ -341,6 +341,14 @@ async fn the_openapi_document_lists_every_route() {
         "/readyz",
         "/metrics",
         "/v1/openapi.json",
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/events",
+        "/v1/runs/{id}/stream",
+        "/v1/runs/{id}/cancel",
+        "/v1/runs/{id}/input",
+        "/v1/runs/{id}/interrupts/{interrupt_id}",
+        "/v1/agents/{name}",
     ] {
         assert!(
             doc["paths"].get(path).is_some(),
