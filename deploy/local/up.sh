@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy/local/up.sh — run weft locally: make sure Postgres, Redis and NATS are up, build the
-# release binary, then hand the terminal to `weft up` (gateway + router in one process).
+# release binary, then hand the terminal to `weft up` (gateway, router, substrate and executor in one process).
 # Extra arguments go to `weft up`, e.g. `deploy/local/up.sh --listen 127.0.0.1:9000`.
 set -euo pipefail
 

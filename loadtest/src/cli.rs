@@ -1,5 +1,5 @@
-//! The command line: `upstream`, `chat` and `compare`, and the small value parsers they share
-//! (durations such as `10s`/`500ms`, positive rates).
+//! The command line: `upstream`, `chat`, `compare`, `runs` and `parked`, and the small value
+//! parsers they share (durations such as `10s`/`500ms`, positive rates).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +23,106 @@ pub enum Command {
     Chat(ChatArgs),
     /// Print the latency weft adds: `through - direct` at p50/p90/p99.
     Compare(CompareArgs),
+    /// Drive agent runs (`POST /v1/runs`, then the run's stream) in a closed loop, cancelling
+    /// every K-th, and print a JSON report.
+    Runs(RunsArgs),
+    /// Park many interactive runs and report the executor's memory before and after.
+    Parked(ParkedArgs),
+}
+
+/// What the `runs` and `parked` scenarios share: where weft is and what to watch.
+#[derive(Debug, Args)]
+pub struct WeftArgs {
+    /// weft's base URL (a trailing `/v1` is accepted).
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    pub url: String,
+    /// Bearer token sent as `Authorization: Bearer …` (prefer the env var: argv is visible to
+    /// `ps`). Needs `runs:create` and `runs:read`.
+    #[arg(long, env = "WEFT_LOADTEST_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The executor's process id (under `weft up`, weft's): its `VmRSS`/`VmHWM` go into the
+    /// report.
+    #[arg(long)]
+    pub executor_pid: Option<u32>,
+    /// Tokio worker threads for the generator (1: a current-thread runtime, one core at most).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Also write the report here (parent directories are created).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(flatten)]
+    pub weft: WeftArgs,
+    /// The agent of the measured runs: a mock model and the `Context` tool.
+    #[arg(long, default_value = "bench")]
+    pub agent: String,
+    /// The agent of the cancelled runs: a slow mock model, `Context`, and `max_iterations`
+    /// above `--slow-turns`.
+    #[arg(long, default_value = "bench-slow")]
+    pub slow_agent: String,
+    /// Closed loop: this many workers, each starting its next run when the last one finished.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: u32,
+    /// How long to measure, after the warm-up.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Runs started before measuring starts, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Every K-th run of a worker is a long run on `--slow-agent`, cancelled once a model call
+    /// started; 0 cancels none.
+    #[arg(long, default_value_t = 10)]
+    pub cancel_every: u64,
+    /// Model turns of the long run's script (each calls `Context` once).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=999))]
+    pub slow_turns: u32,
+    /// Deadline of one run, from `POST /v1/runs` to `run_finished`; a run still going then
+    /// counts as a `<phase>:timeout` failure.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Stop after this many measured runs even if the duration has not elapsed.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_runs: Option<u64>,
+    /// Skip the runs sent before the load (one plain, one cancelled) to fail fast on a wrong
+    /// URL, token or agent.
+    #[arg(long)]
+    pub no_preflight: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ParkedArgs {
+    #[command(flatten)]
+    pub weft: WeftArgs,
+    /// The agent of the interactive runs.
+    #[arg(long, default_value = "bench")]
+    pub agent: String,
+    /// How many interactive runs to park.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub count: u32,
+    /// Create requests in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub in_flight: u32,
+    /// The first user message of each run.
+    #[arg(long, default_value = "hi")]
+    pub input: String,
+    /// Give up waiting for the runs to park after this long (from the last create).
+    #[arg(long, default_value = "120s", value_parser = parse_positive_duration)]
+    pub park_timeout: Duration,
+    /// How often to list the parked runs while waiting.
+    #[arg(long, default_value = "500ms", value_parser = parse_positive_duration)]
+    pub poll_interval: Duration,
+    /// Wait this long after all parked before the last memory reading.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub settle: Duration,
+    /// Deadline of one request.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Leave the runs parked at the end instead of cancelling them.
+    #[arg(long)]
+    pub keep_parked: bool,
 }
 
 #[derive(Debug, Args)]
@@ -236,6 +336,52 @@ mod tests {
         assert_eq!(a.warmup, Duration::from_secs(2));
         assert_eq!(a.threads, 1);
         assert!(!a.stream);
+    }
+
+    #[test]
+    fn runs_and_parked_defaults() {
+        let Command::Runs(a) = parse(&["runs"]).unwrap().command else {
+            panic!("expected runs");
+        };
+        assert_eq!(a.weft.url, "http://127.0.0.1:8787");
+        assert_eq!(a.agent, "bench");
+        assert_eq!(a.slow_agent, "bench-slow");
+        assert_eq!(a.concurrency, 16);
+        assert_eq!(a.cancel_every, 10);
+        assert_eq!(a.slow_turns, 50);
+        assert_eq!(a.weft.executor_pid, None);
+        assert!(parse(&["runs", "--concurrency", "0"]).is_err());
+        let Command::Runs(a) = parse(&[
+            "runs",
+            "--url",
+            "http://h:1/v1",
+            "--concurrency",
+            "64",
+            "--cancel-every",
+            "0",
+            "--executor-pid",
+            "42",
+            "--duration",
+            "5s",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("expected runs");
+        };
+        assert_eq!(a.concurrency, 64);
+        assert_eq!(a.cancel_every, 0);
+        assert_eq!(a.weft.executor_pid, Some(42));
+        assert_eq!(a.duration, Duration::from_secs(5));
+
+        let Command::Parked(p) = parse(&["parked", "--count", "500"]).unwrap().command else {
+            panic!("expected parked");
+        };
+        assert_eq!(p.count, 500);
+        assert_eq!(p.in_flight, 64);
+        assert_eq!(p.input, "hi");
+        assert!(!p.keep_parked);
+        assert!(parse(&["parked", "--count", "0"]).is_err());
     }
 
     #[test]

@@ -1,13 +1,19 @@
 //! `weft-loadtest`: weft's load generator. `upstream` serves a fake OpenAI-compatible
 //! provider, `chat` drives a chat-completions endpoint (weft or the upstream directly) and prints
 //! a JSON latency report, `compare` turns a direct and a through-weft report into added latency.
-//! `bench.sh` next to this crate runs the whole benchmark.
+//! `runs` drives agent runs through weft's runs API and `parked` measures what idle interactive
+//! runs cost. `bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
 
+mod api;
 mod chat;
 mod cli;
 mod client;
 mod compare;
+mod parked;
 mod report;
+mod rss;
+mod runs;
+mod sse;
 mod upstream;
 
 use std::path::Path;
@@ -37,6 +43,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             emit(&report, args.out.as_deref())
         }
         Command::Compare(args) => compare::run(&args),
+        Command::Runs(args) => {
+            let report = runtime(args.weft.threads, false)?.block_on(runs::run(&args))?;
+            emit(&report, args.weft.out.as_deref())
+        }
+        Command::Parked(args) => {
+            let report = runtime(args.weft.threads, false)?.block_on(parked::run(&args))?;
+            emit(&report, args.weft.out.as_deref())
+        }
     }
 }
 

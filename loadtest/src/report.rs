@@ -1,5 +1,7 @@
 //! What a run measured: a [`Recorder`] collects outcomes into HDR histograms (microseconds) and
-//! an error tally, and a [`Report`] is the JSON document `chat` prints and `compare` reads.
+//! an error tally, and a [`Report`] is the JSON document `chat` prints and `compare` reads. The
+//! `runs` and `parked` scenarios build their own reports from the same [`Summary`] and count
+//! their [`Failures`] by kind.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,6 +53,53 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// A failed operation of the `runs` or `parked` scenario: `kind` is the key in
+/// `failure_kinds` (`<phase>:<what>`, e.g. `start:status_429`, `run:failed`), `detail` what was
+/// seen (the start of an error body, the `run_finished` data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: String,
+    pub detail: Option<String>,
+}
+
+impl Failure {
+    pub fn new(kind: impl Into<String>, detail: Option<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            detail,
+        }
+    }
+}
+
+/// Failures counted by kind, with the first detail seen of each kind, so a report says what
+/// the server answered and not only how often.
+#[derive(Clone, Debug, Default)]
+pub struct Failures {
+    counts: BTreeMap<String, u64>,
+    samples: BTreeMap<String, String>,
+}
+
+impl Failures {
+    pub fn add(&mut self, f: Failure) {
+        *self.counts.entry(f.kind.clone()).or_default() += 1;
+        if let Some(detail) = f.detail {
+            self.samples.entry(f.kind).or_insert(detail);
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    pub fn counts(&self) -> &BTreeMap<String, u64> {
+        &self.counts
+    }
+
+    pub fn samples(&self) -> &BTreeMap<String, String> {
+        &self.samples
+    }
+}
+
 /// Timings of one successful request, both measured from the same origin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
@@ -69,11 +118,11 @@ pub struct Recorder {
     errors: BTreeMap<String, u64>,
 }
 
-fn histogram() -> anyhow::Result<Histogram<u64>> {
+pub(crate) fn histogram() -> anyhow::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, MAX_TRACKED_US, SIGNIFICANT_DIGITS).context("create a histogram")
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -140,7 +189,7 @@ pub struct Summary {
 
 impl Summary {
     /// `None` when nothing was recorded: a report says `null` rather than a misleading zero.
-    fn of(h: &Histogram<u64>) -> Option<Self> {
+    pub(crate) fn of(h: &Histogram<u64>) -> Option<Self> {
         if h.is_empty() {
             return None;
         }
@@ -346,6 +395,25 @@ mod tests {
         }
         let back: Report = serde_json::from_value(v).unwrap();
         assert_eq!(back, rep);
+    }
+
+    #[test]
+    fn failures_keep_counts_and_the_first_detail() {
+        let mut a = Failures::default();
+        a.add(Failure::new("start:status_500", Some("first".into())));
+        a.add(Failure::new("start:status_500", Some("second".into())));
+        a.add(Failure::new("run:failed", None));
+        a.add(Failure::new("run:failed", Some("later".into())));
+        assert_eq!(a.total(), 4);
+        assert_eq!(a.counts().get("run:failed"), Some(&2));
+        assert_eq!(
+            a.samples().get("start:status_500").map(String::as_str),
+            Some("first")
+        );
+        assert_eq!(
+            a.samples().get("run:failed").map(String::as_str),
+            Some("later")
+        );
     }
 
     #[test]
