@@ -292,6 +292,18 @@ impl Driver {
         }
     }
 
+    /// A gRPC request carrying this run's principal as an internal JWT, and the trace context.
+    fn internal<T>(&self, msg: T) -> Result<tonic::Request<T>, Error> {
+        let mut req = tonic::Request::new(msg);
+        let token = self.inner.jwt.sign(&self.principal)?;
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::internal())?;
+        req.metadata_mut().insert("authorization", value);
+        weft_telemetry::inject_trace_context(req.metadata_mut());
+        Ok(req)
+    }
+
     /// The agent definition of this run, by content hash (cached).
     async fn agent(&self) -> Result<Arc<AgentContent>, Error> {
         let hash = &self.lease.run.agent_hash;
@@ -313,16 +325,10 @@ impl Driver {
         name: &str,
         version: Option<String>,
     ) -> Result<v1::AgentVersion, Error> {
-        let mut req = tonic::Request::new(v1::GetAgentRequest {
+        let req = self.internal(v1::GetAgentRequest {
             name: name.to_owned(),
             version,
-        });
-        let token = self.inner.jwt.sign(&self.principal)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        req.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(req.metadata_mut());
+        })?;
         let mut client = self.inner.substrate.clone();
         client
             .get_agent(req)
@@ -512,13 +518,7 @@ impl Driver {
 
     /// Streams one turn from the router, publishing text deltas live.
     async fn stream_turn(&self, req: v1::ChatRequest, last_seq: i64) -> Result<Turn, Error> {
-        let mut r = tonic::Request::new(req);
-        let token = self.inner.jwt.sign(&self.principal)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        r.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(r.metadata_mut());
+        let r = self.internal(req)?;
         let mut client = self.inner.router.clone();
         let mut stream = client
             .chat(r)

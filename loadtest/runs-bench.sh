@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# Reproduces weft's runs benchmark on this machine (see loadtest/README.md, "runs-bench.sh"):
+#   1. builds release binaries of `weft` and `weft-loadtest`;
+#   2. starts `weft up` (fresh database, its own NATS/Redis prefixes, mock models `mock-1`
+#      (instant) and `slow` (200 ms)) and defines the agents `bench` and `bench-slow`;
+#   3. runs the `runs` scenario at concurrency 16 and 64 (3 model turns + 2 tool calls a run,
+#      every 10th run of a worker a long run that is cancelled), then `parked` (10000
+#      interactive runs parked, the executor's memory before and after);
+#   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
+# Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
+#
+# Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
+# PARKED (10000), PARKED_IN_FLIGHT (64), SETTLE (5s), SLOW_LATENCY_MS (200), GEN_THREADS (1),
+# RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
+# (127.0.0.1), PGPORT (5432), PGUSER (postgres), NATS_HOST (127.0.0.1), NATS_PORT (4222),
+# REDIS_URL (redis://127.0.0.1:6379).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+DURATION=${DURATION:-20s}
+WARMUP=${WARMUP:-2s}
+CONCURRENCY=${CONCURRENCY:-"16 64"}
+CANCEL_EVERY=${CANCEL_EVERY:-10}
+PARKED=${PARKED:-10000}
+PARKED_IN_FLIGHT=${PARKED_IN_FLIGHT:-64}
+SETTLE=${SETTLE:-5s}
+SLOW_LATENCY_MS=${SLOW_LATENCY_MS:-200}
+GEN_THREADS=${GEN_THREADS:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+PGHOST=${PGHOST:-127.0.0.1}
+PGPORT=${PGPORT:-5432}
+PGUSER=${PGUSER:-postgres}
+NATS_HOST=${NATS_HOST:-127.0.0.1}
+NATS_PORT=${NATS_PORT:-4222}
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379}
+DATE=$(date -u +%Y-%m-%d)
+RESULTS=${RESULTS:-loadtest/results/$DATE/runs}
+# Reports are written here first and moved into place only when the whole run succeeded, so an
+# interrupted run never leaves a half-updated results directory (`results/*.tmp` is git-ignored).
+STAGING="$ROOT/loadtest/results/runs-$DATE-$$.tmp"
+
+LT="$ROOT/target/release/weft-loadtest"
+WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
+
+log() { printf '[runs-bench] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for tool in cargo jq psql python3 curl; do
+    command -v "$tool" >/dev/null || die "$tool is required"
+done
+
+TMP=$(mktemp -d)
+WEFT_PID=""
+DB=""
+# One name for this invocation's NATS subjects/stream and Redis keys, so it shares the machine's
+# NATS and Redis with tests and other fleets without seeing them.
+PREFIX="weft_runs_bench_$(date +%s)_$$"
+
+stop_pid() {
+    # SIGTERM, up to 10 s to drain, then SIGKILL: only the process this script started.
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    log "process $pid did not stop in 10 s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# Deletes this invocation's JetStream stream (and with it the executors' consumer): weft
+# creates it on start and nothing else would ever remove it from the shared NATS server.
+delete_nats_stream() {
+    python3 - "$NATS_HOST" "$NATS_PORT" "${PREFIX^^}_RUNS" <<'PY' || log "could not delete NATS stream ${PREFIX^^}_RUNS"
+import socket, sys
+host, port, stream = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((host, port), timeout=5)
+f = s.makefile("rb")
+f.readline()  # INFO
+s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.runsbench 1\r\n'
+          + b"PUB $JS.API.STREAM.DELETE." + stream.encode() + b" _INBOX.runsbench 0\r\n\r\n")
+while True:
+    line = f.readline()
+    if not line or line.startswith(b"-ERR"):
+        sys.exit(1)
+    if line.startswith(b"PING"):
+        s.sendall(b"PONG\r\n")
+    elif line.startswith(b"MSG"):
+        reply = f.read(int(line.split()[-1]) + 2)
+        sys.exit(0 if b'"success":true' in reply or b"stream not found" in reply else 1)
+PY
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    [[ -n $WEFT_PID ]] && stop_pid "$WEFT_PID"
+    if [[ -n $DB ]]; then
+        psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
+            -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null \
+            || log "could not drop database $DB; drop it by hand"
+        delete_nats_stream
+        if command -v redis-cli >/dev/null; then
+            redis-cli -u "$REDIS_URL" --scan --pattern "$PREFIX:*" 2>/dev/null \
+                | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
+        fi
+    fi
+    if ((rc != 0)) && [[ -f $TMP/weft.log ]]; then
+        log "last lines of the weft log (token lines left out):"
+        grep -iv 'token' "$TMP/weft.log" | tail -n 30 >&2 || true
+    fi
+    rm -rf "$TMP" "$STAGING"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for_json FILE PID WHAT TIMEOUT_S: waits until FILE holds valid JSON, failing early when
+# the process that should write it has exited.
+wait_for_json() {
+    local file=$1 pid=$2 what=$3 timeout=$4
+    for _ in $(seq $((timeout * 10))); do
+        if [[ -s $file ]] && jq -e . "$file" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || die "$what exited before it was ready"
+        sleep 0.1
+    done
+    die "$what was not ready after ${timeout} s"
+}
+
+# --- build ---------------------------------------------------------------------------------
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "building release binaries"
+    # Two builds, not one: cargo unifies features across the packages of one invocation, and
+    # building weft on its own keeps it identical to (and warm for) ./deploy/local/up.sh.
+    cargo build --release --locked -p weft
+    cargo build --release --locked -p weft-loadtest
+fi
+[[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
+[[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
+WEFT=$(cd "$(dirname "$WEFT")" && pwd)/$(basename "$WEFT")
+
+rm -rf "$STAGING"
+mkdir -p "$STAGING"
+
+# --- weft ------------------------------------------------------------------------------------
+DB="weft_runs_bench_$(date +%s)_$$"
+psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
+    -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+WEFT_PORT=$(free_port)
+ROUTER_PORT=$(free_port)
+SUBSTRATE_PORT=$(free_port)
+while [[ $ROUTER_PORT == "$WEFT_PORT" ]]; do ROUTER_PORT=$(free_port); done
+while [[ $SUBSTRATE_PORT == "$WEFT_PORT" || $SUBSTRATE_PORT == "$ROUTER_PORT" ]]; do
+    SUBSTRATE_PORT=$(free_port)
+done
+
+cat >"$TMP/weft.toml" <<EOF
+[router.providers.mock]
+kind = "mock"
+
+# Instant: the measured runs cost weft's work, not a model's.
+[router.providers.mock.models.mock-1]
+
+# Slow: the cancelled runs are still in a model call when the cancel arrives.
+[router.providers.mock.models.slow]
+latency_ms = $SLOW_LATENCY_MS
+
+[gateway]
+tenant_max_concurrent_runs = 100000
+
+[substrate]
+listen = "127.0.0.1:$SUBSTRATE_PORT"
+
+[nats]
+url = "nats://$NATS_HOST:$NATS_PORT"
+prefix = "$PREFIX"
+
+[redis]
+url = "$REDIS_URL"
+prefix = "$PREFIX"
+
+[telemetry]
+log_level = "warn"
+
+# Keep the throwaway bootstrap token away from the developer's own .weft/admin-token.
+[bootstrap]
+token_file = "$TMP/admin-token"
+EOF
+
+# Run from the scratch directory so nothing relative lands in the repository. `exec` makes the
+# background job's pid weft's own: the executor pid the scenarios read the memory of.
+(cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
+    --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
+    --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
+    --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
+WEFT_PID=$!
+wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
+WEFT_URL=$(jq -r .url "$TMP/weft.json")
+WEFT_TOKEN=$(jq -r '.admin_token // empty' "$TMP/weft.json")
+[[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token"
+log "weft at $WEFT_URL (pid $WEFT_PID)"
+
+# The token goes to curl in a header file, never on a command line (argv is visible to `ps`).
+(umask 077 && printf 'Authorization: Bearer %s\n' "$WEFT_TOKEN" >"$TMP/auth-header")
+
+# put_agent NAME JSON: defines an agent, failing with weft's answer when it is refused.
+put_agent() {
+    local name=$1 body=$2 status
+    status=$(curl -sS -o "$TMP/put-agent.out" -w '%{http_code}' -X PUT \
+        -H @"$TMP/auth-header" -H 'content-type: application/json' \
+        --data "$body" "$WEFT_URL/v1/agents/$name") || die "PUT /v1/agents/$name failed"
+    [[ $status == 200 || $status == 201 ]] \
+        || die "PUT /v1/agents/$name answered $status: $(head -c 500 "$TMP/put-agent.out")"
+}
+put_agent bench '{"model":"mock-1","tools":["Context"]}'
+put_agent bench-slow '{"model":"mock/slow","tools":["Context"],"max_iterations":100}'
+
+# --- scenarios -------------------------------------------------------------------------------
+if pgrep -x rustc >/dev/null || pgrep -x cargo >/dev/null; then
+    log "warning: a compiler is running on this machine; the numbers will be noisy"
+fi
+
+# CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
+# idle iowait irq softirq steal): on a shared VM it explains noisy tails.
+cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+read -r TICKS0 STEAL0 < <(cpu_ticks)
+
+export WEFT_LOADTEST_TOKEN="$WEFT_TOKEN"
+for c in $CONCURRENCY; do
+    log "runs at concurrency $c for $DURATION"
+    "$LT" runs --url "$WEFT_URL" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" \
+        --cancel-every "$CANCEL_EVERY" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
+        --out "$STAGING/runs-c$c.json" >/dev/null
+    sleep 1
+done
+
+log "parked: $PARKED interactive runs"
+"$LT" parked --url "$WEFT_URL" --count "$PARKED" --in-flight "$PARKED_IN_FLIGHT" \
+    --settle "$SETTLE" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
+    --out "$STAGING/parked.json" >/dev/null
+unset WEFT_LOADTEST_TOKEN
+
+# --- summary ---------------------------------------------------------------------------------
+read -r TICKS1 STEAL1 < <(cpu_ticks)
+STEAL_PCT=$(awk -v t=$((TICKS1 - TICKS0)) -v s=$((STEAL1 - STEAL0)) 'BEGIN{printf "%.1f", t ? 100*s/t : 0}')
+jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)" \
+    --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
+    --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
+    --arg duration "$DURATION" --arg warmup "$WARMUP" --arg concurrency "$CONCURRENCY" \
+    --argjson cancel_every "$CANCEL_EVERY" --argjson parked "$PARKED" \
+    --argjson slow_latency_ms "$SLOW_LATENCY_MS" --argjson gen_threads "$GEN_THREADS" \
+    --argjson steal_pct "$STEAL_PCT" \
+    '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
+      warmup: $warmup, concurrency: $concurrency, cancel_every: $cancel_every, parked: $parked,
+      slow_latency_ms: $slow_latency_ms, generator_threads: $gen_threads,
+      cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
+
+ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 | tostring end" "$2"; }
+{
+    echo "## weft runs benchmark, $DATE"
+    echo
+    jq -r '"\(.cpu), \(.cores) cores, git \(.git); `weft up` (one process) with mock models; generator \(.generator_threads) thread(s); \(.duration) per run after \(.warmup) warm-up; hypervisor steal \(.cpu_steal_pct)% of CPU time over the run"' "$STAGING/machine.json"
+    echo
+    echo "A run: 3 model turns and 2 \`Context\` tool calls (instant mock model). Every ${CANCEL_EVERY}th run of a worker is a long run (${SLOW_LATENCY_MS} ms model) cancelled once an executor holds it. Latencies in ms."
+    echo
+    echo "| workers | runs/s | StartRun p50 | p90 | p99 | max | end-to-end p50 | p90 | p99 | max | cancel-ack p50 | p99 | max | cancels | failures | RSS start → end (MiB) |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    for c in $CONCURRENCY; do
+        f="$STAGING/runs-c$c.json"
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+            "$c" "$(jq -r .runs_per_s "$f")" \
+            "$(ms .start_run_us.p50 "$f")" "$(ms .start_run_us.p90 "$f")" "$(ms .start_run_us.p99 "$f")" "$(ms .start_run_us.max "$f")" \
+            "$(ms .end_to_end_us.p50 "$f")" "$(ms .end_to_end_us.p90 "$f")" "$(ms .end_to_end_us.p99 "$f")" "$(ms .end_to_end_us.max "$f")" \
+            "$(ms .cancel_ack_us.p50 "$f")" "$(ms .cancel_ack_us.p99 "$f")" "$(ms .cancel_ack_us.max "$f")" \
+            "$(jq -r '"\(.cancels_acked)/\(.cancel_runs)"' "$f")" \
+            "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")" \
+            "$(jq -r '[.executor_memory_start.rss_kib, .executor_memory_end.rss_kib] | map(if . == null then "n/a" else (. / 1024 | round | tostring) end) | join(" → ")' "$f")"
+    done
+    echo
+    f="$STAGING/parked.json"
+    echo "Parked interactive runs (\`awaiting_input\`), created $(jq -r .in_flight "$f") at a time:"
+    echo
+    echo "| runs | created | parked | create p50 (ms) | create p99 (ms) | all created (s) | all parked (s) | RSS before | parked | after $SETTLE (MiB) | per parked run (bytes) | cancelled after (s) | failures |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+        "$(jq -r .count "$f")" "$(jq -r .created "$f")" "$(jq -r .parked "$f")" \
+        "$(ms .create_us.p50 "$f")" "$(ms .create_us.p99 "$f")" \
+        "$(jq -r .create_s "$f")" "$(jq -r .park_s "$f")" \
+        "$(jq -r '.executor_memory_before.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+        "$(jq -r '.executor_memory_parked.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+        "$(jq -r '.executor_memory_settled.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+        "$(jq -r '"\(.rss_per_parked_run_bytes // "n/a") (settled \(.rss_per_parked_run_settled_bytes // "n/a"))"' "$f")" \
+        "$(jq -r '.cleanup_s // "n/a"' "$f")" \
+        "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")"
+} >"$STAGING/summary.md"
+
+rm -rf "$RESULTS"
+mkdir -p "$(dirname "$RESULTS")"
+mv "$STAGING" "$RESULTS"
+cat "$RESULTS/summary.md"
+log "reports in $RESULTS"
