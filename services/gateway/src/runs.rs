@@ -423,11 +423,12 @@ pub async fn create_run(
             let _ = st.coord.release(&p.tenant, id).await;
             return Err(bus_err(&e).0);
         }
-    } else {
-        // An interactive run with no input yet waits for it without an executor.
-        st.runs.park_new(run.id).await.map_err(|e| store_err(e).0)?;
-        let _ = st.coord.release(&p.tenant, id).await;
+        metrics::counter!("weft_runs_created_total").increment(1);
+        return Ok((run, true));
     }
+    // An interactive run with no input yet waits for it without an executor.
+    st.runs.park_new(run.id).await.map_err(|e| store_err(e).0)?;
+    let _ = st.coord.release(&p.tenant, id).await;
     metrics::counter!("weft_runs_created_total").increment(1);
     let run = st
         .runs

@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::TestFleet;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 /// Kills the process when dropped, so a failing test leaves nothing behind.
@@ -125,23 +126,28 @@ async fn killing_an_executor_mid_run_loses_nothing() {
     first.0.kill().unwrap();
     first.0.wait().unwrap();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // Each run's stream ends at its run_finished, wherever it finished.
     for run in &runs {
-        loop {
-            let (_, r) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
-            if r["status"] == "succeeded" {
-                break;
+        let r = f
+            .http
+            .get(format!("{}/v1/runs/{run}/stream", f.url))
+            .bearer_auth(&f.admin)
+            .send()
+            .await
+            .unwrap();
+        let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+        let finished = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(ev) = events.next().await {
+                let ev = ev.unwrap();
+                if ev.event == "run_finished" {
+                    return serde_json::from_str::<Value>(&ev.data).unwrap();
+                }
             }
-            assert!(
-                !matches!(r["status"].as_str(), Some("failed" | "cancelled")),
-                "run {run} ended badly: {r}"
-            );
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "run {run} never finished: {r}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            panic!("the stream of {run} ended without run_finished");
+        })
+        .await
+        .expect("every run finishes");
+        assert_eq!(finished["data"]["status"], "succeeded", "{run}: {finished}");
     }
     let mut taken_over = 0;
     for run in &runs {

@@ -46,6 +46,25 @@ async fn stream(
     query: &str,
     last_event_id: Option<&str>,
 ) -> Vec<(i64, String, Value)> {
+    stream_until(f, token, run, query, last_event_id, "run_finished").await
+}
+
+/// The run after its stream (from `from_seq`) shows an event of `kind`.
+async fn wait_event(f: &TestFleet, token: &str, run: &str, from_seq: i64, kind: &str) -> Value {
+    let frames = stream_until(f, token, run, &format!("?from_seq={from_seq}"), None, kind).await;
+    assert_eq!(frames.last().map(|(_, k, _)| k.as_str()), Some(kind));
+    f.get(&format!("/v1/runs/{run}"), token).await.1
+}
+
+/// SSE frames until one of kind `until` (inclusive).
+async fn stream_until(
+    f: &TestFleet,
+    token: &str,
+    run: &str,
+    query: &str,
+    last_event_id: Option<&str>,
+    until: &str,
+) -> Vec<(i64, String, Value)> {
     let mut req = f
         .http
         .get(format!("{}/v1/runs/{run}/stream{query}", f.url))
@@ -64,7 +83,7 @@ async fn stream(
     {
         let ev = ev.unwrap();
         let data: Value = serde_json::from_str(&ev.data).unwrap();
-        let done = ev.event == "run_finished";
+        let done = ev.event == until;
         out.push((ev.id.parse().unwrap(), ev.event, data));
         if done {
             break;
@@ -87,7 +106,8 @@ async fn create(f: &TestFleet, token: &str, body: Value) -> String {
     run["run_id"].as_str().unwrap().to_owned()
 }
 
-/// Polls a run until `pred` holds (bounded).
+/// Polls a run until `pred` holds (bounded). Only for "an executor holds it now", which no event
+/// marks; everything else waits on the run's stream.
 async fn wait_for(f: &TestFleet, token: &str, run: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -284,7 +304,7 @@ async fn an_interactive_run_parks_and_finishes_on_another_executor() {
         json!({"agent": "chat", "input": "first", "interactive": true}),
     )
     .await;
-    let parked = wait_for(&a, &a.admin, &run, |r| r["status"] == "awaiting_input").await;
+    let parked = wait_event(&a, &a.admin, &run, 1, "awaiting_input").await;
     assert_eq!(parked["iterations"], 1);
     let (_, page) = a.get(&format!("/v1/runs/{run}/events"), &a.admin).await;
     let first_executor = page["events"]
@@ -307,10 +327,15 @@ async fn an_interactive_run_parks_and_finishes_on_another_executor() {
         )
         .await;
     assert_eq!(status, 202, "{r}");
-    let done = wait_for(&b, &b.admin, &run, |r| {
-        r["status"] == "awaiting_input" && r["iterations"] == 2
-    })
-    .await;
+    let first_park = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "awaiting_input")
+        .unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    let done = wait_event(&b, &b.admin, &run, first_park + 1, "awaiting_input").await;
     assert_eq!(done["iterations"], 2);
     let (_, page) = b.get(&format!("/v1/runs/{run}/events"), &b.admin).await;
     let events = page["events"].as_array().unwrap();
@@ -433,7 +458,8 @@ async fn admission_is_per_tenant_and_fails_closed_without_redis() {
     // Cancelling frees the slot.
     f.post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
         .await;
-    wait_for(&f, &f.admin, &run, |r| r["status"] == "cancelled").await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "cancelled");
     let (status, _) = f
         .post(
             "/v1/runs",
@@ -541,7 +567,7 @@ async fn an_interruption_parks_the_run_until_it_is_answered() {
         "thanks",
     );
     let run = create(&f, &f.admin, json!({"agent": "asker", "input": input})).await;
-    let parked = wait_for(&f, &f.admin, &run, |r| r["status"] == "awaiting_input").await;
+    let parked = wait_event(&f, &f.admin, &run, 1, "awaiting_input").await;
     let iid = parked["pending_interrupt"]["id"]
         .as_str()
         .unwrap()
@@ -622,8 +648,11 @@ async fn cancelling_a_parent_cancels_its_sub_runs() {
         .post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
         .await;
     assert!(status == 200 || status == 202);
-    wait_for(&f, &f.admin, &run, |r| r["status"] == "cancelled").await;
-    let c = wait_for(&f, &f.admin, &child, |r| r["status"] == "cancelled").await;
+    let parent = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(parent.last().unwrap().2["data"]["status"], "cancelled");
+    stream(&f, &f.admin, &child, "", None).await;
+    let (_, c) = f.get(&format!("/v1/runs/{child}"), &f.admin).await;
+    assert_eq!(c["status"], "cancelled");
     assert_eq!(c["stop_reason"], "cancelled");
 }
 
