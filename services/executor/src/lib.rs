@@ -256,6 +256,18 @@ impl Executor {
     }
 }
 
+/// The executor as its own process (`weft-executor`, `weft executor`): the shared internal key
+/// from config, run until SIGINT/SIGTERM, then drain.
+pub async fn run_until_signal(config: Config) -> Result<(), ExecutorError> {
+    let secret = config
+        .required_jwt_secret("router")
+        .map_err(|e| ExecutorError::Config(e.to_string()))?;
+    let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
+    run(config, jwt, shutdown).await
+}
+
 /// Connects and runs: the whole executor for its own binary.
 pub async fn run(
     config: Config,

@@ -39,23 +39,20 @@ async fn main() -> ExitCode {
         Ok(started) => started,
         Err(e) => return fail(2, e),
     };
-    let secret = match config.required_jwt_secret("router") {
-        Ok(s) => s,
-        Err(e) => return fail(2, e),
-    };
-    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
     if let Some(addr) = config.executor.metrics_listen {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => {
-                tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
+                tokio::spawn(weft_telemetry::serve_metrics(
+                    l,
+                    tokio_util::sync::CancellationToken::new(),
+                ));
             }
             Err(e) => return fail(1, format!("cannot serve metrics on {addr}: {e}")),
         }
     }
-    match weft_executor::run(config, jwt, shutdown).await {
+    match weft_executor::run_until_signal(config).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ weft_executor::ExecutorError::Config(_)) => fail(2, e),
         Err(e) => {
             tracing::error!(error = %e, "executor failed");
             fail(1, e)

@@ -170,14 +170,7 @@ async fn main() -> ExitCode {
 }
 
 async fn executor(config: weft_config::Config) -> ExitCode {
-    let secret = match config.required_jwt_secret("router") {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    match weft_executor::run(config, jwt, shutdown).await {
+    match weft_executor::run_until_signal(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
