@@ -455,7 +455,8 @@ impl Driver {
         };
         let turn = match turn {
             Ok(t) => t,
-            Err(e) => return Ok(Err(e)),
+            Err(TurnError::Model(e)) => return Ok(Err(e)),
+            Err(TurnError::Stop(s)) => return Err(s),
         };
         let mut content = Vec::new();
         if !turn.text.is_empty() {
@@ -479,9 +480,6 @@ impl Driver {
             name: None,
         };
         let mut events = Vec::new();
-        if let Some(p) = turn.provider {
-            events.push((EventKind::ProviderChosen, p));
-        }
         events.push((
             EventKind::AssistantMessage,
             json!({"message": message, "finish_reason": turn.finish.unwrap_or(FinishReason::Stop).as_openai()}),
@@ -516,8 +514,10 @@ impl Driver {
         Ok(Ok(()))
     }
 
-    /// Streams one turn from the router, publishing text deltas live.
-    async fn stream_turn(&self, req: v1::ChatRequest, last_seq: i64) -> Result<Turn, Error> {
+    /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router
+    /// picks a candidate (so a watcher knows an executor is on the turn), text deltas go out live.
+    async fn stream_turn(&self, req: v1::ChatRequest, last_seq: i64) -> Result<Turn, TurnError> {
+        let mut last_seq = last_seq;
         let r = self.internal(req)?;
         let mut client = self.inner.router.clone();
         let mut stream = client
@@ -530,9 +530,12 @@ impl Driver {
             let ev = ev.map_err(|s| Error::from(&s))?;
             match ev.event {
                 Some(v1::chat_event::Event::ProviderChosen(p)) => {
-                    turn.provider = Some(
-                        json!({"provider": p.provider, "model": p.model, "fallbacks": p.fallbacks}),
-                    );
+                    let chosen =
+                        json!({"provider": p.provider, "model": p.model, "fallbacks": p.fallbacks});
+                    self.persist(None, vec![(EventKind::ProviderChosen, chosen)])
+                        .await
+                        .map_err(TurnError::Stop)?;
+                    last_seq = *self.seq.lock().await - 1;
                 }
                 Some(v1::chat_event::Event::TextDelta(t)) => {
                     self.live_delta(last_seq, &t.text).await;
@@ -1168,9 +1171,22 @@ impl Driver {
     }
 }
 
+/// Why a model turn did not complete.
+enum TurnError {
+    /// The model call failed: the run ends with this error.
+    Model(Error),
+    /// The lease was lost or the process is stopping.
+    Stop(Stop),
+}
+
+impl From<Error> for TurnError {
+    fn from(e: Error) -> Self {
+        Self::Model(e)
+    }
+}
+
 #[derive(Default)]
 struct Turn {
-    provider: Option<Value>,
     text: String,
     /// By index: (id, name, arguments).
     calls: BTreeMap<u32, (String, String, String)>,

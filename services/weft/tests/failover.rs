@@ -79,9 +79,8 @@ async fn killing_an_executor_mid_run_loses_nothing() {
     )
     .await;
     assert!(status == 201 || status == 200, "{body}");
-    let mut first = executor(&f);
-    let second = executor(&f);
-    let first_pid = first.0.id();
+    let a = executor(&f);
+    let b = executor(&f);
     let turns = json!([
         [{"name": "Context", "input": {"op": "time"}}, {"name": "Context", "input": {"op": "self"}}],
         [{"name": "Context", "input": {"op": "time"}}],
@@ -100,31 +99,54 @@ async fn killing_an_executor_mid_run_loses_nothing() {
         assert_eq!(status, 201, "{r}");
         runs.push(r["run_id"].as_str().unwrap().to_owned());
     }
-    // Wait until the first executor holds some runs mid-flight, then kill it.
+    // Once the first run has a tool result (two of its four model turns still to come), kill
+    // whichever executor holds it, in the middle of its work.
+    let r = f
+        .http
+        .get(format!("{}/v1/runs/{}/stream", f.url, runs[0]))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(ev) = events.next().await {
+            if ev.unwrap().event == "tool_result" {
+                return;
+            }
+        }
+        panic!("the first run's stream ended before a tool result");
+    })
+    .await
+    .expect("the first run reached a tool result");
+    drop(events);
     let pool = sqlx::PgPool::connect(f.config.database.url.expose())
         .await
         .unwrap();
-    let owner = format!("executor-{first_pid}-%");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let held: Vec<uuid::Uuid> = loop {
-        let held: Vec<uuid::Uuid> = sqlx::query_scalar(
-            "SELECT id FROM runs WHERE lease_owner LIKE $1 AND status = 'running' AND iterations >= 1",
-        )
-        .bind(&owner)
-        .fetch_all(&pool)
+    let owner: Option<String> = sqlx::query_scalar("SELECT lease_owner FROM runs WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(&runs[0]).unwrap())
+        .fetch_one(&pool)
         .await
         .unwrap();
-        if !held.is_empty() {
-            break held;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the first executor never held a run"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let owner = owner.expect("an executor holds the first run mid-flight");
+    let (mut victim, survivor) = if owner.starts_with(&format!("executor-{}-", a.0.id())) {
+        (a, b)
+    } else {
+        (b, a)
     };
-    first.0.kill().unwrap();
-    first.0.wait().unwrap();
+    let first_pid = victim.0.id();
+    assert!(
+        owner.starts_with(&format!("executor-{first_pid}-")),
+        "{owner}"
+    );
+    let held: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM runs WHERE lease_owner LIKE $1 AND status = 'running'")
+            .bind(format!("executor-{first_pid}-%"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
 
     // Each run's stream ends at its run_finished, wherever it finished.
     for run in &runs {
@@ -210,7 +232,7 @@ async fn killing_an_executor_mid_run_loses_nothing() {
         }
     }
     assert!(taken_over >= 1);
-    drop(second);
+    drop(survivor);
 }
 
 async fn put(f: &TestFleet, name: &str, body: Value) -> (u16, Value) {

@@ -106,23 +106,6 @@ async fn create(f: &TestFleet, token: &str, body: Value) -> String {
     run["run_id"].as_str().unwrap().to_owned()
 }
 
-/// Polls a run until `pred` holds (bounded). Only for "an executor holds it now", which no event
-/// marks; everything else waits on the run's stream.
-async fn wait_for(f: &TestFleet, token: &str, run: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, r) = f.get(&format!("/v1/runs/{run}"), token).await;
-        if pred(&r) {
-            return r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run never reached the state: {r}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_run_with_tool_calls_completes_with_an_ordered_complete_transcript() {
     let f = TestFleet::start().await;
@@ -262,7 +245,7 @@ async fn the_sse_form_of_create_streams_the_run() {
 
 #[tokio::test]
 async fn cancel_sent_through_a_second_gateway_stops_a_run_held_by_an_executor() {
-    let a = TestFleet::start_with(|c| slow_model(c, 60_000)).await;
+    let a = TestFleet::start_with(stalling_model).await;
     put_agent(&a, &a.admin, "sleepy", json!({"model": "mock/slow"})).await;
     // A second fleet on the same database, NATS and Redis, with no executor of its own.
     let b = a.join(|c| c.executor.embedded = false).await;
@@ -272,7 +255,8 @@ async fn cancel_sent_through_a_second_gateway_stops_a_run_held_by_an_executor() 
         json!({"agent": "sleepy", "input": "take your time"}),
     )
     .await;
-    wait_for(&a, &a.admin, &run, |r| r["status"] == "running").await;
+    // `provider_chosen` is written by the executor holding the run, as its model turn starts.
+    wait_event(&a, &a.admin, &run, 1, "provider_chosen").await;
     let (status, r) = b
         .post(
             &format!("/v1/runs/{run}/cancel"),
@@ -437,7 +421,7 @@ async fn idempotency_keys_return_the_same_run() {
 #[tokio::test]
 async fn admission_is_per_tenant_and_fails_closed_without_redis() {
     let f = TestFleet::start_with(|c| {
-        slow_model(c, 60_000);
+        stalling_model(c);
         c.gateway.tenant_max_concurrent_runs = 1;
     })
     .await;
@@ -600,6 +584,20 @@ async fn an_interruption_parks_the_run_until_it_is_answered() {
     );
 }
 
+/// Adds a mock model `slow` whose answer starts at once and then stalls for a minute between
+/// words: a run on it is held by an executor, mid-stream, until it is cancelled.
+fn stalling_model(c: &mut weft_config::Config) {
+    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+        m.models.insert(
+            "slow".into(),
+            weft_config::MockModelConfig {
+                token_delay_ms: 60_000,
+                ..Default::default()
+            },
+        );
+    }
+}
+
 /// Adds a mock provider `mock` model `slow` with the given latency.
 fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
     if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
@@ -615,7 +613,7 @@ fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
 
 #[tokio::test]
 async fn cancelling_a_parent_cancels_its_sub_runs() {
-    let f = TestFleet::start_with(|c| slow_model(c, 60_000)).await;
+    let f = TestFleet::start_with(stalling_model).await;
     put_agent(&f, &f.admin, "sleepy", json!({"model": "mock/slow"})).await;
     put_agent(
         &f,
@@ -629,21 +627,13 @@ async fn cancelling_a_parent_cancels_its_sub_runs() {
         "never",
     );
     let run = create(&f, &f.admin, json!({"agent": "boss", "input": input})).await;
-    // Wait until the child exists and an executor holds it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let child = loop {
-        let (_, list) = f.get("/v1/runs?agent=sleepy", &f.admin).await;
-        if let Some(c) = list["runs"].as_array().unwrap().first()
-            && c["status"] == "running"
-        {
-            break c["run_id"].as_str().unwrap().to_owned();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the child never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // The parent records the child; the child's `provider_chosen` says an executor holds it.
+    let frames = stream_until(&f, &f.admin, &run, "", None, "sub_run_started").await;
+    let child = frames.last().unwrap().2["data"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_event(&f, &f.admin, &child, 1, "provider_chosen").await;
     let (status, _) = f
         .post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
         .await;

@@ -111,10 +111,16 @@ impl MockProvider {
         if token_delay.is_zero() {
             Ok(Box::pin(stream))
         } else {
-            Ok(Box::pin(stream.then(move |e| async move {
-                tokio::time::sleep(token_delay).await;
-                e
-            })))
+            // Paced between events: the first piece of the answer comes at once, like a real
+            // stream's first token, and each later one `token_delay` after the previous.
+            Ok(Box::pin(stream.enumerate().then(
+                move |(i, e)| async move {
+                    if i > 0 {
+                        tokio::time::sleep(token_delay).await;
+                    }
+                    e
+                },
+            )))
         }
     }
 
