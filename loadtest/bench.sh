@@ -44,6 +44,8 @@ WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 
 for tool in cargo jq psql python3; do
     command -v "$tool" >/dev/null || die "$tool is required"
@@ -53,18 +55,6 @@ TMP=$(mktemp -d)
 PIDS=()
 DB=""
 
-stop_pid() {
-    # SIGTERM, up to 10 s to drain, then SIGKILL: only processes this script started.
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-        sleep 0.1
-    done
-    log "process $pid did not stop in 10 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
     local rc=$?
@@ -89,35 +79,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
-# wait_for_json FILE PID WHAT TIMEOUT_S: waits until FILE holds valid JSON, failing early when
-# the process that should write it has exited.
-wait_for_json() {
-    local file=$1 pid=$2 what=$3 timeout=$4
-    for _ in $(seq $((timeout * 10))); do
-        if [[ -s $file ]] && jq -e . "$file" >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || die "$what exited before it was ready"
-        sleep 0.1
-    done
-    die "$what was not ready after ${timeout} s"
-}
 
 # --- build ---------------------------------------------------------------------------------
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "building release binaries"
-    # Two builds, not one: cargo unifies features across the packages of one invocation, and
-    # building weft on its own keeps it identical to (and warm for) ./deploy/local/up.sh.
-    cargo build --release --locked -p weft
-    cargo build --release --locked -p weft-loadtest
-fi
-[[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
-[[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
-WEFT=$(cd "$(dirname "$WEFT")" && pwd)/$(basename "$WEFT")
+build_release
 
 rm -rf "$STAGING"
 mkdir -p "$STAGING"
@@ -157,9 +122,16 @@ EOF
 WEFT_PORT=$(free_port)
 ROUTER_PORT=$(free_port)
 while [[ $ROUTER_PORT == "$WEFT_PORT" ]]; do ROUTER_PORT=$(free_port); done
-# Run from the scratch directory so nothing relative lands in the repository.
-(cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
+SUBSTRATE_PORT=$(free_port)
+while [[ $SUBSTRATE_PORT == "$WEFT_PORT" || $SUBSTRATE_PORT == "$ROUTER_PORT" ]]; do
+    SUBSTRATE_PORT=$(free_port)
+done
+# Run from the scratch directory so nothing relative lands in the repository. Its own NATS and
+# Redis prefixes keep it apart from any other fleet on the machine.
+(cd "$TMP" && exec env "WEFT_NATS__PREFIX=bench$$" "WEFT_REDIS__PREFIX=bench$$" \
+    "$WEFT" up --config "$TMP/weft.toml" \
     --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
+    --substrate-listen "127.0.0.1:$SUBSTRATE_PORT" \
     --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
     --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
 PIDS+=("$!")
@@ -200,7 +172,6 @@ pair() {
 
 # CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
-cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
 read -r TICKS0 STEAL0 < <(cpu_ticks)
 
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"

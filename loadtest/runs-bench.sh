@@ -46,6 +46,8 @@ WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
 
 log() { printf '[runs-bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 
 for tool in cargo jq psql python3 curl; do
     command -v "$tool" >/dev/null || die "$tool is required"
@@ -58,18 +60,6 @@ DB=""
 # NATS and Redis with tests and other fleets without seeing them.
 PREFIX="weft_runs_bench_$(date +%s)_$$"
 
-stop_pid() {
-    # SIGTERM, up to 10 s to drain, then SIGKILL: only the process this script started.
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-        sleep 0.1
-    done
-    log "process $pid did not stop in 10 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 # Deletes this invocation's JetStream stream (and with it the executors' consumer): weft
 # creates it on start and nothing else would ever remove it from the shared NATS server.
@@ -119,35 +109,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
-# wait_for_json FILE PID WHAT TIMEOUT_S: waits until FILE holds valid JSON, failing early when
-# the process that should write it has exited.
-wait_for_json() {
-    local file=$1 pid=$2 what=$3 timeout=$4
-    for _ in $(seq $((timeout * 10))); do
-        if [[ -s $file ]] && jq -e . "$file" >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || die "$what exited before it was ready"
-        sleep 0.1
-    done
-    die "$what was not ready after ${timeout} s"
-}
 
 # --- build ---------------------------------------------------------------------------------
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "building release binaries"
-    # Two builds, not one: cargo unifies features across the packages of one invocation, and
-    # building weft on its own keeps it identical to (and warm for) ./deploy/local/up.sh.
-    cargo build --release --locked -p weft
-    cargo build --release --locked -p weft-loadtest
-fi
-[[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
-[[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
-WEFT=$(cd "$(dirname "$WEFT")" && pwd)/$(basename "$WEFT")
+build_release
 
 rm -rf "$STAGING"
 mkdir -p "$STAGING"
@@ -233,7 +198,6 @@ fi
 
 # CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
-cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
 read -r TICKS0 STEAL0 < <(cpu_ticks)
 
 export WEFT_LOADTEST_TOKEN="$WEFT_TOKEN"

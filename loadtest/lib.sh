@@ -1,0 +1,52 @@
+# Shared by loadtest/bench.sh and loadtest/runs-bench.sh (sourced after they define `log` and
+# `die`): process, port and readiness helpers, and the release build both benchmarks run.
+# shellcheck shell=bash
+
+# stop_pid PID: SIGTERM, up to 10 s to drain, then SIGKILL: only processes the script started.
+stop_pid() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    log "process $pid did not stop in 10 s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for_json FILE PID WHAT TIMEOUT_S: waits until FILE holds valid JSON, failing early when
+# the process that should write it has exited.
+wait_for_json() {
+    local file=$1 pid=$2 what=$3 timeout=$4
+    for _ in $(seq $((timeout * 10))); do
+        if [[ -s $file ]] && jq -e . "$file" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || die "$what exited before it was ready"
+        sleep 0.1
+    done
+    die "$what was not ready after ${timeout} s"
+}
+
+# build_release: builds `weft` and `weft-loadtest` (unless SKIP_BUILD=1), checks $WEFT and $LT
+# exist, and makes $WEFT absolute.
+build_release() {
+    if [[ $SKIP_BUILD != 1 ]]; then
+        log "building release binaries"
+        # Two builds, not one: cargo unifies features across the packages of one invocation, and
+        # building weft on its own keeps it identical to (and warm for) ./deploy/local/up.sh.
+        cargo build --release --locked -p weft
+        cargo build --release --locked -p weft-loadtest
+    fi
+    [[ -x $LT ]] || die "$LT is missing (build it, or unset SKIP_BUILD)"
+    [[ -x $WEFT ]] || die "$WEFT is missing (build it, or unset SKIP_BUILD)"
+    WEFT=$(cd "$(dirname "$WEFT")" && pwd)/$(basename "$WEFT")
+}
+
+# cpu_ticks: total and steal jiffies of the machine so far.
+cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
