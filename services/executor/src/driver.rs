@@ -22,7 +22,7 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
 use weft_core::run::{EventKind, RunSpec, RunStatus, StopReason};
 use weft_core::{Error, ErrorCode, Principal, RunId, Scope, Scopes};
 use weft_proto::v1;
-use weft_store::{Lease, LeaseRefused, LedgerEntry, NewRun, RunStoreError};
+use weft_store::{Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunStoreError};
 
 use crate::Inner;
 use crate::machine::{self, Action, Facts, LoopState, ToolCall};
@@ -378,6 +378,30 @@ impl Driver {
         Ok(())
     }
 
+    /// One fenced transaction: `write` makes its changes and returns the events that go with
+    /// them; they are appended at the next seqs, committed together, folded into `state` and
+    /// published. The seq lock is held throughout, so commits land in seq order.
+    async fn commit(
+        &self,
+        state: Option<&mut LoopState>,
+        write: impl AsyncFnOnce(&mut Fenced) -> Result<Vec<(EventKind, Value)>, RunStoreError>,
+    ) -> Result<(), Stop> {
+        let mut seq = self.seq.lock().await;
+        let first = *seq;
+        let mut f = self.inner.store.fenced(&self.lease).await?;
+        let events: Vec<(String, Value)> = write(&mut f)
+            .await?
+            .into_iter()
+            .map(|(k, d)| (k.as_str().to_owned(), d))
+            .collect();
+        f.append(first, &events).await?;
+        f.commit().await?;
+        *seq += i64::try_from(events.len()).unwrap_or(0);
+        drop(seq);
+        self.after_commit(state, first, &events).await;
+        Ok(())
+    }
+
     async fn after_commit(
         &self,
         mut state: Option<&mut LoopState>,
@@ -494,23 +518,13 @@ impl Driver {
         total.prompt_tokens += turn.usage.prompt_tokens;
         total.completion_tokens += turn.usage.completion_tokens;
         total.total_tokens += turn.usage.total_tokens;
-        let events: Vec<(String, Value)> = events
-            .into_iter()
-            .map(|(k, d)| (k.as_str().to_owned(), d))
-            .collect();
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        f.append(first, &events).await?;
-        f.progress(
-            i32::try_from(state.iterations + 1).unwrap_or(i32::MAX),
-            &serde_json::to_value(total).unwrap_or_default(),
-        )
+        let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
+        self.commit(Some(state), async |f| {
+            f.progress(iterations, &serde_json::to_value(total).unwrap_or_default())
+                .await?;
+            Ok(events)
+        })
         .await?;
-        f.commit().await?;
-        *seq += i64::try_from(events.len()).unwrap_or(0);
-        drop(seq);
-        self.after_commit(Some(state), first, &events).await;
         Ok(Ok(()))
     }
 
@@ -677,19 +691,11 @@ impl Driver {
         }
         let interrupt =
             json!({"id": format!("int_{}", c.id), "tool_use_id": c.id, "question": question});
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let events = vec![(
-            EventKind::Interruption.as_str().to_owned(),
-            interrupt.clone(),
-        )];
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        f.ledger_start(&c.id, &c.name, &input, true).await?;
-        f.append(first, &events).await?;
-        f.commit().await?;
-        *seq += 1;
-        drop(seq);
-        self.after_commit(Some(state), first, &events).await;
+        self.commit(Some(state), async |f| {
+            f.ledger_start(&c.id, &c.name, &input, true).await?;
+            Ok(vec![(EventKind::Interruption, interrupt.clone())])
+        })
+        .await?;
         Ok(Some(interrupt))
     }
 
@@ -700,22 +706,13 @@ impl Driver {
         c: &ToolCall,
         out: &ToolOutput,
     ) -> Result<(), Stop> {
-        let events = vec![(
-            EventKind::ToolResult.as_str().to_owned(),
-            result_event(c, out, false),
-        )];
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        f.ledger_start(&c.id, &c.name, &parse_input(&c.input_json), false)
-            .await?;
-        f.ledger_finish(&c.id, &out.text, out.is_error).await?;
-        f.append(first, &events).await?;
-        f.commit().await?;
-        *seq += 1;
-        drop(seq);
-        self.after_commit(Some(state), first, &events).await;
-        Ok(())
+        self.commit(Some(state), async |f| {
+            f.ledger_start(&c.id, &c.name, &parse_input(&c.input_json), false)
+                .await?;
+            f.ledger_finish(&c.id, &out.text, out.is_error).await?;
+            Ok(vec![(EventKind::ToolResult, result_event(c, out, false))])
+        })
+        .await
     }
 
     async fn call_tool(
@@ -923,30 +920,25 @@ impl Driver {
             ],
         };
         // The child row and the parent's record of it commit together.
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        let (child, created) = f.create_child(&new).await?;
-        let events = vec![(
-            EventKind::SubRunStarted.as_str().to_owned(),
-            json!({"run_id": child.id, "agent": child.agent_name, "tool_use_id": c.id, "index": index}),
-        )];
-        if created {
-            f.ledger_state(
-                &c.id,
-                &json!({ "children": { index.to_string(): child.id } }),
-            )
-            .await?;
-            f.append(first, &events).await?;
-        }
-        f.commit().await?;
-        if created {
-            *seq += 1;
-        }
-        drop(seq);
-        if created {
-            self.after_commit(None, first, &events).await;
-        }
+        let mut child = None;
+        self.commit(None, async |f| {
+            let (run, created) = f.create_child(&new).await?;
+            let mut events = Vec::new();
+            if created {
+                f.ledger_state(&c.id, &json!({ "children": { index.to_string(): run.id } }))
+                    .await?;
+                events.push((
+                    EventKind::SubRunStarted,
+                    json!({"run_id": run.id, "agent": run.agent_name, "tool_use_id": c.id, "index": index}),
+                ));
+            }
+            child = Some(run);
+            Ok(events)
+        })
+        .await?;
+        let Some(child) = child else {
+            return Err(Stop::Infra("the child run was not recorded".into()));
+        };
         let mut sub = self
             .inner
             .bus
@@ -1010,25 +1002,14 @@ impl Driver {
     }
 
     async fn take_input(&self, state: &mut LoopState) -> Result<(), Stop> {
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        let texts = f.take_inputs().await?;
-        let events: Vec<(String, Value)> = texts
-            .into_iter()
-            .map(|t| {
-                (
-                    EventKind::UserInput.as_str().to_owned(),
-                    json!({ "text": t }),
-                )
-            })
-            .collect();
-        f.append(first, &events).await?;
-        f.commit().await?;
-        *seq += i64::try_from(events.len()).unwrap_or(0);
-        drop(seq);
-        self.after_commit(Some(state), first, &events).await;
-        Ok(())
+        self.commit(Some(state), async |f| {
+            let texts = f.take_inputs().await?;
+            Ok(texts
+                .into_iter()
+                .map(|t| (EventKind::UserInput, json!({ "text": t })))
+                .collect())
+        })
+        .await
     }
 
     async fn park(&self, state: &LoopState, interrupt: Option<Value>) -> Result<(), Stop> {
@@ -1037,24 +1018,19 @@ impl Driver {
         } else {
             "end_turn"
         };
-        let events = vec![(
-            EventKind::AwaitingInput.as_str().to_owned(),
-            json!({ "reason": reason, "interrupt": interrupt, "executor": self.inner.owner }),
-        )];
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        f.append(first, &events).await?;
-        f.park(interrupt.as_ref()).await?;
-        f.progress(
-            i32::try_from(state.iterations).unwrap_or(i32::MAX),
-            &serde_json::to_value(state.usage).unwrap_or_default(),
-        )
+        self.commit(None, async |f| {
+            f.park(interrupt.as_ref()).await?;
+            f.progress(
+                i32::try_from(state.iterations).unwrap_or(i32::MAX),
+                &serde_json::to_value(state.usage).unwrap_or_default(),
+            )
+            .await?;
+            Ok(vec![(
+                EventKind::AwaitingInput,
+                json!({ "reason": reason, "interrupt": interrupt, "executor": self.inner.owner }),
+            )])
+        })
         .await?;
-        f.commit().await?;
-        *seq += 1;
-        drop(seq);
-        self.after_commit(None, first, &events).await;
         // A parked run costs a row, not an admission slot; `input` admits it again.
         if self.lease.run.parent_run_id.is_none() {
             let _ = self
@@ -1114,21 +1090,16 @@ impl Driver {
     ) -> Result<(), Stop> {
         let usage = serde_json::to_value(state.usage).unwrap_or_default();
         let status: RunStatus = reason.final_status();
-        let events = vec![(
-            EventKind::RunFinished.as_str().to_owned(),
-            json!({"status": status, "stop_reason": reason, "usage": usage, "iterations": state.iterations, "executor": self.inner.owner}),
-        )];
-        let mut seq = self.seq.lock().await;
-        let first = *seq;
-        let mut f = self.inner.store.fenced(&self.lease).await?;
-        f.append(first, &events).await?;
-        f.progress(i32::try_from(state.iterations).unwrap_or(i32::MAX), &usage)
-            .await?;
-        f.finish(reason, &usage, error.as_ref()).await?;
-        f.commit().await?;
-        *seq += 1;
-        drop(seq);
-        self.after_commit(None, first, &events).await;
+        self.commit(None, async |f| {
+            f.progress(i32::try_from(state.iterations).unwrap_or(i32::MAX), &usage)
+                .await?;
+            f.finish(reason, &usage, error.as_ref()).await?;
+            Ok(vec![(
+                EventKind::RunFinished,
+                json!({"status": status, "stop_reason": reason, "usage": usage, "iterations": state.iterations, "executor": self.inner.owner}),
+            )])
+        })
+        .await?;
         if self.lease.run.parent_run_id.is_none() {
             let _ = self
                 .inner
