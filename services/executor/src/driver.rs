@@ -515,9 +515,7 @@ impl Driver {
         ));
         // Persist the turn and the run's progress together.
         let mut total = state.usage;
-        total.prompt_tokens += turn.usage.prompt_tokens;
-        total.completion_tokens += turn.usage.completion_tokens;
-        total.total_tokens += turn.usage.total_tokens;
+        total.add(&turn.usage);
         let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
         self.commit(Some(state), async |f| {
             f.progress(iterations, &serde_json::to_value(total).unwrap_or_default())
@@ -573,7 +571,18 @@ impl Driver {
                 Some(v1::chat_event::Event::Finish(f)) => {
                     turn.finish = Some(weft_proto::finish_from_proto(f.reason));
                 }
-                Some(v1::chat_event::Event::ReasoningDelta(_)) | None => {}
+                Some(v1::chat_event::Event::ProviderFallback(f)) => {
+                    let failed = json!({"provider": f.provider, "model": f.model, "code": f.code, "message": f.message});
+                    self.persist(None, vec![(EventKind::ProviderFallback, failed)])
+                        .await
+                        .map_err(TurnError::Stop)?;
+                    last_seq = *self.seq.lock().await - 1;
+                }
+                Some(
+                    v1::chat_event::Event::ReasoningDelta(_)
+                    | v1::chat_event::Event::ReasoningSignature(_),
+                )
+                | None => {}
             }
         }
         Ok(turn)

@@ -177,9 +177,7 @@ pub fn apply(state: &mut LoopState, seq: i64, kind: &str, data: &Value) {
         }
         EventKind::Usage => {
             if let Ok(u) = serde_json::from_value::<Usage>(data.clone()) {
-                state.usage.prompt_tokens += u.prompt_tokens;
-                state.usage.completion_tokens += u.completion_tokens;
-                state.usage.total_tokens += u.total_tokens;
+                state.usage.add(&u);
             }
         }
         EventKind::RunFinished => state.finished = true,

@@ -421,7 +421,7 @@ impl Assembled {
             }
             Some(E::Usage(u)) => self.usage = Some(u),
             Some(E::Finish(f)) => self.finish = Some(weft_proto::finish_from_proto(f.reason)),
-            None => {}
+            Some(E::ProviderFallback(_) | E::ReasoningSignature(_)) | None => {}
         }
     }
 
@@ -523,7 +523,7 @@ fn sse(
                     let reason = weft_proto::finish_from_proto(f.reason).as_openai();
                     Some(chunk(&model, json!({}), Some(reason)))
                 }
-                None => None,
+                Some(E::ProviderFallback(_) | E::ReasoningSignature(_)) | None => None,
             };
             if let Some(ev) = out
                 && tx.send(ev).await.is_err()

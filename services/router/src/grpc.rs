@@ -98,6 +98,20 @@ pub fn event_to_proto(e: ChatEvent) -> v1::ChatEvent {
         }),
         ChatEvent::TextDelta(text) => Event::TextDelta(v1::TextDelta { text }),
         ChatEvent::ReasoningDelta(text) => Event::ReasoningDelta(v1::ReasoningDelta { text }),
+        ChatEvent::ReasoningSignature(signature) => {
+            Event::ReasoningSignature(v1::ReasoningSignature { signature })
+        }
+        ChatEvent::Fallback {
+            provider,
+            model,
+            code,
+            message,
+        } => Event::ProviderFallback(v1::ProviderFallback {
+            provider,
+            model,
+            code,
+            message,
+        }),
         ChatEvent::ToolCallStart { index, id, name } => {
             Event::ToolCallStart(v1::ToolCallStart { index, id, name })
         }

@@ -6,13 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::StreamExt as _;
-use weft_config::{ProviderConfig, RouterConfig};
+use weft_config::RouterConfig;
 use weft_core::{Error, ErrorCode};
 
 use crate::RouterError;
-use crate::providers::{
-    Driver, EventStream, ProviderError, mock::MockProvider, openai::OpenAiProvider,
-};
+use crate::providers::{Driver, EventStream, ProviderError};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
 
 /// One place a request may go.
@@ -63,12 +61,7 @@ impl Routing {
         let mut drivers = BTreeMap::new();
         let mut models: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (name, p) in &cfg.providers {
-            let driver = match p {
-                ProviderConfig::Mock(m) => Driver::Mock(MockProvider::new(name, m)),
-                ProviderConfig::Openai(o) => {
-                    Driver::OpenAi(OpenAiProvider::new(name, o).map_err(RouterError::Config)?)
-                }
-            };
+            let driver = Driver::new(name, p).map_err(RouterError::Config)?;
             for m in p.models() {
                 models.entry(m).or_default().push(name.clone());
             }
@@ -257,7 +250,7 @@ impl Routing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_config::{MockModelConfig, MockProviderConfig};
+    use weft_config::{MockModelConfig, MockProviderConfig, ProviderConfig};
 
     fn routing() -> Routing {
         let mut cfg = RouterConfig::default();

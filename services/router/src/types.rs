@@ -43,8 +43,17 @@ pub enum ChatEvent {
         model: String,
         fallbacks: u32,
     },
+    /// Added by the router when a candidate failed before its first byte and the next is tried.
+    Fallback {
+        provider: String,
+        model: String,
+        code: String,
+        message: String,
+    },
     TextDelta(String),
     ReasoningDelta(String),
+    /// The signature closing the reasoning streamed so far (Anthropic extended thinking).
+    ReasoningSignature(String),
     ToolCallStart {
         index: u32,
         id: String,

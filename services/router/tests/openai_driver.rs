@@ -19,13 +19,12 @@ use weft_testkit::{Behavior, FakeUpstream};
 
 fn provider(up: &FakeUpstream) -> OpenAiProviderConfig {
     OpenAiProviderConfig {
-        base_url: up.base_url.clone(),
-        api_key_env: None,
         models: vec!["m".into()],
         max_retries: 2,
         backoff_ms: 1,
         max_retry_after_secs: 2,
         first_byte_timeout_secs: 1,
+        ..OpenAiProviderConfig::new(up.base_url.clone())
     }
 }
 

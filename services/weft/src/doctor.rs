@@ -57,7 +57,7 @@ pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
         out.push(port(name, addr).await);
     }
     for (name, p) in &config.router.providers {
-        if let ProviderConfig::Openai(o) = p
+        if let Some(o) = p.http()
             && let Some(var) = &o.api_key_env
         {
             out.push(if std::env::var_os(var).is_some() {

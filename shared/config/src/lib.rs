@@ -246,8 +246,16 @@ impl Default for RouterConfig {
 pub enum ProviderConfig {
     /// The embedded deterministic provider; no key, no network.
     Mock(MockProviderConfig),
-    /// Any OpenAI-compatible server.
-    Openai(OpenAiProviderConfig),
+    /// Any OpenAI-compatible server (chat completions): OpenAI, vLLM, llama.cpp, LM Studio, Groq…
+    Openai(HttpProviderConfig),
+    /// Anthropic's Messages API (`{base_url}/v1/messages`).
+    Anthropic(HttpProviderConfig),
+    /// Google Gemini (`{base_url}/models/{model}:generateContent`).
+    Gemini(HttpProviderConfig),
+    /// DeepSeek: OpenAI-compatible plus `reasoning_content`.
+    Deepseek(HttpProviderConfig),
+    /// Ollama's native API (`{base_url}/api/chat`, NDJSON streaming).
+    Ollama(HttpProviderConfig),
 }
 
 impl ProviderConfig {
@@ -255,7 +263,31 @@ impl ProviderConfig {
     pub fn models(&self) -> Vec<String> {
         match self {
             Self::Mock(m) => m.models.keys().cloned().collect(),
-            Self::Openai(o) => o.models.clone(),
+            _ => self.http().map(|h| h.models.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// The kind as written in config (`kind = "…"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Mock(_) => "mock",
+            Self::Openai(_) => "openai",
+            Self::Anthropic(_) => "anthropic",
+            Self::Gemini(_) => "gemini",
+            Self::Deepseek(_) => "deepseek",
+            Self::Ollama(_) => "ollama",
+        }
+    }
+
+    /// The HTTP settings of every kind but `mock`.
+    pub fn http(&self) -> Option<&HttpProviderConfig> {
+        match self {
+            Self::Mock(_) => None,
+            Self::Openai(h)
+            | Self::Anthropic(h)
+            | Self::Gemini(h)
+            | Self::Deepseek(h)
+            | Self::Ollama(h) => Some(h),
         }
     }
 }
@@ -315,10 +347,18 @@ impl Default for MockModelConfig {
     }
 }
 
+/// The settings of an HTTP provider. The name is kept for the `openai` kind, the first one.
+pub type OpenAiProviderConfig = HttpProviderConfig;
+
+/// One HTTP provider of any kind. `base_url` conventions follow each vendor's SDK:
+/// `openai` includes the version (`https://api.openai.com/v1`), `anthropic` is the host
+/// (`https://api.anthropic.com`), `gemini` includes the version
+/// (`https://generativelanguage.googleapis.com/v1beta`), `deepseek` is `https://api.deepseek.com`,
+/// `ollama` is the host (`http://127.0.0.1:11434`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OpenAiProviderConfig {
-    /// Base URL including the version segment, e.g. `https://api.openai.com/v1`.
+pub struct HttpProviderConfig {
+    /// Where the provider's API lives; see the type's documentation for each kind's convention.
     pub base_url: String,
     /// Name of the environment variable that holds the API key; unset for keyless servers.
     #[serde(default)]
@@ -338,6 +378,39 @@ pub struct OpenAiProviderConfig {
     /// Time allowed until response headers arrive, in seconds.
     #[serde(default = "default_first_byte_timeout_secs")]
     pub first_byte_timeout_secs: u64,
+    /// Most calls in flight to this provider across the whole fleet (Redis-coordinated); unset =
+    /// no cap. A call over the cap fails over to the next candidate, or is a 429.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// `anthropic` only: `max_tokens` sent when the caller sets none (the Messages API requires
+    /// one). Default 4096.
+    #[serde(default)]
+    pub default_max_tokens: Option<u32>,
+    /// `anthropic` only: the `anthropic-version` header. Default `2023-06-01`.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// `ollama` only: the context window (`options.num_ctx`) sent with every call.
+    #[serde(default)]
+    pub num_ctx: Option<u32>,
+}
+
+impl HttpProviderConfig {
+    /// Settings for `base_url` with every other field at its default.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key_env: None,
+            models: Vec::new(),
+            max_retries: default_max_retries(),
+            backoff_ms: default_backoff_ms(),
+            max_retry_after_secs: default_max_retry_after_secs(),
+            first_byte_timeout_secs: default_first_byte_timeout_secs(),
+            max_concurrency: None,
+            default_max_tokens: None,
+            api_version: None,
+            num_ctx: None,
+        }
+    }
 }
 
 fn default_max_retries() -> u32 {
@@ -547,11 +620,33 @@ impl Config {
                         }
                     }
                 }
-                ProviderConfig::Openai(o) => {
+                _ => {
+                    let kind = p.kind();
+                    let Some(o) = p.http() else { continue };
                     if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
                         return bad(format!(
                             "router.providers.{name}.base_url must start with http:// or https://, got {:?}",
                             o.base_url
+                        ));
+                    }
+                    for (field, set, owner) in [
+                        (
+                            "default_max_tokens",
+                            o.default_max_tokens.is_some(),
+                            "anthropic",
+                        ),
+                        ("api_version", o.api_version.is_some(), "anthropic"),
+                        ("num_ctx", o.num_ctx.is_some(), "ollama"),
+                    ] {
+                        if set && kind != owner {
+                            return bad(format!(
+                                "router.providers.{name}.{field} applies to kind = \"{owner}\" only; this provider is kind = \"{kind}\""
+                            ));
+                        }
+                    }
+                    if o.max_concurrency == Some(0) {
+                        return bad(format!(
+                            "router.providers.{name}.max_concurrency must be at least 1; leave it unset for no cap"
                         ));
                     }
                 }

@@ -126,6 +126,8 @@ pub fn usage_to_proto(u: Usage) -> v1::Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
         total_tokens: u.total_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
     }
 }
 
@@ -134,6 +136,8 @@ pub fn usage_from_proto(u: v1::Usage) -> Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
         total_tokens: u.total_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
     }
 }
 

@@ -18,8 +18,20 @@ use weft_config::{MockModelConfig, MockProviderConfig};
 use weft_core::message::{FinishReason, Role, Usage};
 use weft_core::{Error, ErrorCode};
 
-use super::{EventStream, ProviderError};
+use super::{Case, EventStream, ProviderError, Unsupported};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
+
+/// The mock has no upstream wire, so the wire-level failure cases cannot happen to it.
+pub const UNSUPPORTED: &[Unsupported] = &[
+    Unsupported {
+        case: Case::BrokenStream,
+        reason: "the mock has no upstream connection to break",
+    },
+    Unsupported {
+        case: Case::Malformed,
+        reason: "the mock has no upstream body to be malformed",
+    },
+];
 
 pub struct MockProvider {
     name: String,
@@ -144,11 +156,7 @@ impl MockProvider {
             provider: self.name.clone(),
             model: model.to_owned(),
             vectors,
-            usage: Usage {
-                prompt_tokens: tokens,
-                completion_tokens: 0,
-                total_tokens: tokens,
-            },
+            usage: Usage::new(tokens, 0),
         })
     }
 
@@ -279,11 +287,7 @@ fn estimate_tokens(req: &ChatRequest) -> u64 {
 }
 
 fn usage(prompt: u64, completion: u64) -> Usage {
-    Usage {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        total_tokens: prompt + completion,
-    }
+    Usage::new(prompt, completion)
 }
 
 fn splitmix64(mut z: u64) -> u64 {

@@ -4,73 +4,46 @@
 //! `Retry-After`.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
-use std::time::Duration;
 
-use eventsource_stream::Eventsource as _;
-use futures::{Stream, StreamExt as _};
 use serde_json::{Map, Value, json};
 use weft_config::OpenAiProviderConfig;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
-use weft_core::{Error, ErrorCode};
 
-use super::{EventStream, ProviderError};
+use super::http::{Fault, Fold, KeyStyle, Upstream};
+use super::{EventStream, ProviderError, Unsupported};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
 
+/// Every conformance case passes.
+pub const UNSUPPORTED: &[Unsupported] = &[];
+
 pub struct OpenAiProvider {
-    name: String,
-    cfg: OpenAiProviderConfig,
-    client: reqwest::Client,
+    up: Upstream,
     chat_url: String,
     embed_url: String,
-    api_key: Option<String>,
 }
 
 impl OpenAiProvider {
     /// Builds the driver and its connection pool. Fails when `api_key_env` names an unset
     /// variable, so a misconfiguration shows at start, not on the first request.
     pub fn new(name: &str, cfg: &OpenAiProviderConfig) -> Result<Self, String> {
-        let api_key = match &cfg.api_key_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                format!("router.providers.{name}.api_key_env names `{var}`, which is not set in the environment")
-            })?),
-            None => None,
-        };
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| {
-                format!("router.providers.{name}: building the HTTP client failed: {e}")
-            })?;
-        let base = cfg.base_url.trim_end_matches('/');
+        let up = Upstream::new(name, cfg, KeyStyle::Bearer, &[])?;
+        let base = up.base().to_owned();
         Ok(Self {
-            name: name.to_owned(),
-            cfg: cfg.clone(),
-            client,
+            up,
             chat_url: format!("{base}/chat/completions"),
             embed_url: format!("{base}/embeddings"),
-            api_key,
         })
     }
 
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
         let body = chat_body(model, req);
-        let bytes =
-            serde_json::to_vec(&body).map_err(|_| ProviderError::fatal(Error::internal()))?;
-        let resp = self.send(&self.chat_url, bytes).await?;
-        let idle = Duration::from_secs(self.cfg.first_byte_timeout_secs);
+        let resp = self.up.post(&self.chat_url, &body).await?;
         if req.stream {
-            Ok(stream_events(self.name.clone(), resp, idle))
+            Ok(self.up.sse(resp, StreamState::default()))
         } else {
-            let bytes = tokio::time::timeout(idle, resp.bytes())
-                .await
-                .map_err(|_| ProviderError::retryable(self.timeout_error()))?
-                .map_err(|_| ProviderError::retryable(self.broken_error()))?;
-            let events = parse_completion(&bytes)
-                .ok_or_else(|| ProviderError::retryable(self.malformed_error()))?;
+            let v = self.up.json_body(resp).await?;
+            let events = parse_completion(&v)
+                .ok_or_else(|| ProviderError::retryable(self.up.malformed_error()))?;
             Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
         }
     }
@@ -87,179 +60,22 @@ impl OpenAiProvider {
         if let Some(u) = &req.user {
             body["user"] = json!(u);
         }
-        let bytes =
-            serde_json::to_vec(&body).map_err(|_| ProviderError::fatal(Error::internal()))?;
-        let resp = self.send(&self.embed_url, bytes).await?;
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|_| ProviderError::retryable(self.malformed_error()))?;
+        let resp = self.up.post(&self.embed_url, &body).await?;
+        let v = self.up.json_body(resp).await?;
+        let malformed = || ProviderError::retryable(self.up.malformed_error());
         let mut data: Vec<(u64, Vec<f32>)> = Vec::new();
-        for d in v["data"]
-            .as_array()
-            .ok_or_else(|| ProviderError::retryable(self.malformed_error()))?
-        {
-            let vec: Option<Vec<f32>> = d["embedding"].as_array().map(|a| {
-                #[expect(
-                    clippy::cast_possible_truncation,
-                    reason = "embeddings are f32 by design"
-                )]
-                a.iter()
-                    .filter_map(Value::as_f64)
-                    .map(|x| x as f32)
-                    .collect()
-            });
-            let vec = vec.ok_or_else(|| ProviderError::retryable(self.malformed_error()))?;
+        for d in v["data"].as_array().ok_or_else(malformed)? {
+            let vec = super::f32_vector(&d["embedding"]).ok_or_else(malformed)?;
             data.push((d["index"].as_u64().unwrap_or(data.len() as u64), vec));
         }
         data.sort_by_key(|(i, _)| *i);
         Ok(EmbedResult {
-            provider: self.name.clone(),
+            provider: self.up.name.clone(),
             model: model.to_owned(),
             vectors: data.into_iter().map(|(_, v)| v).collect(),
             usage: parse_usage(&v["usage"]).unwrap_or_default(),
         })
     }
-
-    /// POSTs `body`, retrying 429/5xx and connection failures with backoff until a 2xx arrives.
-    async fn send(&self, url: &str, body: Vec<u8>) -> Result<reqwest::Response, ProviderError> {
-        let first_byte = Duration::from_secs(self.cfg.first_byte_timeout_secs);
-        let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
-        let mut attempt: u32 = 0;
-        loop {
-            let mut rb = self
-                .client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body.clone());
-            if let Some(key) = &self.api_key {
-                rb = rb.bearer_auth(key);
-            }
-            let (err, may_retry_here) = match tokio::time::timeout(first_byte, rb.send()).await {
-                Err(_) => (ProviderError::retryable(self.timeout_error()), false),
-                Ok(Err(e)) => {
-                    tracing::warn!(provider = %self.name, error = %e, "upstream request failed");
-                    (
-                        ProviderError::retryable(Error::new(
-                            ErrorCode::UpstreamError,
-                            format!("provider `{}` is unreachable", self.name),
-                        )),
-                        true,
-                    )
-                }
-                Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
-                Ok(Ok(resp)) => {
-                    let status = resp.status().as_u16();
-                    let e = self.status_error(resp).await;
-                    // Bad credentials stay bad: let the next candidate try instead.
-                    let retry = e.retryable && status != 401 && status != 403;
-                    (e, retry)
-                }
-            };
-            if !may_retry_here || attempt >= self.cfg.max_retries {
-                return Err(err);
-            }
-            let delay = match err.error.retry_after {
-                Some(d) if d > max_wait => return Err(err),
-                Some(d) => d,
-                None => {
-                    Duration::from_millis(self.cfg.backoff_ms.saturating_mul(1 << attempt.min(10)))
-                }
-            };
-            metrics::counter!("weft_router_upstream_retries_total", "provider" => self.name.clone())
-                .increment(1);
-            tracing::info!(provider = %self.name, attempt, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), code = %err.error.code, "retrying upstream");
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
-    }
-
-    async fn status_error(&self, resp: reqwest::Response) -> ProviderError {
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        // The upstream's own message is meant for API callers; keep it short and never echo
-        // anything but its `error.message`.
-        let detail = resp
-            .bytes()
-            .await
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| {
-                v["error"]["message"]
-                    .as_str()
-                    .map(|s| s.chars().take(300).collect::<String>())
-            });
-        let name = &self.name;
-        match status {
-            429 => ProviderError::rate_limited(name, retry_after),
-            500..=599 => {
-                let mut e = Error::new(
-                    ErrorCode::UpstreamError,
-                    format!("provider `{name}` failed with status {status}"),
-                );
-                e.retry_after = retry_after;
-                ProviderError::retryable(e)
-            }
-            401 | 403 => ProviderError::retryable(Error::new(
-                ErrorCode::UpstreamError,
-                format!(
-                    "provider `{name}` refused weft's credentials (status {status}); check its api_key_env"
-                ),
-            )),
-            404 => ProviderError::fatal(
-                Error::new(
-                    ErrorCode::ModelNotFound,
-                    format!(
-                        "provider `{name}` does not know this model{}",
-                        detail.map(|d| format!(": {d}")).unwrap_or_default()
-                    ),
-                )
-                .with_param("model"),
-            ),
-            _ => ProviderError::fatal(Error::invalid(format!(
-                "provider `{name}` rejected the request (status {status}){}",
-                detail.map(|d| format!(": {d}")).unwrap_or_default()
-            ))),
-        }
-    }
-
-    fn timeout_error(&self) -> Error {
-        Error::new(
-            ErrorCode::UpstreamTimeout,
-            format!(
-                "provider `{}` did not answer within {} s",
-                self.name, self.cfg.first_byte_timeout_secs
-            ),
-        )
-    }
-
-    fn malformed_error(&self) -> Error {
-        Error::new(
-            ErrorCode::UpstreamError,
-            format!("provider `{}` returned a malformed response", self.name),
-        )
-    }
-
-    fn broken_error(&self) -> Error {
-        Error::new(
-            ErrorCode::UpstreamError,
-            format!("provider `{}` broke the connection mid-response", self.name),
-        )
-    }
-}
-
-/// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); a date in the past is 0.
-fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The OpenAI request body for one turn.
@@ -415,15 +231,16 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     let p = v["prompt_tokens"].as_u64()?;
     let c = v["completion_tokens"].as_u64().unwrap_or(0);
     Some(Usage {
-        prompt_tokens: p,
-        completion_tokens: c,
         total_tokens: v["total_tokens"].as_u64().unwrap_or(p + c),
+        cache_read_tokens: v["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        ..Usage::new(p, c)
     })
 }
 
 /// Events of a non-streamed completion; `None` when the body is not a completion.
-fn parse_completion(body: &[u8]) -> Option<Vec<ChatEvent>> {
-    let v: Value = serde_json::from_slice(body).ok()?;
+fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
     let choice = v["choices"].as_array()?.first()?;
     let msg = &choice["message"];
     let mut events = Vec::new();
@@ -463,17 +280,6 @@ fn parse_completion(body: &[u8]) -> Option<Vec<ChatEvent>> {
     Some(events)
 }
 
-type SseSource = Pin<
-    Box<
-        dyn Stream<
-                Item = Result<
-                    eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<reqwest::Error>,
-                >,
-            > + Send,
-    >,
->;
-
 /// Folds OpenAI stream chunks into weft events.
 #[derive(Default)]
 struct StreamState {
@@ -483,6 +289,43 @@ struct StreamState {
     /// Tool-call indexes already started.
     started: Vec<u32>,
     done: bool,
+}
+
+impl Fold for StreamState {
+    fn on_event(
+        &mut self,
+        _event: &str,
+        data: &str,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), Fault> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if let Some(m) = serde_json::from_str::<Value>(data)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        {
+            return Err(Fault::Upstream(m));
+        }
+        let ok = self.on_chunk(data);
+        out.extend(self.pending.drain(..));
+        if ok { Ok(()) } else { Err(Fault::Malformed) }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn at_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), Fault> {
+        // Some servers end without `[DONE]`; a finish reason is enough to call it complete.
+        if !self.done && self.finish.is_none() {
+            return Err(Fault::EndedEarly);
+        }
+        self.finish();
+        out.extend(self.pending.drain(..));
+        Ok(())
+    }
 }
 
 impl StreamState {
@@ -557,47 +400,6 @@ impl StreamState {
     }
 }
 
-fn stream_events(provider: String, resp: reqwest::Response, idle: Duration) -> EventStream {
-    let source: SseSource = Box::pin(resp.bytes_stream().eventsource());
-    let err = move |provider: &str, what: &str| {
-        Error::new(
-            ErrorCode::UpstreamError,
-            format!("provider `{provider}` {what}"),
-        )
-    };
-    Box::pin(futures::stream::unfold(
-        Some((source, StreamState::default(), provider)),
-        move |st| async move {
-            let (mut src, mut state, provider) = st?;
-            loop {
-                if let Some(ev) = state.pending.pop_front() {
-                    return Some((Ok(ev), Some((src, state, provider))));
-                }
-                if state.done {
-                    return None;
-                }
-                match tokio::time::timeout(idle, src.next()).await {
-                    Err(_) => return Some((Err(err(&provider, "stalled mid-stream")), None)),
-                    Ok(None) if state.finish.is_some() => state.finish(),
-                    Ok(None) => return Some((Err(err(&provider, "ended the stream early")), None)),
-                    Ok(Some(Err(_))) => {
-                        return Some((Err(err(&provider, "broke the stream mid-way")), None));
-                    }
-                    Ok(Some(Ok(ev))) if ev.data.trim() == "[DONE]" => state.finish(),
-                    Ok(Some(Ok(ev))) => {
-                        if !state.on_chunk(&ev.data) {
-                            return Some((
-                                Err(err(&provider, "sent a malformed stream chunk")),
-                                None,
-                            ));
-                        }
-                    }
-                }
-            }
-        },
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,21 +469,6 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_takes_seconds_or_an_http_date() {
-        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
-        assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now), None);
-    }
-
-    #[test]
     fn stream_chunks_fold_into_events() {
         let mut s = StreamState::default();
         assert!(s.on_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":"he"}}]}"#));
@@ -716,14 +503,7 @@ mod tests {
                 arguments: "\":1}".into()
             }
         );
-        assert_eq!(
-            ev[4],
-            ChatEvent::Usage(Usage {
-                prompt_tokens: 3,
-                completion_tokens: 2,
-                total_tokens: 5
-            })
-        );
+        assert_eq!(ev[4], ChatEvent::Usage(Usage::new(3, 2)));
         assert_eq!(ev[5], ChatEvent::Finish(FinishReason::ToolCalls));
     }
 }

@@ -1,0 +1,461 @@
+//! What every HTTP driver shares: the client and its retry loop before the first byte, the
+//! mapping of upstream statuses to weft errors, and the two streaming framings (SSE and NDJSON)
+//! folded into [`ChatEvent`]s by a per-provider [`Fold`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource as _;
+use futures::{Stream, StreamExt as _};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use weft_config::HttpProviderConfig;
+use weft_core::{Error, ErrorCode};
+
+use super::{EventStream, ProviderError};
+use crate::types::ChatEvent;
+
+/// How the API key is presented.
+#[derive(Clone, Copy, Debug)]
+pub enum KeyStyle {
+    /// `Authorization: Bearer <key>` (OpenAI, DeepSeek, Ollama behind a proxy).
+    Bearer,
+    /// A named header carrying the bare key (`x-api-key`, `x-goog-api-key`).
+    Header(&'static str),
+}
+
+/// One provider's HTTP client: connection pool, key, retry policy.
+pub struct Upstream {
+    pub name: String,
+    pub cfg: HttpProviderConfig,
+    client: reqwest::Client,
+    headers: HeaderMap,
+}
+
+impl Upstream {
+    /// Builds the client. Fails when `api_key_env` names an unset variable, so a
+    /// misconfiguration shows at start, not on the first request.
+    pub fn new(
+        name: &str,
+        cfg: &HttpProviderConfig,
+        key_style: KeyStyle,
+        extra_headers: &[(&'static str, String)],
+    ) -> Result<Self, String> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(var) = &cfg.api_key_env {
+            let key = std::env::var(var).map_err(|_| {
+                format!("router.providers.{name}.api_key_env names `{var}`, which is not set in the environment")
+            })?;
+            let (header, value) = match key_style {
+                KeyStyle::Bearer => (
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {}", key.trim()),
+                ),
+                KeyStyle::Header(h) => (HeaderName::from_static(h), key.trim().to_owned()),
+            };
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                format!("router.providers.{name}: the key in `{var}` is not a valid header value")
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        for (k, v) in extra_headers {
+            headers.insert(
+                HeaderName::from_static(k),
+                HeaderValue::from_str(v)
+                    .map_err(|_| format!("router.providers.{name}: bad value for header {k}"))?,
+            );
+        }
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| {
+                format!("router.providers.{name}: building the HTTP client failed: {e}")
+            })?;
+        Ok(Self {
+            name: name.to_owned(),
+            cfg: cfg.clone(),
+            client,
+            headers,
+        })
+    }
+
+    /// `base_url` without a trailing slash.
+    pub fn base(&self) -> &str {
+        self.cfg.base_url.trim_end_matches('/')
+    }
+
+    /// Time allowed for the first byte, and between bytes of a stream.
+    pub fn idle(&self) -> Duration {
+        Duration::from_secs(self.cfg.first_byte_timeout_secs)
+    }
+
+    /// POSTs JSON `body`, retrying 429/5xx and connection failures with backoff (honouring
+    /// `Retry-After` up to `max_retry_after_secs`) until a 2xx arrives.
+    pub async fn post(&self, url: &str, body: &Value) -> Result<reqwest::Response, ProviderError> {
+        let body = serde_json::to_vec(body).map_err(|_| ProviderError::fatal(Error::internal()))?;
+        let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
+        let mut attempt: u32 = 0;
+        loop {
+            let rb = self
+                .client
+                .post(url)
+                .headers(self.headers.clone())
+                .body(body.clone());
+            let (err, may_retry_here) = match tokio::time::timeout(self.idle(), rb.send()).await {
+                Err(_) => (ProviderError::retryable(self.timeout_error()), false),
+                Ok(Err(e)) => {
+                    tracing::warn!(provider = %self.name, error = %e, "upstream request failed");
+                    (
+                        ProviderError::retryable(Error::new(
+                            ErrorCode::UpstreamError,
+                            format!("provider `{}` is unreachable", self.name),
+                        )),
+                        true,
+                    )
+                }
+                Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
+                Ok(Ok(resp)) => {
+                    let status = resp.status().as_u16();
+                    let e = self.status_error(resp).await;
+                    // Bad credentials stay bad: let the next candidate try instead.
+                    let retry = e.retryable && status != 401 && status != 403;
+                    (e, retry)
+                }
+            };
+            if !may_retry_here || attempt >= self.cfg.max_retries {
+                return Err(err);
+            }
+            let delay = match err.error.retry_after {
+                Some(d) if d > max_wait => return Err(err),
+                Some(d) => d,
+                None => {
+                    Duration::from_millis(self.cfg.backoff_ms.saturating_mul(1 << attempt.min(10)))
+                }
+            };
+            metrics::counter!("weft_router_upstream_retries_total", "provider" => self.name.clone())
+                .increment(1);
+            tracing::info!(provider = %self.name, attempt, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), code = %err.error.code, "retrying upstream");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    /// The whole body of an accepted non-streamed answer, parsed as JSON.
+    pub async fn json_body(&self, resp: reqwest::Response) -> Result<Value, ProviderError> {
+        let bytes = tokio::time::timeout(self.idle(), resp.bytes())
+            .await
+            .map_err(|_| ProviderError::retryable(self.timeout_error()))?
+            .map_err(|_| ProviderError::retryable(self.broken_error()))?;
+        serde_json::from_slice(&bytes).map_err(|_| ProviderError::retryable(self.malformed_error()))
+    }
+
+    /// The weft error for a non-2xx upstream answer.
+    pub async fn status_error(&self, resp: reqwest::Response) -> ProviderError {
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+        // The upstream's own message is meant for API callers; keep it short and never echo
+        // anything but its error message.
+        let detail = resp
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| error_message(&v))
+            .map(|s| s.chars().take(300).collect::<String>());
+        let name = &self.name;
+        let with_detail = |s: String| match &detail {
+            Some(d) => format!("{s}: {d}"),
+            None => s,
+        };
+        match status {
+            429 => ProviderError::rate_limited(name, retry_after),
+            // 529 is Anthropic's "overloaded": retryable like any 5xx.
+            500..=599 => {
+                let mut e = Error::new(
+                    ErrorCode::UpstreamError,
+                    format!("provider `{name}` failed with status {status}"),
+                );
+                e.retry_after = retry_after;
+                ProviderError::retryable(e)
+            }
+            401 | 403 => ProviderError::retryable(Error::new(
+                ErrorCode::UpstreamError,
+                format!(
+                    "provider `{name}` refused weft's credentials (status {status}); check its api_key_env"
+                ),
+            )),
+            404 => ProviderError::fatal(
+                Error::new(
+                    ErrorCode::ModelNotFound,
+                    with_detail(format!("provider `{name}` does not know this model")),
+                )
+                .with_param("model"),
+            ),
+            _ => ProviderError::fatal(Error::invalid(with_detail(format!(
+                "provider `{name}` rejected the request (status {status})"
+            )))),
+        }
+    }
+
+    pub fn timeout_error(&self) -> Error {
+        Error::new(
+            ErrorCode::UpstreamTimeout,
+            format!(
+                "provider `{}` did not answer within {} s",
+                self.name, self.cfg.first_byte_timeout_secs
+            ),
+        )
+    }
+
+    pub fn malformed_error(&self) -> Error {
+        Error::new(
+            ErrorCode::UpstreamError,
+            format!("provider `{}` returned a malformed response", self.name),
+        )
+    }
+
+    pub fn broken_error(&self) -> Error {
+        Error::new(
+            ErrorCode::UpstreamError,
+            format!("provider `{}` broke the connection mid-response", self.name),
+        )
+    }
+
+    /// The events of an SSE answer, folded by `fold`.
+    pub fn sse<F: Fold>(&self, resp: reqwest::Response, fold: F) -> EventStream {
+        let source = resp
+            .bytes_stream()
+            .eventsource()
+            .map(|r| r.map(|ev| (ev.event, ev.data)).map_err(|e| e.to_string()));
+        fold_stream(self.name.clone(), self.idle(), source, fold)
+    }
+
+    /// The events of a newline-delimited JSON answer (Ollama), folded by `fold` with an empty
+    /// event name per line.
+    pub fn ndjson<F: Fold>(&self, resp: reqwest::Response, fold: F) -> EventStream {
+        let source = ndjson_lines(resp.bytes_stream()).map(|r| r.map(|line| (String::new(), line)));
+        fold_stream(self.name.clone(), self.idle(), source, fold)
+    }
+}
+
+/// The human-readable message of a provider error body: `error.message` (OpenAI, Anthropic,
+/// Gemini) or a bare `error` string (Ollama).
+fn error_message(v: &Value) -> Option<String> {
+    v["error"]["message"]
+        .as_str()
+        .or_else(|| v["error"].as_str())
+        .or_else(|| v[0]["error"]["message"].as_str())
+        .map(str::to_owned)
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); a date in the past is 0.
+pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Why a stream could not be folded.
+#[derive(Debug)]
+pub enum Fault {
+    /// The upstream sent something that is not its wire format.
+    Malformed,
+    /// The upstream reported an error inside the stream (e.g. Anthropic's `overloaded_error`).
+    Upstream(String),
+    /// The stream ended before the upstream said it was complete.
+    EndedEarly,
+}
+
+/// A provider's stream grammar: turns each framed event into weft events.
+pub trait Fold: Send + 'static {
+    /// Applies one event (`event` is the SSE event name, empty for data-only SSE and NDJSON).
+    fn on_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), Fault>;
+    /// Whether the upstream has said the answer is complete; the stream then ends after
+    /// [`Fold::at_end`] without reading further.
+    fn is_done(&self) -> bool;
+    /// Called once at the end (completion or end of body): push the usage and finish, or say
+    /// why the answer is incomplete.
+    fn at_end(&mut self, out: &mut VecDeque<ChatEvent>) -> Result<(), Fault>;
+}
+
+type Framed = std::pin::Pin<Box<dyn Stream<Item = Result<(String, String), String>> + Send>>;
+
+fn fold_stream<F: Fold>(
+    provider: String,
+    idle: Duration,
+    source: impl Stream<Item = Result<(String, String), String>> + Send + 'static,
+    fold: F,
+) -> EventStream {
+    let source: Framed = Box::pin(source);
+    let fail = |provider: &str, fault: Fault| {
+        let what = match fault {
+            Fault::Malformed => "sent a malformed stream chunk".to_owned(),
+            Fault::EndedEarly => "ended the stream early".to_owned(),
+            Fault::Upstream(m) => format!("reported an error mid-stream: {m}"),
+        };
+        Error::new(
+            ErrorCode::UpstreamError,
+            format!("provider `{provider}` {what}"),
+        )
+    };
+    struct St<F> {
+        src: Framed,
+        fold: F,
+        pending: VecDeque<ChatEvent>,
+        ended: bool,
+        provider: String,
+    }
+    Box::pin(futures::stream::unfold(
+        Some(St {
+            src: source,
+            fold,
+            pending: VecDeque::new(),
+            ended: false,
+            provider,
+        }),
+        move |st| async move {
+            let mut st = st?;
+            loop {
+                if let Some(ev) = st.pending.pop_front() {
+                    return Some((Ok(ev), Some(st)));
+                }
+                if st.ended {
+                    return None;
+                }
+                if st.fold.is_done() {
+                    st.ended = true;
+                    if let Err(f) = st.fold.at_end(&mut st.pending) {
+                        return Some((Err(fail(&st.provider, f)), None));
+                    }
+                    continue;
+                }
+                match tokio::time::timeout(idle, st.src.next()).await {
+                    Err(_) => {
+                        let e = Error::new(
+                            ErrorCode::UpstreamError,
+                            format!("provider `{}` stalled mid-stream", st.provider),
+                        );
+                        return Some((Err(e), None));
+                    }
+                    Ok(None) => {
+                        st.ended = true;
+                        if let Err(f) = st.fold.at_end(&mut st.pending) {
+                            return Some((Err(fail(&st.provider, f)), None));
+                        }
+                    }
+                    Ok(Some(Err(_))) => {
+                        let e = Error::new(
+                            ErrorCode::UpstreamError,
+                            format!("provider `{}` broke the stream mid-way", st.provider),
+                        );
+                        return Some((Err(e), None));
+                    }
+                    Ok(Some(Ok((event, data)))) => {
+                        if let Err(f) = st.fold.on_event(&event, &data, &mut st.pending) {
+                            return Some((Err(fail(&st.provider, f)), None));
+                        }
+                    }
+                }
+            }
+        },
+    ))
+}
+
+/// Splits a byte stream into non-empty lines (without the newline).
+fn ndjson_lines(
+    body: impl Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<String, String>> + Send + 'static {
+    futures::stream::unfold(
+        (Box::pin(body), Vec::<u8>::new(), false),
+        |(mut body, mut buf, mut eof)| async move {
+            loop {
+                if let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    let line = String::from_utf8_lossy(&line).trim().to_owned();
+                    if line.is_empty() {
+                        continue;
+                    }
+                    return Some((Ok(line), (body, buf, eof)));
+                }
+                if eof {
+                    let rest = String::from_utf8_lossy(&buf).trim().to_owned();
+                    buf.clear();
+                    return (!rest.is_empty()).then_some((Ok(rest), (body, buf, eof)));
+                }
+                match body.next().await {
+                    Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+                    Some(Err(e)) => return Some((Err(e.to_string()), (body, buf, true))),
+                    None => eof = true,
+                }
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn error_messages_come_from_every_shape() {
+        let m = |v: Value| error_message(&v);
+        assert_eq!(
+            m(serde_json::json!({"error": {"message": "a"}})),
+            Some("a".into())
+        );
+        assert_eq!(m(serde_json::json!({"error": "b"})), Some("b".into()));
+        assert_eq!(
+            m(serde_json::json!([{"error": {"message": "c"}}])),
+            Some("c".into())
+        );
+        assert_eq!(m(serde_json::json!({})), None);
+    }
+
+    #[tokio::test]
+    async fn ndjson_lines_split_across_chunks() {
+        let chunks: Vec<Result<bytes::Bytes, reqwest::Error>> = vec![
+            Ok(bytes::Bytes::from_static(b"{\"a\":1}\n{\"b\"")),
+            Ok(bytes::Bytes::from_static(b":2}\n\n{\"c\":3}")),
+        ];
+        let lines: Vec<_> = ndjson_lines(futures::stream::iter(chunks))
+            .map(Result::unwrap)
+            .collect()
+            .await;
+        assert_eq!(lines, vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
+    }
+}
