@@ -133,26 +133,36 @@ impl AppState {
             Ok(r) => r
                 .map(tonic::Response::into_inner)
                 .map_err(|s| from_status(&s)),
-            Err(_) => Err(Error::new(
-                weft_core::ErrorCode::UpstreamTimeout,
-                format!(
-                    "no answer within {} s (gateway.request_timeout_secs)",
-                    self.request_timeout.as_secs()
-                ),
-            )),
+            Err(_) => Err(self.timeout_error()),
         }
+    }
+
+    fn timeout_error(&self) -> Error {
+        Error::new(
+            weft_core::ErrorCode::UpstreamTimeout,
+            format!(
+                "no answer within {} s (gateway.request_timeout_secs)",
+                self.request_timeout.as_secs()
+            ),
+        )
     }
 
     /// Opens a chat stream; the deadline covers the wait for the first event (the router and
     /// its drivers bound the stream itself with their idle timeouts).
-    pub async fn router_chat(
-        &self,
-        p: &Principal,
-        msg: v1::ChatRequest,
-    ) -> Result<tonic::Streaming<v1::ChatEvent>, Error> {
+    pub async fn router_chat(&self, p: &Principal, msg: v1::ChatRequest) -> Result<RouterChat, Error> {
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
-        self.deadline(client.chat(req)).await
+        match tokio::time::timeout(self.request_timeout, client.chat(req)).await {
+            Ok(Ok(resp)) => {
+                let headers = rate_limit_headers(resp.metadata());
+                Ok(RouterChat {
+                    events: resp.into_inner(),
+                    headers,
+                })
+            }
+            Ok(Err(s)) => Err(from_status(&s)),
+            Err(_) => Err(self.timeout_error()),
+        }
     }
 
     pub async fn router_embed(
@@ -182,6 +192,27 @@ impl AppState {
         };
         self.router_models(&probe).await.map(|_| ())
     }
+}
+
+/// An accepted chat call: the router's event stream, and the response headers it decided before
+/// the first byte (`x-ratelimit-*`), to copy onto the HTTP response.
+pub struct RouterChat {
+    pub events: tonic::Streaming<v1::ChatEvent>,
+    pub headers: axum::http::HeaderMap,
+}
+
+/// The router's rate-limit verdict travels as gRPC response metadata named like the HTTP
+/// headers (`x-ratelimit-limit-requests`, …); these become HTTP response headers.
+pub fn rate_limit_headers(md: &tonic::metadata::MetadataMap) -> axum::http::HeaderMap {
+    let mut out = axum::http::HeaderMap::new();
+    for name in weft_core::ratelimit::HEADERS {
+        if let Some(v) = md.get(*name)
+            && let Ok(v) = axum::http::HeaderValue::from_bytes(v.as_bytes())
+        {
+            out.insert(*name, v);
+        }
+    }
+    out
 }
 
 fn auth(state: &AppState, shape: Shape) -> BearerAuth {

@@ -18,7 +18,7 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
 
-use crate::AppState;
+use crate::{AppState, RouterChat};
 use crate::error::{ApiError, from_status};
 use crate::extract::{OpenAiJson, ValidJson};
 
@@ -378,16 +378,19 @@ pub async fn chat_completions(
 ) -> Result<Response> {
     let (req, stream, include_usage) = to_proto(body, &headers).map_err(ApiError::openai)?;
     let requested_model = req.model.clone();
-    let mut events = st.router_chat(&p, req).await.map_err(ApiError::openai)?;
+    let RouterChat {
+        mut events,
+        headers: limits,
+    } = st.router_chat(&p, req).await.map_err(ApiError::openai)?;
     if stream {
-        return Ok(sse(events, requested_model, include_usage).into_response());
+        return Ok((limits, sse(events, requested_model, include_usage)).into_response());
     }
     let mut acc = Assembled::default();
     while let Some(ev) = events.next().await {
         let ev = ev.map_err(|s| ApiError::openai(from_status(&s)))?;
         acc.apply(ev);
     }
-    Ok(axum::Json(acc.into_completion(&requested_model)).into_response())
+    Ok((limits, axum::Json(acc.into_completion(&requested_model))).into_response())
 }
 
 /// A non-streamed answer, assembled from events.

@@ -7,8 +7,11 @@ pub mod error;
 pub mod ids;
 pub mod message;
 pub mod principal;
+pub mod ratelimit;
 pub mod run;
+pub mod usage;
 
 pub use error::{Error, ErrorCode};
 pub use ids::{RunId, TenantId, TokenId};
 pub use principal::{Principal, Scope, Scopes};
+pub use usage::UsageRecord;
