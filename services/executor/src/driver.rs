@@ -88,6 +88,7 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
             tenant: lease.run.tenant.clone(),
             subject: lease.run.subject.clone(),
             scopes: Scopes::new([Scope::RunsCreate, Scope::RunsRead, Scope::LlmCall]),
+            token_id: None,
         },
         spec: serde_json::from_value(lease.run.spec.clone()).unwrap_or_default(),
         lease,

@@ -36,6 +36,7 @@ fn principal() -> Principal {
         tenant: TenantId::parse("t").unwrap(),
         subject: "s".into(),
         scopes: Scopes::default(),
+        token_id: None,
     }
 }
 

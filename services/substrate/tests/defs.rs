@@ -343,6 +343,7 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
         tenant: tenant("acme"),
         subject: "s".into(),
         scopes: Scopes::parse_list(scopes).unwrap(),
+        token_id: None,
     };
     let mut req = tonic::Request::new(msg);
     let token = jwt.sign(&p).unwrap();

@@ -19,6 +19,8 @@ struct Claims {
     sub: String,
     tenant: TenantId,
     scopes: Scopes,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tid: Option<String>,
     iat: u64,
     exp: u64,
 }
@@ -103,6 +105,7 @@ impl InternalJwt {
             sub: p.subject.clone(),
             tenant: p.tenant.clone(),
             scopes: p.scopes.clone(),
+            tid: p.token_id.clone(),
             iat: now,
             exp: now + self.ttl.as_secs().max(1),
         };
@@ -129,6 +132,7 @@ impl InternalJwt {
             tenant: data.claims.tenant,
             subject: data.claims.sub,
             scopes: data.claims.scopes,
+            token_id: data.claims.tid,
         };
         if let Ok(mut cache) = self.verified.lock() {
             if cache.len() >= CACHE_LIMIT {
@@ -174,6 +178,7 @@ mod tests {
             tenant: TenantId::parse("acme").unwrap(),
             subject: "svc".into(),
             scopes: Scopes::new([Scope::LlmCall]),
+            token_id: None,
         }
     }
 
@@ -221,6 +226,7 @@ mod tests {
             sub: "s".into(),
             tenant: TenantId::parse("a").unwrap(),
             scopes: Scopes::default(),
+            tid: None,
             iat: now - 120,
             exp: now - 60,
         };

@@ -87,6 +87,7 @@ impl TokenResolver {
                     tenant: r.tenant,
                     subject: r.subject,
                     scopes: r.scopes,
+                    token_id: Some(r.id.to_string()),
                 }),
                 expires_at: r.expires_at,
                 fetched: now,

@@ -151,6 +151,11 @@ pub struct Principal {
     pub tenant: TenantId,
     pub subject: String,
     pub scopes: Scopes,
+    /// The id of the token presented, when the caller came with one (per-token quotas and
+    /// usage); `None` for work started by weft itself (runs carry their creator's tenant and
+    /// subject).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
 }
 
 impl Principal {
@@ -192,6 +197,7 @@ mod tests {
             tenant: TenantId::parse(tenant).unwrap(),
             subject: "s".into(),
             scopes: Scopes::parse_list(scopes).unwrap(),
+            token_id: None,
         }
     }
 
