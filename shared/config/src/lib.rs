@@ -217,6 +217,99 @@ pub struct RouterConfig {
     /// Where the standalone `weft-router` serves Prometheus `/metrics`; unset = nowhere. Under
     /// `weft up` the router's metrics appear on the gateway's `/metrics` instead.
     pub metrics_listen: Option<SocketAddr>,
+    /// Per-tenant overlays: a tenant's own aliases and tiers, which replace the global entries
+    /// of the same name for that tenant only, and its own limits.
+    pub tenants: BTreeMap<String, TenantRouting>,
+    /// Default limits for every tenant, subject and token (Redis-enforced, exact under
+    /// concurrency).
+    pub limits: Limits,
+    /// Price table, keyed `provider/model`, in USD per million tokens.
+    pub prices: BTreeMap<String, Price>,
+    /// After a retryable failure, a (provider, model) is skipped for this many seconds while
+    /// other candidates remain. 0 disables the cool-down.
+    pub cooldown_secs: u64,
+}
+
+/// One tenant's routing overlay.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantRouting {
+    pub aliases: BTreeMap<String, Vec<String>>,
+    pub tiers: BTreeMap<String, Vec<String>>,
+    /// Replaces `router.limits.tenant` for this tenant (unset fields fall back to it).
+    pub limits: Option<LimitSpec>,
+}
+
+/// Limits at three levels; each applies separately to every caller.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// For each tenant as a whole.
+    pub tenant: LimitSpec,
+    /// For each subject (tenant + subject).
+    pub subject: LimitSpec,
+    /// For each token.
+    pub token: LimitSpec,
+    /// The output tokens reserved for a call that sets no `max_tokens` while a token budget
+    /// applies; such a call is sent with `max_tokens` set to this, so the reservation bounds it.
+    pub output_reservation: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            tenant: LimitSpec::default(),
+            subject: LimitSpec::default(),
+            token: LimitSpec::default(),
+            output_reservation: 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Whether any limit is configured anywhere (else no Redis call is made per request).
+    pub fn any(&self) -> bool {
+        !(self.tenant.is_empty() && self.subject.is_empty() && self.token.is_empty())
+    }
+}
+
+/// Requests and tokens per window; unset = unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSpec {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+}
+
+impl LimitSpec {
+    pub fn is_empty(&self) -> bool {
+        self.requests_per_minute.is_none()
+            && self.tokens_per_minute.is_none()
+            && self.tokens_per_day.is_none()
+    }
+
+    /// This spec with unset fields taken from `base`.
+    #[must_use]
+    pub fn or(self, base: Self) -> Self {
+        Self {
+            requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
+            tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
+            tokens_per_day: self.tokens_per_day.or(base.tokens_per_day),
+        }
+    }
+}
+
+/// What one model costs, in USD per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Cached input read; defaults to `input` when unset.
+    pub cache_read: Option<f64>,
+    /// Cached input written; defaults to `input` when unset.
+    pub cache_write: Option<f64>,
 }
 
 impl Default for RouterConfig {
@@ -236,6 +329,10 @@ impl Default for RouterConfig {
             aliases,
             tiers,
             metrics_listen: None,
+            tenants: BTreeMap::new(),
+            limits: Limits::default(),
+            prices: BTreeMap::new(),
+            cooldown_secs: 30,
         }
     }
 }
@@ -652,10 +749,28 @@ impl Config {
                 }
             }
         }
-        for (section, map) in [
-            ("aliases", &self.router.aliases),
-            ("tiers", &self.router.tiers),
-        ] {
+        let mut sections: Vec<(String, &BTreeMap<String, Vec<String>>)> = vec![
+            ("aliases".into(), &self.router.aliases),
+            ("tiers".into(), &self.router.tiers),
+        ];
+        for (tenant, t) in &self.router.tenants {
+            sections.push((format!("tenants.{tenant}.aliases"), &t.aliases));
+            sections.push((format!("tenants.{tenant}.tiers"), &t.tiers));
+        }
+        for key in self.router.prices.keys() {
+            if key
+                .split_once('/')
+                .is_none_or(|(p, _)| !self.router.providers.contains_key(p))
+            {
+                return bad(format!(
+                    "router.prices.{key:?} must be `provider/model` with a configured provider"
+                ));
+            }
+        }
+        if self.router.limits.output_reservation == 0 {
+            return bad("router.limits.output_reservation must be at least 1".into());
+        }
+        for (section, map) in sections {
             for (key, candidates) in map {
                 if candidates.is_empty() {
                     return bad(format!(

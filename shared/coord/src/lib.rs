@@ -52,6 +52,36 @@ impl Keys {
     pub fn admission(&self, tenant: &TenantId) -> String {
         format!("{}:admission:{tenant}", self.prefix)
     }
+
+    /// The fleet-wide set of calls in flight to one provider (its concurrency cap).
+    pub fn provider_slots(&self, provider: &str) -> String {
+        format!("{}:provider-slots:{provider}", self.prefix)
+    }
+
+    /// One quota counter: `scope` names who it limits (`tenant:<t>`, `subject:<t>:<s>`,
+    /// `token:<id>`), `metric` what (`rpm`, `tpm`, `tpd`), `window` which fixed window.
+    pub fn quota(&self, scope: &str, metric: &str, window: u64) -> String {
+        format!("{}:quota:{scope}:{metric}:{window}", self.prefix)
+    }
+}
+
+/// One counter of a quota check: its key, its limit, what this call costs against it and how
+/// long the key lives (the rest of its window, plus slack).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaCounter {
+    pub key: String,
+    pub limit: u64,
+    pub cost: u64,
+    pub ttl: Duration,
+}
+
+/// The outcome of a quota check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuotaVerdict {
+    /// Every counter had room; each was charged. What remains, per counter, in order.
+    Granted { remaining: Vec<u64> },
+    /// Counter `index` had no room for this call; nothing was charged.
+    Denied { index: usize, retry_after: Duration },
 }
 
 /// What the control channel says about a run.
@@ -112,6 +142,44 @@ end
 return 0
 ";
 
+/// Checks every counter (`KEYS[i]`, with `ARGV[3i-2..3i]` = limit, cost, ttl ms) and charges
+/// them all only when all have room: all-or-nothing, atomic, so concurrent callers can never
+/// together pass a limit. Returns `{1, remaining…}` or `{0, index, pttl}`.
+const QUOTA: &str = r"
+local n = #KEYS
+for i = 1, n do
+  local limit = tonumber(ARGV[3 * i - 2])
+  local cost = tonumber(ARGV[3 * i - 1])
+  local used = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if cost > 0 and used + cost > limit then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl < 0 then ttl = tonumber(ARGV[3 * i]) end
+    return {0, i, ttl}
+  end
+end
+local out = {1}
+for i = 1, n do
+  local limit = tonumber(ARGV[3 * i - 2])
+  local used = redis.call('INCRBY', KEYS[i], tonumber(ARGV[3 * i - 1]))
+  if redis.call('PTTL', KEYS[i]) < 0 then
+    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[3 * i]))
+  end
+  out[i + 1] = math.max(0, limit - used)
+end
+return out
+";
+
+/// Adds `ARGV[1]` (possibly negative) to each counter that still exists: the reconciliation
+/// of a reservation with real usage. A counter whose window has ended is left alone.
+const ADJUST: &str = r"
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('INCRBY', KEYS[i], tonumber(ARGV[1]))
+  end
+end
+return 0
+";
+
 /// How long a cancel flag outlives the cancel (a run that is queued that long has bigger
 /// problems; its row records the cancel anyway).
 const CANCEL_FLAG_TTL_SECS: u64 = 24 * 3600;
@@ -125,6 +193,8 @@ pub struct Coord {
     timeout: Duration,
     admit: std::sync::Arc<redis::Script>,
     renew: std::sync::Arc<redis::Script>,
+    quota: std::sync::Arc<redis::Script>,
+    adjust: std::sync::Arc<redis::Script>,
 }
 
 impl std::fmt::Debug for Coord {
@@ -143,6 +213,8 @@ impl Coord {
             timeout: Duration::from_secs(1),
             admit: std::sync::Arc::new(redis::Script::new(ADMIT)),
             renew: std::sync::Arc::new(redis::Script::new(RENEW)),
+            quota: std::sync::Arc::new(redis::Script::new(QUOTA)),
+            adjust: std::sync::Arc::new(redis::Script::new(ADJUST)),
         })
     }
 
@@ -175,13 +247,30 @@ impl Coord {
         limit: u32,
         lease: Duration,
     ) -> Result<Admission, CoordError> {
+        self.take_slot(
+            &self.keys.admission(tenant),
+            &member.to_string(),
+            limit,
+            lease,
+        )
+        .await
+    }
+
+    /// Takes one of `limit` slots of the set at `key` for `member`, leased for `lease`.
+    pub async fn take_slot(
+        &self,
+        key: &str,
+        member: &str,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Admission, CoordError> {
         let mut c = self.conn().await?;
         let wait_ms: u64 = self
             .admit
-            .key(self.keys.admission(tenant))
+            .key(key)
             .arg(millis(lease))
             .arg(limit)
-            .arg(member.to_string())
+            .arg(member)
             .invoke_async(&mut c)
             .await
             .map_err(unavailable)?;
@@ -215,11 +304,59 @@ impl Coord {
 
     /// Gives a slot back.
     pub async fn release(&self, tenant: &TenantId, member: RunId) -> Result<(), CoordError> {
-        let mut c = self.conn().await?;
-        let _: i64 = c
-            .zrem(self.keys.admission(tenant), member.to_string())
+        self.give_slot(&self.keys.admission(tenant), &member.to_string())
             .await
-            .map_err(unavailable)?;
+    }
+
+    /// Gives back a slot taken with [`Coord::take_slot`].
+    pub async fn give_slot(&self, key: &str, member: &str) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let _: i64 = c.zrem(key, member).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Checks and charges quota counters, all or nothing (see [`QuotaCounter`]).
+    pub async fn charge(&self, counters: &[QuotaCounter]) -> Result<QuotaVerdict, CoordError> {
+        if counters.is_empty() {
+            return Ok(QuotaVerdict::Granted {
+                remaining: Vec::new(),
+            });
+        }
+        let mut c = self.conn().await?;
+        let mut inv = self.quota.prepare_invoke();
+        for q in counters {
+            inv.key(&q.key).arg(q.limit).arg(q.cost).arg(millis(q.ttl));
+        }
+        let out: Vec<i64> = inv.invoke_async(&mut c).await.map_err(unavailable)?;
+        let num = |i: usize| out.get(i).copied().unwrap_or(0);
+        Ok(if num(0) == 1 {
+            QuotaVerdict::Granted {
+                remaining: out
+                    .iter()
+                    .skip(1)
+                    .map(|&r| u64::try_from(r).unwrap_or(0))
+                    .collect(),
+            }
+        } else {
+            QuotaVerdict::Denied {
+                index: usize::try_from(num(1) - 1).unwrap_or(0),
+                retry_after: Duration::from_millis(u64::try_from(num(2)).unwrap_or(0).max(1)),
+            }
+        })
+    }
+
+    /// Adds `delta` to each counter still in its window (reconciling a reservation).
+    pub async fn adjust(&self, keys: &[String], delta: i64) -> Result<(), CoordError> {
+        if keys.is_empty() || delta == 0 {
+            return Ok(());
+        }
+        let mut c = self.conn().await?;
+        let mut inv = self.adjust.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        inv.arg(delta);
+        let _: i64 = inv.invoke_async(&mut c).await.map_err(unavailable)?;
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use weft_coord::{Admission, Control, ControlOp, ControlSignal, Coord};
+use weft_coord::{Admission, Control, ControlOp, ControlSignal, Coord, QuotaCounter, QuotaVerdict};
 use weft_core::{RunId, TenantId};
 
 fn coord() -> Coord {
@@ -122,4 +122,76 @@ async fn an_unreachable_redis_is_an_error_not_a_hang() {
     )
     .await;
     assert!(r.expect("bounded").is_err());
+}
+
+#[tokio::test]
+async fn concurrent_charges_never_pass_a_limit_together() {
+    let c = coord();
+    let key = c.keys().quota("tenant:acme", "tpm", 1);
+    let counter = |cost| QuotaCounter {
+        key: key.clone(),
+        limit: 1000,
+        cost,
+        ttl: Duration::from_secs(60),
+    };
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let c = c.clone();
+            let q = counter(7);
+            tokio::spawn(async move { c.charge(&[q]).await.unwrap() })
+        })
+        .collect();
+    let mut granted = 0u64;
+    for t in tasks {
+        match t.await.unwrap() {
+            QuotaVerdict::Granted { remaining } => {
+                granted += 1;
+                assert!(remaining[0] <= 1000);
+            }
+            QuotaVerdict::Denied { index, retry_after } => {
+                assert_eq!(index, 0);
+                assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(60));
+            }
+        }
+    }
+    // 1000 / 7 = 142 calls fit; not one more, not one fewer.
+    assert_eq!(granted, 142);
+    // Reconciling gives tokens back, and a zero-cost counter is never refused.
+    c.adjust(std::slice::from_ref(&key), -994).await.unwrap();
+    assert!(matches!(
+        c.charge(&[counter(7)]).await.unwrap(),
+        QuotaVerdict::Granted { .. }
+    ));
+    assert!(matches!(
+        c.charge(&[counter(0)]).await.unwrap(),
+        QuotaVerdict::Granted { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_charge_is_all_or_nothing_across_counters() {
+    let c = coord();
+    let a = c.keys().quota("tenant:acme", "rpm", 1);
+    let b = c.keys().quota("subject:acme:bob", "rpm", 1);
+    let q = |key: &String, limit| QuotaCounter {
+        key: key.clone(),
+        limit,
+        cost: 1,
+        ttl: Duration::from_secs(60),
+    };
+    assert_eq!(
+        c.charge(&[q(&a, 5), q(&b, 1)]).await.unwrap(),
+        QuotaVerdict::Granted {
+            remaining: vec![4, 0]
+        }
+    );
+    // b is full: a must not be charged for the refused call.
+    assert!(matches!(
+        c.charge(&[q(&a, 5), q(&b, 1)]).await.unwrap(),
+        QuotaVerdict::Denied { index: 1, .. }
+    ));
+    assert_eq!(
+        c.charge(&[q(&a, 5)]).await.unwrap(),
+        QuotaVerdict::Granted { remaining: vec![3] }
+    );
 }
