@@ -143,12 +143,20 @@ impl v1::router_server::Router for RouterService {
         let req = chat_request_from_proto(request.into_inner())?;
         span.record("model", req.model.as_str());
         let routing = self.routing.clone();
-        let stream = async move { routing.chat(&req).await }
+        let accepted = async move { routing.chat_as(&p, req).await }
             .instrument(span)
             .await?;
-        Ok(Response::new(Box::pin(
-            stream.map(|r| r.map(event_to_proto).map_err(Status::from)),
-        )))
+        let mut resp = Response::new(Box::pin(
+            accepted
+                .events
+                .map(|r| r.map(event_to_proto).map_err(Status::from)),
+        ) as ChatStream);
+        for (name, value) in accepted.headers {
+            if let Ok(v) = value.parse() {
+                resp.metadata_mut().insert(name, v);
+            }
+        }
+        Ok(resp)
     }
 
     async fn embed(
@@ -167,7 +175,7 @@ impl v1::router_server::Router for RouterService {
             provider_hint: r.provider_hint,
             tier_hint: r.tier_hint,
         };
-        let res = self.routing.embed(&req).instrument(span).await?;
+        let res = self.routing.embed_as(&p, &req).instrument(span).await?;
         Ok(Response::new(v1::EmbedResponse {
             provider: res.provider,
             model: res.model,

@@ -3,6 +3,7 @@
 //! back to the next on a retryable failure before the first byte, and streams the turn back as
 //! [`ChatEvent`]s over gRPC. Every call must carry a valid internal JWT.
 
+pub mod accounting;
 pub mod grpc;
 pub mod providers;
 pub mod routing;
@@ -26,9 +27,27 @@ pub enum RouterError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Builds the routing table and drivers from config.
+/// Builds the routing table and drivers from config, without Redis or NATS (no quotas, provider
+/// caps or usage records): for driver tests.
 pub fn build(config: &Config) -> Result<Arc<Routing>, RouterError> {
     Routing::from_config(&config.router).map(Arc::new)
+}
+
+/// Builds the routing table and connects what quotas, provider caps and usage records need:
+/// Redis (lazily; calls fail closed while it is down) and NATS (at start; the usage stream is
+/// created if missing).
+pub async fn connect(config: &Config) -> Result<Arc<Routing>, RouterError> {
+    let coord = weft_coord::Coord::new(config.redis.url.expose(), &config.redis.prefix)
+        .map_err(|e| RouterError::Config(format!("redis.url: {e}")))?;
+    let bus = weft_bus::Bus::connect(&config.nats.url, &config.nats.prefix)
+        .await
+        .map_err(|e| RouterError::Config(format!("nats: {e}")))?;
+    bus.ensure_usage_stream()
+        .await
+        .map_err(|e| RouterError::Config(format!("nats usage stream: {e}")))?;
+    Ok(Arc::new(
+        Routing::from_config(&config.router)?.with_deps(accounting::Deps { coord, bus }),
+    ))
 }
 
 /// Serves the router's gRPC API on `listener` until `shutdown` is cancelled, then drains.
@@ -38,7 +57,7 @@ pub async fn run(
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), RouterError> {
-    let routing = build(&config)?;
+    let routing = connect(&config).await?;
     serve(listener, routing, jwt, shutdown).await
 }
 

@@ -2,14 +2,18 @@
 //! (`provider/model`); the first that accepts the call wins, and a retryable failure before the
 //! first byte moves on to the next.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use weft_config::RouterConfig;
-use weft_core::{Error, ErrorCode};
+use weft_coord::Admission;
+use weft_core::message::ContentBlock;
+use weft_core::{Error, ErrorCode, Principal};
 
 use crate::RouterError;
+use crate::accounting::{self, Deps, Ledger, LimitHeaders};
 use crate::providers::{Driver, EventStream, ProviderError};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
 
@@ -30,9 +34,22 @@ pub struct ModelEntry {
 }
 
 pub struct Routing {
+    cfg: Arc<RouterConfig>,
     drivers: BTreeMap<String, Driver>,
     /// Model name → providers serving it, in provider-name order.
     models: BTreeMap<String, Vec<String>>,
+    aliases: BTreeMap<String, Vec<Candidate>>,
+    tiers: BTreeMap<String, Vec<Candidate>>,
+    /// Per-tenant overlays: (aliases, tiers), replacing global entries of the same name.
+    overlays: BTreeMap<String, Overlay>,
+    /// Redis and NATS, for quotas, provider caps and usage; `None` in driver-only tests.
+    deps: Option<Deps>,
+    /// (provider, model) → cooling down until.
+    cooling: Mutex<HashMap<(String, String), Instant>>,
+}
+
+#[derive(Default)]
+struct Overlay {
     aliases: BTreeMap<String, Vec<Candidate>>,
     tiers: BTreeMap<String, Vec<Candidate>>,
 }
@@ -56,6 +73,30 @@ fn parse_candidates(list: &[String]) -> Vec<Candidate> {
         .collect()
 }
 
+fn parse_map(m: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, Vec<Candidate>> {
+    m.iter()
+        .map(|(k, v)| (k.clone(), parse_candidates(v)))
+        .collect()
+}
+
+/// Drops reasoning blocks: another provider's reasoning (signed or not) is not valid input for
+/// the candidate a call falls back to.
+fn strip_reasoning(req: &ChatRequest) -> ChatRequest {
+    let mut r = req.clone();
+    for m in &mut r.messages {
+        m.content
+            .retain(|b| !matches!(b, ContentBlock::Reasoning { .. }));
+    }
+    r
+}
+
+/// What an accepted call hands back: its events (starting with any `Fallback`s, then
+/// `ProviderChosen`) and the rate-limit headers decided before the first byte.
+pub struct Accepted {
+    pub events: EventStream,
+    pub headers: LimitHeaders,
+}
+
 impl Routing {
     pub fn from_config(cfg: &RouterConfig) -> Result<Self, RouterError> {
         let mut drivers = BTreeMap::new();
@@ -68,24 +109,51 @@ impl Routing {
             drivers.insert(name.clone(), driver);
         }
         Ok(Self {
+            cfg: Arc::new(cfg.clone()),
             drivers,
             models,
-            aliases: cfg
-                .aliases
+            aliases: parse_map(&cfg.aliases),
+            tiers: parse_map(&cfg.tiers),
+            overlays: cfg
+                .tenants
                 .iter()
-                .map(|(k, v)| (k.clone(), parse_candidates(v)))
+                .map(|(t, o)| {
+                    (
+                        t.clone(),
+                        Overlay {
+                            aliases: parse_map(&o.aliases),
+                            tiers: parse_map(&o.tiers),
+                        },
+                    )
+                })
                 .collect(),
-            tiers: cfg
-                .tiers
-                .iter()
-                .map(|(k, v)| (k.clone(), parse_candidates(v)))
-                .collect(),
+            deps: None,
+            cooling: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The ordered candidates for a requested model and routing hints.
+    /// Adds the Redis and NATS connections that quotas, provider caps and usage need.
+    #[must_use]
+    pub fn with_deps(mut self, deps: Deps) -> Self {
+        self.deps = Some(deps);
+        self
+    }
+
+    /// The ordered candidates for a requested model and routing hints, as `tenant` sees them
+    /// (its overlay first).
     pub fn resolve(
         &self,
+        model: &str,
+        provider_hint: Option<&str>,
+        tier_hint: Option<&str>,
+    ) -> Result<Vec<Candidate>, Error> {
+        self.resolve_for(None, model, provider_hint, tier_hint)
+    }
+
+    /// [`Routing::resolve`] for one tenant, whose overlay entries replace global ones.
+    pub fn resolve_for(
+        &self,
+        tenant: Option<&str>,
         model: &str,
         provider_hint: Option<&str>,
         tier_hint: Option<&str>,
@@ -100,9 +168,13 @@ impl Routing {
             ))
             .with_param("x-weft-provider"));
         }
+        let overlay = tenant.and_then(|t| self.overlays.get(t));
         let tier = tier_hint.or_else(|| model.strip_prefix("tier:"));
         let mut list = if let Some(t) = tier {
-            match self.tiers.get(t) {
+            match overlay
+                .and_then(|o| o.tiers.get(t))
+                .or_else(|| self.tiers.get(t))
+            {
                 Some(c) => c.clone(),
                 None => {
                     return not_found(format!(
@@ -110,7 +182,10 @@ impl Routing {
                     ));
                 }
             }
-        } else if let Some(c) = self.aliases.get(model) {
+        } else if let Some(c) = overlay
+            .and_then(|o| o.aliases.get(model))
+            .or_else(|| self.aliases.get(model))
+        {
             c.clone()
         } else if let Some(providers) = self.models.get(model) {
             providers
@@ -141,50 +216,158 @@ impl Routing {
         Ok(list)
     }
 
-    /// Runs one turn with fallback. The returned stream starts with `ProviderChosen`.
+    /// Candidates in the order to try them: healthy ones first, those cooling down after a
+    /// recent failure last (still tried when nothing else is left).
+    fn order(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
+        let now = Instant::now();
+        let Ok(mut cooling) = self.cooling.lock() else {
+            return candidates;
+        };
+        cooling.retain(|_, until| *until > now);
+        if cooling.is_empty() {
+            return candidates;
+        }
+        let (cool, warm): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|c| cooling.contains_key(&(c.provider.clone(), c.model.clone())));
+        warm.into_iter().chain(cool).collect()
+    }
+
+    fn mark(&self, c: &Candidate, healthy: bool) {
+        if self.cfg.cooldown_secs == 0 {
+            return;
+        }
+        if let Ok(mut cooling) = self.cooling.lock() {
+            let key = (c.provider.clone(), c.model.clone());
+            if healthy {
+                cooling.remove(&key);
+            } else {
+                cooling.insert(
+                    key,
+                    Instant::now() + Duration::from_secs(self.cfg.cooldown_secs),
+                );
+            }
+        }
+    }
+
+    /// Runs one turn with no caller identity (driver tests); see [`Routing::chat_as`].
     pub async fn chat(&self, req: &ChatRequest) -> Result<EventStream, Error> {
-        let candidates = self.resolve(
+        let p = Principal {
+            tenant: weft_core::TenantId::parse("weft-system")?,
+            subject: "router".into(),
+            scopes: weft_core::Scopes::default(),
+            token_id: None,
+        };
+        self.chat_as(&p, req.clone()).await.map(|a| a.events)
+    }
+
+    /// Runs one turn for `p` with quotas, fallback and accounting. The returned stream starts
+    /// with a `Fallback` per candidate that failed, then `ProviderChosen`.
+    pub async fn chat_as(&self, p: &Principal, mut req: ChatRequest) -> Result<Accepted, Error> {
+        let candidates = self.order(self.resolve_for(
+            Some(p.tenant.as_str()),
             &req.model,
             req.provider_hint.as_deref(),
             req.tier_hint.as_deref(),
-        )?;
+        )?);
+        let mut ledger = None;
+        let mut headers = Vec::new();
+        if let Some(deps) = &self.deps {
+            if req.sampling.max_tokens.is_none() && accounting::token_budget_applies(&self.cfg, p) {
+                // The reservation must bound the call, so a budgeted call without a cap gets one.
+                req.sampling.max_tokens = Some(self.cfg.limits.output_reservation);
+            }
+            let reservation = if self.cfg.limits.any() || !self.cfg.tenants.is_empty() {
+                accounting::reserve(&self.cfg, &deps.coord, p, accounting::estimate_tokens(&req))
+                    .await?
+            } else {
+                accounting::Reservation::default()
+            };
+            headers.clone_from(&reservation.headers);
+            ledger = Some(Ledger::new(
+                deps.clone(),
+                self.cfg.clone(),
+                p.clone(),
+                "chat",
+                req.model.clone(),
+                reservation,
+            ));
+        }
+        let first_kind = candidates
+            .first()
+            .and_then(|c| self.drivers.get(&c.provider))
+            .map(Driver::kind);
         let total = candidates.len();
+        let mut fallbacks: Vec<ChatEvent> = Vec::new();
         let mut last: Option<ProviderError> = None;
         for (i, c) in candidates.into_iter().enumerate() {
             let Some(driver) = self.drivers.get(&c.provider) else {
                 continue;
             };
+            let slot = match self.take_slot(&c).await {
+                Ok(slot) => slot,
+                Err(e) => {
+                    fallbacks.push(fallback_event(&c, &e.error));
+                    last = Some(e);
+                    continue;
+                }
+            };
+            let translated;
+            let call = if i > 0 && Some(driver.kind()) != first_kind {
+                translated = strip_reasoning(&req);
+                &translated
+            } else {
+                &req
+            };
             let started = Instant::now();
-            match driver.chat(&c.model, req).await {
+            match driver.chat(&c.model, call).await {
                 Ok(stream) => {
+                    self.mark(&c, true);
                     metrics::histogram!("weft_router_upstream_accept_seconds", "provider" => c.provider.clone())
                         .record(started.elapsed().as_secs_f64());
                     metrics::counter!("weft_router_calls_total", "provider" => c.provider.clone(), "outcome" => "ok")
                         .increment(1);
-                    let fallbacks = u32::try_from(i).unwrap_or(u32::MAX);
-                    let head = futures::stream::once(async move {
-                        Ok(ChatEvent::ProviderChosen {
-                            provider: c.provider,
-                            model: c.model,
-                            fallbacks,
-                        })
+                    let fallbacks_n = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
+                    if let Some(l) = &mut ledger {
+                        l.chosen(&c.provider, &c.model, slot);
+                    }
+                    let chosen = ChatEvent::ProviderChosen {
+                        provider: c.provider,
+                        model: c.model,
+                        fallbacks: fallbacks_n,
+                    };
+                    let head = futures::stream::iter(fallbacks.into_iter().chain([chosen]).map(Ok));
+                    let body = accounted(stream, ledger);
+                    return Ok(Accepted {
+                        events: Box::pin(head.chain(body)),
+                        headers,
                     });
-                    return Ok(Box::pin(head.chain(stream)));
                 }
                 Err(e) => {
+                    if let (Some(deps), Some((key, member))) = (&self.deps, &slot) {
+                        let _ = deps.coord.give_slot(key, member).await;
+                    }
                     metrics::counter!("weft_router_calls_total", "provider" => c.provider.clone(), "outcome" => e.error.code.as_str())
                         .increment(1);
                     let more = i + 1 < total;
                     tracing::warn!(provider = %c.provider, model = %c.model, code = %e.error.code, retryable = e.retryable, fallback = more && e.retryable, "candidate failed");
                     if !e.retryable {
+                        if let Some(l) = &mut ledger {
+                            l.refund().await;
+                        }
                         return Err(e.error);
                     }
+                    self.mark(&c, false);
                     if more {
                         metrics::counter!("weft_router_fallbacks_total", "provider" => c.provider.clone()).increment(1);
                     }
+                    fallbacks.push(fallback_event(&c, &e.error));
                     last = Some(e);
                 }
             }
+        }
+        if let Some(l) = &mut ledger {
+            l.refund().await;
         }
         Err(last.map_or_else(
             || {
@@ -197,22 +380,98 @@ impl Routing {
         ))
     }
 
+    /// Takes a fleet-wide concurrency slot of the candidate's provider when it has a cap.
+    async fn take_slot(&self, c: &Candidate) -> Result<Option<(String, String)>, ProviderError> {
+        let (Some(deps), Some(cap)) = (
+            &self.deps,
+            self.cfg
+                .providers
+                .get(&c.provider)
+                .and_then(|p| p.http())
+                .and_then(|h| h.max_concurrency),
+        ) else {
+            return Ok(None);
+        };
+        let key = deps.coord.keys().provider_slots(&c.provider);
+        let member = uuid::Uuid::now_v7().to_string();
+        match deps
+            .coord
+            .take_slot(&key, &member, cap, Duration::from_secs(600))
+            .await
+        {
+            Ok(Admission::Admitted) => Ok(Some((key, member))),
+            Ok(Admission::Full { retry_after }) => {
+                let mut e = Error::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "provider `{}` is at its concurrency cap ({cap} calls in flight)",
+                        c.provider
+                    ),
+                );
+                e.retry_after = Some(retry_after.min(Duration::from_secs(5)));
+                Err(ProviderError::retryable(e))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "provider slot check failed");
+                Err(ProviderError::retryable(Error::new(
+                    ErrorCode::AdmissionUnavailable,
+                    "provider concurrency cannot be checked right now (the quota store is unreachable)",
+                )))
+            }
+        }
+    }
+
     pub async fn embed(&self, req: &EmbedRequest) -> Result<EmbedResult, Error> {
-        let candidates = self.resolve(
+        let p = Principal {
+            tenant: weft_core::TenantId::parse("weft-system")?,
+            subject: "router".into(),
+            scopes: weft_core::Scopes::default(),
+            token_id: None,
+        };
+        self.embed_as(&p, req).await
+    }
+
+    pub async fn embed_as(&self, p: &Principal, req: &EmbedRequest) -> Result<EmbedResult, Error> {
+        let candidates = self.order(self.resolve_for(
+            Some(p.tenant.as_str()),
             &req.model,
             req.provider_hint.as_deref(),
             req.tier_hint.as_deref(),
-        )?;
+        )?);
+        let mut ledger = self.deps.as_ref().map(|d| {
+            Ledger::new(
+                d.clone(),
+                self.cfg.clone(),
+                p.clone(),
+                "embed",
+                req.model.clone(),
+                accounting::Reservation::default(),
+            )
+        });
         let mut last = None;
         for c in candidates {
             let Some(driver) = self.drivers.get(&c.provider) else {
                 continue;
             };
             match driver.embed(&c.model, req).await {
-                Ok(r) => return Ok(r),
-                Err(e) if e.retryable => last = Some(e.error),
+                Ok(r) => {
+                    self.mark(&c, true);
+                    if let Some(l) = &mut ledger {
+                        l.chosen(&c.provider, &c.model, None);
+                        l.usage(r.usage);
+                        l.finish("ok").await;
+                    }
+                    return Ok(r);
+                }
+                Err(e) if e.retryable => {
+                    self.mark(&c, false);
+                    last = Some(e.error);
+                }
                 Err(e) => return Err(e.error),
             }
+        }
+        if let Some(l) = &mut ledger {
+            l.refund().await;
         }
         Err(last.unwrap_or_else(|| {
             Error::new(
@@ -245,6 +504,49 @@ impl Routing {
         }));
         out
     }
+}
+
+fn fallback_event(c: &Candidate, e: &Error) -> ChatEvent {
+    ChatEvent::Fallback {
+        provider: c.provider.clone(),
+        model: c.model.clone(),
+        code: e.code.as_str().to_owned(),
+        message: e.message.clone(),
+    }
+}
+
+/// The driver's events with the call accounted when they end: the usage is noted, and before
+/// `Finish` (or an error) reaches the caller the record is published and the reservation
+/// reconciled.
+fn accounted(inner: EventStream, ledger: Option<Ledger>) -> EventStream {
+    let Some(ledger) = ledger else {
+        return inner;
+    };
+    Box::pin(futures::stream::unfold(
+        Some((inner, ledger)),
+        |st| async move {
+            let (mut inner, mut ledger) = st?;
+            match inner.next().await {
+                Some(Ok(ChatEvent::Usage(u))) => {
+                    ledger.usage(u);
+                    Some((Ok(ChatEvent::Usage(u)), Some((inner, ledger))))
+                }
+                Some(Ok(ChatEvent::Finish(f))) => {
+                    ledger.finish("ok").await;
+                    Some((Ok(ChatEvent::Finish(f)), Some((inner, ledger))))
+                }
+                Some(Ok(ev)) => Some((Ok(ev), Some((inner, ledger)))),
+                Some(Err(e)) => {
+                    ledger.finish(e.code.as_str()).await;
+                    Some((Err(e), None))
+                }
+                None => {
+                    ledger.finish("incomplete").await;
+                    None
+                }
+            }
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -332,6 +634,11 @@ mod tests {
             ..Default::default()
         };
         let mut s = r.chat(&req).await.unwrap();
+        assert!(matches!(
+            s.next().await.unwrap().unwrap(),
+            ChatEvent::Fallback { provider, model, code, .. }
+                if provider == "m2" && model == "flaky" && code == "upstream_error"
+        ));
         assert_eq!(
             s.next().await.unwrap().unwrap(),
             ChatEvent::ProviderChosen {

@@ -110,7 +110,7 @@ impl Fleet {
             .map_err(|e| FleetError::Bind(config.substrate.listen, e))?;
         let substrate_listener = substrate;
 
-        let routing = weft_router::build(&config)?;
+        let routing = weft_router::connect(&config).await?;
         let defs = weft_substrate::connect(&config).await?;
         weft_substrate::boot::load_boot_definitions(&defs, &config.substrate).await?;
         let substrate = weft_proto::transport::in_process(weft_substrate::grpc_service(

@@ -157,6 +157,18 @@ impl Driver {
         }
     }
 
+    /// The provider kind, as written in config.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Mock(_) => "mock",
+            Self::OpenAi(_) => "openai",
+            Self::Anthropic(_) => "anthropic",
+            Self::Gemini(_) => "gemini",
+            Self::DeepSeek(_) => "deepseek",
+            Self::Ollama(_) => "ollama",
+        }
+    }
+
     /// Conformance cases this driver cannot pass, with the reason.
     pub fn unsupported(&self) -> &'static [Unsupported] {
         match self {

@@ -1,0 +1,439 @@
+//! Quotas and usage around one call: the reservation taken before the upstream is called (exact
+//! under concurrency: one atomic Lua charge over every applicable counter), its reconciliation
+//! with real usage afterwards, the fleet-wide provider concurrency slot, and the usage record
+//! published to JetStream when the call ends — awaited before the caller sees the end, so a
+//! crash after the call loses no record.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use weft_bus::Bus;
+use weft_config::{LimitSpec, Limits, Price, RouterConfig};
+use weft_coord::{Coord, QuotaCounter, QuotaVerdict};
+use weft_core::message::{ContentBlock, Usage};
+use weft_core::{Error, ErrorCode, Principal, UsageRecord, ratelimit};
+
+use crate::types::ChatRequest;
+
+/// The router's connections to Redis (quotas, provider slots) and NATS (usage records).
+#[derive(Clone)]
+pub struct Deps {
+    pub coord: Coord,
+    pub bus: Bus,
+}
+
+/// The headers a caller gets with an accepted call (`x-ratelimit-*`).
+pub type LimitHeaders = Vec<(&'static str, String)>;
+
+/// Tokens and requests reserved for one call, to reconcile when it ends.
+#[derive(Debug, Default)]
+pub struct Reservation {
+    /// The token counters charged (tpm, tpd), adjusted by `actual - estimate` at the end.
+    token_keys: Vec<String>,
+    estimate: u64,
+    pub headers: LimitHeaders,
+}
+
+/// Who limits a call: `(scope label, human name, spec)` for tenant, subject and token.
+fn scopes(cfg: &RouterConfig, p: &Principal) -> Vec<(String, String, LimitSpec)> {
+    let limits: &Limits = &cfg.limits;
+    let tenant_spec = cfg
+        .tenants
+        .get(p.tenant.as_str())
+        .and_then(|t| t.limits)
+        .map_or(limits.tenant, |s| s.or(limits.tenant));
+    let mut out = vec![(
+        format!("tenant:{}", p.tenant),
+        format!("tenant `{}`", p.tenant),
+        tenant_spec,
+    )];
+    out.push((
+        format!("subject:{}:{}", p.tenant, p.subject),
+        format!("subject `{}`", p.subject),
+        limits.subject,
+    ));
+    if let Some(t) = &p.token_id {
+        out.push((format!("token:{t}"), format!("token {t}"), limits.token));
+    }
+    out.retain(|(_, _, s)| !s.is_empty());
+    out
+}
+
+/// Whether any token budget applies to `p` (then `max_tokens` must bound the call).
+pub fn token_budget_applies(cfg: &RouterConfig, p: &Principal) -> bool {
+    scopes(cfg, p)
+        .iter()
+        .any(|(_, _, s)| s.tokens_per_minute.is_some() || s.tokens_per_day.is_some())
+}
+
+/// An upper estimate of a call's tokens: input at one token per three bytes (tokenizers average
+/// about four) plus a little per message, and the whole `max_tokens` of output.
+pub fn estimate_tokens(req: &ChatRequest) -> u64 {
+    fn bytes(b: &ContentBlock) -> usize {
+        match b {
+            ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } => text.len(),
+            ContentBlock::Image { .. } => 3 * 1000,
+            ContentBlock::ToolUse {
+                name, input_json, ..
+            } => name.len() + input_json.len(),
+            ContentBlock::ToolResult { content, .. } => content.iter().map(bytes).sum(),
+        }
+    }
+    let mut total: u64 = 0;
+    for m in &req.messages {
+        let b: usize = m.content.iter().map(bytes).sum();
+        total += (b as u64).div_ceil(3) + 4;
+    }
+    for t in &req.tools {
+        let b = t.name.len() + t.description.len() + t.parameters.to_string().len();
+        total += (b as u64).div_ceil(3);
+    }
+    total + u64::from(req.sampling.max_tokens.unwrap_or(0))
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Reserves the call's request and estimated tokens against every applicable limit, all or
+/// nothing. `Ok(None)` when no limit applies.
+pub async fn reserve(
+    cfg: &RouterConfig,
+    coord: &Coord,
+    p: &Principal,
+    estimate: u64,
+) -> Result<Reservation, Error> {
+    let scopes = scopes(cfg, p);
+    if scopes.is_empty() {
+        return Ok(Reservation::default());
+    }
+    let now = now_secs();
+    let minute = now / 60;
+    let day = now / 86_400;
+    let minute_ttl = Duration::from_secs(60 - now % 60 + 5);
+    let day_ttl = Duration::from_secs(86_400 - now % 86_400 + 60);
+    // (counter, metric, limit name, who)
+    let mut counters = Vec::new();
+    let mut meta: Vec<(&'static str, &'static str, &str)> = Vec::new();
+    for (scope, who, s) in &scopes {
+        let windows = [
+            (
+                "rpm",
+                "requests_per_minute",
+                s.requests_per_minute,
+                minute,
+                minute_ttl,
+                1,
+            ),
+            (
+                "tpm",
+                "tokens_per_minute",
+                s.tokens_per_minute,
+                minute,
+                minute_ttl,
+                estimate,
+            ),
+            (
+                "tpd",
+                "tokens_per_day",
+                s.tokens_per_day,
+                day,
+                day_ttl,
+                estimate,
+            ),
+        ];
+        for (metric, name, limit, window, ttl, cost) in windows {
+            let Some(limit) = limit else { continue };
+            if cost > limit {
+                return Err(Error::invalid(format!(
+                    "this call alone reserves {cost} tokens (estimated input plus max_tokens), more than the {name} limit of {limit} for {who}; lower max_tokens or shorten the input"
+                ))
+                .with_param("max_tokens"));
+            }
+            counters.push(QuotaCounter {
+                key: coord.keys().quota(scope, metric, window),
+                limit,
+                cost,
+                ttl,
+            });
+            meta.push((metric, name, who.as_str()));
+        }
+    }
+    let verdict = coord.charge(&counters).await.map_err(|e| {
+        tracing::error!(error = %e, "quota check failed");
+        Error::new(
+            ErrorCode::AdmissionUnavailable,
+            "limits cannot be checked right now (the quota store is unreachable); retry shortly",
+        )
+    })?;
+    match verdict {
+        QuotaVerdict::Denied { index, retry_after } => {
+            let (_, name, who) = meta.get(index).copied().unwrap_or(("", "a limit", "you"));
+            let limit = counters.get(index).map_or(0, |c| c.limit);
+            let secs = retry_after.as_secs_f64().ceil().max(1.0);
+            let mut e = Error::new(
+                ErrorCode::RateLimited,
+                format!("{who} is over its {name} limit ({limit}); retry in {secs:.0} s"),
+            );
+            e.retry_after = Some(Duration::from_secs_f64(secs));
+            Err(e)
+        }
+        QuotaVerdict::Granted { remaining } => {
+            let pick = |metrics: &[&str]| {
+                metrics.iter().find_map(|m| {
+                    counters
+                        .iter()
+                        .zip(&remaining)
+                        .zip(&meta)
+                        .filter(|(_, (metric, _, _))| metric == m)
+                        .map(|((c, r), _)| (c.limit, *r))
+                        .min_by_key(|&(_, r)| r)
+                })
+            };
+            let mut headers = Vec::new();
+            if let Some((limit, rem)) = pick(&["rpm"]) {
+                headers.push((ratelimit::LIMIT_REQUESTS, limit.to_string()));
+                headers.push((ratelimit::REMAINING_REQUESTS, rem.to_string()));
+            }
+            if let Some((limit, rem)) = pick(&["tpm", "tpd"]) {
+                headers.push((ratelimit::LIMIT_TOKENS, limit.to_string()));
+                headers.push((ratelimit::REMAINING_TOKENS, rem.to_string()));
+            }
+            Ok(Reservation {
+                token_keys: counters
+                    .iter()
+                    .zip(&meta)
+                    .filter(|(_, (m, _, _))| *m != "rpm")
+                    .map(|(c, _)| c.key.clone())
+                    .collect(),
+                estimate,
+                headers,
+            })
+        }
+    }
+}
+
+/// The cost of `usage` at `price` (USD per million tokens).
+pub fn cost(price: Option<&Price>, u: &Usage) -> f64 {
+    let Some(p) = price else { return 0.0 };
+    let cached = u.cache_read_tokens + u.cache_write_tokens;
+    let fresh = u.prompt_tokens.saturating_sub(cached);
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "token counts are far below 2^52"
+    )]
+    let c = fresh as f64 * p.input
+        + u.cache_read_tokens as f64 * p.cache_read.unwrap_or(p.input)
+        + u.cache_write_tokens as f64 * p.cache_write.unwrap_or(p.input)
+        + u.completion_tokens as f64 * p.output;
+    c / 1_000_000.0
+}
+
+/// A call in flight: everything needed to account for it when it ends, however it ends.
+/// Dropping it unfinished (the caller went away) still accounts, on a spawned task.
+pub struct Ledger {
+    inner: Option<LedgerInner>,
+}
+
+struct LedgerInner {
+    deps: Deps,
+    cfg: Arc<RouterConfig>,
+    principal: Principal,
+    kind: &'static str,
+    requested_model: String,
+    reservation: Reservation,
+    started: Instant,
+    provider: String,
+    model: String,
+    /// The provider concurrency slot held, released at the end.
+    slot: Option<(String, String)>,
+    usage: Option<Usage>,
+}
+
+impl Ledger {
+    pub fn new(
+        deps: Deps,
+        cfg: Arc<RouterConfig>,
+        principal: Principal,
+        kind: &'static str,
+        requested_model: String,
+        reservation: Reservation,
+    ) -> Self {
+        Self {
+            inner: Some(LedgerInner {
+                deps,
+                cfg,
+                principal,
+                kind,
+                requested_model,
+                reservation,
+                started: Instant::now(),
+                provider: String::new(),
+                model: String::new(),
+                slot: None,
+                usage: None,
+            }),
+        }
+    }
+
+    /// The candidate that accepted the call, and the provider slot it holds.
+    pub fn chosen(&mut self, provider: &str, model: &str, slot: Option<(String, String)>) {
+        if let Some(i) = &mut self.inner {
+            provider.clone_into(&mut i.provider);
+            model.clone_into(&mut i.model);
+            i.slot = slot;
+        }
+    }
+
+    pub fn usage(&mut self, u: Usage) {
+        if let Some(i) = &mut self.inner {
+            i.usage = Some(u);
+        }
+    }
+
+    /// Ends the call: publishes its record (awaiting JetStream's ack), reconciles the
+    /// reservation and gives the provider slot back. `outcome` is `ok` or an error code.
+    pub async fn finish(&mut self, outcome: &str) {
+        if let Some(i) = self.inner.take() {
+            i.finish(outcome).await;
+        }
+    }
+
+    /// Ends a call that never reached an upstream: refunds the reserved tokens, no record.
+    pub async fn refund(&mut self) {
+        if let Some(i) = self.inner.take() {
+            let r = &i.reservation;
+            #[expect(clippy::cast_possible_wrap, reason = "estimates are far below 2^63")]
+            let _ = i
+                .deps
+                .coord
+                .adjust(&r.token_keys, -(r.estimate as i64))
+                .await;
+        }
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        if let Some(i) = self.inner.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move { i.finish("cancelled").await });
+        }
+    }
+}
+
+impl LedgerInner {
+    async fn finish(self, outcome: &str) {
+        let usage = self.usage.unwrap_or_default();
+        let actual = usage.total_tokens;
+        if !self.reservation.token_keys.is_empty() && (self.usage.is_some() || outcome == "ok") {
+            #[expect(clippy::cast_possible_wrap, reason = "token counts are far below 2^63")]
+            let delta = actual as i64 - self.reservation.estimate as i64;
+            if let Err(e) = self
+                .deps
+                .coord
+                .adjust(&self.reservation.token_keys, delta)
+                .await
+            {
+                tracing::warn!(error = %e, "quota reconciliation failed");
+            }
+        }
+        if let Some((key, member)) = &self.slot
+            && let Err(e) = self.deps.coord.give_slot(key, member).await
+        {
+            tracing::warn!(error = %e, "provider slot release failed; it lapses with its lease");
+        }
+        if self.provider.is_empty() {
+            return;
+        }
+        let price = self
+            .cfg
+            .prices
+            .get(&format!("{}/{}", self.provider, self.model));
+        let rec = UsageRecord {
+            id: uuid::Uuid::now_v7(),
+            at_ms: i64::try_from(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis()),
+            )
+            .unwrap_or(i64::MAX),
+            tenant: self.principal.tenant.to_string(),
+            subject: self.principal.subject.clone(),
+            token_id: self.principal.token_id.clone(),
+            kind: self.kind.to_owned(),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            requested_model: self.requested_model.clone(),
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            latency_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            cost_usd: cost(price, &usage),
+            outcome: outcome.to_owned(),
+        };
+        publish(&self.deps.bus, &rec).await;
+    }
+}
+
+/// Publishes a usage record, retrying briefly; a record that cannot be published is logged
+/// whole so it can be recovered from the logs.
+pub async fn publish(bus: &Bus, rec: &UsageRecord) {
+    for attempt in 0..3u32 {
+        match bus.publish_usage(rec).await {
+            Ok(()) => {
+                metrics::counter!("weft_router_usage_published_total").increment(1);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "publishing a usage record failed");
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+    }
+    metrics::counter!("weft_router_usage_lost_total").increment(1);
+    tracing::error!(record = %serde_json::to_string(rec).unwrap_or_default(), "usage record not published");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_core::message::{Message, Role};
+
+    #[test]
+    fn cost_prices_fresh_cached_and_output_tokens() {
+        let p = Price {
+            input: 3.0,
+            output: 15.0,
+            cache_read: Some(0.3),
+            cache_write: None,
+        };
+        let u = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 100_000,
+            total_tokens: 1_100_000,
+            cache_read_tokens: 500_000,
+            cache_write_tokens: 0,
+        };
+        let c = cost(Some(&p), &u);
+        assert!((c - (1.5 + 0.15 + 1.5)).abs() < 1e-9, "{c}");
+        assert!(cost(None, &u).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn the_estimate_bounds_input_and_includes_max_tokens() {
+        let mut req = ChatRequest::default();
+        req.messages.push(Message {
+            role: Role::User,
+            content: vec![ContentBlock::text("x".repeat(300))],
+            name: None,
+        });
+        assert_eq!(estimate_tokens(&req), 104);
+        req.sampling.max_tokens = Some(50);
+        assert_eq!(estimate_tokens(&req), 154);
+    }
+}
