@@ -75,6 +75,28 @@ pub fn grpc_service(
     )
 }
 
+/// Runs the router as its own process until SIGINT/SIGTERM: the internal JWT key from config,
+/// gRPC on `router.listen`, Prometheus on `router.metrics_listen` when set. For `weft-router`
+/// and `weft router`.
+pub async fn run_until_signal(config: Config) -> Result<(), RouterError> {
+    let secret = config
+        .required_jwt_secret("gateway")
+        .map_err(|e| RouterError::Config(e.to_string()))?;
+    let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+    let listener = TcpListener::bind(config.router.listen).await.map_err(|e| {
+        RouterError::Config(format!("cannot listen on {}: {e}", config.router.listen))
+    })?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
+    if let Some(addr) = config.router.metrics_listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| RouterError::Config(format!("cannot serve metrics on {addr}: {e}")))?;
+        tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
+    }
+    run(listener, config, jwt, shutdown).await
+}
+
 /// Like [`run`], with a routing table already built.
 pub async fn serve(
     listener: TcpListener,

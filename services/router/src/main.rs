@@ -34,26 +34,7 @@ async fn main() -> ExitCode {
         Ok(started) => started,
         Err(e) => return fail(2, e),
     };
-    let secret = match config.required_jwt_secret("gateway") {
-        Ok(s) => s,
-        Err(e) => return fail(2, e),
-    };
-    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-    let listener = match tokio::net::TcpListener::bind(config.router.listen).await {
-        Ok(l) => l,
-        Err(e) => return fail(1, format!("cannot listen on {}: {e}", config.router.listen)),
-    };
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    if let Some(addr) = config.router.metrics_listen {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
-            }
-            Err(e) => return fail(1, format!("cannot serve metrics on {addr}: {e}")),
-        }
-    }
-    match weft_router::run(listener, config, jwt, shutdown).await {
+    match weft_router::run_until_signal(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "router failed");

@@ -61,6 +61,13 @@ enum Cmd {
     /// Run only a run executor, against the router and substrate at executor.router_url and
     /// executor.substrate_url (needs auth.internal_jwt_secret shared with them).
     Executor,
+    /// Run only the provider router (gRPC on router.listen; needs auth.internal_jwt_secret
+    /// shared with the gateway and executors).
+    Router {
+        /// Router gRPC address.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Print the content hash a deployment will report for a definition file.
     #[command(subcommand)]
     Hash(HashCmd),
@@ -143,6 +150,9 @@ async fn main() -> ExitCode {
             .set("router", "listen", *router_listen)
             .set("substrate", "listen", *substrate_listen);
     }
+    if let Cmd::Router { listen } = &cli.cmd {
+        o.set("router", "listen", *listen);
+    }
     let config = match cli.common.shared.load(o) {
         Ok(c) => c,
         Err(e) => {
@@ -166,6 +176,10 @@ async fn main() -> ExitCode {
         Cmd::Token(t) => token(&config, t).await,
         Cmd::Doctor | Cmd::Hash(_) => ExitCode::SUCCESS,
         Cmd::Executor => executor(config).await,
+        Cmd::Router { .. } => match weft_router::run_until_signal(config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
     }
 }
 

@@ -91,11 +91,19 @@ impl MockProvider {
         let completion_tokens;
         match plan {
             Turn::Text(text) => {
-                let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+                // One word is one token; `max_tokens` cuts the answer like a real model's.
+                let mut words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+                let cap = req.sampling.max_tokens.map_or(usize::MAX, |m| m as usize);
+                let finish = if words.len() > cap {
+                    words.truncate(cap);
+                    FinishReason::Length
+                } else {
+                    FinishReason::Stop
+                };
                 completion_tokens = words.len() as u64;
                 events.extend(words.into_iter().map(ChatEvent::TextDelta));
                 events.push(ChatEvent::Usage(usage(prompt_tokens, completion_tokens)));
-                events.push(ChatEvent::Finish(FinishReason::Stop));
+                events.push(ChatEvent::Finish(finish));
             }
             Turn::ToolCalls(calls) => {
                 completion_tokens = 8 * calls.len() as u64;
