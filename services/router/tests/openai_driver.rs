@@ -196,7 +196,11 @@ async fn a_500_before_the_first_byte_falls_back_to_the_next_candidate() {
     );
     let ev = events(&r, &request("chain", true)).await;
     assert!(
-        matches!(&ev[0], Ok(ChatEvent::ProviderChosen { provider, fallbacks: 1, .. }) if provider == "good")
+        matches!(&ev[0], Ok(ChatEvent::Fallback { provider, code, .. }) if provider == "bad" && code == "upstream_error"),
+        "{ev:?}"
+    );
+    assert!(
+        matches!(&ev[1], Ok(ChatEvent::ProviderChosen { provider, fallbacks: 1, .. }) if provider == "good")
     );
     assert_eq!(text(&ev), "echo: hello world");
     assert_eq!(bad.calls(), 2, "one try plus one retry");

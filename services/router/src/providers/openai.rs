@@ -1,13 +1,14 @@
 //! The `openai` driver: any server that speaks OpenAI's chat-completions wire format, over plain
 //! HTTP (reqwest). Non-stream and SSE streaming, tool calls, usage, errors mapped to
 //! [`ErrorCode`], and retries with backoff on 429/5xx before the first byte, honouring
-//! `Retry-After`.
+//! `Retry-After`. The OpenAI-compatible `deepseek` driver reuses the translation and the stream
+//! fold here through a [`Flavor`].
 
 use std::collections::VecDeque;
 
 use serde_json::{Map, Value, json};
 use weft_config::OpenAiProviderConfig;
-use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
+use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 
 use super::http::{Fault, Fold, KeyStyle, Upstream};
 use super::{EventStream, ProviderError, Unsupported};
@@ -36,16 +37,7 @@ impl OpenAiProvider {
     }
 
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = chat_body(model, req);
-        let resp = self.up.post(&self.chat_url, &body).await?;
-        if req.stream {
-            Ok(self.up.sse(resp, StreamState::default()))
-        } else {
-            let v = self.up.json_body(resp).await?;
-            let events = parse_completion(&v)
-                .ok_or_else(|| ProviderError::retryable(self.up.malformed_error()))?;
-            Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
-        }
+        send_chat(&self.up, &self.chat_url, &chat_body(model, req), req.stream).await
     }
 
     pub async fn embed(
@@ -78,8 +70,43 @@ impl OpenAiProvider {
     }
 }
 
+/// Posts one chat-completions call; its events come from the SSE stream or the whole completion.
+pub(crate) async fn send_chat(
+    up: &Upstream,
+    url: &str,
+    body: &Value,
+    stream: bool,
+) -> Result<EventStream, ProviderError> {
+    let resp = up.post(url, body).await?;
+    if stream {
+        Ok(up.sse(resp, StreamState::default()))
+    } else {
+        let v = up.json_body(resp).await?;
+        let events =
+            parse_completion(&v).ok_or_else(|| ProviderError::retryable(up.malformed_error()))?;
+        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+    }
+}
+
+/// How a server's dialect of chat completions departs from OpenAI's own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Flavor<'a> {
+    OpenAi,
+    /// DeepSeek: no `developer` role (sent as `system`), `content` always a string on assistant
+    /// messages (it rejects null), and the reasoning of the messages whose index is `true` in
+    /// `send_reasoning` sent back as `reasoning_content`.
+    DeepSeek {
+        send_reasoning: &'a [bool],
+    },
+}
+
 /// The OpenAI request body for one turn.
 pub fn chat_body(model: &str, req: &ChatRequest) -> Value {
+    chat_body_as(Flavor::OpenAi, model, req)
+}
+
+/// The request body for one turn in `flavor`'s dialect.
+pub(crate) fn chat_body_as(flavor: Flavor<'_>, model: &str, req: &ChatRequest) -> Value {
     let mut body = Map::new();
     // Unmodelled fields first, so that the fields weft sets win.
     for (k, v) in &req.extra {
@@ -88,15 +115,16 @@ pub fn chat_body(model: &str, req: &ChatRequest) -> Value {
     body.insert("model".into(), json!(model));
     body.insert(
         "messages".into(),
-        Value::Array(req.messages.iter().flat_map(to_openai_messages).collect()),
+        Value::Array(
+            req.messages
+                .iter()
+                .enumerate()
+                .flat_map(|(i, m)| to_openai_messages(m, i, flavor))
+                .collect(),
+        ),
     );
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        body.insert("tools".into(), tools_json(&req.tools));
     }
     if let Some(tc) = &req.tool_choice {
         body.insert("tool_choice".into(), tc.clone());
@@ -136,17 +164,10 @@ pub fn chat_body(model: &str, req: &ChatRequest) -> Value {
     Value::Object(body)
 }
 
-fn to_openai_messages(m: &Message) -> Vec<Value> {
-    let texts = || {
-        m.content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("")
-    };
+/// `m` (at index `i` of the request) as chat-completions messages. Tool-call ids go out
+/// normalised ([`super::tool_call_id`]), so any history's ids are valid here.
+fn to_openai_messages(m: &Message, i: usize, flavor: Flavor<'_>) -> Vec<Value> {
+    let texts = || text_of(&m.content);
     let with_name = |mut v: Value| {
         if let Some(n) = &m.name {
             v["name"] = json!(n);
@@ -155,7 +176,13 @@ fn to_openai_messages(m: &Message) -> Vec<Value> {
     };
     match m.role {
         Role::System => vec![with_name(json!({"role": "system", "content": texts()}))],
-        Role::Developer => vec![with_name(json!({"role": "developer", "content": texts()}))],
+        Role::Developer => {
+            let role = match flavor {
+                Flavor::OpenAi => "developer",
+                Flavor::DeepSeek { .. } => "system",
+            };
+            vec![with_name(json!({"role": role, "content": texts()}))]
+        }
         Role::User => {
             let only_text = m
                 .content
@@ -191,13 +218,23 @@ fn to_openai_messages(m: &Message) -> Vec<Value> {
                 .iter()
                 .filter_map(|b| match b {
                     ContentBlock::ToolUse { id, name, input_json } => Some(
-                        json!({"id": id, "type": "function", "function": {"name": name, "arguments": input_json}}),
+                        json!({"id": super::tool_call_id(id), "type": "function", "function": {"name": name, "arguments": input_json}}),
                     ),
                     _ => None,
                 })
                 .collect();
             let text = texts();
-            let mut v = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
+            let null_content =
+                matches!(flavor, Flavor::OpenAi) && text.is_empty() && !calls.is_empty();
+            let mut v = json!({"role": "assistant", "content": if null_content { Value::Null } else { json!(text) }});
+            if let Flavor::DeepSeek { send_reasoning } = flavor
+                && send_reasoning.get(i) == Some(&true)
+            {
+                let reasoning = reasoning_of(&m.content);
+                if !reasoning.is_empty() {
+                    v["reasoning_content"] = json!(reasoning);
+                }
+            }
             if !calls.is_empty() {
                 v["tool_calls"] = Value::Array(calls);
             }
@@ -211,20 +248,44 @@ fn to_openai_messages(m: &Message) -> Vec<Value> {
                     tool_use_id,
                     content,
                     ..
-                } => {
-                    let text: String = content
-                        .iter()
-                        .filter_map(|c| match c {
-                            ContentBlock::Text { text } => Some(text.as_str()),
-                            _ => None,
-                        })
-                        .collect();
-                    Some(json!({"role": "tool", "tool_call_id": tool_use_id, "content": text}))
-                }
+                } => Some(
+                    json!({"role": "tool", "tool_call_id": super::tool_call_id(tool_use_id), "content": text_of(content)}),
+                ),
                 _ => None,
             })
             .collect(),
     }
+}
+
+/// Tool specs as `[{"type": "function", "function": {name, description, parameters}}]`, the
+/// shape OpenAI, DeepSeek and Ollama share.
+pub(crate) fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .collect()
+}
+
+/// The `Text` blocks of `content`, concatenated.
+pub(crate) fn text_of(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `Reasoning` blocks of `content`, concatenated.
+pub(crate) fn reasoning_of(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Reasoning { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn parse_usage(v: &Value) -> Option<Usage> {
@@ -232,8 +293,10 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     let c = v["completion_tokens"].as_u64().unwrap_or(0);
     Some(Usage {
         total_tokens: v["total_tokens"].as_u64().unwrap_or(p + c),
-        cache_read_tokens: v["prompt_tokens_details"]["cached_tokens"]
+        // DeepSeek reports the same count as `prompt_cache_hit_tokens`.
+        cache_read_tokens: v["prompt_cache_hit_tokens"]
             .as_u64()
+            .or_else(|| v["prompt_tokens_details"]["cached_tokens"].as_u64())
             .unwrap_or(0),
         ..Usage::new(p, c)
     })
