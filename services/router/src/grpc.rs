@@ -192,10 +192,10 @@ impl v1::router_server::Router for RouterService {
         &self,
         request: Request<v1::ListModelsRequest>,
     ) -> Result<Response<v1::ListModelsResponse>, Status> {
-        principal(&request)?;
+        let p = principal(&request)?;
         let models = self
             .routing
-            .list_models()
+            .list_models_for(p.tenant.as_str())
             .into_iter()
             .map(|m| v1::ModelInfo {
                 id: m.id,

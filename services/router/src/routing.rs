@@ -481,6 +481,32 @@ impl Routing {
         }))
     }
 
+    /// Everything `tenant` may address: model names, aliases and tiers, its overlay included.
+    pub fn list_models_for(&self, tenant: &str) -> Vec<ModelEntry> {
+        let mut out = self.list_models();
+        if let Some(o) = self.overlays.get(tenant) {
+            for a in o.aliases.keys() {
+                if !self.aliases.contains_key(a) {
+                    out.push(ModelEntry {
+                        id: a.clone(),
+                        kind: "alias",
+                        owned_by: "weft".into(),
+                    });
+                }
+            }
+            for t in o.tiers.keys() {
+                if !self.tiers.contains_key(t) {
+                    out.push(ModelEntry {
+                        id: format!("tier:{t}"),
+                        kind: "tier",
+                        owned_by: "weft".into(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Everything a caller may address: model names, aliases and tiers.
     pub fn list_models(&self) -> Vec<ModelEntry> {
         let mut out: Vec<ModelEntry> = self

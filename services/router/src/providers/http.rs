@@ -160,19 +160,23 @@ impl Upstream {
     /// The weft error for a non-2xx upstream answer.
     pub async fn status_error(&self, resp: reqwest::Response) -> ProviderError {
         let status = resp.status().as_u16();
-        let retry_after = resp
+        let header_retry = resp
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        // The upstream's own message is meant for API callers; keep it short and never echo
-        // anything but its error message.
-        let detail = resp
+        let body = resp
             .bytes()
             .await
             .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| error_message(&v))
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        // Gemini says when to retry in the body (`RetryInfo.retryDelay`), not in a header.
+        let retry_after = header_retry.or_else(|| body.as_ref().and_then(body_retry_delay));
+        // The upstream's own message is meant for API callers; keep it short and never echo
+        // anything but its error message.
+        let detail = body
+            .as_ref()
+            .and_then(error_message)
             .map(|s| s.chars().take(300).collect::<String>());
         let name = &self.name;
         let with_detail = |s: String| match &detail {
@@ -258,6 +262,19 @@ fn error_message(v: &Value) -> Option<String> {
         .or_else(|| v["error"].as_str())
         .or_else(|| v[0]["error"]["message"].as_str())
         .map(str::to_owned)
+}
+
+/// Google's `RetryInfo` detail: `{"error": {"details": [{"@type": "…RetryInfo", "retryDelay":
+/// "7s"}]}}`.
+fn body_retry_delay(v: &Value) -> Option<Duration> {
+    let details = v["error"]["details"]
+        .as_array()
+        .or_else(|| v[0]["error"]["details"].as_array())?;
+    details.iter().find_map(|d| {
+        let s = d["retryDelay"].as_str()?.strip_suffix('s')?;
+        let secs: f64 = s.parse().ok()?;
+        (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    })
 }
 
 /// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); a date in the past is 0.
@@ -444,6 +461,20 @@ mod tests {
             Some("c".into())
         );
         assert_eq!(m(serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn googles_retry_info_gives_the_delay() {
+        let v = serde_json::json!({"error": {"code": 429, "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}
+        ]}});
+        assert_eq!(body_retry_delay(&v), Some(Duration::from_secs(7)));
+        assert_eq!(
+            body_retry_delay(&serde_json::json!({"error": {"details": [{"retryDelay": "1.5s"}]}})),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(body_retry_delay(&serde_json::json!({"error": {}})), None);
     }
 
     #[tokio::test]
