@@ -242,3 +242,68 @@ async fn tenant_overlays_replace_tiers_for_that_tenant_only() {
     }
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_provider_concurrency_cap_holds_and_frees_its_slot() {
+    let up = weft_testkit::FakeUpstream::start().await;
+    up.push(weft_testkit::Behavior::Stall);
+    up.set_default(weft_testkit::Behavior::Echo);
+    let base = up.base_url.clone();
+    let f = TestFleet::start_with(move |c| {
+        c.router.providers.insert(
+            "capped".into(),
+            weft_config::ProviderConfig::Openai(weft_config::HttpProviderConfig {
+                models: vec!["m".into()],
+                max_concurrency: Some(1),
+                max_retries: 0,
+                first_byte_timeout_secs: 3,
+                ..weft_config::HttpProviderConfig::new(base)
+            }),
+        );
+    })
+    .await;
+    let token = llm_token(&f, "acme").await;
+    let body = json!({"model": "capped/m", "messages": [{"role": "user", "content": "hi"}]});
+    // The first call holds the only slot while its upstream stalls.
+    let first = {
+        let (http, url, token, body) = (
+            f.http.clone(),
+            format!("{}/v1/chat/completions", f.url),
+            token.clone(),
+            body.clone(),
+        );
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while up.calls() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first call never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (s, v) = f.post("/v1/chat/completions", &token, body.clone()).await;
+    assert_eq!(s, 429, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("concurrency cap"),
+        "{v}"
+    );
+    assert_eq!(up.calls(), 1, "the capped call never reached the upstream");
+    // The stalled call times out and gives its slot back; the next call gets through.
+    assert_eq!(first.await.unwrap(), 504);
+    let (s, v) = f.post("/v1/chat/completions", &token, body).await;
+    assert_eq!(s, 200, "{v}");
+    f.stop().await;
+}
