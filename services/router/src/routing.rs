@@ -683,6 +683,50 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_failing_candidate_cools_down_behind_the_healthy_ones() {
+        let r = routing();
+        let chain = r.resolve("chain", None, None).unwrap();
+        assert_eq!(chain[0].provider, "m2");
+        let req = ChatRequest {
+            model: "chain".into(),
+            ..Default::default()
+        };
+        let _ = r.chat(&req).await.unwrap();
+        // m2/flaky failed: it is tried last while it cools down.
+        let ordered = r.order(chain.clone());
+        assert_eq!(ordered[0].provider, "mock");
+        assert_eq!(ordered[1].provider, "m2");
+        let mut s = r.chat(&req).await.unwrap();
+        assert!(matches!(
+            s.next().await.unwrap().unwrap(),
+            ChatEvent::ProviderChosen { fallbacks: 0, .. }
+        ));
+        // A success clears it.
+        r.mark(&chain[0], true);
+        assert_eq!(r.order(chain)[0].provider, "m2");
+    }
+
+    #[test]
+    fn reasoning_is_stripped_for_another_provider() {
+        let req = ChatRequest {
+            messages: vec![weft_core::message::Message {
+                role: weft_core::message::Role::Assistant,
+                content: vec![
+                    ContentBlock::Reasoning {
+                        text: "hmm".into(),
+                        signature: Some("sig".into()),
+                    },
+                    ContentBlock::text("answer"),
+                ],
+                name: None,
+            }],
+            ..Default::default()
+        };
+        let r = strip_reasoning(&req);
+        assert_eq!(r.messages[0].content, vec![ContentBlock::text("answer")]);
+    }
+
     #[test]
     fn the_model_list_has_models_aliases_and_tiers() {
         let ids: Vec<String> = routing().list_models().into_iter().map(|m| m.id).collect();
