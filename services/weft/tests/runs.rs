@@ -731,3 +731,47 @@ async fn the_http_tool_in_a_run_refuses_private_addresses() {
         assert_eq!(r["is_error"], true, "{r}");
     }
 }
+
+#[tokio::test]
+async fn a_fallback_during_a_run_is_recorded_in_its_transcript() {
+    let f = TestFleet::start_with(|c| {
+        let mut models = std::collections::BTreeMap::new();
+        models.insert(
+            "down".to_owned(),
+            weft_config::MockModelConfig {
+                error_rate_500: 1.0,
+                ..Default::default()
+            },
+        );
+        c.router.providers.insert(
+            "flaky".into(),
+            weft_config::ProviderConfig::Mock(weft_config::MockProviderConfig { models }),
+        );
+        c.router.aliases.insert(
+            "resilient".into(),
+            vec!["flaky/down".into(), "mock/mock-1".into()],
+        );
+    })
+    .await;
+    put_agent(&f, &f.admin, "fb", json!({"model": "resilient"})).await;
+    let run = create(&f, &f.admin, json!({"agent": "fb", "input": "hello"})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let kinds: Vec<&str> = frames
+        .iter()
+        .map(|(_, k, _)| k.as_str())
+        .filter(|k| *k != "text_delta")
+        .collect();
+    let fb = kinds
+        .iter()
+        .position(|k| *k == "provider_fallback")
+        .expect("a provider_fallback event");
+    assert_eq!(kinds[fb + 1], "provider_chosen", "{kinds:?}");
+    let data = &frames
+        .iter()
+        .find(|(_, k, _)| k == "provider_fallback")
+        .unwrap()
+        .2["data"];
+    assert_eq!(data["provider"], "flaky");
+    assert_eq!(data["code"], "upstream_error");
+    assert_eq!(frames.last().unwrap().2["data"]["stop_reason"], "end_turn");
+}
