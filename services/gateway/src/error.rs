@@ -1,16 +1,19 @@
-//! Rendering errors at the edge: OpenAI's shape on the OpenAI-compatible routes, weft's native
-//! shape elsewhere. Both carry `Retry-After` when the error knows one.
+//! Rendering errors at the edge: OpenAI's shape on the OpenAI-compatible routes, Anthropic's on
+//! the Anthropic-compatible `/v1/messages`, weft's native shape elsewhere. All carry
+//! `Retry-After` when the error knows one.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use weft_core::Error;
+use weft_core::{Error, ErrorCode};
 
 /// Which error body a route speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     OpenAi,
     Native,
+    /// `{"type":"error","error":{"type","message"}}`, as Anthropic's Messages API answers.
+    Anthropic,
 }
 
 /// An [`Error`] bound to the shape of the route that produced it.
@@ -25,6 +28,36 @@ impl ApiError {
     pub fn native(e: Error) -> Self {
         Self(e, Shape::Native)
     }
+
+    pub fn anthropic(e: Error) -> Self {
+        Self(e, Shape::Anthropic)
+    }
+}
+
+/// Anthropic's error `type` for a code (its SDKs pick the exception class by status; the type
+/// is what a caller logs or matches on).
+pub fn anthropic_type(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidRequest | ErrorCode::UnsupportedMediaType => "invalid_request_error",
+        ErrorCode::PayloadTooLarge => "request_too_large",
+        ErrorCode::Unauthenticated => "authentication_error",
+        ErrorCode::PermissionDenied => "permission_error",
+        ErrorCode::NotFound | ErrorCode::ModelNotFound => "not_found_error",
+        ErrorCode::Conflict => "conflict_error",
+        ErrorCode::RateLimited | ErrorCode::TenantConcurrencyExhausted => "rate_limit_error",
+        ErrorCode::UpstreamTimeout => "timeout_error",
+        ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable => "overloaded_error",
+        ErrorCode::UpstreamError | ErrorCode::Internal => "api_error",
+    }
+}
+
+/// Anthropic's error body: `{"type":"error","error":{"type","message"}}`. It has no field for the
+/// parameter at fault, so the message names it.
+pub fn anthropic_body(e: &Error) -> serde_json::Value {
+    serde_json::json!({
+        "type": "error",
+        "error": {"type": anthropic_type(e.code), "message": e.message},
+    })
 }
 
 pub fn render(e: &Error, shape: Shape) -> Response {
@@ -33,6 +66,7 @@ pub fn render(e: &Error, shape: Shape) -> Response {
     let body = match shape {
         Shape::OpenAi => e.openai_body(),
         Shape::Native => e.native_body(),
+        Shape::Anthropic => anthropic_body(e),
     };
     let mut resp = (status, Json(body)).into_response();
     if let Some(after) = e.retry_after

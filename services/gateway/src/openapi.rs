@@ -2,7 +2,7 @@
 //! route the gateway serves is listed.
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
-//! (`openapi.agents.json`, `openapi.runs.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
+//! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
 //! first use.
 
 use std::sync::LazyLock;
@@ -14,9 +14,11 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 2] = [
+const FRAGMENTS: [&str; 4] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
+    include_str!("../openapi.llm.json"),
+    include_str!("../openapi.usage.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.

@@ -10,10 +10,18 @@ use weft_core::{Error, Principal};
 
 use crate::{InternalJwt, TokenResolver};
 
-/// The token in an `Authorization: Bearer …` header, if any.
+/// The token in an `Authorization: Bearer …` header, if any; without an `Authorization` header,
+/// the one in `x-api-key` (where Anthropic's SDKs send their key, so they can point at weft).
 pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
-    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = v.split_once(' ')?;
+    let Some(v) = headers.get(http::header::AUTHORIZATION) else {
+        return headers
+            .get("x-api-key")?
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+    };
+    let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
@@ -37,7 +45,7 @@ impl BearerAuth {
     ) -> Response {
         let Some(token) = bearer_token(req.headers()) else {
             return (auth.render)(Error::unauthenticated(
-                "missing bearer token; send `Authorization: Bearer wft_…`",
+                "missing bearer token; send `Authorization: Bearer wft_…` (or `x-api-key: wft_…`)",
             ));
         };
         match auth.resolver.resolve(token).await {
@@ -93,6 +101,21 @@ mod tests {
         h.insert("authorization", "Basic abc".parse().unwrap());
         assert_eq!(bearer_token(&h), None);
         h.insert("authorization", "Bearer ".parse().unwrap());
+        assert_eq!(bearer_token(&h), None);
+    }
+
+    #[test]
+    fn x_api_key_is_used_only_without_an_authorization_header() {
+        let mut h = http::HeaderMap::new();
+        h.insert("x-api-key", " wft_k ".parse().unwrap());
+        assert_eq!(bearer_token(&h), Some("wft_k"));
+        h.insert("authorization", "Bearer wft_b".parse().unwrap());
+        assert_eq!(bearer_token(&h), Some("wft_b"));
+        // An Authorization header that is not a bearer token is not replaced by x-api-key.
+        h.insert("authorization", "Basic abc".parse().unwrap());
+        assert_eq!(bearer_token(&h), None);
+        h.remove("authorization");
+        h.insert("x-api-key", "".parse().unwrap());
         assert_eq!(bearer_token(&h), None);
     }
 }
