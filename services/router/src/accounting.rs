@@ -329,7 +329,9 @@ impl LedgerInner {
     async fn finish(self, outcome: &str) {
         let usage = self.usage.unwrap_or_default();
         let actual = usage.total_tokens;
-        if !self.reservation.token_keys.is_empty() && (self.usage.is_some() || outcome == "ok") {
+        // Without reported usage the reservation stands: an upstream that reports none must not
+        // slip past a budget.
+        if !self.reservation.token_keys.is_empty() && self.usage.is_some() {
             #[expect(clippy::cast_possible_wrap, reason = "token counts are far below 2^63")]
             let delta = actual as i64 - self.reservation.estimate as i64;
             if let Err(e) = self

@@ -438,16 +438,27 @@ impl Routing {
             req.provider_hint.as_deref(),
             req.tier_hint.as_deref(),
         )?);
-        let mut ledger = self.deps.as_ref().map(|d| {
-            Ledger::new(
+        let mut ledger = None;
+        if let Some(d) = &self.deps {
+            let reservation = if self.cfg.limits.any() || !self.cfg.tenants.is_empty() {
+                let estimate = req
+                    .input
+                    .iter()
+                    .map(|s| (s.len() as u64).div_ceil(3) + 1)
+                    .sum();
+                accounting::reserve(&self.cfg, &d.coord, p, estimate).await?
+            } else {
+                accounting::Reservation::default()
+            };
+            ledger = Some(Ledger::new(
                 d.clone(),
                 self.cfg.clone(),
                 p.clone(),
                 "embed",
                 req.model.clone(),
-                accounting::Reservation::default(),
-            )
-        });
+                reservation,
+            ));
+        }
         let mut last = None;
         for c in candidates {
             let Some(driver) = self.drivers.get(&c.provider) else {

@@ -322,7 +322,7 @@ fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
         let index = u32::try_from(i).ok()?;
         events.push(ChatEvent::ToolCallStart {
             index,
-            id: call["id"].as_str().unwrap_or_default().to_owned(),
+            id: received_id(call["id"].as_str()),
             name: call["function"]["name"].as_str()?.to_owned(),
         });
         events.push(ChatEvent::ToolCallDelta {
@@ -341,6 +341,19 @@ fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
         .map_or(FinishReason::Stop, FinishReason::from_openai);
     events.push(ChatEvent::Finish(finish));
     Some(events)
+}
+
+/// A tool-call id as received, made valid for every provider: kept when valid, mapped stably
+/// when not, and minted when the server sent none (some OpenAI-compatible servers do not).
+fn received_id(id: Option<&str>) -> String {
+    match id.filter(|s| !s.is_empty()) {
+        Some(id) => super::tool_call_id(id).into_owned(),
+        None => {
+            // The tail of a UUIDv7 is its random part.
+            let u = uuid::Uuid::now_v7().simple().to_string();
+            format!("call_{}", &u[12..])
+        }
+    }
 }
 
 /// Folds OpenAI stream chunks into weft events.
@@ -429,7 +442,7 @@ impl StreamState {
                     self.started.push(index);
                     self.pending.push_back(ChatEvent::ToolCallStart {
                         index,
-                        id: call["id"].as_str().unwrap_or_default().to_owned(),
+                        id: received_id(call["id"].as_str()),
                         name: call["function"]["name"]
                             .as_str()
                             .unwrap_or_default()
