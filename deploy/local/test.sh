@@ -8,12 +8,21 @@
 #        weft-up  one `weft up` process (gateway, router, substrate, executor), fresh database
 #        split    separate weft-router, weft-substrate, weft-executor and weft-gateway processes,
 #                 fresh database
-#      Each arrangement gets its own NATS subject prefix and Redis key prefix.
+#      Each arrangement gets its own NATS subject prefix and Redis key prefix. Both are configured
+#      (target/compat-logs/compat.toml) with the embedded mock provider and its aliases plus one
+#      provider per HTTP driver kind, `fake-<kind>` (alias `via-<kind>`), all pointing at one
+#      `weft-fake-upstream` that replays services/router/tests/fixtures/<kind>/.
+#   4. only with WEFT_REAL_LLM=1: the real-model tier. deploy/local/real-llm.sh starts llama.cpp's
+#      llama-server with a small model (built and downloaded on first use, then cached), a third
+#      `weft up` (own database and prefixes) gets providers `llama-openai` and `llama-anthropic`
+#      (aliases `real-openai`, `real-anthropic`) in front of it, and tests/compat/test_real_llm.py
+#      runs against it (the `openai` and `anthropic` packages). Without it the tier is skipped.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
 # Options (for local iteration; CI uses none):
 #   --compat-only   skip fmt, clippy, the Rust tests and the build; use binaries already in
-#                   $WEFT_BIN_DIR (default target/debug)
+#                   $WEFT_BIN_DIR (default target/debug). The real-model tier still runs when
+#                   WEFT_REAL_LLM=1.
 # Process logs and pytest reports are kept in target/compat-logs/.
 # Most functions run only through `step NAME FUNCTION`, which shellcheck cannot follow.
 # shellcheck disable=SC2317
@@ -43,11 +52,23 @@ PG=(psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1)
 READY_TIMEOUT=${WEFT_READY_TIMEOUT:-60} # seconds for a process to become ready
 STOP_TIMEOUT=15   # seconds for a process to exit after SIGTERM
 PYTEST_TIMEOUT=900
+FIXTURES=$ROOT/services/router/tests/fixtures
+COMPAT_CONFIG=$LOGS/compat.toml
+REAL_LLM=${WEFT_REAL_LLM:-0}
+# llama-server's pidfile and log: test.sh's own, so it never stops a server someone else started
+# with real-llm.sh; outside $LOGS so a server left behind by a killed run is still found.
+REAL_LLM_RUN_DIR=$ROOT/target/real-llm-run
+REAL_LLM_MODEL=${WEFT_REAL_LLM_ALIAS:-qwen2.5-coder-0.5b-instruct}
+REAL_LLM_FIRST_BYTE_SECS=180 # as tests/compat/test_real_llm.py's client timeout
 
 RESULTS=()   # one summary line per step
 FAILED=0
 PIDS=()      # processes we started and have not stopped yet
 DATABASES=() # compat databases to drop on exit
+FAKE_PID=""      # weft-fake-upstream, shared by the compat arrangements
+FAKE_UPSTREAM="" # its base URL, http://ADDR
+REAL_LLM_UP=0    # llama-server started by this run (stopped on exit)
+REAL_LLM_TIMING="" # how long the real-model tier took, for the summary
 START=$SECONDS
 
 banner() { printf '\n==> %s\n' "$*"; }
@@ -126,6 +147,8 @@ cleanup() {
     local status=$?
     trap - EXIT INT TERM
     teardown
+    stop_fake_upstream >/dev/null 2>&1 || true
+    stop_real_llm >/dev/null 2>&1 || true
     exit "$status"
 }
 trap cleanup EXIT
@@ -253,12 +276,91 @@ wait_port() {
     done
 }
 
-# run_pytest ARRANGEMENT URL TOKEN
+# run_pytest ARRANGEMENT URL TOKEN [TARGETS...]: TARGETS default to tests/compat without the
+# real-model tests. WEFT_REQUIRE_FAKE_UPSTREAM=1 makes tests/compat/test_providers.py fail (not
+# skip) when the fake upstream is missing.
 run_pytest() {
-    echo "compat[$1]: running tests/compat against $2"
-    WEFT_BASE_URL="$2/v1" WEFT_TOKEN="$3" WEFT_ARRANGEMENT="$1" \
-        timeout --foreground "$PYTEST_TIMEOUT" "$PY" -m pytest tests/compat -p no:cacheprovider \
-        -q -rfE --junitxml="$LOGS/pytest-$1.xml"
+    local name=$1 url=$2 token=$3
+    shift 3
+    (($#)) || set -- tests/compat --ignore=tests/compat/test_real_llm.py
+    echo "compat[$name]: running $1 against $url"
+    WEFT_BASE_URL="$url/v1" WEFT_TOKEN="$token" WEFT_ARRANGEMENT="$name" \
+        WEFT_FAKE_UPSTREAM="$FAKE_UPSTREAM" WEFT_REQUIRE_FAKE_UPSTREAM=1 \
+        timeout --foreground "$PYTEST_TIMEOUT" "$PY" -m pytest "$@" -p no:cacheprovider \
+        -q -rfE --junitxml="$LOGS/pytest-$name.xml"
+}
+
+# config_args FILE: `--config FILE` when FILE exists (nothing otherwise), one word per line.
+config_args() {
+    if [[ -f $1 ]]; then printf '%s\n' --config "$1"; fi
+}
+
+# --- weft-fake-upstream -------------------------------------------------------------------------
+
+# start_fake_upstream: start weft-fake-upstream on a free port, wait for its `listening on` line,
+# set FAKE_UPSTREAM and write COMPAT_CONFIG (one provider and one alias per kind).
+start_fake_upstream() {
+    local log=$LOGS/fake-upstream.log deadline=$((SECONDS + READY_TIMEOUT)) line kind
+    rm -f "$COMPAT_CONFIG"
+    start_proc "$log" "$BIN_DIR/weft-fake-upstream" --fixtures "$FIXTURES" --listen 127.0.0.1:0
+    FAKE_PID=$LAST_PID
+    forget_pid "$FAKE_PID" # outlives the per-arrangement teardown; stopped by stop_fake_upstream
+    while :; do
+        line=$(grep -m1 '^listening on http://' "$log" || true)
+        [[ -n $line ]] && break
+        if ! alive "$FAKE_PID"; then
+            exited_early weft-fake-upstream "$FAKE_PID" "$log"
+            FAKE_PID=""
+            return 1
+        fi
+        if ((SECONDS >= deadline)); then
+            echo "weft-fake-upstream printed no 'listening on' line within ${READY_TIMEOUT}s" >&2
+            show_log "$log"
+            return 1
+        fi
+        sleep 0.1
+    done
+    FAKE_UPSTREAM=${line#listening on }
+    FAKE_UPSTREAM=${FAKE_UPSTREAM%%[[:space:]]*}
+    echo "weft-fake-upstream: $FAKE_UPSTREAM (fixtures ${FIXTURES#"$ROOT"/})"
+    {
+        echo "# Written by deploy/local/test.sh: one provider per driver kind, all served by"
+        echo "# weft-fake-upstream at $FAKE_UPSTREAM. The mock provider and its aliases stay."
+        for kind in openai anthropic gemini deepseek ollama; do
+            echo
+            echo "[router.providers.fake-$kind]"
+            echo "kind = \"$kind\""
+            echo "base_url = \"$FAKE_UPSTREAM/$(fake_path "$kind")\""
+            echo 'models = ["m"]'
+        done
+        echo
+        echo "[router.aliases]"
+        for kind in openai anthropic gemini deepseek ollama; do
+            echo "via-$kind = [\"fake-$kind/m\"]"
+        done
+    } >"$COMPAT_CONFIG"
+}
+
+# fake_path KIND: the fake upstream's prefix for KIND, as that kind's base_url convention wants.
+fake_path() {
+    case $1 in
+        openai) echo openai/v1 ;;
+        gemini) echo gemini/v1beta ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# stop_fake_upstream: stop it and require a clean exit.
+stop_fake_upstream() {
+    local pid=$FAKE_PID status=0
+    [[ -n $pid ]] || return 0
+    FAKE_PID=""
+    stop_proc "$pid" || status=$?
+    if ((status != 0)); then
+        echo "weft-fake-upstream did not shut down cleanly on SIGTERM (exit status $status)" >&2
+        show_log "$LOGS/fake-upstream.log" 20
+    fi
+    return "$status"
 }
 
 # stop_all NAME:PID...: stop each process and require a clean exit (status 0) on SIGTERM.
@@ -285,37 +387,47 @@ finish_arrangement() {
     return "$status"
 }
 
-# (a) one `weft up` process with every service inside.
-compat_weft_up() {
-    local ports db log ready pid prefix gport rport sport status=0
+# weft_up_arrangement NAME CONFIG [PYTEST TARGETS...]: one `weft up` process with every service
+# inside, fresh database and prefixes, configured by CONFIG (when the file exists); runs pytest.
+weft_up_arrangement() {
+    local name=$1 config=$2 ports db log ready pid prefix gport rport sport status=0
+    local cfg=()
+    shift 2
+    mapfile -t cfg < <(config_args "$config")
     ports=$(free_ports 3) || return 1
     read -r gport rport sport <<<"$ports"
     db=weft_compat_$(rand_hex 6)
     prefix=compat$(rand_hex 4)
     DATABASES+=("$db")
-    log=$LOGS/weft-up.log ready=$LOGS/weft-up.ready.json
+    log=$LOGS/$name.log ready=$LOGS/$name.ready.json
     rm -f "$ready"
     # The bootstrap token goes to the logs folder, never over a developer's .weft/admin-token.
-    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/weft-up.admin-token" \
+    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/$name.admin-token" \
         "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
-        "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
+        "$BIN_DIR/weft" up "${cfg[@]}" --listen "127.0.0.1:$gport" \
         --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
         --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
     pid=$LAST_PID
-    wait_ready "weft up" "$pid" "$log" "$ready" || return 1
+    wait_ready "weft up ($name)" "$pid" "$log" "$ready" || return 1
     if [[ $READY_TOKEN == - ]]; then
         echo "the ready file of weft up has no admin_token" >&2
         return 1
     fi
-    run_pytest weft-up "$READY_URL" "$READY_TOKEN" || status=$?
-    stop_all "weft-up:$pid" || status=1
+    run_pytest "$name" "$READY_URL" "$READY_TOKEN" "$@" || status=$?
+    stop_all "$name:$pid" || status=1
     finish_arrangement "$status" "$log"
+}
+
+# (a) one `weft up` process with every service inside.
+compat_weft_up() {
+    weft_up_arrangement weft-up "$COMPAT_CONFIG"
 }
 
 # (b) every service as its own process, sharing an internal JWT secret.
 compat_split() {
     local ports db url secret token rlog slog elog glog ready rpid spid epid gpid prefix status=0
-    local gport rport sport
+    local gport rport sport cfg=()
+    mapfile -t cfg < <(config_args "$COMPAT_CONFIG")
     ports=$(free_ports 3) || return 1
     read -r gport rport sport <<<"$ports"
     prefix=compat$(rand_hex 4)
@@ -341,22 +453,23 @@ compat_split() {
     fi
 
     start_proc "$rlog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
-        "$BIN_DIR/weft-router" --listen "127.0.0.1:$rport"
+        "$BIN_DIR/weft-router" "${cfg[@]}" --listen "127.0.0.1:$rport"
     rpid=$LAST_PID
     wait_port weft-router "$rpid" "$rlog" "$rport" || return 1
     start_proc "$slog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
-        "$BIN_DIR/weft-substrate" --listen "127.0.0.1:$sport" --database-url "$url"
+        "$BIN_DIR/weft-substrate" "${cfg[@]}" --listen "127.0.0.1:$sport" --database-url "$url"
     spid=$LAST_PID
     wait_port weft-substrate "$spid" "$slog" "$sport" || return 1
     start_proc "$elog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" WEFT_DATABASE__URL="$url" \
         WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
-        "$BIN_DIR/weft-executor" --router-url "http://127.0.0.1:$rport" \
+        "$BIN_DIR/weft-executor" "${cfg[@]}" --router-url "http://127.0.0.1:$rport" \
         --substrate-url "http://127.0.0.1:$sport"
     epid=$LAST_PID
     start_proc "$glog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
         WEFT_GATEWAY__SUBSTRATE_URL="http://127.0.0.1:$sport" \
         WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
-        "$BIN_DIR/weft-gateway" --listen "127.0.0.1:$gport" --router-url "http://127.0.0.1:$rport" \
+        "$BIN_DIR/weft-gateway" "${cfg[@]}" --listen "127.0.0.1:$gport" \
+        --router-url "http://127.0.0.1:$rport" \
         --database-url "$url" --ready-file "$ready"
     gpid=$LAST_PID
     wait_ready weft-gateway "$gpid" "$glog" "$ready" || {
@@ -367,6 +480,65 @@ compat_split() {
     run_pytest split "$READY_URL" "$token" || status=$?
     stop_all "weft-gateway:$gpid" "weft-executor:$epid" "weft-substrate:$spid" "weft-router:$rpid" || status=1
     finish_arrangement "$status" "$glog" "$elog" "$slog" "$rlog"
+}
+
+# --- the real-model tier (WEFT_REAL_LLM=1) -------------------------------------------------------
+
+real_llm_sh() { WEFT_REAL_LLM_RUN_DIR=$REAL_LLM_RUN_DIR "$ROOT/deploy/local/real-llm.sh" "$@"; }
+
+# stop_real_llm: stop the llama-server this run started (its own pidfile, REAL_LLM_RUN_DIR).
+stop_real_llm() {
+    ((REAL_LLM_UP)) || return 0
+    REAL_LLM_UP=0
+    real_llm_sh stop
+}
+
+# compat_real_llm: llama-server + a `weft up` in front of it + tests/compat/test_real_llm.py.
+compat_real_llm() {
+    local out url config=$LOGS/real-llm.toml t0=$SECONDS t1 status=0
+    # A server left behind by a killed run of this script (same pidfile) goes first.
+    real_llm_sh stop || true
+    REAL_LLM_UP=1
+    # stderr (progress, and the ~6 minute build on a cold cache) goes to the console.
+    if ! out=$(real_llm_sh start); then
+        echo "deploy/local/real-llm.sh start failed" >&2
+        show_log "$REAL_LLM_RUN_DIR/llama-server.log" 40
+        return 1
+    fi
+    url=$(sed -n 's/^WEFT_REAL_LLM_URL=//p' <<<"$out" | tail -n 1)
+    if [[ $url != http://* ]]; then
+        echo "deploy/local/real-llm.sh start printed no WEFT_REAL_LLM_URL line: $out" >&2
+        return 1
+    fi
+    t1=$SECONDS
+    echo "real-llm: llama-server at $url, up after $((t1 - t0))s"
+    cat >"$config" <<EOF
+# Written by deploy/local/test.sh: the real-model tier, llama-server at $url.
+# A non-streamed answer's headers come only once the whole answer is generated: on a busy
+# 2-core machine that can take longer than the default first-byte timeout.
+[router.providers.llama-openai]
+kind = "openai"
+base_url = "$url/v1"
+models = ["$REAL_LLM_MODEL"]
+first_byte_timeout_secs = $REAL_LLM_FIRST_BYTE_SECS
+
+[router.providers.llama-anthropic]
+kind = "anthropic"
+base_url = "$url"
+models = ["$REAL_LLM_MODEL"]
+first_byte_timeout_secs = $REAL_LLM_FIRST_BYTE_SECS
+
+[router.aliases]
+real-openai = ["llama-openai/$REAL_LLM_MODEL"]
+real-anthropic = ["llama-anthropic/$REAL_LLM_MODEL"]
+EOF
+    WEFT_REAL_LLM=1 weft_up_arrangement real-llm "$config" tests/compat/test_real_llm.py \
+        || status=$?
+    if ((status != 0)); then show_log "$REAL_LLM_RUN_DIR/llama-server.log" 40; fi
+    stop_real_llm || status=1
+    REAL_LLM_TIMING="$((SECONDS - t0))s (llama-server ready in $((t1 - t0))s,"
+    REAL_LLM_TIMING+=" weft up + tests $((SECONDS - t1))s)"
+    return "$status"
 }
 
 # compat_totals: "N passed, M failed[, K skipped]" over the pytest reports of this run.
@@ -397,6 +569,7 @@ summary() {
     fi
     if ((FAILED)); then echo "test.sh: FAILED"; else echo "test.sh: all steps passed"; fi
     if [[ -n $totals ]]; then echo "compat: $totals"; fi
+    if [[ -n $REAL_LLM_TIMING ]]; then echo "real LLM tier: $REAL_LLM_TIMING"; fi
 }
 
 # --- main ---------------------------------------------------------------------------------------
@@ -423,10 +596,20 @@ if ((!BUILD_OK)); then
 elif ! step "python venv (target/compat-venv)" make_venv; then
     skip "compat suite" "no venv"
 else
+    step "compat: fake upstream (weft-fake-upstream)" start_fake_upstream || true
     step "compat: weft up" compat_weft_up || true
     teardown
     step "compat: split (router, substrate, executor, gateway)" compat_split || true
     teardown
+    if [[ -n $FAKE_PID ]]; then
+        step "compat: fake upstream shut down" stop_fake_upstream || true
+    fi
+    if [[ $REAL_LLM == 1 ]]; then
+        step "compat: real LLM tier (llama-server + weft up)" compat_real_llm || true
+        teardown
+    else
+        skip "compat: real LLM tier" "set WEFT_REAL_LLM=1 to run it"
+    fi
 fi
 
 summary

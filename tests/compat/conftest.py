@@ -73,3 +73,22 @@ def http(base_url, token):
         timeout=TIMEOUT,
     ) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def fake_upstream():
+    """The base URL of `weft-fake-upstream` that weft's `fake-<kind>` providers point at.
+
+    deploy/local/test.sh sets WEFT_FAKE_UPSTREAM and WEFT_REQUIRE_FAKE_UPSTREAM=1, so there a
+    missing fake upstream is a failure; run by hand without it, the provider tests are skipped.
+    """
+    value = os.environ.get("WEFT_FAKE_UPSTREAM", "").strip()
+    if not value:
+        if os.environ.get("WEFT_REQUIRE_FAKE_UPSTREAM") == "1":
+            pytest.fail(
+                "WEFT_FAKE_UPSTREAM is not set but WEFT_REQUIRE_FAKE_UPSTREAM=1: "
+                "deploy/local/test.sh must start weft-fake-upstream",
+                pytrace=False,
+            )
+        pytest.skip("WEFT_FAKE_UPSTREAM is not set: weft is not configured against fake upstreams")
+    return value.rstrip("/")
