@@ -7,10 +7,13 @@ mod agents;
 pub mod error;
 pub mod extract;
 mod health;
+mod llm;
+mod messages;
 mod openai;
 mod openapi;
 pub mod runs;
 pub mod tokens;
+pub mod usage;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,7 +152,11 @@ impl AppState {
 
     /// Opens a chat stream; the deadline covers the wait for the first event (the router and
     /// its drivers bound the stream itself with their idle timeouts).
-    pub async fn router_chat(&self, p: &Principal, msg: v1::ChatRequest) -> Result<RouterChat, Error> {
+    pub async fn router_chat(
+        &self,
+        p: &Principal,
+        msg: v1::ChatRequest,
+    ) -> Result<RouterChat, Error> {
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
         match tokio::time::timeout(self.request_timeout, client.chat(req)).await {
@@ -189,6 +196,7 @@ impl AppState {
             tenant: weft_core::TenantId::parse("weft-system")?,
             subject: "readyz".into(),
             scopes: weft_core::Scopes::default(),
+            token_id: None,
         };
         self.router_models(&probe).await.map(|_| ())
     }
@@ -242,12 +250,26 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .route("/v1/tokens/{id}", delete(tokens::revoke_token_handler))
         .merge(runs::routes())
         .merge(agents::routes())
+        .merge(llm::routes())
+        .merge(usage::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,
         ));
+    let anthropic = axum::Router::new()
+        .route("/v1/messages", post(messages::messages_handler))
+        .route(
+            "/v1/messages/count_tokens",
+            post(messages::count_tokens_handler),
+        )
+        .route_layer(middleware::from_fn(messages::require_llm_call))
+        .route_layer(middleware::from_fn_with_state(
+            auth(&state, Shape::Anthropic),
+            BearerAuth::middleware,
+        ));
     axum::Router::new()
         .merge(openai)
+        .merge(anthropic)
         .merge(native)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -351,6 +373,7 @@ pub async fn connect(
     }
     let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
     bus.ensure_dispatch_stream().await?;
+    bus.ensure_usage_stream().await?;
     let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
     Ok(AppState::new(
         pool, config, jwt, router, substrate, bus, coord,
@@ -368,10 +391,20 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    // Every replica runs a usage writer; it stops with the server, after writing what it pulled.
+    let writer_stop = shutdown.child_token();
+    let writer = tokio::spawn(usage::run_usage_writer(
+        state.bus.clone(),
+        weft_store::UsageStore::new(state.pool.clone()),
+        writer_stop.clone(),
+    ));
     tracing::info!("gateway serving");
-    axum::serve(listener, router(state, max_body_bytes))
+    let served = axum::serve(listener, router(state, max_body_bytes))
         .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+        .await;
+    writer_stop.cancel();
+    let _ = writer.await;
+    served?;
     Ok(())
 }
 

@@ -18,9 +18,9 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
 
-use crate::{AppState, RouterChat};
 use crate::error::{ApiError, from_status};
 use crate::extract::{OpenAiJson, ValidJson};
+use crate::{AppState, RouterChat};
 
 type Result<T> = std::result::Result<T, ApiError>;
 

@@ -2,8 +2,8 @@
 //! route the gateway serves is listed.
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
-//! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
-//! first use.
+//! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`), each
+//! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
 
 use std::sync::LazyLock;
 

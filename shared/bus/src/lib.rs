@@ -1,7 +1,8 @@
 //! weft's use of NATS, in one place: every subject, stream and consumer name is built here
 //! (never as a literal elsewhere), and so are the two ways runs travel — the JetStream
 //! work-queue that dispatches runs to executors, and the core subjects that carry a run's live
-//! events to whoever is watching.
+//! events to whoever is watching — and the JetStream stream that carries usage records from the
+//! router to the usage writer.
 //!
 //! Every name starts with a configurable prefix so several fleets (and parallel tests) share one
 //! NATS server without seeing each other.
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use serde::{Deserialize, Serialize};
-use weft_core::{RunId, TenantId};
+use weft_core::{RunId, TenantId, UsageRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -61,6 +62,21 @@ impl Names {
     pub fn run_events(&self, run: RunId) -> String {
         format!("{}.run.{run}.events", self.prefix)
     }
+
+    /// The stream holding usage records until the writer has stored them.
+    pub fn usage_stream(&self) -> String {
+        format!("{}_USAGE", self.prefix.to_uppercase())
+    }
+
+    /// The subject a usage record is published on.
+    pub fn usage_subject(&self) -> String {
+        format!("{}.usage", self.prefix)
+    }
+
+    /// The one durable pull consumer every usage writer (one per gateway replica) shares.
+    pub fn usage_consumer(&self) -> String {
+        format!("{}_usage_writer", self.prefix)
+    }
 }
 
 /// "Run this run": what an executor pulls. The run row holds everything else.
@@ -91,6 +107,17 @@ pub struct DispatchPolicy {
     /// Messages delivered but not yet acked, across all executors.
     pub max_ack_pending: i64,
 }
+
+/// How long the usage stream keeps a record, written or not. The writer stores records within
+/// milliseconds; the stream only has to outlast an outage of the database or of every writer.
+pub const USAGE_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Within this window, a record published again with the same id is stored once by JetStream
+/// (the table's primary key absorbs later duplicates).
+pub const USAGE_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// How long the writer may hold a usage record without acking it before JetStream redelivers it.
+pub const USAGE_ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// A connection to NATS with weft's names.
 #[derive(Clone, Debug)]
@@ -175,6 +202,72 @@ impl Bus {
         Ok(())
     }
 
+    /// Creates the usage stream if it is missing. Idempotent; every replica calls it. Retention is
+    /// by limits (age), not by acks, so a record is never lost to a consumer mistake; the
+    /// writer's acks only move the shared consumer on.
+    pub async fn ensure_usage_stream(&self) -> Result<stream::Stream, BusError> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: self.names.usage_stream(),
+                subjects: vec![self.names.usage_subject()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                max_age: USAGE_MAX_AGE,
+                duplicate_window: USAGE_DUPLICATE_WINDOW,
+                ..Default::default()
+            })
+            .await
+            .map_err(nats_err)
+    }
+
+    /// Publishes one usage record and waits for JetStream to store it: once this returns `Ok`,
+    /// the record survives a crash of this process. The record id is the message id, so a
+    /// retried publish is stored once. When the stream is missing (a router started before any
+    /// gateway made it), it is created and the publish retried once.
+    pub async fn publish_usage(&self, rec: &UsageRecord) -> Result<(), BusError> {
+        let payload = bytes::Bytes::from(serde_json::to_vec(rec).map_err(nats_err)?);
+        let id = rec.id.to_string();
+        let publish = || {
+            self.js.send_publish(
+                self.names.usage_subject(),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload.clone())
+                    .message_id(&id),
+            )
+        };
+        let stored = || async { publish().await?.await.map(|_| ()) };
+        match stored().await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound => {
+                self.ensure_usage_stream().await?;
+                stored().await.map_err(nats_err)
+            }
+            Err(e) => Err(nats_err(e)),
+        }
+    }
+
+    /// The usage writers' shared durable pull consumer (explicit acks, redelivery after
+    /// [`USAGE_ACK_WAIT`], no delivery limit: a record is retried until it is stored or the
+    /// writer terminates it as malformed), created with the stream if missing.
+    pub async fn usage_consumer(&self) -> Result<consumer::PullConsumer, BusError> {
+        let stream = self.ensure_usage_stream().await?;
+        let name = self.names.usage_consumer();
+        stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: USAGE_ACK_WAIT,
+                    max_deliver: -1,
+                    max_ack_pending: 100_000,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(nats_err)
+    }
+
     /// Publishes a live event of `run` (at most once; watchers fill gaps from Postgres).
     pub async fn publish_event(&self, run: RunId, ev: &LiveEvent) -> Result<(), BusError> {
         let payload = serde_json::to_vec(ev).map_err(nats_err)?;
@@ -212,6 +305,11 @@ pub fn decode_dispatch(payload: &[u8]) -> Option<Dispatch> {
     serde_json::from_slice(payload).ok()
 }
 
+/// Decodes a usage record from a JetStream message payload.
+pub fn decode_usage(payload: &[u8]) -> Result<UsageRecord, serde_json::Error> {
+    serde_json::from_slice(payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +322,8 @@ mod tests {
         assert_eq!(n.executor_consumer(), "t1_executors");
         let r = RunId::new();
         assert_eq!(n.run_events(r), format!("t1.run.{r}.events"));
+        assert_eq!(n.usage_stream(), "T1_USAGE");
+        assert_eq!(n.usage_subject(), "t1.usage");
+        assert_eq!(n.usage_consumer(), "t1_usage_writer");
     }
 }

@@ -3,6 +3,7 @@
 
 mod runs;
 mod tokens;
+pub mod usage;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -15,6 +16,7 @@ pub use runs::{
     RunStoreError,
 };
 pub use tokens::{NewToken, TokenRecord, TokenStore};
+pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 
 /// The migrations under `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
