@@ -172,14 +172,22 @@ impl AppState {
         }
     }
 
+    /// Embeds; also returns the router's rate-limit headers for the HTTP response.
     pub async fn router_embed(
         &self,
         p: &Principal,
         msg: v1::EmbedRequest,
-    ) -> Result<v1::EmbedResponse, Error> {
+    ) -> Result<(v1::EmbedResponse, axum::http::HeaderMap), Error> {
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
-        self.deadline(client.embed(req)).await
+        match tokio::time::timeout(self.request_timeout, client.embed(req)).await {
+            Ok(Ok(resp)) => {
+                let headers = rate_limit_headers(resp.metadata());
+                Ok((resp.into_inner(), headers))
+            }
+            Ok(Err(s)) => Err(from_status(&s)),
+            Err(_) => Err(self.timeout_error()),
+        }
     }
 
     pub async fn router_models(&self, p: &Principal) -> Result<Vec<v1::ModelInfo>, Error> {

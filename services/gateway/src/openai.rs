@@ -613,7 +613,7 @@ pub async fn embeddings(
         provider_hint: header(&headers, "x-weft-provider"),
         tier_hint: header(&headers, "x-weft-tier"),
     };
-    let res = st.router_embed(&p, req).await.map_err(ApiError::openai)?;
+    let (res, limits) = st.router_embed(&p, req).await.map_err(ApiError::openai)?;
     let b64 = body.encoding_format == Some(EncodingFormat::Base64);
     let data: Vec<Value> = res
         .data
@@ -630,13 +630,16 @@ pub async fn embeddings(
         })
         .collect();
     let u = res.usage.unwrap_or_default();
-    Ok(axum::Json(json!({
-        "object": "list",
-        "data": data,
-        "model": if res.model.is_empty() { requested } else { res.model },
-        "usage": {"prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens},
-    }))
-    .into_response())
+    Ok((
+        limits,
+        axum::Json(json!({
+            "object": "list",
+            "data": data,
+            "model": if res.model.is_empty() { requested } else { res.model },
+            "usage": {"prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens},
+        })),
+    )
+        .into_response())
 }
 
 pub async fn models(

@@ -98,12 +98,14 @@ fn now_secs() -> u64 {
 }
 
 /// Reserves the call's request and estimated tokens against every applicable limit, all or
-/// nothing. `Ok(None)` when no limit applies.
+/// nothing; an empty reservation when no limit applies. `chat` says whether the estimate
+/// includes `max_tokens` (so the caller can lower it) or is input only (embeddings).
 pub async fn reserve(
     cfg: &RouterConfig,
     coord: &Coord,
     p: &Principal,
     estimate: u64,
+    chat: bool,
 ) -> Result<Reservation, Error> {
     let scopes = scopes(cfg, p);
     if scopes.is_empty() {
@@ -147,10 +149,17 @@ pub async fn reserve(
         for (metric, name, limit, window, ttl, cost) in windows {
             let Some(limit) = limit else { continue };
             if cost > limit {
-                return Err(Error::invalid(format!(
-                    "this call alone reserves {cost} tokens (estimated input plus max_tokens), more than the {name} limit of {limit} for {who}; lower max_tokens or shorten the input"
-                ))
-                .with_param("max_tokens"));
+                return Err(if chat {
+                    Error::invalid(format!(
+                        "this call alone reserves {cost} tokens (estimated input plus max_tokens), more than the {name} limit of {limit} for {who}; lower max_tokens or shorten the input"
+                    ))
+                    .with_param("max_tokens")
+                } else {
+                    Error::invalid(format!(
+                        "this call alone reserves {cost} tokens (estimated input), more than the {name} limit of {limit} for {who}; send fewer or shorter inputs"
+                    ))
+                    .with_param("input")
+                });
             }
             counters.push(QuotaCounter {
                 key: coord.keys().quota(scope, metric, window),

@@ -175,8 +175,8 @@ impl v1::router_server::Router for RouterService {
             provider_hint: r.provider_hint,
             tier_hint: r.tier_hint,
         };
-        let res = self.routing.embed_as(&p, &req).instrument(span).await?;
-        Ok(Response::new(v1::EmbedResponse {
+        let (res, headers) = self.routing.embed_as(&p, &req).instrument(span).await?;
+        let mut resp = Response::new(v1::EmbedResponse {
             provider: res.provider,
             model: res.model,
             data: res
@@ -185,7 +185,13 @@ impl v1::router_server::Router for RouterService {
                 .map(|values| v1::Embedding { values })
                 .collect(),
             usage: Some(weft_proto::usage_to_proto(res.usage)),
-        }))
+        });
+        for (name, value) in headers {
+            if let Ok(v) = value.parse() {
+                resp.metadata_mut().insert(name, v);
+            }
+        }
+        Ok(resp)
     }
 
     async fn list_models(

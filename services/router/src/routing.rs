@@ -278,8 +278,14 @@ impl Routing {
                 req.sampling.max_tokens = Some(self.cfg.limits.output_reservation);
             }
             let reservation = if self.cfg.limits.any() || !self.cfg.tenants.is_empty() {
-                accounting::reserve(&self.cfg, &deps.coord, p, accounting::estimate_tokens(&req))
-                    .await?
+                accounting::reserve(
+                    &self.cfg,
+                    &deps.coord,
+                    p,
+                    accounting::estimate_tokens(&req),
+                    true,
+                )
+                .await?
             } else {
                 accounting::Reservation::default()
             };
@@ -428,10 +434,15 @@ impl Routing {
             scopes: weft_core::Scopes::default(),
             token_id: None,
         };
-        self.embed_as(&p, req).await
+        self.embed_as(&p, req).await.map(|(r, _)| r)
     }
 
-    pub async fn embed_as(&self, p: &Principal, req: &EmbedRequest) -> Result<EmbedResult, Error> {
+    /// Embeds for `p` with limits, fallback and accounting; also returns the rate-limit headers.
+    pub async fn embed_as(
+        &self,
+        p: &Principal,
+        req: &EmbedRequest,
+    ) -> Result<(EmbedResult, LimitHeaders), Error> {
         let candidates = self.order(self.resolve_for(
             Some(p.tenant.as_str()),
             &req.model,
@@ -439,6 +450,7 @@ impl Routing {
             req.tier_hint.as_deref(),
         )?);
         let mut ledger = None;
+        let mut headers = Vec::new();
         if let Some(d) = &self.deps {
             let reservation = if self.cfg.limits.any() || !self.cfg.tenants.is_empty() {
                 let estimate = req
@@ -446,10 +458,11 @@ impl Routing {
                     .iter()
                     .map(|s| (s.len() as u64).div_ceil(3) + 1)
                     .sum();
-                accounting::reserve(&self.cfg, &d.coord, p, estimate).await?
+                accounting::reserve(&self.cfg, &d.coord, p, estimate, false).await?
             } else {
                 accounting::Reservation::default()
             };
+            headers.clone_from(&reservation.headers);
             ledger = Some(Ledger::new(
                 d.clone(),
                 self.cfg.clone(),
@@ -472,13 +485,18 @@ impl Routing {
                         l.usage(r.usage);
                         l.finish("ok").await;
                     }
-                    return Ok(r);
+                    return Ok((r, headers));
                 }
                 Err(e) if e.retryable => {
                     self.mark(&c, false);
                     last = Some(e.error);
                 }
-                Err(e) => return Err(e.error),
+                Err(e) => {
+                    if let Some(l) = &mut ledger {
+                        l.refund().await;
+                    }
+                    return Err(e.error);
+                }
             }
         }
         if let Some(l) = &mut ledger {

@@ -307,3 +307,34 @@ async fn a_provider_concurrency_cap_holds_and_frees_its_slot() {
     assert_eq!(s, 200, "{v}");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn embeddings_count_against_limits_and_carry_the_headers() {
+    let f = TestFleet::start_with(|c| {
+        c.router.limits.tenant.requests_per_minute = Some(2);
+        c.router.limits.tenant.tokens_per_minute = Some(1000);
+    })
+    .await;
+    let token = llm_token(&f, "acme").await;
+    wait_for_fresh_minute().await;
+    let embed = || {
+        f.http
+            .post(format!("{}/v1/embeddings", f.url))
+            .bearer_auth(&token)
+            .json(&json!({"model": "mock-1", "input": ["a short text"]}))
+            .send()
+    };
+    let r = embed().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("x-ratelimit-limit-requests").unwrap(), "2");
+    assert_eq!(
+        r.headers().get("x-ratelimit-remaining-requests").unwrap(),
+        "1"
+    );
+    assert_eq!(r.headers().get("x-ratelimit-limit-tokens").unwrap(), "1000");
+    assert_eq!(embed().await.unwrap().status(), 200);
+    let r = embed().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    f.stop().await;
+}
