@@ -689,32 +689,9 @@ impl Fold for StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing::{msg, tool_result, tool_use};
     use crate::types::Sampling;
     use weft_core::message::ToolSpec;
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            name: None,
-        }
-    }
-
-    fn tool_use(id: &str, name: &str, input_json: &str) -> ContentBlock {
-        ContentBlock::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input_json: input_json.into(),
-        }
-    }
-
-    fn tool_result(id: &str, text: &str) -> ContentBlock {
-        ContentBlock::ToolResult {
-            tool_use_id: id.into(),
-            content: vec![ContentBlock::text(text)],
-            is_error: false,
-        }
-    }
 
     fn body(req: &ChatRequest) -> Value {
         messages_body("claude", req, DEFAULT_MAX_TOKENS).expect("translates")

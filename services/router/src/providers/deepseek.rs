@@ -165,15 +165,8 @@ mod tests {
     use weft_core::{Error, ErrorCode};
 
     use super::*;
+    use crate::providers::testing::msg;
     use crate::types::Sampling;
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            name: None,
-        }
-    }
 
     fn reasoning(text: &str) -> ContentBlock {
         ContentBlock::Reasoning {

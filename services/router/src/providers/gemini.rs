@@ -935,33 +935,10 @@ impl Fold for StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing::{msg, tool_result as result, tool_use as call};
     use crate::types::Sampling;
     use weft_core::ErrorCode;
     use weft_core::message::ToolSpec;
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            name: None,
-        }
-    }
-
-    fn call(id: &str, name: &str, args: &str) -> ContentBlock {
-        ContentBlock::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input_json: args.into(),
-        }
-    }
-
-    fn result(id: &str, text: &str) -> ContentBlock {
-        ContentBlock::ToolResult {
-            tool_use_id: id.into(),
-            content: vec![ContentBlock::text(text)],
-            is_error: false,
-        }
-    }
 
     // ---- schema conversion ----
 

@@ -223,6 +223,36 @@ pub fn f32_vector(v: &Value) -> Option<Vec<f32>> {
         .collect()
 }
 
+/// Builders the drivers' unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use weft_core::message::{ContentBlock, Message, Role};
+
+    pub fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
+        Message {
+            role,
+            content,
+            name: None,
+        }
+    }
+
+    pub fn tool_use(id: &str, name: &str, input_json: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input_json: input_json.into(),
+        }
+    }
+
+    pub fn tool_result(id: &str, text: &str) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

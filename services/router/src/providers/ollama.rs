@@ -436,15 +436,8 @@ mod tests {
     use weft_core::message::ToolSpec;
 
     use super::*;
+    use crate::providers::testing::msg;
     use crate::types::Sampling;
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            name: None,
-        }
-    }
 
     fn refusal(req: &ChatRequest) -> Error {
         chat_body("m", req, None).expect_err("refused").error
