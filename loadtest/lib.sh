@@ -50,3 +50,45 @@ build_release() {
 
 # cpu_ticks: total and steal jiffies of the machine so far.
 cpu_ticks() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9}' /proc/stat; }
+
+# cpu_ticks_idle: total, steal and idle (idle + iowait) jiffies of the machine so far.
+cpu_ticks_idle() { awk '/^cpu /{t=0; for(i=2;i<=9;i++) t+=$i; print t, $9, $5 + $6}' /proc/stat; }
+
+# proc_ticks PID: user + system jiffies the process (all its threads) has used so far; 0 when it
+# is gone. The command name (field 2) may hold spaces, so fields are counted after its `)`.
+proc_ticks() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return 0; }
+    awk '{print $12 + $13}' <<<"${stat##*) }"
+}
+
+# delete_nats_streams HOST PORT STREAM...: deletes JetStream streams a benchmark's weft created
+# under its own prefix (nothing else would ever remove them from a shared NATS server); a stream
+# that does not exist counts as deleted.
+delete_nats_streams() {
+    local host=$1 port=$2
+    shift 2
+    python3 - "$host" "$port" "$@" <<'PY'
+import socket, sys
+host, port, streams = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+s = socket.create_connection((host, port), timeout=5)
+f = s.makefile("rb")
+f.readline()  # INFO
+s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.benchdel 1\r\n')
+failed = []
+for stream in streams:
+    s.sendall(b"PUB $JS.API.STREAM.DELETE." + stream.encode() + b" _INBOX.benchdel 0\r\n\r\n")
+    while True:
+        line = f.readline()
+        if not line or line.startswith(b"-ERR"):
+            sys.exit(1)
+        if line.startswith(b"PING"):
+            s.sendall(b"PONG\r\n")
+        elif line.startswith(b"MSG"):
+            reply = f.read(int(line.split()[-1]) + 2)
+            if not (b'"success":true' in reply or b"stream not found" in reply):
+                failed.append(stream)
+            break
+sys.exit(1 if failed else 0)
+PY
+}

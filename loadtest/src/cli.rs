@@ -1,5 +1,5 @@
-//! The command line: `upstream`, `chat`, `compare`, `runs` and `parked`, and the small value
-//! parsers they share (durations such as `10s`/`500ms`, positive rates).
+//! The command line: `upstream`, `chat`, `streams`, `compare`, `runs` and `parked`, and the
+//! small value parsers they share (durations such as `10s`/`500ms`, positive rates).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,7 +21,11 @@ pub enum Command {
     Upstream(UpstreamArgs),
     /// Drive `POST {url}/chat/completions` and print a latency report as JSON.
     Chat(ChatArgs),
-    /// Print the latency weft adds: `through - direct` at p50/p90/p99.
+    /// Hold many concurrent streaming chat completions of sequence-numbered deltas open and
+    /// report lost frames and the inter-frame gaps as JSON.
+    Streams(StreamsArgs),
+    /// Print what weft adds: `through - direct` at each percentile, of a `chat` or a `streams`
+    /// pair of reports.
     Compare(CompareArgs),
     /// Drive agent runs (`POST /v1/runs`, then the run's stream) in a closed loop, cancelling
     /// every K-th, and print a JSON report.
@@ -137,6 +141,74 @@ pub struct UpstreamArgs {
     /// Once serving, write `{"base_url": "...", "addr": "..."}` here.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Serve the paced upstream instead of the testkit's echo: every streamed completion is this
+    /// many content deltas, the k-th carrying `k` (from 0) as its text, `--gap-ms` apart. A
+    /// request can choose its own with a `#pace {"deltas": N, "gap_ms": D}` line in its last
+    /// user message.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_DELTAS))]
+    pub deltas: Option<u32>,
+    /// The paced upstream's default time between two deltas of one stream, in milliseconds.
+    #[arg(long, default_value_t = 20, requires = "deltas", value_parser = clap::value_parser!(u64).range(0..=MAX_GAP_MS))]
+    pub gap_ms: u64,
+}
+
+/// Most deltas one paced stream may have.
+pub const MAX_DELTAS: i64 = 100_000;
+/// Longest gap between two paced deltas, in milliseconds.
+pub const MAX_GAP_MS: u64 = 60_000;
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("length").args(["rounds", "duration"])))]
+pub struct StreamsArgs {
+    /// Base URL including `/v1`: the paced upstream directly, or weft.
+    #[arg(long)]
+    pub url: String,
+    /// Bearer token sent as `Authorization: Bearer …` (prefer the env var: argv is visible to
+    /// `ps`).
+    #[arg(long, env = "WEFT_LOADTEST_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Model name in the request body.
+    #[arg(long, default_value = "bench")]
+    pub model: String,
+    /// Streams open at once: this many workers, each opening its next stream when the last one
+    /// ended.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: u32,
+    /// Content deltas per stream (asked of the upstream with a `#pace` line).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=MAX_DELTAS))]
+    pub deltas: u32,
+    /// Time between two deltas of one stream at the upstream, in milliseconds.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=MAX_GAP_MS))]
+    pub gap_ms: u64,
+    /// Measured streams per worker, after the warm-up ones (the default: 3).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rounds: Option<u32>,
+    /// Instead of `--rounds`: each worker opens measured streams until this long after its
+    /// warm-up; streams open at the end run to their end.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub duration: Option<Duration>,
+    /// Streams per worker before measuring (connections, pools, allocators), not recorded.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1_000))]
+    pub warmup_rounds: u32,
+    /// The workers' first streams start spread evenly over this long, so the requests and the
+    /// deltas of different streams do not all fall on the same instants; default one stream's
+    /// length (`deltas × gap`).
+    #[arg(long, value_parser = parse_duration)]
+    pub ramp: Option<Duration>,
+    /// Deadline of one stream; default `deltas × gap + 30s`. A stream still open then counts as
+    /// a `timeout` failure.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub timeout: Option<Duration>,
+    /// Tokio worker threads for the generator (1: a current-thread runtime, one core at most).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Also write the report here (parent directories are created).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the short stream sent before the load to fail fast on a wrong URL, model or token,
+    /// or an upstream that does not pace.
+    #[arg(long)]
+    pub no_preflight: bool,
 }
 
 #[derive(Debug, Args)]
@@ -197,7 +269,7 @@ pub struct ChatArgs {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Report of the run against the upstream directly.
+    /// Report of the run against the upstream directly (`chat` or `streams`).
     #[arg(long)]
     pub direct: PathBuf,
     /// Report of the same run through weft.
@@ -391,7 +463,55 @@ mod tests {
             panic!("expected upstream");
         };
         assert_eq!(a.listen.port(), 0);
+        assert_eq!(a.deltas, None);
+        assert!(
+            parse(&["upstream", "--gap-ms", "5"]).is_err(),
+            "--gap-ms needs --deltas"
+        );
+        let Command::Upstream(a) = parse(&["upstream", "--deltas", "64", "--gap-ms", "5"])
+            .unwrap()
+            .command
+        else {
+            panic!("expected upstream");
+        };
+        assert_eq!((a.deltas, a.gap_ms), (Some(64), 5));
+        assert!(parse(&["upstream", "--deltas", "0"]).is_err());
         assert!(parse(&["compare", "--direct", "a.json"]).is_err());
         assert!(parse(&["compare", "--direct", "a.json", "--through", "b.json"]).is_ok());
+    }
+
+    #[test]
+    fn streams_defaults_and_exclusive_lengths() {
+        let Command::Streams(a) = parse(&["streams", "--url", "http://h:1/v1"])
+            .unwrap()
+            .command
+        else {
+            panic!("expected streams");
+        };
+        assert_eq!((a.concurrency, a.deltas, a.gap_ms), (512, 64, 20));
+        assert_eq!((a.rounds, a.duration, a.warmup_rounds), (None, None, 1));
+        assert_eq!((a.ramp, a.timeout, a.threads), (None, None, 1));
+        let Command::Streams(a) = parse(&[
+            "streams",
+            "--url",
+            "http://h:1/v1",
+            "--duration",
+            "20s",
+            "--ramp",
+            "0s",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("expected streams");
+        };
+        assert_eq!(a.duration, Some(Duration::from_secs(20)));
+        assert_eq!(a.ramp, Some(Duration::ZERO));
+        assert!(
+            parse(&["streams", "--url", "u", "--rounds", "2", "--duration", "5s"]).is_err(),
+            "rounds and duration exclude each other"
+        );
+        assert!(parse(&["streams", "--url", "u", "--deltas", "0"]).is_err());
+        assert!(parse(&["streams", "--url", "u", "--rounds", "0"]).is_err());
     }
 }

@@ -119,6 +119,18 @@ impl Target {
         req
     }
 
+    /// Sends one request and returns the response once its head arrived, for a scenario that
+    /// reads and times the body itself (`streams`).
+    pub async fn open(&self) -> Result<hyper::Response<hyper::body::Incoming>, ErrorKind> {
+        self.client.request(self.request()).await.map_err(|e| {
+            if e.is_connect() {
+                ErrorKind::Connect
+            } else {
+                ErrorKind::Request
+            }
+        })
+    }
+
     /// Sends one request and reads the whole response; timings are measured from `origin`
     /// (the actual start in a closed loop, the scheduled start in an open loop).
     pub async fn send(&self, origin: Instant) -> Result<Timing, ErrorKind> {

@@ -1,7 +1,8 @@
 //! `compare`: the latency weft adds, from a run against the upstream directly and the same run
 //! through weft. Added latency is `through - direct` per percentile (percentiles do not subtract
 //! exactly, so this is an estimate of the overhead at that rank, and may even be negative when
-//! the two runs are within noise of each other).
+//! the two runs are within noise of each other). A pair of `streams` reports gives the
+//! inter-frame gap weft adds instead (see [`crate::streams::compare`]).
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use serde::Serialize;
 
 use crate::cli::CompareArgs;
 use crate::report::{Report, Summary};
+use crate::streams::StreamsReport;
 
 /// `through - direct` at each percentile, in microseconds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -97,8 +99,38 @@ fn read_report(path: &Path) -> anyhow::Result<Report> {
         .with_context(|| format!("{} is not a weft-loadtest report", path.display()))
 }
 
+/// The `scenario` a report names (`chat` for reports older than the field).
+fn scenario_of(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a weft-loadtest report", path.display()))?;
+    Ok(v["scenario"].as_str().unwrap_or("chat").to_owned())
+}
+
+fn read_streams_report(path: &Path) -> anyhow::Result<StreamsReport> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a weft-loadtest streams report", path.display()))
+}
+
 /// Reads both reports, prints a human summary on stderr and the comparison as JSON on stdout.
 pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    let kinds = (scenario_of(&args.direct)?, scenario_of(&args.through)?);
+    match (kinds.0.as_str(), kinds.1.as_str()) {
+        ("streams", "streams") => {
+            let c = crate::streams::compare(
+                &read_streams_report(&args.direct)?,
+                &read_streams_report(&args.through)?,
+            )?;
+            eprintln!("{}", crate::streams::comparison_line(&c));
+            for w in &c.warnings {
+                eprintln!("warning: {w}");
+            }
+            return crate::emit(&c, args.out.as_deref());
+        }
+        ("chat", "chat") => {}
+        (d, t) => bail!("cannot compare a `{d}` report with a `{t}` report"),
+    }
     let direct = read_report(&args.direct)?;
     let through = read_report(&args.through)?;
     let c = compare(&direct, &through)?;

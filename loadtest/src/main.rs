@@ -1,19 +1,23 @@
 //! `weft-loadtest`: weft's load generator. `upstream` serves a fake OpenAI-compatible
-//! provider, `chat` drives a chat-completions endpoint (weft or the upstream directly) and prints
-//! a JSON latency report, `compare` turns a direct and a through-weft report into added latency.
-//! `runs` drives agent runs through weft's runs API and `parked` measures what idle interactive
-//! runs cost. `bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
+//! provider (instant, or paced streams with `--deltas`), `chat` drives a chat-completions
+//! endpoint (weft or the upstream directly) and prints a JSON latency report, `streams` holds
+//! many paced streams open and reports lost frames and inter-frame gaps, `compare` turns a
+//! direct and a through-weft report into what weft adds. `runs` drives agent runs through
+//! weft's runs API and `parked` measures what idle interactive runs cost. `bench.sh`,
+//! `streams-bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
 
 mod api;
 mod chat;
 mod cli;
 mod client;
 mod compare;
+mod paced;
 mod parked;
 mod report;
 mod rss;
 mod runs;
 mod sse;
+mod streams;
 mod upstream;
 
 use std::path::Path;
@@ -40,6 +44,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Upstream(args) => runtime(args.threads, true)?.block_on(upstream::run(&args)),
         Command::Chat(args) => {
             let report = runtime(args.threads, false)?.block_on(chat::run(&args))?;
+            emit(&report, args.out.as_deref())
+        }
+        Command::Streams(args) => {
+            let report = runtime(args.threads, false)?.block_on(streams::run(&args))?;
+            eprint!("{}", streams::summary(&report));
             emit(&report, args.out.as_deref())
         }
         Command::Compare(args) => compare::run(&args),
