@@ -70,7 +70,11 @@ pub fn render(e: &Error, shape: Shape) -> Response {
     };
     let mut resp = (status, Json(body)).into_response();
     if let Some(after) = e.retry_after
-        && let Ok(v) = HeaderValue::from_str(&after.as_secs().max(1).to_string())
+        && let Ok(v) = HeaderValue::from_str(
+            &(after.as_secs() + u64::from(after.subsec_nanos() > 0))
+                .max(1)
+                .to_string(),
+        )
     {
         resp.headers_mut().insert("retry-after", v);
     }

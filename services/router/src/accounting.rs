@@ -148,7 +148,8 @@ pub async fn reserve(
         ];
         for (metric, name, limit, window, ttl, cost) in windows {
             let Some(limit) = limit else { continue };
-            if cost > limit {
+            // A call bigger than a whole token budget can never pass: say so, rather than a 429.
+            if metric != "rpm" && cost > limit {
                 return Err(if chat {
                     Error::invalid(format!(
                         "this call alone reserves {cost} tokens (estimated input plus max_tokens), more than the {name} limit of {limit} for {who}; lower max_tokens or shorten the input"
@@ -190,16 +191,15 @@ pub async fn reserve(
             Err(e)
         }
         QuotaVerdict::Granted { remaining } => {
+            // The tightest counter of the given metrics: the one that refuses first.
             let pick = |metrics: &[&str]| {
-                metrics.iter().find_map(|m| {
-                    counters
-                        .iter()
-                        .zip(&remaining)
-                        .zip(&meta)
-                        .filter(|(_, (metric, _, _))| metric == m)
-                        .map(|((c, r), _)| (c.limit, *r))
-                        .min_by_key(|&(_, r)| r)
-                })
+                counters
+                    .iter()
+                    .zip(&remaining)
+                    .zip(&meta)
+                    .filter(|(_, (metric, _, _))| metrics.contains(metric))
+                    .map(|((c, r), _)| (c.limit, *r))
+                    .min_by_key(|&(_, r)| r)
             };
             let mut headers = Vec::new();
             if let Some((limit, rem)) = pick(&["rpm"]) {
@@ -287,13 +287,27 @@ impl Ledger {
         }
     }
 
-    /// The candidate that accepted the call, and the provider slot it holds.
-    pub fn chosen(&mut self, provider: &str, model: &str, slot: Option<(String, String)>) {
+    /// The candidate being tried, and the provider slot it holds (given back by
+    /// [`Ledger::release_slot`] if the candidate fails, or when the call ends however it ends,
+    /// the caller going away included).
+    pub fn attempt(&mut self, provider: &str, model: &str, slot: Option<(String, String)>) {
         if let Some(i) = &mut self.inner {
             provider.clone_into(&mut i.provider);
             model.clone_into(&mut i.model);
             i.slot = slot;
         }
+    }
+
+    /// Gives back the slot of a candidate that failed before its first event.
+    pub async fn release_slot(&mut self) {
+        let Some(i) = &mut self.inner else { return };
+        if let Some((key, member)) = i.slot.take() {
+            let coord = i.deps.coord.clone();
+            // Spawned, so a caller going away mid-release cannot leak the slot.
+            let _ = tokio::spawn(async move { coord.give_slot(&key, &member).await }).await;
+        }
+        i.provider.clear();
+        i.model.clear();
     }
 
     pub fn usage(&mut self, u: Usage) {
@@ -306,30 +320,48 @@ impl Ledger {
     /// reservation and gives the provider slot back. `outcome` is `ok` or an error code.
     pub async fn finish(&mut self, outcome: &str) {
         if let Some(i) = self.inner.take() {
-            i.finish(outcome).await;
+            // Spawned and then awaited: the caller still sees the end only after the record is
+            // published, but a caller that goes away meanwhile cannot cancel the accounting.
+            let outcome = outcome.to_owned();
+            let _ = tokio::spawn(async move { i.finish(&outcome).await }).await;
         }
     }
 
     /// Ends a call that never reached an upstream: refunds the reserved tokens, no record.
     pub async fn refund(&mut self) {
         if let Some(i) = self.inner.take() {
-            let r = &i.reservation;
-            #[expect(clippy::cast_possible_wrap, reason = "estimates are far below 2^63")]
-            let _ = i
-                .deps
-                .coord
-                .adjust(&r.token_keys, -(r.estimate as i64))
-                .await;
+            let _ = tokio::spawn(async move {
+                let r = &i.reservation;
+                #[expect(clippy::cast_possible_wrap, reason = "estimates are far below 2^63")]
+                let _ = i
+                    .deps
+                    .coord
+                    .adjust(&r.token_keys, -(r.estimate as i64))
+                    .await;
+                if let Some((key, member)) = &i.slot {
+                    let _ = i.deps.coord.give_slot(key, member).await;
+                }
+            })
+            .await;
         }
     }
 }
 
 impl Drop for Ledger {
     fn drop(&mut self) {
-        if let Some(i) = self.inner.take()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move { i.finish("cancelled").await });
+        if let Some(i) = self.inner.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move { i.finish("cancelled").await });
+                }
+                Err(_) => tracing::error!(
+                    provider = %i.provider,
+                    model = %i.model,
+                    tenant = %i.principal.tenant,
+                    usage = ?i.usage,
+                    "a call ended outside any runtime; its usage was not published"
+                ),
+            }
         }
     }
 }
@@ -338,9 +370,9 @@ impl LedgerInner {
     async fn finish(self, outcome: &str) {
         let usage = self.usage.unwrap_or_default();
         let actual = usage.total_tokens;
-        // Without reported usage the reservation stands: an upstream that reports none must not
-        // slip past a budget.
-        if !self.reservation.token_keys.is_empty() && self.usage.is_some() {
+        // Without reported usage (none, or all zeros) the reservation stands: an upstream that
+        // reports none must not slip past a budget.
+        if !self.reservation.token_keys.is_empty() && actual > 0 {
             #[expect(clippy::cast_possible_wrap, reason = "token counts are far below 2^63")]
             let delta = actual as i64 - self.reservation.estimate as i64;
             if let Err(e) = self

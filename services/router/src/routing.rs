@@ -318,6 +318,9 @@ impl Routing {
                     continue;
                 }
             };
+            if let Some(l) = &mut ledger {
+                l.attempt(&c.provider, &c.model, slot);
+            }
             let translated;
             let call = if i > 0 && Some(driver.kind()) != first_kind {
                 translated = strip_reasoning(&req);
@@ -326,7 +329,19 @@ impl Routing {
                 &req
             };
             let started = Instant::now();
-            match driver.chat(&c.model, call).await {
+            let accepted = match driver.chat(&c.model, call).await {
+                Ok(mut stream) => match stream.next().await {
+                    // A failure before the first event is, for the caller, still before the
+                    // first byte (e.g. an overloaded error as a stream's first event, or a stall):
+                    // the next candidate may serve it.
+                    Some(Err(e)) => Err(ProviderError::retryable(e)),
+                    first => {
+                        Ok(Box::pin(futures::stream::iter(first).chain(stream)) as EventStream)
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            match accepted {
                 Ok(stream) => {
                     self.mark(&c, true);
                     metrics::histogram!("weft_router_upstream_accept_seconds", "provider" => c.provider.clone())
@@ -334,9 +349,6 @@ impl Routing {
                     metrics::counter!("weft_router_calls_total", "provider" => c.provider.clone(), "outcome" => "ok")
                         .increment(1);
                     let fallbacks_n = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
-                    if let Some(l) = &mut ledger {
-                        l.chosen(&c.provider, &c.model, slot);
-                    }
                     let chosen = ChatEvent::ProviderChosen {
                         provider: c.provider,
                         model: c.model,
@@ -350,8 +362,8 @@ impl Routing {
                     });
                 }
                 Err(e) => {
-                    if let (Some(deps), Some((key, member))) = (&self.deps, &slot) {
-                        let _ = deps.coord.give_slot(key, member).await;
+                    if let Some(l) = &mut ledger {
+                        l.release_slot().await;
                     }
                     metrics::counter!("weft_router_calls_total", "provider" => c.provider.clone(), "outcome" => e.error.code.as_str())
                         .increment(1);
@@ -477,17 +489,29 @@ impl Routing {
             let Some(driver) = self.drivers.get(&c.provider) else {
                 continue;
             };
+            let slot = match self.take_slot(&c).await {
+                Ok(slot) => slot,
+                Err(e) => {
+                    last = Some(e.error);
+                    continue;
+                }
+            };
+            if let Some(l) = &mut ledger {
+                l.attempt(&c.provider, &c.model, slot);
+            }
             match driver.embed(&c.model, req).await {
                 Ok(r) => {
                     self.mark(&c, true);
                     if let Some(l) = &mut ledger {
-                        l.chosen(&c.provider, &c.model, None);
                         l.usage(r.usage);
                         l.finish("ok").await;
                     }
                     return Ok((r, headers));
                 }
                 Err(e) if e.retryable => {
+                    if let Some(l) = &mut ledger {
+                        l.release_slot().await;
+                    }
                     self.mark(&c, false);
                     last = Some(e.error);
                 }

@@ -256,15 +256,12 @@ async fn malformed_upstream_bodies_are_upstream_errors() {
     let err = r.chat(&request("m", false)).await.err().unwrap();
     assert_eq!(err.code, ErrorCode::UpstreamError);
     assert!(err.message.contains("malformed"));
-    let ev = events(&r, &request("m", true)).await;
-    assert!(
-        ev.last()
-            .unwrap()
-            .as_ref()
-            .unwrap_err()
-            .message
-            .contains("malformed")
-    );
+    // A stream whose first chunk is malformed fails before its first event: for the caller that
+    // is still before the first byte, so it is an error of the call (and another candidate could
+    // have been tried), not an event.
+    let err = r.chat(&request("m", true)).await.err().unwrap();
+    assert_eq!(err.code, ErrorCode::UpstreamError);
+    assert!(err.message.contains("malformed"));
 }
 
 #[tokio::test]
@@ -356,4 +353,23 @@ async fn refused_credentials_are_not_retried_but_fall_back() {
     let ev = events(&r, &request("chain", false)).await;
     assert_eq!(text(&ev), "echo: hello world");
     assert_eq!((bad.calls(), good.calls()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_event_falls_back() {
+    let bad = FakeUpstream::start().await;
+    bad.set_default(Behavior::Malformed);
+    let good = FakeUpstream::start().await;
+    let mut p = provider(&bad);
+    p.max_retries = 0;
+    let r = routing(
+        vec![("bad", p), ("good", provider(&good))],
+        &["bad/m", "good/m"],
+    );
+    let ev = events(&r, &request("chain", true)).await;
+    assert!(
+        matches!(&ev[0], Ok(ChatEvent::Fallback { provider, .. }) if provider == "bad"),
+        "{ev:?}"
+    );
+    assert_eq!(text(&ev), "echo: hello world");
 }
