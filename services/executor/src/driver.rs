@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use weft_bus::{Dispatch, LiveEvent};
+use weft_coord::Admission;
 use weft_core::agent::AgentContent;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
 use weft_core::run::{EventKind, RunSpec, RunStatus, StopReason};
@@ -151,12 +152,11 @@ async fn heartbeat(
             Err(e) => tracing::warn!(error = %e, "cannot renew the lease"),
         }
         let _ = msg.ack_with(AckKind::Progress).await;
-        if lease.run.parent_run_id.is_none() {
-            let _ = inner
-                .coord
-                .renew(&lease.run.tenant, lease.run.id, inner.admission_lease)
-                .await;
-        }
+        // Renews only a slot the run holds: a parent that lent its slot to its sub-runs has none.
+        let _ = inner
+            .coord
+            .renew(&lease.run.tenant, lease.run.id, inner.admission_lease)
+            .await;
     }
 }
 
@@ -183,13 +183,17 @@ struct Driver {
 enum Stop {
     Lost,
     Shutdown,
+    /// Worth retrying: the database or a peer was unreachable.
     Infra(String),
+    /// Never worth retrying: the database refused what this step writes.
+    Permanent(String),
 }
 
 impl From<RunStoreError> for Stop {
     fn from(e: RunStoreError) -> Self {
         match e {
             RunStoreError::StaleLease(_) => Self::Lost,
+            e if e.is_permanent() => Self::Permanent(e.to_string()),
             e => Self::Infra(e.to_string()),
         }
     }
@@ -212,6 +216,27 @@ impl Driver {
                 tracing::warn!(error = %e, "run interrupted by an infrastructure failure; retrying");
                 Outcome::Retry
             }
+            Err(Stop::Permanent(e)) => self.fail_unstorable(&e).await,
+        }
+    }
+
+    /// A step the database refuses would be refused again on every retry (and each retry
+    /// would pay for its model turn again): the run ends `failed` with a clear error instead.
+    async fn fail_unstorable(&self, detail: &str) -> Outcome {
+        tracing::error!(error = %detail, "a step of this run cannot be stored; failing the run");
+        let mut state = LoopState::default();
+        if self.load(&mut state).await.is_err() {
+            return Outcome::Retry;
+        }
+        let e = Error::new(
+            ErrorCode::Internal,
+            "a step of this run could not be stored (the database refused its content, so \
+             retrying cannot help); the run was failed",
+        );
+        match self.fail(&state, &e).await {
+            Ok(()) => Outcome::Done,
+            Err(Stop::Lost) => Outcome::LeaseLost,
+            Err(_) => Outcome::Retry,
         }
     }
 
@@ -225,6 +250,10 @@ impl Driver {
         {
             self.cancel.cancel();
         }
+        // A run works only while it holds one of its tenant's slots: the gateway took it for a
+        // new root run, a parent for its sub-run; a run resumed after a crash or after lending
+        // its slot to its sub-runs takes one again here, waiting while the tenant is full.
+        self.wait_for_slot(self.run_id()).await?;
         let def = match self.agent().await {
             Ok(d) => d,
             Err(e) => {
@@ -366,10 +395,7 @@ impl Driver {
         state: Option<&mut LoopState>,
         events: Vec<(EventKind, Value)>,
     ) -> Result<(), Stop> {
-        let events: Vec<(String, Value)> = events
-            .into_iter()
-            .map(|(k, d)| (k.as_str().to_owned(), d))
-            .collect();
+        let events = storable(events);
         let mut seq = self.seq.lock().await;
         let first = *seq;
         self.inner.store.append(&self.lease, first, &events).await?;
@@ -390,11 +416,7 @@ impl Driver {
         let mut seq = self.seq.lock().await;
         let first = *seq;
         let mut f = self.inner.store.fenced(&self.lease).await?;
-        let events: Vec<(String, Value)> = write(&mut f)
-            .await?
-            .into_iter()
-            .map(|(k, d)| (k.as_str().to_owned(), d))
-            .collect();
+        let events = storable(write(&mut f).await?);
         f.append(first, &events).await?;
         f.commit().await?;
         *seq += i64::try_from(events.len()).unwrap_or(0);
@@ -841,6 +863,14 @@ impl Driver {
                 self.inner.cfg.max_depth, self.lease.run.depth
             )));
         }
+        // While it waits on its sub-runs this run does no work: it lends its slot to them (each
+        // sub-run takes a slot of the tenant before it starts) and takes one again after, so
+        // the tenant's cap counts working runs and a parent never deadlocks its own children.
+        let _ = self
+            .inner
+            .coord
+            .release(&self.lease.run.tenant, self.run_id())
+            .await;
         let results = futures::future::join_all(
             items
                 .into_iter()
@@ -848,6 +878,7 @@ impl Driver {
                 .map(|(i, (agent, text))| self.child(c, i, agent, text)),
         )
         .await;
+        self.wait_for_slot(self.run_id()).await?;
         let mut out = Vec::new();
         for r in results {
             out.push(r?);
@@ -906,6 +937,9 @@ impl Driver {
             metadata: json!({}),
         };
         let child_id = RunId::new();
+        let Some(took) = self.wait_for_slot(child_id).await? else {
+            return Ok(json!({"agent": agent, "status": "cancelled"}));
+        };
         let new = NewRun {
             id: child_id,
             tenant: parent.tenant.clone(),
@@ -949,6 +983,18 @@ impl Driver {
         let Some(child) = child else {
             return Err(Stop::Infra("the child run was not recorded".into()));
         };
+        if child.id != child_id {
+            // Resumed: the child was made before. The slot taken for a new one goes back, and
+            // the existing child, if still live, needs a slot of its own.
+            if took {
+                let _ = self.inner.coord.release(&parent.tenant, child_id).await;
+            }
+            if !child.status.is_terminal() && self.wait_for_slot(child.id).await?.is_none() {
+                return Ok(
+                    json!({"run_id": child.id, "agent": child.agent_name, "status": "cancelled"}),
+                );
+            }
+        }
         let mut sub = self
             .inner
             .bus
@@ -977,7 +1023,9 @@ impl Driver {
             tokio::select! {
                 () = self.cancel.cancelled() => {
                     let _ = self.inner.coord.cancel(record.id).await;
-                    let _ = self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await;
+                    if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
+                        let _ = self.inner.coord.release(&record.tenant, record.id).await;
+                    }
                     return Ok(json!({"run_id": record.id, "agent": record.agent_name, "status": "cancelled"}));
                 }
                 () = self.lost.cancelled() => return Err(Stop::Lost),
@@ -1042,13 +1090,11 @@ impl Driver {
         })
         .await?;
         // A parked run costs a row, not an admission slot; `input` admits it again.
-        if self.lease.run.parent_run_id.is_none() {
-            let _ = self
-                .inner
-                .coord
-                .release(&self.lease.run.tenant, self.run_id())
-                .await;
-        }
+        let _ = self
+            .inner
+            .coord
+            .release(&self.lease.run.tenant, self.run_id())
+            .await;
         // Input that raced the park: wake ourselves through the normal path.
         if self
             .inner
@@ -1110,17 +1156,52 @@ impl Driver {
             )])
         })
         .await?;
-        if self.lease.run.parent_run_id.is_none() {
-            let _ = self
-                .inner
-                .coord
-                .release(&self.lease.run.tenant, self.run_id())
-                .await;
-        }
+        let _ = self
+            .inner
+            .coord
+            .release(&self.lease.run.tenant, self.run_id())
+            .await;
         if reason == StopReason::Cancelled {
             self.cascade_cancel().await;
         }
         Ok(())
+    }
+
+    /// Waits until `run` (this run or one of its sub-runs) holds one of the tenant's admission
+    /// slots. `Some(true)` when this call took the slot, `Some(false)` when the run already held
+    /// one, `None` when this run was cancelled meanwhile (it then works on without one only to
+    /// finish). Redis being unreachable is waited out like a full tenant.
+    async fn wait_for_slot(&self, run: RunId) -> Result<Option<bool>, Stop> {
+        let tenant = &self.lease.run.tenant;
+        loop {
+            let wait = match self
+                .inner
+                .coord
+                .admit(
+                    tenant,
+                    run,
+                    self.inner.tenant_max_runs,
+                    self.inner.admission_lease,
+                )
+                .await
+            {
+                Ok(Admission::Admitted) => return Ok(Some(true)),
+                Ok(Admission::AlreadyHeld) => return Ok(Some(false)),
+                Ok(Admission::Full { retry_after }) => {
+                    retry_after.clamp(Duration::from_millis(20), Duration::from_millis(500))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "admission unavailable; waiting");
+                    Duration::from_secs(1)
+                }
+            };
+            tokio::select! {
+                () = self.cancel.cancelled() => return Ok(None),
+                () = self.lost.cancelled() => return Err(Stop::Lost),
+                () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
     }
 
     /// Cancels every live descendant.
@@ -1135,11 +1216,18 @@ impl Driver {
         };
         for child in children {
             let _ = self.inner.coord.cancel(child).await;
-            let _ = self
+            if let Ok(true) = self
                 .inner
                 .store
                 .cancel_unheld(child, Some("parent cancelled"))
-                .await;
+                .await
+            {
+                let _ = self
+                    .inner
+                    .coord
+                    .release(&self.lease.run.tenant, child)
+                    .await;
+            }
         }
     }
 
@@ -1173,6 +1261,15 @@ struct Turn {
     calls: BTreeMap<u32, (String, String, String)>,
     usage: Usage,
     finish: Option<FinishReason>,
+}
+
+/// Events as they are stored: NUL replaced by the documented rule (`weft_core::storable`), so
+/// the state folded from them is the state a resumed run reads back.
+fn storable(events: Vec<(EventKind, Value)>) -> Vec<(String, Value)> {
+    events
+        .into_iter()
+        .map(|(k, d)| (k.as_str().to_owned(), weft_core::storable::json_owned(d)))
+        .collect()
 }
 
 /// The arguments as JSON, or the raw text when the model produced invalid JSON.

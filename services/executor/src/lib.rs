@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     pub jwt: InternalJwt,
     pub cfg: ExecutorConfig,
     pub admission_lease: Duration,
+    /// Runs one tenant may have working at once (`gateway.tenant_max_concurrent_runs`); sub-runs
+    /// count too.
+    pub tenant_max_runs: u32,
     /// This process's lease-owner id.
     pub owner: String,
     pub http: tools::http::HttpTool,
@@ -145,11 +148,16 @@ impl Executor {
                 store: RunStore::new(pool),
                 bus,
                 coord,
-                router: RouterClient::new(router),
-                substrate: SubstrateClient::new(substrate),
+                router: RouterClient::new(router)
+                    .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+                    .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
+                substrate: SubstrateClient::new(substrate)
+                    .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+                    .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
                 jwt,
                 cfg: config.executor.clone(),
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
+                tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
                 owner: format!("executor-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
                 http,
                 held: Mutex::new(HashMap::new()),

@@ -10,6 +10,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
+use serde::de::{Deserializer, Unexpected, Visitor};
 use serde_json::{Value, json};
 use weft_core::{Error, ErrorCode, Principal};
 use weft_proto::v1;
@@ -177,10 +178,54 @@ pub async fn list_versions_handler(
     Ok(Json(json!({ "data": data })).into_response())
 }
 
+/// A version reference in a body: `sha256:<hex>` or a version number, given as a string or as a
+/// JSON integer (`{"version": 3}`), as the OpenAPI document says.
+fn version_ref<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = String;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a version: `sha256:<hex>` or a version number (1, 2, …)")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<String, E> {
+            Ok(s.to_owned())
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<String, E> {
+            if n == 0 {
+                return Err(E::invalid_value(Unexpected::Unsigned(0), &self));
+            }
+            Ok(n.to_string())
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<String, E> {
+            match u64::try_from(n) {
+                Ok(n) => self.visit_u64(n),
+                Err(_) => Err(E::invalid_value(Unexpected::Signed(n), &self)),
+            }
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn optional_version_ref<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    struct Wrap(String);
+    impl<'de> Deserialize<'de> for Wrap {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            version_ref(d).map(Wrap)
+        }
+    }
+    Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+}
+
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ForkBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_version_ref")]
     from_version: Option<String>,
     #[serde(default)]
     changes: Option<Value>,
@@ -226,8 +271,9 @@ pub async fn retire_agent_handler(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ActivateBody {
+    #[serde(deserialize_with = "version_ref")]
     version: String,
 }
 
@@ -254,10 +300,13 @@ pub async fn activate_agent_handler(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct VerifyBody {
     sha256: String,
 }
+
+// Bodies are JSON objects only: serde's derive would also read `[null, null]` as a `ForkBody`.
+weft_core::objects_only!(deserialize: ForkBody, ActivateBody, VerifyBody);
 
 /// `POST /v1/agents/verify` `{sha256}`: whether the hash is a version of an agent of the
 /// caller's tenant (200 either way).
@@ -278,4 +327,42 @@ pub async fn verify_agent_handler(
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.verify_agent(req)).await)?;
     Ok(Json(json!({"known": r.known, "name": r.name, "number": r.number})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::parse;
+
+    #[test]
+    fn a_version_is_a_string_or_a_positive_integer() {
+        // The OpenAPI document has always said "sha256:<hex> or a version number".
+        let b: ActivateBody = parse(br#"{"version": 1}"#).unwrap();
+        assert_eq!(b.version, "1");
+        let b: ActivateBody = parse(br#"{"version": "sha256:ab"}"#).unwrap();
+        assert_eq!(b.version, "sha256:ab");
+        let b: ActivateBody = parse(br#"{"version": "2"}"#).unwrap();
+        assert_eq!(b.version, "2");
+        for bad in [r#"{"version": 0}"#, r#"{"version": -1}"#, r#"{"version": 1.5}"#] {
+            let e = parse::<ActivateBody>(bad.as_bytes()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("version"), "{bad}: {}", e.message);
+        }
+        let b: ForkBody = parse(br#"{"from_version": 3, "changes": {"description": "x"}}"#).unwrap();
+        assert_eq!(b.from_version.as_deref(), Some("3"));
+        let b: ForkBody = parse(br#"{"from_version": null}"#).unwrap();
+        assert_eq!(b.from_version, None);
+    }
+
+    #[test]
+    fn bodies_are_objects_only() {
+        // serde's derive would read these as the fields in order.
+        let e = parse::<ForkBody>(b"[null, null]").unwrap_err();
+        assert!(e.message.contains("JSON object"), "{}", e.message);
+        let e = parse::<ActivateBody>(br#"["1"]"#).unwrap_err();
+        assert!(e.message.contains("JSON object"), "{}", e.message);
+        let e = parse::<VerifyBody>(br#"["sha256:ab"]"#).unwrap_err();
+        assert!(e.message.contains("JSON object"), "{}", e.message);
+        let e = parse::<ActivateBody>(br#"{"version": "1", "x": 1}"#).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+    }
 }

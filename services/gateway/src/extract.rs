@@ -1,10 +1,20 @@
-//! The JSON body extractor: 415 for a non-JSON body, 413 over the cap, and a 400 that names the
-//! field at fault (`messages[0].role: unknown variant …`) for a body that does not fit.
+//! Request extractors that answer in weft's error shapes, never axum's `text/plain`:
+//! - the JSON body: 415 for a non-JSON body, 413 over the cap, and a 400 that names the field at
+//!   fault (`messages[0].role: unknown variant …`) for a body that does not fit;
+//! - the query string ([`NativeQuery`]) and path parameters ([`NativePath`]): a 400 naming the
+//!   parameter.
+//!
+//! Native routes store what they are given, and Postgres cannot store U+0000 in `text` or
+//! `jsonb`; so a NUL anywhere in a native body, query or path is a 400 naming where it is, before
+//! any work is done (the rule in docs/security.md). The OpenAI- and Anthropic-compatible doors
+//! store nothing and pass such text to the provider unchanged.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use weft_core::{Error, ErrorCode};
 
 use crate::error::{ApiError, Shape};
@@ -57,9 +67,149 @@ where
             };
             ApiError(e, shape(OPENAI))
         })?;
-        parse(&bytes)
+        let parsed = if OPENAI {
+            parse(&bytes)
+        } else {
+            parse_native(&bytes)
+        };
+        parsed
             .map(ValidJson)
             .map_err(|e| ApiError(e, shape(OPENAI)))
+    }
+}
+
+/// [`parse`] for a native route: also refuses a NUL in any string or key of the body.
+pub fn parse_native<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    refuse_nul(bytes)?;
+    parse(bytes)
+}
+
+/// A 400 naming `path` when the JSON in `bytes` has U+0000 in a string or a key. JSON can only
+/// carry a NUL as the escape `\u0000`, so bodies without that sequence skip the walk.
+pub fn refuse_nul(bytes: &[u8]) -> Result<(), Error> {
+    if !bytes.windows(6).any(|w| w == b"\\u0000") {
+        return Ok(());
+    }
+    // Not JSON: `parse` reports that.
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
+    };
+    match nul_path(&v, String::new()) {
+        Some(path) => Err(nul_error(&path)),
+        None => Ok(()),
+    }
+}
+
+/// The error for a NUL at `path` (`.` for the whole body).
+pub fn nul_error(path: &str) -> Error {
+    // A NUL in a key is shown escaped: the error itself must be printable and storable.
+    let path = if path.is_empty() {
+        ".".to_owned()
+    } else {
+        path.replace('\0', "\\u0000")
+    };
+    Error::invalid(format!(
+        "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
+    ))
+    .with_param(path)
+}
+
+/// Where the first NUL is, in the path notation of [`parse`]'s errors (`messages[0].content`).
+fn nul_path(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) => s.contains('\0').then_some(at),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, item)| {
+            let here = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            if k.contains('\0') {
+                Some(here)
+            } else {
+                nul_path(item, here)
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
+/// The query string of a native route, deserialized into `T`; a bad value is a native 400 whose
+/// `param` names the parameter (`?from_seq=null` → `from_seq`), and a NUL in any name or value is
+/// refused.
+pub struct NativeQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for NativeQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parse_query(parts.uri.query().unwrap_or_default())
+            .map(NativeQuery)
+            .map_err(ApiError::native)
+    }
+}
+
+/// Deserializes a query string as [`NativeQuery`] does.
+pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Error> {
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k.contains('\0') || v.contains('\0') {
+            return Err(nul_error(&k));
+        }
+    }
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = err.path().to_string();
+        let msg = err.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            // A missing or unknown parameter: serde names it in backticks.
+            let param = msg.split('`').nth(1).map(str::to_owned);
+            let mut e = Error::invalid(format!("invalid query string: {msg}"));
+            e.param = param;
+            e
+        } else {
+            Error::invalid(format!("query parameter `{path}`: {msg}")).with_param(path)
+        }
+    })
+}
+
+/// Path parameters of a native route. A parameter that does not decode (bad percent-encoding,
+/// not UTF-8) or holds a NUL is a native 400 naming it, instead of axum's `text/plain` answer.
+pub struct NativePath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for NativePath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::RawPathParams;
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|r| {
+                ApiError::native(Error::invalid(format!("invalid path: {}", r.body_text())))
+            })?;
+        for (name, value) in &raw {
+            if value.contains('\0') {
+                return Err(ApiError::native(nul_error(name)));
+            }
+        }
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(NativePath(v)),
+            Err(r) => Err(ApiError::native(Error::invalid(format!(
+                "invalid path parameter: {}",
+                r.body_text()
+            )))),
+        }
     }
 }
 
@@ -104,6 +254,40 @@ mod tests {
     #[expect(dead_code, reason = "fields exist to be parsed")]
     struct Msg {
         role: String,
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_a_native_body_names_its_path() {
+        let e = parse_native::<Value>(br#"{"a":{"b":["x","y\u0000z"]}}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("a.b[1]"));
+        assert!(e.message.contains("NUL"), "{}", e.message);
+        let e = parse_native::<Value>(br#"{"k\u0000":1}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some(r"k\u0000"));
+        // An escaped backslash followed by `u0000` is not a NUL.
+        assert!(parse_native::<Value>(br#"{"a":"\\u0000"}"#).is_ok());
+        // The OpenAI door passes it through.
+        assert!(parse::<Value>(br#"{"a":"\u0000"}"#).is_ok());
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[expect(dead_code, reason = "fields exist to be parsed")]
+    struct Q {
+        from_seq: Option<i64>,
+        agent: Option<String>,
+    }
+
+    #[test]
+    fn query_errors_name_the_parameter() {
+        for q in ["from_seq=9223372036854775808", "from_seq=null", "from_seq="] {
+            let e = parse_query::<Q>(q).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("from_seq"), "{q}: {}", e.message);
+        }
+        let e = parse_query::<Q>("agent=a%00b").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("agent"));
+        let e = parse_query::<Q>("nope=1").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("nope"), "{}", e.message);
+        assert!(parse_query::<Q>("from_seq=3&agent=x").is_ok());
     }
 
     #[test]

@@ -6,6 +6,8 @@
 mod agents;
 pub mod error;
 pub mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod llm;
 mod messages;
@@ -69,6 +71,8 @@ pub struct AppState {
     pub tenant_max_runs: u32,
     /// How long an admission slot lasts unless renewed.
     pub admission_lease: Duration,
+    /// Run streams open on this replica, per principal.
+    pub streams: Arc<runs::StreamSlots>,
     request_timeout: Duration,
 }
 
@@ -104,13 +108,20 @@ impl AppState {
             tokens,
             pool,
             jwt,
-            router: RouterClient::new(router),
-            substrate: SubstrateClient::new(substrate),
+            router: RouterClient::new(router)
+                .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+                .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
+            substrate: SubstrateClient::new(substrate)
+                .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+                .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
             runs,
             bus,
             coord,
             tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
             admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
+            streams: Arc::new(runs::StreamSlots::new(
+                config.gateway.max_streams_per_principal,
+            )),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
         }
     }

@@ -224,7 +224,7 @@ fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
 
 /// A 400 from the JSON extractor, reworded when it is about an unknown field: the field's full
 /// path, what is accepted there, and where provider-specific fields go.
-fn strict(mut e: Error) -> Error {
+pub(crate) fn strict(mut e: Error) -> Error {
     let Some((_, rest)) = e.message.split_once("unknown field `") else {
         return e;
     };
@@ -405,7 +405,10 @@ fn to_message(i: usize, m: LlmMessage) -> std::result::Result<Message, Error> {
 }
 
 /// Validates the request and converts it to the router's contract.
-fn to_proto(r: LlmChatRequest, headers: &HeaderMap) -> std::result::Result<v1::ChatRequest, Error> {
+pub(crate) fn to_proto(
+    r: LlmChatRequest,
+    headers: &HeaderMap,
+) -> std::result::Result<v1::ChatRequest, Error> {
     if r.model.trim().is_empty() {
         return Err(Error::invalid(
             "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",

@@ -502,7 +502,7 @@ fn to_tools(tools: Option<Vec<Value>>) -> std::result::Result<Vec<ToolSpec>, Err
 }
 
 /// Validates the request and converts it to the router's contract.
-fn to_proto(
+pub(crate) fn to_proto(
     r: MessagesRequest,
     headers: &HeaderMap,
 ) -> std::result::Result<v1::ChatRequest, Error> {

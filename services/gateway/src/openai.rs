@@ -244,7 +244,7 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// Validates the request and converts it to the router's contract.
-fn to_proto(
+pub(crate) fn to_proto(
     r: ChatCompletionRequest,
     headers: &HeaderMap,
 ) -> std::result::Result<(v1::ChatRequest, bool, bool), Error> {
@@ -594,16 +594,9 @@ pub async fn embeddings(
         EmbedInput::One(s) => vec![s],
         EmbedInput::Many(v) => v,
     };
-    if input.is_empty() {
-        return Err(ApiError::openai(
-            Error::invalid("`input` must not be empty").with_param("input"),
-        ));
-    }
-    if body.dimensions == Some(0) {
-        return Err(ApiError::openai(
-            Error::invalid("`dimensions` must be at least 1").with_param("dimensions"),
-        ));
-    }
+    let bytes = input.iter().map(String::len).sum();
+    weft_core::limits::check_embed_request(input.len(), bytes, body.dimensions)
+        .map_err(ApiError::openai)?;
     let requested = body.model.clone();
     let req = v1::EmbedRequest {
         model: body.model,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -32,16 +32,95 @@ use weft_store::{EventRecord, NewRun, RunFilter, RunRecord};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{NativeJson, ValidJson};
+use crate::extract::{NativeJson, NativePath, NativeQuery, ValidJson};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
 /// Keepalive comments on run streams.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// How often a quiet stream re-reads the transcript, in case a live message was lost.
-const CATCH_UP: Duration = Duration::from_secs(1);
+/// How long a stream waits without any live event before re-reading the transcript, in case
+/// a live message was lost (a publish that failed, a NATS reconnect). Streams wake on live
+/// events; this is only the backstop, so an idle stream costs one query per interval.
+const CATCH_UP: Duration = Duration::from_secs(30);
 /// Events per transcript page read while replaying.
 const PAGE: i64 = 500;
+
+/// Run streams open on one gateway replica, per principal (`gateway.max_streams_per_principal`):
+/// each holds a NATS subscription and a task, so one principal cannot open them without bound.
+pub struct StreamSlots {
+    max: u32,
+    open: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
+}
+
+/// One open stream; dropping it frees the slot.
+pub struct StreamSlot {
+    slots: std::sync::Arc<StreamSlots>,
+    key: (String, String),
+}
+
+impl StreamSlots {
+    pub fn new(max: u32) -> Self {
+        Self {
+            max,
+            open: std::sync::Mutex::default(),
+        }
+    }
+
+    /// A slot for `p`, or a 429 when it already has the maximum open here.
+    pub fn take(
+        self: &std::sync::Arc<Self>,
+        p: &Principal,
+    ) -> std::result::Result<StreamSlot, Error> {
+        let key = (p.tenant.as_str().to_owned(), p.subject.clone());
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(key.clone()).or_insert(0);
+        if *n >= self.max {
+            return Err(Error::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "you already have {} run streams open on this gateway (gateway.max_streams_per_principal); close one, or read the transcript with GET /v1/runs/{{id}}/events",
+                    self.max
+                ),
+            )
+            .with_retry_after(Duration::from_secs(1)));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            slots: self.clone(),
+            key,
+        })
+    }
+
+    /// Streams open for `p` here.
+    pub fn open_for(&self, p: &Principal) -> u32 {
+        let open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.get(&(p.tenant.as_str().to_owned(), p.subject.clone()))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
 
 /// The run routes (the bearer layer is added by the caller).
 pub fn routes() -> axum::Router<AppState> {
@@ -247,9 +326,15 @@ pub async fn create_run_handler(
             .get("accept")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/event-stream"));
+    // The stream's slot is taken first, so a refused stream never leaves a run behind.
+    let slot = if wants_sse {
+        Some(st.streams.take(&p).map_err(ApiError::native)?)
+    } else {
+        None
+    };
     let (run, created) = create_run(&st, &p, body).await.map_err(ApiError::native)?;
-    if wants_sse {
-        return Ok(stream_response(st, run.id, 1).into_response());
+    if let Some(slot) = slot {
+        return Ok(stream_response(st, run.id, 1, slot).into_response());
     }
     let status = if created {
         StatusCode::CREATED
@@ -439,9 +524,12 @@ pub async fn create_run(
     Ok((run, true))
 }
 
-async fn admit(st: &AppState, p: &Principal, id: RunId) -> std::result::Result<(), Error> {
+/// Takes an admission slot for run `id`. `Ok(true)` when this call took it (and must give it
+/// back if the run does not start), `Ok(false)` when the run already held one.
+async fn admit(st: &AppState, p: &Principal, id: RunId) -> std::result::Result<bool, Error> {
     match st.coord.admit(&p.tenant, id, st.tenant_max_runs, st.admission_lease).await {
-        Ok(Admission::Admitted) => Ok(()),
+        Ok(Admission::Admitted) => Ok(true),
+        Ok(Admission::AlreadyHeld) => Ok(false),
         Ok(Admission::Full { retry_after }) => Err(Error::new(
             ErrorCode::TenantConcurrencyExhausted,
             format!(
@@ -483,7 +571,7 @@ async fn resolve_agent(
 pub async fn get_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    NativePath(id): NativePath<String>,
 ) -> Result<Json<Value>> {
     Ok(Json(run_json(&visible_run(&st, &p, &id).await?)))
 }
@@ -501,7 +589,7 @@ pub struct ListQuery {
 pub async fn list_runs_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Query(q): Query<ListQuery>,
+    NativeQuery(q): NativeQuery<ListQuery>,
 ) -> Result<Json<Value>> {
     let status = match q.status.as_deref() {
         None => None,
@@ -559,8 +647,8 @@ fn event_json(e: &EventRecord) -> Value {
 pub async fn run_events_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    NativePath(id): NativePath<String>,
+    NativeQuery(q): NativeQuery<EventsQuery>,
 ) -> Result<Json<Value>> {
     let run = visible_run(&st, &p, &id).await?;
     let limit = q.limit.unwrap_or(PAGE);
@@ -595,8 +683,8 @@ pub struct StreamQuery {
 pub async fn stream_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
-    Query(q): Query<StreamQuery>,
+    NativePath(id): NativePath<String>,
+    NativeQuery(q): NativeQuery<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response> {
     let run = visible_run(&st, &p, &id).await?;
@@ -605,7 +693,8 @@ pub async fn stream_run_handler(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok());
     let from = q.from_seq.or(last_id.map(|l| l + 1)).unwrap_or(1).max(1);
-    Ok(stream_response(st, run.id, from).into_response())
+    let slot = st.streams.take(&p).map_err(ApiError::native)?;
+    Ok(stream_response(st, run.id, from, slot).into_response())
 }
 
 /// The SSE stream of a run from `from_seq`: the transcript replayed from Postgres, then live
@@ -614,9 +703,12 @@ fn stream_response(
     st: AppState,
     run: RunId,
     from_seq: i64,
+    slot: StreamSlot,
 ) -> Sse<impl futures::Stream<Item = std::result::Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Event>(256);
     tokio::spawn(async move {
+        // Held for as long as the stream's task runs: it ends when the client goes away.
+        let _slot = slot;
         if let Err(e) = pump(&st, run, from_seq, &tx).await {
             let _ = tx
                 .send(
@@ -740,7 +832,7 @@ pub struct CancelBody {
 pub async fn cancel_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    NativePath(id): NativePath<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>)> {
     let run = visible_run(&st, &p, &id).await?;
@@ -750,7 +842,7 @@ pub async fn cancel_run_handler(
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        crate::extract::parse::<CancelBody>(&body)
+        crate::extract::parse_native::<CancelBody>(&body)
             .map_err(ApiError::native)?
             .reason
     };
@@ -766,12 +858,12 @@ pub async fn cancel_run_handler(
             .cancel(target)
             .await
             .map_err(|e| admission_err(&e))?;
+        // Sub-runs hold slots of their own, so every run ended here gives its slot back.
         if st
             .runs
             .cancel_unheld(target, reason.as_deref())
             .await
             .map_err(store_err)?
-            && target == run.id
         {
             let _ = st.coord.release(&p.tenant, target).await;
         }
@@ -800,7 +892,7 @@ pub struct InputBody {
 pub async fn input_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    NativePath(id): NativePath<String>,
     ValidJson(body): NativeJson<InputBody>,
 ) -> Result<(StatusCode, Json<Value>)> {
     let run = visible_run(&st, &p, &id).await?;
@@ -815,17 +907,33 @@ pub async fn input_handler(
             "the run is waiting for an answer to an interruption; answer it with POST /v1/runs/{id}/interrupts/{interrupt_id}",
         )));
     }
-    if run.status == RunStatus::AwaitingInput {
-        admit(&st, &p, run.id).await.map_err(ApiError::native)?;
-    }
-    let woke = match st
-        .runs
-        .add_input(&p.tenant, run.id, &body.text)
-        .await
-        .map_err(store_err)?
-    {
-        Ok(w) => w,
-        Err(status) => {
+    // Waking a parked run admits it again; steering a running one takes no slot.
+    let took = if run.status == RunStatus::AwaitingInput {
+        admit(&st, &p, run.id).await.map_err(ApiError::native)?
+    } else {
+        false
+    };
+    let added = st.runs.add_input(&p.tenant, run.id, &body.text).await;
+    let woke = match added {
+        Ok(Ok(true)) => true,
+        Ok(Ok(false)) => {
+            // Nothing woke (the run was running, or another input woke it first and took its
+            // own slot): a slot taken here would be held by nobody.
+            if took {
+                let _ = st.coord.release(&p.tenant, run.id).await;
+            }
+            false
+        }
+        Err(e) => {
+            if took {
+                let _ = st.coord.release(&p.tenant, run.id).await;
+            }
+            return Err(store_err(e));
+        }
+        Ok(Err(status)) => {
+            if took {
+                let _ = st.coord.release(&p.tenant, run.id).await;
+            }
             return Err(ApiError::native(Error::new(
                 ErrorCode::Conflict,
                 format!("the run has ended ({status}); start a new run"),
@@ -862,21 +970,39 @@ pub struct AnswerBody {
 pub async fn answer_interrupt_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path((id, interrupt_id)): Path<(String, String)>,
+    NativePath((id, interrupt_id)): NativePath<(String, String)>,
     ValidJson(body): NativeJson<AnswerBody>,
 ) -> Result<(StatusCode, Json<Value>)> {
     let run = visible_run(&st, &p, &id).await?;
-    admit(&st, &p, run.id).await.map_err(ApiError::native)?;
-    let ok = st
+    let not_waiting = || {
+        ApiError::native(Error::not_found(format!(
+            "run `{id}` is not waiting on interruption `{interrupt_id}`"
+        )))
+    };
+    // Only a run parked on this very interruption is admitted: anything else is a 404 that
+    // touches no admission slot (a running run's slot stays its own).
+    let pending = run
+        .pending_interrupt
+        .as_ref()
+        .and_then(|i| i.get("id"))
+        .and_then(Value::as_str);
+    if run.status != RunStatus::AwaitingInput || pending != Some(interrupt_id.as_str()) {
+        return Err(not_waiting());
+    }
+    let took = admit(&st, &p, run.id).await.map_err(ApiError::native)?;
+    let answered = st
         .runs
         .answer_interrupt(&p.tenant, run.id, &interrupt_id, &body.answer)
-        .await
-        .map_err(store_err)?;
-    if !ok {
-        let _ = st.coord.release(&p.tenant, run.id).await;
-        return Err(ApiError::native(Error::not_found(format!(
-            "run `{id}` is not waiting on interruption `{interrupt_id}`"
-        ))));
+        .await;
+    if !matches!(answered, Ok(true)) {
+        // Answered by someone else meanwhile (they hold the run's slot now), or a failure.
+        if took {
+            let _ = st.coord.release(&p.tenant, run.id).await;
+        }
+        return Err(answered
+            .map_err(store_err)
+            .err()
+            .unwrap_or_else(not_waiting));
     }
     st.bus
         .dispatch(&Dispatch {

@@ -4,7 +4,7 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -16,7 +16,7 @@ use weft_store::{NewToken, TokenRecord};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{NativeJson, ValidJson};
+use crate::extract::{NativeJson, NativePath, ValidJson};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -49,6 +49,12 @@ fn token_json(r: &TokenRecord) -> Value {
         "expires_at": r.expires_at.map_or(Value::Null, ts),
         "revoked_at": r.revoked_at.map_or(Value::Null, ts),
     })
+}
+
+/// The scopes `p` does not hold: a token holding any of them holds more than `p`, so `p` may
+/// neither see nor revoke it (a tenant admin never touches an operator's `admin` token).
+fn lacked_scopes(p: &Principal) -> Scopes {
+    Scopes::new(Scope::ALL.into_iter().filter(|s| !p.has(*s)))
 }
 
 fn require_tenant_admin(p: &Principal) -> std::result::Result<(), Error> {
@@ -185,17 +191,21 @@ pub async fn list_tokens_handler(
     } else {
         Some(p.tenant.clone())
     };
-    let list = st.tokens.list(tenant.as_ref()).await.map_err(|e| {
-        tracing::error!(error = %e, "listing tokens failed");
-        ApiError::native(e.to_api())
-    })?;
+    let list = st
+        .tokens
+        .list(tenant.as_ref(), &lacked_scopes(&p))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "listing tokens failed");
+            ApiError::native(e.to_api())
+        })?;
     Ok(Json(json!({"data": list.iter().map(token_json).collect::<Vec<_>>()})).into_response())
 }
 
 pub async fn revoke_token_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    NativePath(id): NativePath<String>,
 ) -> Result<Response> {
     require_tenant_admin(&p).map_err(ApiError::native)?;
     let not_found =
@@ -204,7 +214,7 @@ pub async fn revoke_token_handler(
     let tenant = (!p.is_admin()).then(|| p.tenant.clone());
     let rec = st
         .tokens
-        .revoke(token_id, tenant.as_ref())
+        .revoke(token_id, tenant.as_ref(), &lacked_scopes(&p))
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "revoking token failed");

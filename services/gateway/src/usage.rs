@@ -305,9 +305,15 @@ fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<Usag
     }
     let time =
         |key: &str, raw: &Option<String>| -> std::result::Result<Option<OffsetDateTime>, Error> {
-            let Some(raw) = raw.as_deref().filter(|v| !v.is_empty()) else {
+            let Some(raw) = raw.as_deref() else {
                 return Ok(None);
             };
+            if raw.is_empty() {
+                return Err(Error::invalid(format!(
+                    "`{key}` is empty; give an RFC 3339 time such as 2026-11-22T00:00:00Z, or leave it out"
+                ))
+                .with_param(key));
+            }
             // An unencoded `+` in an offset arrives as a space; RFC 3339 has no spaces.
             OffsetDateTime::parse(&raw.replace(' ', "+"), &Rfc3339)
                 .map(Some)
@@ -328,7 +334,7 @@ fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<Usag
         ))
         .with_param("from"));
     }
-    let tenant = match q.tenant.as_deref().filter(|v| !v.is_empty()) {
+    let tenant = match q.tenant.as_deref() {
         Some(t) => Some(TenantId::parse(t).map_err(|e| e.with_param("tenant"))?),
         None => None,
     };
@@ -515,5 +521,17 @@ mod tests {
         assert!(e.message.contains("after"), "{}", e.message);
         let e = parse_params(&q(&[("tenant", "Not A Tenant")]), now).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tenant"));
+    }
+
+    #[test]
+    fn empty_values_are_refused_not_taken_as_absent() {
+        // The OpenAPI document says date-time and a tenant name; `?to=` is neither.
+        let now = t("2026-11-22T12:00:00Z");
+        for key in ["from", "to", "tenant"] {
+            let e = parse_params(&q(&[(key, "")]), now).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(key), "{}", e.message);
+        }
+        // An empty group_by is no grouping, as documented.
+        assert!(parse_params(&q(&[("group_by", "")]), now).is_ok());
     }
 }

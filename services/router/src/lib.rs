@@ -4,6 +4,8 @@
 //! [`ChatEvent`]s over gRPC. Every call must carry a valid internal JWT.
 
 pub mod accounting;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod providers;
 pub mod routing;
@@ -69,10 +71,11 @@ pub fn grpc_service(
     weft_proto::v1::router_server::RouterServer<grpc::RouterService>,
     JwtInterceptor,
 > {
-    weft_proto::v1::router_server::RouterServer::with_interceptor(
-        grpc::RouterService::new(routing),
-        JwtInterceptor::new(jwt),
-    )
+    let server =
+        weft_proto::v1::router_server::RouterServer::new(grpc::RouterService::new(routing))
+            .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+            .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES);
+    tonic::service::interceptor::InterceptedService::new(server, JwtInterceptor::new(jwt))
 }
 
 /// Runs the router as its own process until SIGINT/SIGTERM: the internal JWT key from config,

@@ -417,7 +417,7 @@ impl Routing {
             .take_slot(&key, &member, cap, Duration::from_secs(600))
             .await
         {
-            Ok(Admission::Admitted) => Ok(Some((key, member))),
+            Ok(Admission::Admitted | Admission::AlreadyHeld) => Ok(Some((key, member))),
             Ok(Admission::Full { retry_after }) => {
                 let mut e = Error::new(
                     ErrorCode::RateLimited,
@@ -455,6 +455,12 @@ impl Routing {
         p: &Principal,
         req: &EmbedRequest,
     ) -> Result<(EmbedResult, LimitHeaders), Error> {
+        // Bounded here as well as at the gateway, so no driver is ever asked for more.
+        weft_core::limits::check_embed_request(
+            req.input.len(),
+            req.input.iter().map(String::len).sum(),
+            req.dimensions,
+        )?;
         let candidates = self.order(self.resolve_for(
             Some(p.tenant.as_str()),
             &req.model,
@@ -506,6 +512,9 @@ impl Routing {
                         l.usage(r.usage);
                         l.finish("ok").await;
                     }
+                    // A provider's default size can still make an answer too big to return.
+                    let widest = r.vectors.iter().map(Vec::len).max().unwrap_or(0);
+                    weft_core::limits::check_embed_answer(r.vectors.len(), widest)?;
                     return Ok((r, headers));
                 }
                 Err(e) if e.retryable => {

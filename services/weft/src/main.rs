@@ -207,14 +207,18 @@ async fn up(config: weft_config::Config, ready_file: Option<PathBuf>) -> ExitCod
     println!("url: {url}");
     match &fleet.admin_token {
         Some(t) if fleet.minted && fleet.saved => println!(
-            "admin token: {t}\n  (saved to {}; printed again on later starts)",
+            "admin token: {t}\n  (saved to {}; printed only now, on the start that minted it)",
             token_file.display()
         ),
         Some(t) if fleet.minted => println!(
             "admin token: {t}\n  (could not be saved to {}: copy it now, it is shown once)",
             token_file.display()
         ),
-        Some(t) => println!("admin token: {t}"),
+        // Printed once, when minted: later starts say where it is, so it stays out of logs.
+        Some(_) => println!(
+            "admin token: in {} (minted on the first start)",
+            token_file.display()
+        ),
         None => println!(
             "admin token: minted on an earlier start and not found in {}; mint another with `weft token create --admin`",
             token_file.display()
@@ -315,7 +319,10 @@ async fn token(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
                 Ok(t) => t,
                 Err(e) => return fail(e.message),
             };
-            match store.list(tenant.as_ref()).await {
+            match store
+                .list(tenant.as_ref(), &weft_core::Scopes::default())
+                .await
+            {
                 Ok(list) => {
                     println!(
                         "{:<36}  {:<16} {:<20} {:<14} {:<8} scopes",
@@ -345,7 +352,7 @@ async fn token(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
                     "`{id}` is not a token id; `weft token list` shows them"
                 ));
             };
-            match store.revoke(id, None).await {
+            match store.revoke(id, None, &weft_core::Scopes::default()).await {
                 Ok(Some(r)) => {
                     println!("revoked {}", r.id);
                     ExitCode::SUCCESS

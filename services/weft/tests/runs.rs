@@ -10,101 +10,12 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::TestFleet;
+use common::{
+    TestFleet, create, persisted, put_agent, script, slow_model, stalling_model, stream,
+    stream_until, wait_event,
+};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-
-/// A mock script: tool calls per turn, then a reply.
-fn script(turns: Value, reply: &str) -> String {
-    format!("#mock {}", json!({"turns": turns, "reply": reply}))
-}
-
-async fn put_agent(f: &TestFleet, token: &str, name: &str, body: Value) {
-    let r = f
-        .http
-        .put(format!("{}/v1/agents/{name}", f.url))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    assert!(
-        status == 200 || status == 201,
-        "put agent {name}: {status} {}",
-        r.text().await.unwrap()
-    );
-}
-
-/// Every SSE frame of a run stream, until it ends: (id, event, data).
-async fn stream(
-    f: &TestFleet,
-    token: &str,
-    run: &str,
-    query: &str,
-    last_event_id: Option<&str>,
-) -> Vec<(i64, String, Value)> {
-    stream_until(f, token, run, query, last_event_id, "run_finished").await
-}
-
-/// The run after its stream (from `from_seq`) shows an event of `kind`.
-async fn wait_event(f: &TestFleet, token: &str, run: &str, from_seq: i64, kind: &str) -> Value {
-    let frames = stream_until(f, token, run, &format!("?from_seq={from_seq}"), None, kind).await;
-    assert_eq!(frames.last().map(|(_, k, _)| k.as_str()), Some(kind));
-    f.get(&format!("/v1/runs/{run}"), token).await.1
-}
-
-/// SSE frames until one of kind `until` (inclusive).
-async fn stream_until(
-    f: &TestFleet,
-    token: &str,
-    run: &str,
-    query: &str,
-    last_event_id: Option<&str>,
-    until: &str,
-) -> Vec<(i64, String, Value)> {
-    let mut req = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream{query}", f.url))
-        .bearer_auth(token);
-    if let Some(l) = last_event_id {
-        req = req.header("last-event-id", l);
-    }
-    let r = req.send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Some(ev) = tokio::time::timeout_at(deadline, events.next())
-        .await
-        .expect("the stream ended in time")
-    {
-        let ev = ev.unwrap();
-        let data: Value = serde_json::from_str(&ev.data).unwrap();
-        let done = ev.event == until;
-        out.push((ev.id.parse().unwrap(), ev.event, data));
-        if done {
-            break;
-        }
-    }
-    out
-}
-
-fn persisted(frames: &[(i64, String, Value)]) -> Vec<(i64, String)> {
-    frames
-        .iter()
-        .filter(|(_, k, _)| k != "text_delta")
-        .map(|(s, k, _)| (*s, k.clone()))
-        .collect()
-}
-
-async fn create(f: &TestFleet, token: &str, body: Value) -> String {
-    let (status, run) = f.post("/v1/runs", token, body).await;
-    assert_eq!(status, 201, "{run}");
-    run["run_id"].as_str().unwrap().to_owned()
-}
 
 #[tokio::test]
 async fn a_run_with_tool_calls_completes_with_an_ordered_complete_transcript() {
@@ -582,33 +493,6 @@ async fn an_interruption_parks_the_run_until_it_is_answered() {
             .unwrap()
             .contains("blue")
     );
-}
-
-/// Adds a mock model `slow` whose answer starts at once and then stalls for a minute between
-/// words: a run on it is held by an executor, mid-stream, until it is cancelled.
-fn stalling_model(c: &mut weft_config::Config) {
-    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
-        m.models.insert(
-            "slow".into(),
-            weft_config::MockModelConfig {
-                token_delay_ms: 60_000,
-                ..Default::default()
-            },
-        );
-    }
-}
-
-/// Adds a mock provider `mock` model `slow` with the given latency.
-fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
-    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
-        m.models.insert(
-            "slow".into(),
-            weft_config::MockModelConfig {
-                latency_ms,
-                ..Default::default()
-            },
-        );
-    }
 }
 
 #[tokio::test]

@@ -182,10 +182,14 @@ pub struct GatewayConfig {
     pub request_timeout_secs: u64,
     /// The substrate's gRPC URL; ignored by `weft up`, which wires it in-process.
     pub substrate_url: String,
-    /// Runs one tenant may have admitted (queued or running) at once; more get 429.
+    /// Runs one tenant may have working at once — queued or running, sub-runs included; a
+    /// parent waiting on its sub-runs lends them its slot. More get 429.
     pub tenant_max_concurrent_runs: u32,
     /// How long an admission slot lasts without being renewed by the executor, in seconds.
     pub admission_lease_secs: u64,
+    /// Run streams (`GET /v1/runs/{id}/stream`, `POST /v1/runs` with SSE) one principal may
+    /// have open at once on one gateway replica; more get 429.
+    pub max_streams_per_principal: u32,
 }
 
 impl Default for GatewayConfig {
@@ -199,6 +203,7 @@ impl Default for GatewayConfig {
             substrate_url: "http://127.0.0.1:8789".into(),
             tenant_max_concurrent_runs: 1000,
             admission_lease_secs: 600,
+            max_streams_per_principal: 64,
         }
     }
 }
@@ -681,6 +686,9 @@ impl Config {
                     "{section}.prefix must be non-empty letters, digits, '-' or '_', got {prefix:?}"
                 ));
             }
+        }
+        if self.gateway.max_streams_per_principal == 0 {
+            return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());
         }
         if self.gateway.tenant_max_concurrent_runs == 0 {
             return bad("gateway.tenant_max_concurrent_runs must be at least 1, got 0".into());

@@ -103,11 +103,13 @@ pub struct Control {
 /// The outcome of asking for an admission slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
+    /// A slot was taken for the member.
     Admitted,
+    /// The member already held a slot; its lease was renewed. Whoever asked did not take a
+    /// slot, so it must not give one back.
+    AlreadyHeld,
     /// The tenant is at its limit; try again after this long.
-    Full {
-        retry_after: Duration,
-    },
+    Full { retry_after: Duration },
 }
 
 /// Admits `ARGV[3]` into the tenant's set when it holds fewer than `ARGV[2]` live leases.
@@ -119,9 +121,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[3]) or redis.call('ZCARD', KEYS[1]) < limit then
+local held = redis.call('ZSCORE', KEYS[1], ARGV[3])
+if held or redis.call('ZCARD', KEYS[1]) < limit then
   redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], lease)
+  if redis.call('PTTL', KEYS[1]) < lease then
+    redis.call('PEXPIRE', KEYS[1], lease)
+  end
+  if held then return -1 end
   return 0
 end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -265,7 +271,7 @@ impl Coord {
         lease: Duration,
     ) -> Result<Admission, CoordError> {
         let mut c = self.conn().await?;
-        let wait_ms: u64 = self
+        let wait_ms: i64 = self
             .admit
             .key(key)
             .arg(millis(lease))
@@ -274,12 +280,12 @@ impl Coord {
             .invoke_async(&mut c)
             .await
             .map_err(unavailable)?;
-        Ok(if wait_ms == 0 {
-            Admission::Admitted
-        } else {
-            Admission::Full {
-                retry_after: Duration::from_millis(wait_ms),
-            }
+        Ok(match wait_ms {
+            0 => Admission::Admitted,
+            ..0 => Admission::AlreadyHeld,
+            ms => Admission::Full {
+                retry_after: Duration::from_millis(ms.unsigned_abs()),
+            },
         })
     }
 

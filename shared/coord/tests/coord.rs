@@ -36,10 +36,10 @@ async fn admission_caps_each_tenant_and_frees_on_release() {
         c.admit(&acme, RunId::new(), 2, lease).await.unwrap(),
         Admission::Full { .. }
     ));
-    // Re-admitting a member renews it rather than taking a slot.
+    // Re-admitting a member renews it rather than taking a slot, and says so.
     assert_eq!(
         c.admit(&acme, a, 2, lease).await.unwrap(),
-        Admission::Admitted
+        Admission::AlreadyHeld
     );
     // Tenants do not share slots.
     assert_eq!(

@@ -11,9 +11,13 @@
 //!   order of `tools` or `sampling.stop` is kept as given.
 //! - [`AgentContent::from_json`] and [`parse_agent_markdown`] read definitions from the API and
 //!   from `<name>.md` files, naming the offending field on failure.
+//! - [`object_only`] and [`objects_only!`](crate::objects_only) make a request struct accept only
+//!   a JSON object: serde's derive also takes a sequence of the fields in declaration order.
 
 use std::collections::HashSet;
+use std::marker::PhantomData;
 
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -74,9 +78,10 @@ impl Default for AgentContent {
     }
 }
 
-/// Sampling defaults of an agent; a run may override them.
+/// Sampling defaults of an agent; a run may override them. Only a JSON object deserializes
+/// into it (see [`object_only`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 pub struct AgentSampling {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
@@ -84,11 +89,81 @@ pub struct AgentSampling {
     pub stop: Vec<String>,
 }
 
+/// An agent's channel grants. Only a JSON object deserializes into it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 pub struct AgentChannels {
     pub publish: Vec<String>,
     pub subscribe: Vec<String>,
+}
+
+crate::objects_only!(AgentSampling, AgentChannels);
+
+/// A struct whose fields are read from a map by serde's derive, to be wrapped by [`object_only`].
+/// [`objects_only!`](crate::objects_only) implements it (and `Serialize`/`Deserialize`) for a
+/// struct derived with `#[serde(remote = "Self")]`.
+pub trait FromFields<'de>: Sized {
+    /// The derived deserialization (which would also accept a sequence).
+    fn from_fields<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
+}
+
+/// Deserializes `T` from a JSON object only. serde's derived `Deserialize` for a struct (and for
+/// an internally tagged enum) also accepts a sequence of the fields in declaration order, so
+/// `"sampling": [null, null]` would pass for an object nobody wrote; requests refuse it with
+/// "invalid type: sequence, expected a JSON object", at the field's path.
+pub fn object_only<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromFields<'de>,
+{
+    struct ObjectVisitor<T>(PhantomData<T>);
+
+    impl<'de, T: FromFields<'de>> Visitor<'de> for ObjectVisitor<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::from_fields(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+
+    d.deserialize_map(ObjectVisitor(PhantomData))
+}
+
+/// For each struct (or enum) given, derived with `#[serde(remote = "Self")]`: a `Deserialize`
+/// that accepts only a JSON object ([`object_only`]) and a `Serialize` as derived. Without a
+/// derived `Serialize`, write `objects_only!(deserialize: Type, …)`.
+#[macro_export]
+macro_rules! objects_only {
+    (deserialize: $($t:ty),+ $(,)?) => {
+        $(
+            impl<'de> $crate::agent::FromFields<'de> for $t {
+                fn from_fields<D: ::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
+                    // The inherent function `#[serde(remote = "Self")]` derives.
+                    <$t>::deserialize(d)
+                }
+            }
+
+            impl<'de> ::serde::Deserialize<'de> for $t {
+                fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
+                    $crate::agent::object_only(d)
+                }
+            }
+        )+
+    };
+    ($($t:ty),+ $(,)?) => {
+        $crate::objects_only!(deserialize: $($t),+);
+        $(
+            impl ::serde::Serialize for $t {
+                fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
+                    <$t>::serialize(self, s)
+                }
+            }
+        )+
+    };
 }
 
 /// Bounds enforced by [`AgentContent::validate`].
@@ -695,6 +770,38 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("max_iterations"));
         let e = AgentContent::from_json(json!(["x"])).unwrap_err();
         assert!(e.message.contains("JSON object"), "{}", e.message);
+    }
+
+    #[test]
+    fn struct_fields_accept_only_objects() {
+        // serde's derive would read these as the fields in declaration order.
+        for (body, at) in [
+            (json!({"sampling": [null, null]}), "sampling"),
+            (json!({"sampling": [0.2, 1, 7, ["x"]]}), "sampling"),
+            (json!({"sampling": []}), "sampling"),
+            (json!({"channels": [["a"], ["b"]]}), "channels"),
+        ] {
+            let e = AgentContent::from_json(body.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(at), "{body}: {e:?}");
+            assert!(
+                e.message.contains("expected a JSON object"),
+                "{body}: {}",
+                e.message
+            );
+        }
+        let e = serde_json::from_str::<AgentSampling>("[null,null,null,[]]").unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
+        // Objects, defaults and the error paths inside them are as before.
+        let c = content(json!({"sampling": {"seed": 7}, "channels": {"publish": ["a"]}}));
+        assert_eq!(c.sampling.seed, Some(7));
+        assert_eq!(c.channels.publish, ["a"]);
+        let e = AgentContent::from_json(json!({"sampling": {"seed": "x"}})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("sampling.seed"));
+        // Serializing is unchanged: the canonical JSON (and so every stored hash) stays the same.
+        assert_eq!(
+            serde_json::to_string(&AgentSampling::default()).unwrap(),
+            r#"{"temperature":null,"top_p":null,"seed":null,"stop":[]}"#
+        );
     }
 
     fn invalid(v: Value) -> Error {

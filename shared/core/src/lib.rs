@@ -5,10 +5,12 @@
 pub mod agent;
 pub mod error;
 pub mod ids;
+pub mod limits;
 pub mod message;
 pub mod principal;
 pub mod ratelimit;
 pub mod run;
+pub mod storable;
 pub mod usage;
 
 pub use error::{Error, ErrorCode};

@@ -24,6 +24,21 @@ pub enum RunStoreError {
     StaleLease(RunId),
 }
 
+impl RunStoreError {
+    /// Whether retrying can never help: the database refused the data itself (SQLSTATE class
+    /// 22, data exception — e.g. an untranslatable character; 23, integrity constraint; 54,
+    /// program limit exceeded — e.g. a value too large). Lost connections, timeouts and lock
+    /// conflicts are not permanent.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::Store(StoreError::Db(sqlx::Error::Database(d))) => d
+                .code()
+                .is_some_and(|c| matches!(c.get(..2), Some("22" | "23" | "54"))),
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for RunStoreError {
     fn from(e: sqlx::Error) -> Self {
         Self::Store(StoreError::Db(e))
@@ -736,8 +751,8 @@ impl Fenced {
         .bind(self.run.0)
         .bind(tool_use_id)
         .bind(&self.tenant)
-        .bind(tool)
-        .bind(input)
+        .bind(weft_core::storable::text(tool).as_ref())
+        .bind(weft_core::storable::json_owned(input.clone()))
         .bind(idempotent)
         .bind(self.epoch)
         .execute(&mut *self.tx)
@@ -758,7 +773,7 @@ impl Fenced {
         )
         .bind(self.run.0)
         .bind(tool_use_id)
-        .bind(result)
+        .bind(weft_core::storable::text(result).as_ref())
         .bind(is_error)
         .bind(self.epoch)
         .execute(&mut *self.tx)
@@ -848,7 +863,7 @@ impl Fenced {
                  lease_expires_at = NULL, updated_at = now() WHERE id = $1",
         )
         .bind(self.run.0)
-        .bind(interrupt)
+        .bind(interrupt.cloned().map(weft_core::storable::json_owned))
         .execute(&mut *self.tx)
         .await?;
         Ok(())
@@ -870,7 +885,7 @@ impl Fenced {
         .bind(reason.final_status().as_str())
         .bind(reason.as_str())
         .bind(usage)
-        .bind(error)
+        .bind(error.cloned().map(weft_core::storable::json_owned))
         .execute(&mut *self.tx)
         .await?;
         Ok(())
@@ -903,7 +918,8 @@ fn columns(first_seq: i64, events: &[(String, Value)]) -> (Vec<i64>, Vec<String>
     for (i, (k, d)) in (0i64..).zip(events) {
         seqs.push(first_seq + i);
         kinds.push(k.clone());
-        datas.push(d.clone());
+        // Whatever reaches the transcript is storable (see weft_core::storable).
+        datas.push(weft_core::storable::json_owned(d.clone()));
     }
     (seqs, kinds, datas)
 }

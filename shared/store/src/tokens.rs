@@ -143,35 +143,46 @@ impl TokenStore {
         row.map(Row::into_record).transpose()
     }
 
-    /// Tokens of `tenant`, or of every tenant when `None`, newest first.
-    pub async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<TokenRecord>, StoreError> {
+    /// Tokens of `tenant`, or of every tenant when `None`, newest first, leaving out every token
+    /// that holds one of `hidden` (the scopes the caller lacks: nobody sees a token that holds
+    /// more than they do).
+    pub async fn list(
+        &self,
+        tenant: Option<&TenantId>,
+        hidden: &Scopes,
+    ) -> Result<Vec<TokenRecord>, StoreError> {
         let rows: Vec<Row> = sqlx::query_as(concat!(
             "SELECT ",
             columns!(),
-            " FROM tokens WHERE ($1::text IS NULL OR tenant_id = $1) \
+            " FROM tokens WHERE ($1::text IS NULL OR tenant_id = $1) AND NOT (scopes && $2) \
              ORDER BY created_at DESC, id DESC LIMIT 1000"
         ))
         .bind(tenant.map(TenantId::as_str))
+        .bind(hidden.to_strings())
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(Row::into_record).collect()
     }
 
-    /// Revokes token `id` if it belongs to `tenant` (any tenant when `None`) and returns it;
-    /// revoking twice keeps the first revocation time. `None` when no such token is visible.
+    /// Revokes token `id` if it belongs to `tenant` (any tenant when `None`) and holds none of
+    /// `hidden`, and returns it; revoking twice keeps the first revocation time. `None` when no
+    /// such token is visible.
     pub async fn revoke(
         &self,
         id: TokenId,
         tenant: Option<&TenantId>,
+        hidden: &Scopes,
     ) -> Result<Option<TokenRecord>, StoreError> {
         let row: Option<Row> = sqlx::query_as(concat!(
             "UPDATE tokens SET revoked_at = COALESCE(revoked_at, now()) \
-             WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) RETURNING ",
+             WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) AND NOT (scopes && $3) \
+             RETURNING ",
             columns!(),
             ""
         ))
         .bind(id.0)
         .bind(tenant.map(TenantId::as_str))
+        .bind(hidden.to_strings())
         .fetch_optional(&self.pool)
         .await?;
         row.map(Row::into_record).transpose()

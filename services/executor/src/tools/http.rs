@@ -52,6 +52,17 @@ const RESULT_HEADERS: [HeaderName; 10] = [
     header::CACHE_CONTROL,
 ];
 
+/// Request headers that follow a redirect to another origin; every other header the model set
+/// (`Authorization`, `Cookie`, `X-Api-Key`, any custom header) is dropped there.
+const CROSS_ORIGIN_HEADERS: [HeaderName; 6] = [
+    header::ACCEPT,
+    header::ACCEPT_LANGUAGE,
+    header::CONTENT_TYPE,
+    header::CONTENT_LANGUAGE,
+    header::USER_AGENT,
+    header::CACHE_CONTROL,
+];
+
 /// Request headers the model may not set: the client owns framing, routing and proxying.
 const FORBIDDEN_REQUEST_HEADERS: [HeaderName; 10] = [
     header::HOST,
@@ -396,8 +407,16 @@ impl Resolve for GuardedResolver {
         let policy = Arc::clone(&self.policy);
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            // A name that does not resolve is refused in the same words as one that resolves
+            // to a non-public address: the difference would tell a model which internal names
+            // exist.
+            let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), 0)).await {
+                Ok(addrs) => addrs.collect(),
+                Err(e) => {
+                    tracing::debug!(%host, error = %e, "http tool: lookup failed");
+                    return Err(Box::new(Unresolved) as Box<dyn StdError + Send + Sync>);
+                }
+            };
             for addr in &addrs {
                 policy.check(addr.ip(), Some(&host))?;
             }
@@ -590,10 +609,18 @@ impl HttpTool {
                 body = None;
                 headers.remove(header::CONTENT_TYPE);
             }
-            // Credentials meant for one origin must not follow a redirect to another.
+            // Credentials meant for one origin must not follow a redirect to another: only
+            // headers known to carry no credential go on (an API key can hide in any custom
+            // header, so this is an allowlist, not a denylist).
             if next.origin() != url.origin() {
-                headers.remove(header::AUTHORIZATION);
-                headers.remove(header::COOKIE);
+                let dropped: Vec<HeaderName> = headers
+                    .keys()
+                    .filter(|name| !CROSS_ORIGIN_HEADERS.contains(name))
+                    .cloned()
+                    .collect();
+                for name in dropped {
+                    headers.remove(name);
+                }
             }
             url = next;
         }
@@ -777,11 +804,28 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// What the model is told about a refused address — only that it was refused. Which address a
+/// name resolved to, its class, or that the name did not resolve at all would make the tool an
+/// oracle for the operator's internal DNS; the detail goes to the debug log.
 fn blocked_message(b: BlockedAddress) -> String {
-    format!(
-        "{b}; the HTTP tool does not connect to private, loopback or other non-public addresses"
-    )
+    tracing::debug!(address = %b, "http tool: address refused");
+    REFUSED_ADDRESS.to_owned()
 }
+
+/// The whole message for a refused or unresolvable address.
+const REFUSED_ADDRESS: &str = "not an allowed address";
+
+/// A name the resolver could not resolve.
+#[derive(Debug)]
+struct Unresolved;
+
+impl fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REFUSED_ADDRESS)
+    }
+}
+
+impl StdError for Unresolved {}
 
 /// The next URL if `resp` is a redirect the tool follows.
 fn redirect_target(resp: &reqwest::Response, url: &Url) -> Result<Option<Url>, String> {
@@ -813,6 +857,9 @@ fn describe_send_error(err: &reqwest::Error, url: &Url) -> String {
     while let Some(e) = source {
         if let Some(blocked) = e.downcast_ref::<BlockedAddress>() {
             return format!("refused: {}", blocked_message(blocked.clone()));
+        }
+        if e.downcast_ref::<Unresolved>().is_some() {
+            return format!("refused: {REFUSED_ADDRESS}");
         }
         source = e.source();
     }
@@ -1020,6 +1067,7 @@ mod tests {
             err.to_string(),
             "x.test resolves to 127.0.0.2, a loopback address"
         );
+        assert_eq!(blocked_message(err), "not an allowed address");
         assert!(matches!(
             AddressPolicy::new(&["127.0.0.1"]),
             Err(HttpToolError::InvalidExempt(_))

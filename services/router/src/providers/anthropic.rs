@@ -456,7 +456,7 @@ fn arguments(input: &Value) -> String {
 }
 
 /// Events of a non-streamed message; `None` when the body is not a message.
-fn parse_message(v: &Value) -> Option<Vec<ChatEvent>> {
+pub(crate) fn parse_message(v: &Value) -> Option<Vec<ChatEvent>> {
     let mut events = Vec::new();
     let mut tools: u32 = 0;
     for b in v["content"].as_array()? {
@@ -518,7 +518,7 @@ enum Block {
 
 /// Folds Anthropic's SSE events into weft events.
 #[derive(Default)]
-struct StreamState {
+pub(crate) struct StreamState {
     blocks: HashMap<u64, Block>,
     tools: u32,
     tokens: Tokens,

@@ -46,7 +46,7 @@ impl DeepSeekProvider {
 }
 
 /// The DeepSeek request body for one turn, or the refusal of a parameter it cannot honour.
-fn chat_body(model: &str, req: &ChatRequest) -> Result<Value, ProviderError> {
+pub(crate) fn chat_body(model: &str, req: &ChatRequest) -> Result<Value, ProviderError> {
     refuse_unsupported(model, req)?;
     let send_reasoning = reasoning_to_send(&req.messages);
     let mut body = chat_body_as(

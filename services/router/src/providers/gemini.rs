@@ -869,7 +869,7 @@ fn finish_reason(raw: Option<&str>, called: bool) -> FinishReason {
 }
 
 /// Events of a non-streamed answer; `None` when the body is not a `GenerateContentResponse`.
-fn parse_response(v: &Value, turn: usize) -> Option<Vec<ChatEvent>> {
+pub(crate) fn parse_response(v: &Value, turn: usize) -> Option<Vec<ChatEvent>> {
     let mut t = Turn::new(turn);
     let mut out = VecDeque::new();
     if !t.apply(v, &mut out) {
@@ -881,12 +881,12 @@ fn parse_response(v: &Value, turn: usize) -> Option<Vec<ChatEvent>> {
 
 /// Folds Gemini's SSE chunks into weft events. Gemini sends no end marker: the answer is
 /// complete when a chunk carried a finish reason and the body then ends.
-struct StreamState {
+pub(crate) struct StreamState {
     turn: Turn,
 }
 
 impl StreamState {
-    fn new(turn: usize) -> Self {
+    pub(crate) fn new(turn: usize) -> Self {
         Self {
             turn: Turn::new(turn),
         }

@@ -239,24 +239,44 @@ impl Upstream {
 
     /// The events of an SSE answer, folded by `fold`.
     pub fn sse<F: Fold>(&self, resp: reqwest::Response, fold: F) -> EventStream {
-        let source = resp
-            .bytes_stream()
-            .eventsource()
-            .map(|r| r.map(|ev| (ev.event, ev.data)).map_err(|e| e.to_string()));
-        fold_stream(self.name.clone(), self.idle(), source, fold)
+        fold_stream(
+            self.name.clone(),
+            self.idle(),
+            sse_frames(resp.bytes_stream()),
+            fold,
+        )
     }
 
     /// The events of a newline-delimited JSON answer (Ollama), folded by `fold` with an empty
     /// event name per line.
     pub fn ndjson<F: Fold>(&self, resp: reqwest::Response, fold: F) -> EventStream {
-        let source = ndjson_lines(resp.bytes_stream()).map(|r| r.map(|line| (String::new(), line)));
-        fold_stream(self.name.clone(), self.idle(), source, fold)
+        fold_stream(
+            self.name.clone(),
+            self.idle(),
+            ndjson_frames(resp.bytes_stream()),
+            fold,
+        )
     }
+}
+
+/// An SSE body as `(event name, data)` pairs.
+pub(crate) fn sse_frames(
+    body: impl Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<(String, String), String>> + Send + 'static {
+    body.eventsource()
+        .map(|r| r.map(|ev| (ev.event, ev.data)).map_err(|e| e.to_string()))
+}
+
+/// An NDJSON body as `("", line)` pairs.
+pub(crate) fn ndjson_frames(
+    body: impl Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<(String, String), String>> + Send + 'static {
+    ndjson_lines(body).map(|r| r.map(|line| (String::new(), line)))
 }
 
 /// The human-readable message of a provider error body: `error.message` (OpenAI, Anthropic,
 /// Gemini) or a bare `error` string (Ollama).
-fn error_message(v: &Value) -> Option<String> {
+pub(crate) fn error_message(v: &Value) -> Option<String> {
     v["error"]["message"]
         .as_str()
         .or_else(|| v["error"].as_str())
@@ -266,7 +286,7 @@ fn error_message(v: &Value) -> Option<String> {
 
 /// Google's `RetryInfo` detail: `{"error": {"details": [{"@type": "…RetryInfo", "retryDelay":
 /// "7s"}]}}`.
-fn body_retry_delay(v: &Value) -> Option<Duration> {
+pub(crate) fn body_retry_delay(v: &Value) -> Option<Duration> {
     let details = v["error"]["details"]
         .as_array()
         .or_else(|| v[0]["error"]["details"].as_array())?;
@@ -317,7 +337,7 @@ pub trait Fold: Send + 'static {
 
 type Framed = std::pin::Pin<Box<dyn Stream<Item = Result<(String, String), String>> + Send>>;
 
-fn fold_stream<F: Fold>(
+pub(crate) fn fold_stream<F: Fold>(
     provider: String,
     idle: Duration,
     source: impl Stream<Item = Result<(String, String), String>> + Send + 'static,

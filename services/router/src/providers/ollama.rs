@@ -110,7 +110,11 @@ impl OllamaProvider {
 const EXTRA_OPTIONS: [&str; 3] = ["top_k", "min_p", "repeat_penalty"];
 
 /// The `/api/chat` body for one turn, or the refusal of a parameter Ollama cannot honour.
-fn chat_body(model: &str, req: &ChatRequest, num_ctx: Option<u32>) -> Result<Value, ProviderError> {
+pub(crate) fn chat_body(
+    model: &str,
+    req: &ChatRequest,
+    num_ctx: Option<u32>,
+) -> Result<Value, ProviderError> {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     body.insert("messages".into(), json!(messages(&req.messages)?));
@@ -334,7 +338,7 @@ fn inline_image(url: &str) -> Result<&str, ProviderError> {
 }
 
 /// Folds Ollama's answer, one JSON object per line, into weft events.
-struct ChatFold {
+pub(crate) struct ChatFold {
     /// Assistant messages in the request: the `n` of the ids given to this turn's calls.
     turn: usize,
     /// Tool calls seen so far.
@@ -344,7 +348,7 @@ struct ChatFold {
 }
 
 impl ChatFold {
-    fn new(messages: &[Message]) -> Self {
+    pub(crate) fn new(messages: &[Message]) -> Self {
         Self {
             turn: messages
                 .iter()
@@ -357,7 +361,7 @@ impl ChatFold {
     }
 
     /// Applies one answer object (a stream line, or the whole non-streamed answer).
-    fn apply(&mut self, v: &Value, out: &mut VecDeque<ChatEvent>) -> Result<(), Fault> {
+    pub(crate) fn apply(&mut self, v: &Value, out: &mut VecDeque<ChatEvent>) -> Result<(), Fault> {
         if let Some(e) = v.get("error") {
             return Err(Fault::Upstream(
                 e.as_str().map_or_else(|| e.to_string(), str::to_owned),

@@ -303,7 +303,7 @@ fn parse_usage(v: &Value) -> Option<Usage> {
 }
 
 /// Events of a non-streamed completion; `None` when the body is not a completion.
-fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
+pub(crate) fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
     let choice = v["choices"].as_array()?.first()?;
     let msg = &choice["message"];
     let mut events = Vec::new();
@@ -358,7 +358,7 @@ fn received_id(id: Option<&str>) -> String {
 
 /// Folds OpenAI stream chunks into weft events.
 #[derive(Default)]
-struct StreamState {
+pub(crate) struct StreamState {
     pending: VecDeque<ChatEvent>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,

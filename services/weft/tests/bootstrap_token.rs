@@ -1,0 +1,75 @@
+//! The bootstrap admin token is printed once, by the start that mints it; later starts say where
+//! it is kept, so it never lands in every log store.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_testkit::TestDb;
+
+/// Runs `weft up` until it is ready, stops it with SIGTERM and returns what it printed.
+async fn start_and_stop(db: &TestDb, dir: &Path, round: u32) -> String {
+    let ready = dir.join(format!("ready-{round}.json"));
+    let out = dir.join(format!("stdout-{round}.txt"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["up", "--listen", "127.0.0.1:0"])
+        .args([
+            "--router-listen",
+            "127.0.0.1:0",
+            "--substrate-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--database-url", &db.url])
+        .arg("--ready-file")
+        .arg(&ready)
+        .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
+        .env("WEFT_NATS__PREFIX", &db.name)
+        .env("WEFT_REDIS__PREFIX", &db.name)
+        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "weft up exited early");
+        assert!(Instant::now() < deadline, "weft up never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "weft up stops cleanly");
+    std::fs::read_to_string(out).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bootstrap_token_is_printed_only_by_the_start_that_mints_it() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!("{}-bootstrap", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let first = start_and_stop(&db, &dir, 1).await;
+    let token = std::fs::read_to_string(dir.join("admin-token")).unwrap();
+    let token = token.trim();
+    assert!(token.starts_with("wft_"), "{token}");
+    assert!(
+        first.contains(token),
+        "the minting start shows it once: {first}"
+    );
+    let second = start_and_stop(&db, &dir, 2).await;
+    assert!(
+        !second.contains(token),
+        "a later start must not print the token: {second}"
+    );
+    assert!(
+        second.contains(&dir.join("admin-token").display().to_string()),
+        "a later start says where the token is: {second}"
+    );
+}

@@ -1,0 +1,70 @@
+//! What weft stores is valid UTF-8 without U+0000: Postgres refuses NUL in `text` and `jsonb`.
+//!
+//! Text from callers is checked at the gateway and a NUL is a 400 naming the field. Text weft
+//! did not choose — a model's reply, a tool's input or name as the model wrote it, a page an HTTP
+//! tool fetched — is stored by one documented rule instead of being refused: **every U+0000 is
+//! replaced by U+FFFD (the replacement character)**, in strings and in object keys. Nothing else
+//! changes, so such content is stored, shown and sent back to the model as faithfully as the
+//! database allows, and a run never stalls on it.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+/// What a U+0000 becomes in stored text.
+pub const NUL_REPLACEMENT: char = '\u{FFFD}';
+
+/// `s` with every U+0000 replaced; borrowed when it has none.
+pub fn text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// Replaces every U+0000 in the strings and keys of `v`, in place.
+pub fn json(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if s.contains('\0') {
+                *s = s.replace('\0', "\u{FFFD}");
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(json),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                let old = std::mem::take(map);
+                for (k, mut item) in old {
+                    json(&mut item);
+                    map.insert(k.replace('\0', "\u{FFFD}"), item);
+                }
+            } else {
+                map.values_mut().for_each(json);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// `v` made storable (see [`json`]).
+pub fn json_owned(mut v: Value) -> Value {
+    json(&mut v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_becomes_the_replacement_character_everywhere() {
+        assert_eq!(text("bad\0reply"), "bad\u{FFFD}reply");
+        assert!(matches!(text("fine"), Cow::Borrowed(_)));
+        let v = json_owned(serde_json::json!({"a\0": ["x\0", 1, {"b": "\0"}], "n": null}));
+        assert_eq!(
+            v,
+            serde_json::json!({"a\u{FFFD}": ["x\u{FFFD}", 1, {"b": "\u{FFFD}"}], "n": null})
+        );
+    }
+}
