@@ -5,7 +5,7 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -17,7 +17,7 @@ use weft_proto::v1;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{NativeJson, ValidJson};
+use crate::extract::{NativeJson, NativePath, ValidJson, parse_query};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -96,7 +96,7 @@ fn summary_json(s: v1::AgentSummary) -> Value {
 pub async fn put_agent_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
     ValidJson(body): NativeJson<Value>,
 ) -> Result<Response> {
     let req = st
@@ -124,15 +124,10 @@ struct GetQuery {
 pub async fn get_agent_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
     uri: Uri,
 ) -> Result<Response> {
-    let Query(q) = Query::<GetQuery>::try_from_uri(&uri).map_err(|e| {
-        ApiError::native(Error::invalid(format!(
-            "invalid query string: {}; the only parameter is `version`",
-            e.body_text()
-        )))
-    })?;
+    let q: GetQuery = parse_query(uri.query().unwrap_or_default()).map_err(ApiError::native)?;
     let req = st
         .internal(
             &p,
@@ -167,7 +162,7 @@ pub async fn list_agents_handler(
 pub async fn list_versions_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
 ) -> Result<Response> {
     let req = st
         .internal(&p, v1::ListAgentVersionsRequest { name })
@@ -236,7 +231,7 @@ pub struct ForkBody {
 pub async fn fork_agent_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
     ValidJson(body): NativeJson<ForkBody>,
 ) -> Result<Response> {
     let changes = body.changes.unwrap_or_else(|| json!({}));
@@ -260,7 +255,7 @@ pub async fn fork_agent_handler(
 pub async fn retire_agent_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
 ) -> Result<Response> {
     let req = st
         .internal(&p, v1::RetireAgentRequest { name })
@@ -282,7 +277,7 @@ pub struct ActivateBody {
 pub async fn activate_agent_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(name): Path<String>,
+    NativePath(name): NativePath<String>,
     ValidJson(body): NativeJson<ActivateBody>,
 ) -> Result<Response> {
     let req = st
@@ -343,11 +338,18 @@ mod tests {
         assert_eq!(b.version, "sha256:ab");
         let b: ActivateBody = parse(br#"{"version": "2"}"#).unwrap();
         assert_eq!(b.version, "2");
-        for bad in [r#"{"version": 0}"#, r#"{"version": -1}"#, r#"{"version": 1.5}"#] {
-            let e = parse::<ActivateBody>(bad.as_bytes()).unwrap_err();
+        for bad in [
+            r#"{"version": 0}"#,
+            r#"{"version": -1}"#,
+            r#"{"version": 1.5}"#,
+        ] {
+            let e = parse::<ActivateBody>(bad.as_bytes())
+                .err()
+                .expect("refused");
             assert_eq!(e.param.as_deref(), Some("version"), "{bad}: {}", e.message);
         }
-        let b: ForkBody = parse(br#"{"from_version": 3, "changes": {"description": "x"}}"#).unwrap();
+        let b: ForkBody =
+            parse(br#"{"from_version": 3, "changes": {"description": "x"}}"#).unwrap();
         assert_eq!(b.from_version.as_deref(), Some("3"));
         let b: ForkBody = parse(br#"{"from_version": null}"#).unwrap();
         assert_eq!(b.from_version, None);
@@ -356,13 +358,17 @@ mod tests {
     #[test]
     fn bodies_are_objects_only() {
         // serde's derive would read these as the fields in order.
-        let e = parse::<ForkBody>(b"[null, null]").unwrap_err();
+        let e = parse::<ForkBody>(b"[null, null]").err().expect("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<ActivateBody>(br#"["1"]"#).unwrap_err();
+        let e = parse::<ActivateBody>(br#"["1"]"#).err().expect("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<VerifyBody>(br#"["sha256:ab"]"#).unwrap_err();
+        let e = parse::<VerifyBody>(br#"["sha256:ab"]"#)
+            .err()
+            .expect("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<ActivateBody>(br#"{"version": "1", "x": 1}"#).unwrap_err();
+        let e = parse::<ActivateBody>(br#"{"version": "1", "x": 1}"#)
+            .err()
+            .expect("refused");
         assert!(e.message.contains("unknown field"), "{}", e.message);
     }
 }

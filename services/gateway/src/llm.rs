@@ -65,7 +65,7 @@ pub(crate) fn check_llm_call(req: &axum::extract::Request, shape: Shape) -> Opti
 
 /// `POST /v1/llm/chat`.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct LlmChatRequest {
     model: String,
     messages: Vec<LlmMessage>,
@@ -90,7 +90,7 @@ pub struct LlmChatRequest {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct LlmMessage {
     role: Role,
     #[serde(deserialize_with = "text_or_blocks")]
@@ -101,7 +101,12 @@ struct LlmMessage {
 
 /// weft's content block, as JSON. A `tool_use` carries its arguments as a JSON object.
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    remote = "Self",
+    tag = "type",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
 enum LlmBlock {
     Text {
         text: String,
@@ -171,7 +176,7 @@ fn text_or_blocks<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<Ll
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct LlmTool {
     name: String,
     #[serde(default)]
@@ -182,7 +187,7 @@ struct LlmTool {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct LlmSampling {
     temperature: Option<f64>,
     top_p: Option<f64>,
@@ -193,6 +198,10 @@ struct LlmSampling {
     presence_penalty: Option<f64>,
     frequency_penalty: Option<f64>,
 }
+
+// Objects only: serde's derive would also read a struct (and an internally tagged enum) from a
+// sequence of its fields, so `"sampling": [0.5]` or `"messages": [["user", "hi"]]` would pass.
+weft_core::objects_only!(deserialize: LlmChatRequest, LlmMessage, LlmBlock, LlmTool, LlmSampling);
 
 /// A 400 unless `v` is within `lo..=hi`.
 pub(crate) fn range(
@@ -1085,5 +1094,38 @@ mod tests {
         assert_eq!(e.code, ErrorCode::UpstreamError);
         assert!(e.message.contains("`f`"));
         assert!(tool_input("f", "[1]").is_err());
+    }
+
+    #[test]
+    fn struct_fields_accept_only_objects() {
+        use crate::extract::parse;
+        let ok = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"sampling":{"temperature":0.5}}"#;
+        assert!(parse::<LlmChatRequest>(ok.as_bytes()).is_ok());
+        // serde's derive would read each of these as the fields in declaration order.
+        for (body, at) in [
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"sampling":[0.5]}"#,
+                "sampling",
+            ),
+            (r#"{"model":"m","messages":[["user","hi"]]}"#, "messages[0]"),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":[["text","hi"]]}]}"#,
+                "messages[0].content[0]",
+            ),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[["f"]]}"#,
+                "tools[0]",
+            ),
+        ] {
+            let e = parse::<LlmChatRequest>(body.as_bytes())
+                .err()
+                .expect("refused");
+            assert_eq!(e.param.as_deref(), Some(at), "{body}: {}", e.message);
+            assert!(e.message.contains("JSON object"), "{body}: {}", e.message);
+        }
+        let e = parse::<LlmChatRequest>(br#"["m", []]"#)
+            .err()
+            .expect("refused");
+        assert!(e.message.contains("JSON object"), "{}", e.message);
     }
 }

@@ -104,35 +104,40 @@ pub struct MessagesRequest {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct InMessage {
     role: String,
     content: Value,
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct Metadata {
     #[serde(default)]
     user_id: Option<String>,
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct TextIn {
     text: String,
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ImageIn {
     source: ImageSource,
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(remote = "Self", tag = "type", rename_all = "snake_case")]
 enum ImageSource {
     Base64 { media_type: String, data: String },
     Url { url: String },
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ToolUseIn {
     id: String,
     name: String,
@@ -141,6 +146,7 @@ struct ToolUseIn {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ToolResultIn {
     tool_use_id: String,
     #[serde(default)]
@@ -150,6 +156,7 @@ struct ToolResultIn {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ThinkingIn {
     thinking: String,
     #[serde(default)]
@@ -157,6 +164,7 @@ struct ThinkingIn {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ToolIn {
     name: String,
     #[serde(default)]
@@ -165,7 +173,7 @@ struct ToolIn {
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(remote = "Self", tag = "type", rename_all = "snake_case")]
 enum ToolChoiceIn {
     Auto {
         #[serde(default)]
@@ -183,14 +191,36 @@ enum ToolChoiceIn {
     None,
 }
 
+// Objects only: serde's derive would also read these from a sequence of their fields
+// (`"messages": [["user", "hi"]]`).
+weft_core::objects_only!(
+    deserialize: InMessage,
+    Metadata,
+    TextIn,
+    ImageIn,
+    ImageSource,
+    ToolUseIn,
+    ToolResultIn,
+    ThinkingIn,
+    ToolIn,
+    ToolChoiceIn,
+);
+
 fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
     Error::invalid(format!("`{path}` {msg}")).with_param(path)
 }
 
-/// `v` as a `T`, or a 400 naming `path`.
+/// `v` as a `T`, or a 400 naming the field at fault under `path` (`messages[0].content[1].text`).
 fn typed<T: DeserializeOwned>(v: Value, path: &str) -> std::result::Result<T, Error> {
-    serde_json::from_value(v)
-        .map_err(|e| Error::invalid(format!("`{path}`: {e}")).with_param(path.to_owned()))
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let inner = e.path().to_string();
+        let at = if inner.is_empty() || inner == "." {
+            path.to_owned()
+        } else {
+            format!("{path}.{inner}")
+        };
+        Error::invalid(format!("`{at}`: {}", e.into_inner())).with_param(at)
+    })
 }
 
 /// A block's `type`.
@@ -501,6 +531,16 @@ fn to_tools(tools: Option<Vec<Value>>) -> std::result::Result<Vec<ToolSpec>, Err
     Ok(out)
 }
 
+/// The bounds on the request's numbers, as `/v1/messages` and `/v1/messages/count_tokens` both
+/// check them.
+fn check_numbers(r: &MessagesRequest) -> std::result::Result<(), Error> {
+    if r.max_tokens == Some(0) {
+        return Err(invalid_at("max_tokens", "must be at least 1"));
+    }
+    range("temperature", r.temperature, 0.0, 1.0)?;
+    range("top_p", r.top_p, 0.0, 1.0)
+}
+
 /// Validates the request and converts it to the router's contract.
 pub(crate) fn to_proto(
     r: MessagesRequest,
@@ -519,11 +559,7 @@ pub(crate) fn to_proto(
         )
         .with_param("max_tokens"));
     };
-    if max_tokens == 0 {
-        return Err(invalid_at("max_tokens", "must be at least 1"));
-    }
-    range("temperature", r.temperature, 0.0, 1.0)?;
-    range("top_p", r.top_p, 0.0, 1.0)?;
+    check_numbers(&r)?;
     let messages = to_messages(r.system, r.messages)?;
     let tools: Vec<v1::ToolSpec> = to_tools(r.tools)?
         .iter()
@@ -829,6 +865,7 @@ pub async fn count_tokens_handler(
     body: std::result::Result<OpenAiJson<MessagesRequest>, ApiError>,
 ) -> Result<Response> {
     let r = anthropic(body)?;
+    check_numbers(&r).map_err(ApiError::anthropic)?;
     let messages = to_messages(r.system, r.messages).map_err(ApiError::anthropic)?;
     let tools = to_tools(r.tools).map_err(ApiError::anthropic)?;
     Ok(axum::Json(json!({"input_tokens": estimate_tokens(&messages, &tools)})).into_response())
@@ -987,5 +1024,56 @@ mod tests {
             name: None,
         }];
         assert_eq!(estimate_tokens(&m, &[]), 10);
+    }
+    #[test]
+    fn count_tokens_checks_the_numbers_messages_checks() {
+        // The document gives both routes the same bounds.
+        for (body, at) in [
+            (
+                json!({"model": "m", "messages": [], "temperature": 5}),
+                "temperature",
+            ),
+            (json!({"model": "m", "messages": [], "top_p": -1}), "top_p"),
+            (
+                json!({"model": "m", "messages": [], "max_tokens": 0}),
+                "max_tokens",
+            ),
+        ] {
+            let e = check_numbers(&parse(body.clone())).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(at), "{body}");
+        }
+        assert!(check_numbers(&parse(json!({"model": "m", "messages": []}))).is_ok());
+    }
+
+    #[test]
+    fn objects_only_and_errors_name_the_inner_field() {
+        let e = crate::extract::parse::<MessagesRequest>(
+            br#"{"model":"m","max_tokens":5,"messages":[["user","hi"]]}"#,
+        )
+        .err()
+        .expect("refused");
+        assert_eq!(e.param.as_deref(), Some("messages[0]"), "{}", e.message);
+        assert!(e.message.contains("JSON object"), "{}", e.message);
+        let e = crate::extract::parse::<MessagesRequest>(
+            br#"{"model":"m","max_tokens":5,"messages":[],"metadata":["u"]}"#,
+        )
+        .err()
+        .expect("refused");
+        assert_eq!(e.param.as_deref(), Some("metadata"), "{}", e.message);
+        let r = parse(json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": 5}]}
+        ]}));
+        let e = to_messages(r.system, r.messages).unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[0].content[0].text"),
+            "{}",
+            e.message
+        );
+        let r = parse(json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": [{"type": "image", "source": ["url", "https://x"]}]}
+        ]}));
+        let e = to_messages(r.system, r.messages).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0].source"));
     }
 }

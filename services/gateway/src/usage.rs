@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -281,6 +281,28 @@ fn allowed_group_by() -> String {
     GroupBy::ALL.map(GroupBy::as_str).join(", ")
 }
 
+/// `from` or `to`: absent, or an RFC 3339 time. An empty value is refused, not taken as absent.
+fn time_param(key: &str, raw: Option<&str>) -> std::result::Result<Option<OffsetDateTime>, Error> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    if raw.is_empty() {
+        return Err(Error::invalid(format!(
+            "`{key}` is empty; give an RFC 3339 time such as 2026-11-22T00:00:00Z, or leave it out"
+        ))
+        .with_param(key));
+    }
+    // An unencoded `+` in an offset arrives as a space; RFC 3339 has no spaces.
+    OffsetDateTime::parse(&raw.replace(' ', "+"), &Rfc3339)
+        .map(Some)
+        .map_err(|_| {
+            Error::invalid(format!(
+                "`{key}` must be an RFC 3339 time such as 2026-11-22T00:00:00Z, got `{raw}`"
+            ))
+            .with_param(key)
+        })
+}
+
 /// Checks `group_by`, `from`, `to` and `tenant`; `now` fills the defaults.
 fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<UsageParams, Error> {
     let mut group_by = Vec::new();
@@ -303,29 +325,8 @@ fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<Usag
             group_by.push(g);
         }
     }
-    let time =
-        |key: &str, raw: &Option<String>| -> std::result::Result<Option<OffsetDateTime>, Error> {
-            let Some(raw) = raw.as_deref() else {
-                return Ok(None);
-            };
-            if raw.is_empty() {
-                return Err(Error::invalid(format!(
-                    "`{key}` is empty; give an RFC 3339 time such as 2026-11-22T00:00:00Z, or leave it out"
-                ))
-                .with_param(key));
-            }
-            // An unencoded `+` in an offset arrives as a space; RFC 3339 has no spaces.
-            OffsetDateTime::parse(&raw.replace(' ', "+"), &Rfc3339)
-                .map(Some)
-                .map_err(|_| {
-                    Error::invalid(format!(
-                        "`{key}` must be an RFC 3339 time such as 2026-11-22T00:00:00Z, got `{raw}`"
-                    ))
-                    .with_param(key)
-                })
-        };
-    let to = time("to", &q.to)?.unwrap_or(now);
-    let from = time("from", &q.from)?.unwrap_or(to - DEFAULT_SPAN);
+    let to = time_param("to", q.to.as_deref())?.unwrap_or(now);
+    let from = time_param("from", q.from.as_deref())?.unwrap_or(to - DEFAULT_SPAN);
     if from > to {
         return Err(Error::invalid(format!(
             "`from` ({}) is after `to` ({})",
@@ -395,12 +396,9 @@ pub async fn usage_handler(
     uri: Uri,
 ) -> Result<Response> {
     p.require(Scope::TenantAdmin).map_err(ApiError::native)?;
-    let Query(q) = Query::<UsageQuery>::try_from_uri(&uri).map_err(|e| {
-        ApiError::native(Error::invalid(format!(
-            "invalid query string: {}; the parameters are `group_by`, `from`, `to` and `tenant`",
-            e.body_text()
-        )))
-    })?;
+    // Parsed after the scope check, so a caller without `tenant:admin` learns nothing more.
+    let q: UsageQuery =
+        crate::extract::parse_query(uri.query().unwrap_or_default()).map_err(ApiError::native)?;
     let params = parse_params(&q, OffsetDateTime::now_utc()).map_err(ApiError::native)?;
     let tenant = params.tenant.unwrap_or_else(|| p.tenant.clone());
     if !p.administers(&tenant) {
