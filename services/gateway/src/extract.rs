@@ -94,7 +94,7 @@ pub fn refuse_nul(bytes: &[u8]) -> Result<(), Error> {
     let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
         return Ok(());
     };
-    match nul_path(&v, String::new()) {
+    match weft_core::storable::nul_path(&v) {
         Some(path) => Err(nul_error(&path)),
         None => Ok(()),
     }
@@ -112,30 +112,6 @@ pub fn nul_error(path: &str) -> Error {
         "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
     ))
     .with_param(path)
-}
-
-/// Where the first NUL is, in the path notation of [`parse`]'s errors (`messages[0].content`).
-fn nul_path(v: &Value, at: String) -> Option<String> {
-    match v {
-        Value::String(s) => s.contains('\0').then_some(at),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| nul_path(item, format!("{at}[{i}]"))),
-        Value::Object(map) => map.iter().find_map(|(k, item)| {
-            let here = if at.is_empty() {
-                k.clone()
-            } else {
-                format!("{at}.{k}")
-            };
-            if k.contains('\0') {
-                Some(here)
-            } else {
-                nul_path(item, here)
-            }
-        }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => None,
-    }
 }
 
 /// The query string of a native route, deserialized into `T`; a bad value is a native 400 whose

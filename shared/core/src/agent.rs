@@ -488,6 +488,18 @@ impl AgentContent {
     /// `model` and `tier` are each optional and at most one may be set; neither means the
     /// router's `default` alias.
     pub fn validate(&self) -> Result<(), Error> {
+        // Definitions are stored, and Postgres cannot store U+0000: refused here, so a definition
+        // from a file or the config is held to the same rule as one sent over HTTP.
+        if let Ok(v) = serde_json::to_value(self)
+            && let Some(path) = crate::storable::nul_path(&v)
+        {
+            return Err(bad(
+                path.clone(),
+                format!(
+                    "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
+                ),
+            ));
+        }
         if self.description.len() > limits::DESCRIPTION_BYTES {
             return Err(bad(
                 "description",
@@ -700,6 +712,14 @@ mod tests {
 
     fn content(v: Value) -> AgentContent {
         AgentContent::from_json(v).unwrap()
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_a_definition_is_refused_naming_the_field() {
+        let c: AgentContent =
+            serde_json::from_value(json!({"model": "mock-1", "system_prompt": "a\u{0}b"})).unwrap();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("system_prompt"), "{}", e.message);
     }
 
     #[test]

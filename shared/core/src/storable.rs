@@ -47,6 +47,36 @@ pub fn json(v: &mut Value) {
     }
 }
 
+/// Where the first U+0000 in `v` is, in the path notation of weft's 400s
+/// (`messages[0].content`, `""` for `v` itself), or `None` when it has none. Callers' input with a
+/// NUL is refused with this path rather than rewritten.
+pub fn nul_path(v: &Value) -> Option<String> {
+    nul_path_at(v, String::new())
+}
+
+fn nul_path_at(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) => s.contains('\0').then_some(at),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path_at(item, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, item)| {
+            let here = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            if k.contains('\0') {
+                Some(here)
+            } else {
+                nul_path_at(item, here)
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
 /// `v` made storable (see [`json`]).
 pub fn json_owned(mut v: Value) -> Value {
     json(&mut v);
@@ -56,6 +86,13 @@ pub fn json_owned(mut v: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nul_path_names_the_first_nul() {
+        let v = serde_json::json!({"a": {"b": ["x", "y\0"]}});
+        assert_eq!(nul_path(&v).as_deref(), Some("a.b[1]"));
+        assert_eq!(nul_path(&serde_json::json!({"a": 1})), None);
+    }
 
     #[test]
     fn nul_becomes_the_replacement_character_everywhere() {
