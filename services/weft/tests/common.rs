@@ -237,3 +237,58 @@ pub fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
         );
     }
 }
+
+/// Agent `boss` fans out `n` runs of agent `worker` (model `mock/slow`, see [`slow_model`]) with
+/// at most `at_once` children at a time. Returns the parent's run id and stream frames, and the
+/// children (as `GET /v1/runs` lists them), after the parent finished.
+pub async fn fan_out(
+    f: &TestFleet,
+    n: usize,
+    at_once: u32,
+) -> (String, Vec<(i64, String, Value)>, Vec<Value>) {
+    put_agent(f, &f.admin, "worker", json!({"model": "mock/slow"})).await;
+    put_agent(
+        f,
+        &f.admin,
+        "boss",
+        json!({"model": "mock-1", "tools": ["Agent"], "max_concurrent_children": at_once}),
+    )
+    .await;
+    let runs: Vec<Value> = (0..n)
+        .map(|i| json!({"agent": "worker", "input": format!("job {i}")}))
+        .collect();
+    let input = script(
+        json!([[{"name": "Agent", "input": {"op": "parallel_spawn", "runs": runs}}]]),
+        "collected",
+    );
+    let run = create(f, &f.admin, json!({"agent": "boss", "input": input})).await;
+    let frames = stream(f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let (_, list) = f.get("/v1/runs?agent=worker&limit=50", &f.admin).await;
+    let children = list["runs"].as_array().unwrap().clone();
+    assert_eq!(children.len(), n);
+    (run, frames, children)
+}
+
+/// The most of `runs` alive at once, each alive from its timestamp `from` to `finished_at`.
+pub fn peak_overlap(runs: &[Value], from: &str) -> i32 {
+    let t = |v: &Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    let mut edges = Vec::new();
+    for r in runs {
+        edges.push((t(&r[from]), 1));
+        edges.push((t(&r["finished_at"]), -1));
+    }
+    edges.sort();
+    let (mut live, mut peak) = (0, 0);
+    for (_, d) in edges {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak
+}

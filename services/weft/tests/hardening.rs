@@ -14,17 +14,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    TestFleet, create, put_agent, script, slow_model, stalling_model, stream, stream_until,
+    TestFleet, create, fan_out, peak_overlap, put_agent, script, slow_model, stalling_model,
+    stream, stream_until,
 };
 use serde_json::{Value, json};
-
-fn ts(v: &Value) -> time::OffsetDateTime {
-    time::OffsetDateTime::parse(
-        v.as_str().unwrap(),
-        &time::format_description::well_known::Rfc3339,
-    )
-    .unwrap()
-}
 
 // --- 1. embeddings are bounded ------------------------------------------------------------------
 
@@ -177,41 +170,13 @@ async fn sub_runs_count_against_the_tenant_cap_without_deadlocking_their_parent(
         slow_model(c, 150);
     })
     .await;
-    put_agent(&f, &f.admin, "worker", json!({"model": "mock/slow"})).await;
-    put_agent(
-        &f,
-        &f.admin,
-        "boss",
-        json!({"model": "mock-1", "tools": ["Agent"], "max_concurrent_children": 8}),
-    )
-    .await;
-    let runs: Vec<Value> = (0..8)
-        .map(|i| json!({"agent": "worker", "input": format!("job {i}")}))
-        .collect();
-    let input = script(
-        json!([[{"name": "Agent", "input": {"op": "parallel_spawn", "runs": runs}}]]),
-        "collected",
-    );
-    let run = create(&f, &f.admin, json!({"agent": "boss", "input": input})).await;
-    let frames = stream(&f, &f.admin, &run, "", None).await;
-    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
-    let (_, list) = f.get("/v1/runs?agent=worker&limit=50", &f.admin).await;
-    let children = list["runs"].as_array().unwrap();
-    assert_eq!(children.len(), 8);
+    let (_, _, children) = fan_out(&f, 8, 8).await;
+    for c in &children {
+        assert_eq!(c["status"], "succeeded", "{c}");
+    }
     // Working lifetimes (started → finished) of the sub-runs: never more than the cap at once
     // (their parent lent its slot while it waited on them).
-    let mut edges = Vec::new();
-    for c in children {
-        assert_eq!(c["status"], "succeeded", "{c}");
-        edges.push((ts(&c["started_at"]), 1));
-        edges.push((ts(&c["finished_at"]), -1));
-    }
-    edges.sort();
-    let (mut live, mut peak) = (0, 0);
-    for (_, d) in edges {
-        live += d;
-        peak = peak.max(live);
-    }
+    let peak = peak_overlap(&children, "started_at");
     assert!(peak <= 2, "at most the tenant cap of 2 at once, saw {peak}");
 }
 

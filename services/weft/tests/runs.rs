@@ -11,8 +11,8 @@
 mod common;
 
 use common::{
-    TestFleet, create, persisted, put_agent, script, slow_model, stalling_model, stream,
-    stream_until, wait_event,
+    TestFleet, create, fan_out, peak_overlap, persisted, put_agent, script, slow_model,
+    stalling_model, stream, stream_until, wait_event,
 };
 use futures::StreamExt as _;
 use serde_json::{Value, json};
@@ -261,24 +261,7 @@ async fn an_interactive_run_parks_and_finishes_on_another_executor() {
 #[tokio::test]
 async fn a_sub_run_fan_out_respects_the_concurrency_cap() {
     let f = TestFleet::start_with(|c| slow_model(c, 150)).await;
-    put_agent(&f, &f.admin, "worker", json!({"model": "mock/slow"})).await;
-    put_agent(
-        &f,
-        &f.admin,
-        "boss",
-        json!({"model": "mock-1", "tools": ["Agent"], "max_concurrent_children": 2}),
-    )
-    .await;
-    let runs: Vec<Value> = (0..5)
-        .map(|i| json!({"agent": "worker", "input": format!("job {i}")}))
-        .collect();
-    let input = script(
-        json!([[{"name": "Agent", "input": {"op": "parallel_spawn", "runs": runs}}]]),
-        "collected",
-    );
-    let run = create(&f, &f.admin, json!({"agent": "boss", "input": input})).await;
-    let frames = stream(&f, &f.admin, &run, "", None).await;
-    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let (run, frames, children) = fan_out(&f, 5, 2).await;
     let result = frames.iter().find(|(_, k, _)| k == "tool_result").unwrap();
     let content: Value =
         serde_json::from_str(result.2["data"]["content"].as_str().unwrap()).unwrap();
@@ -291,29 +274,11 @@ async fn a_sub_run_fan_out_respects_the_concurrency_cap() {
             "{r}"
         );
     }
-    // Children's lifetimes (created → finished) never overlap more than 2 deep.
-    let (_, list) = f.get("/v1/runs?agent=worker&limit=50", &f.admin).await;
-    let children = list["runs"].as_array().unwrap();
-    assert_eq!(children.len(), 5);
-    let mut edges = Vec::new();
-    for c in children {
+    for c in &children {
         assert_eq!(c["parent_run_id"].as_str(), Some(run.as_str()));
-        let t = |k: &str| {
-            time::OffsetDateTime::parse(
-                c[k].as_str().unwrap(),
-                &time::format_description::well_known::Rfc3339,
-            )
-            .unwrap()
-        };
-        edges.push((t("created_at"), 1));
-        edges.push((t("finished_at"), -1));
     }
-    edges.sort();
-    let (mut live, mut peak) = (0, 0);
-    for (_, d) in edges {
-        live += d;
-        peak = peak.max(live);
-    }
+    // Children's lifetimes (created → finished) never overlap more than 2 deep.
+    let peak = peak_overlap(&children, "created_at");
     assert!(peak <= 2, "at most 2 children at once, saw {peak}");
     assert_eq!(peak, 2, "the cap was reached (5 children, slow model)");
 }
