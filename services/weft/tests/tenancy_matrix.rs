@@ -1,0 +1,1217 @@
+//! The tenant-isolation matrix: every route the gateway serves × six identities (no token, an
+//! unknown token, a revoked token, a token missing the route's scope, another tenant, another
+//! subject of the same tenant) → the expected status, the error shape of the route, and no byte
+//! of tenant A's data in any answer it should not see.
+//!
+//! # Where the route list comes from, and why a new route cannot slip past
+//!
+//! axum has no API that lists routes, so the list is read from the router itself: the test
+//! builds the very `Router` that `weft_gateway::serve` serves (`weft_gateway::router`, same
+//! function, same state type) and reads its path table from axum's `Debug` output (each route's
+//! path template and which of its method slots hold a handler). There is no hand-kept route
+//! list to drift:
+//!
+//! - a route registered anywhere (`router()` in `lib.rs`, or a `routes()` merged from `runs.rs`,
+//!   `agents.rs`, `llm.rs`, `usage.rs`, or a new file) ends up in that router, so it is in the
+//!   table; a new method on an existing path is a new (method, path) pair;
+//! - the test then requires the keys of [`expectations`] to equal that table *exactly*: a served
+//!   (method, path) without an entry fails with "… has no tenancy-matrix entry; add one", and an
+//!   entry for a route no longer served fails too;
+//! - the parse is not trusted blindly: if axum's format changes, the parser fails loudly (it
+//!   never returns a partial table), and the table is checked against the live server — each
+//!   (method, path) is answered by a handler, not by the `not_found` / `method_not_allowed`
+//!   fallbacks, and an unknown method on each path gets a 405 whose `Allow` header lists exactly
+//!   the parsed methods — and against the served OpenAPI document in both directions;
+//!
+//! # Identities
+//!
+//! Tenant A (`acme`) owns the resources every path parameter points at: a parked run of subject
+//! `alice-…`, an agent definition, a token, and its usage. The identities act on those:
+//! no token, a well-formed `wft_…` never minted, a revoked `tenant:admin` token of A, a token of
+//! A's own run owner that lacks only the scopes that open the route (so its 403 can only come
+//! from the scope check), a `tenant:admin` of tenant B (`beta`; the strongest non-operator, so
+//! its refusals come from tenancy, not from scopes), and `bob`, a non-admin of A holding every
+//! other scope. Every answer of tenant B, and every 404, is also compared with the answer to the
+//! same request naming resources that never existed: the two must be the same (no existence
+//! oracle).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::TestFleet;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+// --- identities -----------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Identity {
+    NoToken,
+    UnknownToken,
+    RevokedToken,
+    MissingScope,
+    OtherTenant,
+    OtherSubject,
+}
+
+const IDENTITIES: [Identity; 6] = [
+    Identity::NoToken,
+    Identity::UnknownToken,
+    Identity::RevokedToken,
+    Identity::MissingScope,
+    Identity::OtherTenant,
+    Identity::OtherSubject,
+];
+
+/// Every scope a tenant's token can hold (`admin` is the operator's, not a tenant's).
+const TENANT_SCOPES: [&str; 8] = [
+    "tenant:admin",
+    "runs:create",
+    "runs:read",
+    "memory:read",
+    "memory:write",
+    "channels:publish",
+    "channels:read",
+    "llm:call",
+];
+
+/// What opens a route.
+#[derive(Clone, Copy, Debug)]
+enum Access {
+    /// No token needed (health, metrics, the OpenAPI document).
+    Public,
+    /// Any valid token.
+    AnyToken,
+    /// One of these scopes (`tenant:admin` and `admin` imply every scope).
+    AnyOf(&'static [&'static str]),
+    /// `tenant:admin` (or `admin`).
+    TenantAdmin,
+}
+
+impl Access {
+    /// The scopes of the "missing scope" token: never `tenant:admin` (it implies every scope);
+    /// for a scoped route every other scope a tenant may hold except those that open it; for a
+    /// route no scope opens, one unrelated scope (nothing is missing, so it must get through).
+    fn missing_scope_token_scopes(self) -> Vec<&'static str> {
+        let opens: &[&str] = match self {
+            Access::Public | Access::AnyToken => return vec!["memory:read"],
+            Access::AnyOf(s) => s,
+            Access::TenantAdmin => &[],
+        };
+        TENANT_SCOPES
+            .into_iter()
+            .filter(|s| *s != "tenant:admin" && !opens.contains(s))
+            .collect()
+    }
+}
+
+/// The error body a route speaks.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    OpenAi,
+    Anthropic,
+    Native,
+}
+
+// --- the expectations -------------------------------------------------------------------------
+
+/// The values path parameters, queries and bodies are filled with: tenant A's resources, or
+/// ghosts that never existed (to show that A's answer is the same as a stranger's).
+#[derive(Clone, Debug)]
+struct Params {
+    tenant: String,
+    run: String,
+    token: String,
+    agent: String,
+    agent_hash: String,
+}
+
+impl Params {
+    /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
+    fn named(&self) -> [(&str, &'static str); 5] {
+        [
+            (&self.agent_hash, "<agent_hash>"),
+            (&self.run, "<run>"),
+            (&self.token, "<token>"),
+            (&self.agent, "<agent>"),
+            (&self.tenant, "<tenant>"),
+        ]
+    }
+
+    fn normalise(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (value, name) in self.named() {
+            out = out.replace(value, name);
+        }
+        out
+    }
+}
+
+/// An interruption id nobody asked.
+const INTERRUPT: &str = "int_made_up";
+
+type Query = fn(&Params) -> String;
+type Body = fn(&Params) -> Option<Value>;
+type Check = fn(Identity, &Value) -> Result<(), String>;
+
+/// One row of the matrix: a route, how to call it, and the status each identity must get (in
+/// the order of [`IDENTITIES`]).
+struct Entry {
+    method: Method,
+    path: &'static str,
+    access: Access,
+    shape: Shape,
+    expect: [u16; 6],
+    query: Query,
+    body: Body,
+    /// A success creates something, so its body is not compared with the ghost request's.
+    creates: bool,
+    check: Check,
+}
+
+fn entry(
+    method: Method,
+    path: &'static str,
+    access: Access,
+    shape: Shape,
+    expect: [u16; 6],
+) -> Entry {
+    Entry {
+        method,
+        path,
+        access,
+        shape,
+        expect,
+        query: |_| String::new(),
+        body: |_| None,
+        creates: false,
+        check: |_, _| Ok(()),
+    }
+}
+
+impl Entry {
+    fn query(mut self, q: Query) -> Self {
+        self.query = q;
+        self
+    }
+    fn body(mut self, b: Body) -> Self {
+        self.body = b;
+        self
+    }
+    fn creates(mut self) -> Self {
+        self.creates = true;
+        self
+    }
+    fn check(mut self, c: Check) -> Self {
+        self.check = c;
+        self
+    }
+}
+
+// Statuses per identity:   none unknown revoked scope other-tenant other-subject
+const PUBLIC: [u16; 6] = [200, 200, 200, 200, 200, 200];
+/// A's own resource: another tenant gets 404 (never 403), another non-admin subject too.
+const OWN_RESOURCE: [u16; 6] = [401, 401, 401, 403, 404, 404];
+/// Tenant-scoped definitions: readable by every reader of the tenant, invisible to others.
+const TENANT_READ: [u16; 6] = [401, 401, 401, 403, 404, 200];
+/// Tenant-scoped definitions, writes: tenant admins only; another tenant finds nothing.
+const TENANT_WRITE: [u16; 6] = [401, 401, 401, 403, 404, 403];
+/// A call or a listing with no resource of A in it: every holder of the scope gets its own.
+const OWN_DATA: [u16; 6] = [401, 401, 401, 403, 200, 200];
+
+fn chat_body(_: &Params) -> Option<Value> {
+    Some(json!({"model": "mock-1", "messages": [{"role": "user", "content": "hi"}]}))
+}
+
+fn messages_body(_: &Params) -> Option<Value> {
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    Some(json!({"model": "mock-1", "max_tokens": 16, "messages": messages}))
+}
+
+/// A token in tenant `p.tenant`.
+fn mint_body(p: &Params) -> Option<Value> {
+    let scopes = ["llm:call"];
+    Some(json!({"name": "intruder", "tenant": p.tenant, "subject": "intruder", "scopes": scopes}))
+}
+
+/// The matrix, keyed by (method, path template). It must cover exactly the routes the gateway
+/// serves; the order is the order of execution (writes that create something come last, so
+/// they cannot change what an earlier read finds).
+fn expectations() -> Vec<Entry> {
+    use Access::{AnyOf, AnyToken, Public, TenantAdmin};
+    use Shape::{Anthropic, Native, OpenAi};
+    let get = Method::GET;
+    let post = Method::POST;
+    vec![
+        // Public by design: no tenant data in them.
+        entry(get.clone(), "/healthz", Public, Native, PUBLIC),
+        entry(get.clone(), "/readyz", Public, Native, PUBLIC),
+        entry(get.clone(), "/metrics", Public, Native, PUBLIC),
+        entry(get.clone(), "/v1/openapi.json", Public, Native, PUBLIC),
+        // The caller's own principal: any valid token.
+        entry(
+            get.clone(),
+            "/v1/me",
+            AnyToken,
+            Native,
+            [401, 401, 401, 200, 200, 200],
+        )
+        .check(|who, body| {
+            let want = match who {
+                Identity::OtherTenant => ("beta", "beta-admin"),
+                Identity::OtherSubject => ("acme", "bob"),
+                _ => return Ok(()),
+            };
+            (body["tenant"] == want.0 && body["subject"] == want.1)
+                .then_some(())
+                .ok_or(format!("`/v1/me` should name {want:?}"))
+        }),
+        // Model calls: no resource of A; anyone holding `llm:call` gets an answer.
+        entry(
+            post.clone(),
+            "/v1/chat/completions",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_DATA,
+        )
+        .body(chat_body),
+        entry(
+            post.clone(),
+            "/v1/embeddings",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_DATA,
+        )
+        .body(|_| Some(json!({"model": "mock-1", "input": "hi"}))),
+        entry(
+            get.clone(),
+            "/v1/models",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_DATA,
+        ),
+        entry(
+            post.clone(),
+            "/v1/messages",
+            AnyOf(&["llm:call"]),
+            Anthropic,
+            OWN_DATA,
+        )
+        .body(messages_body),
+        entry(
+            post.clone(),
+            "/v1/messages/count_tokens",
+            AnyOf(&["llm:call"]),
+            Anthropic,
+            OWN_DATA,
+        )
+        .body(chat_body),
+        entry(
+            post.clone(),
+            "/v1/llm/chat",
+            AnyOf(&["llm:call"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(chat_body),
+        // Tokens: tenant admins of their own tenant. Listing names A's tenant; B still sees
+        // only its own tokens (the filter is ignored for tenant admins).
+        entry(
+            get.clone(),
+            "/v1/tokens",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 200, 403],
+        )
+        .query(|p| format!("?tenant={}", p.tenant))
+        .check(|who, body| {
+            if who != Identity::OtherTenant {
+                return Ok(());
+            }
+            let tenants: BTreeSet<&str> = body["data"]
+                .as_array()
+                .ok_or("no `data` array")?
+                .iter()
+                .filter_map(|t| t["tenant"].as_str())
+                .collect();
+            (tenants == BTreeSet::from(["beta"]))
+                .then_some(())
+                .ok_or(format!("tenant B listed tokens of {tenants:?}"))
+        }),
+        // A's token: B finds nothing (404); bob and the scope-less token lack `tenant:admin`.
+        entry(
+            Method::DELETE,
+            "/v1/tokens/{id}",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        // Minting into A: refused to B with a 403 that does not depend on whether the tenant
+        // has any data (tenants are names, not rows; the ghost comparison checks it).
+        entry(
+            post.clone(),
+            "/v1/tokens",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        )
+        .body(mint_body),
+        // Usage of tenant A, named in the query.
+        entry(
+            get.clone(),
+            "/v1/usage",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 404, 403],
+        )
+        .query(|p| format!("?tenant={}", p.tenant)),
+        // Runs: A's run is alice's; bob (same tenant, not an admin) must not find it either.
+        entry(
+            get.clone(),
+            "/v1/runs",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/events",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/stream",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/cancel",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"reason": "intruder"}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/input",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"text": "intruder"}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/interrupts/{interrupt_id}",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"answer": "intruder"}))),
+        // Agent definitions are the tenant's: readable by its readers, writable by its admins.
+        entry(
+            get.clone(),
+            "/v1/agents",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            get.clone(),
+            "/v1/agents/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/agents/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        // Whether a hash is a version of one of *your* agents: A's hash is unknown to B.
+        entry(
+            post.clone(),
+            "/v1/agents/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.agent_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's agent hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own agent hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            post.clone(),
+            "/v1/agents/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"system_prompt": "forked by an intruder"}}))),
+        entry(
+            post.clone(),
+            "/v1/agents/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/agents/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.agent_hash}))),
+        // Writes that create, last, runs before agents: B may define an agent of A's agent's
+        // name in its own tenant (names are per tenant), after which B's runs of that name are
+        // B's own. bob starts a run of his own from the tenant's agent; B has no such agent.
+        entry(
+            post,
+            "/v1/runs",
+            AnyOf(&["runs:create"]),
+            Native,
+            [401, 401, 401, 403, 404, 201],
+        )
+        .body(|p| Some(json!({"agent": p.agent, "interactive": true})))
+        .creates(),
+        // A's agent is checked unchanged afterwards.
+        entry(
+            Method::PUT,
+            "/v1/agents/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| Some(json!({"model": "mock-1", "system_prompt": "an intruder's own agent"})))
+        .creates(),
+    ]
+}
+
+/// `template` with its parameters filled from `p`.
+fn fill(template: &str, p: &Params) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("a closed parameter") + start;
+        let value = match (&rest[start + 1..end], template) {
+            ("id", t) if t.starts_with("/v1/runs/") => p.run.as_str(),
+            ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
+            ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
+            ("interrupt_id", _) => INTERRUPT,
+            (other, _) => panic!(
+                "{template}: the matrix does not know what to put in `{{{other}}}`; teach `fill` which resource of tenant A it names"
+            ),
+        };
+        out.push_str(value);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+// --- the route table --------------------------------------------------------------------------
+
+/// The methods axum's `MethodRouter` has a slot for, in its `Debug` order.
+const METHOD_SLOTS: [&str; 9] = [
+    "get", "head", "delete", "options", "patch", "post", "put", "trace", "connect",
+];
+
+/// Every (METHOD, path template) of a router, read from its `Debug` output:
+/// `Router { path_router: PathRouter { routes: {RouteId(n): MethodRouter(MethodRouter { get: …,
+/// … }), …}, node: Node { paths: {RouteId(n): "/path", …} } }, fallback_router: … }`.
+/// Any surprise is an error, never a shorter table.
+fn parse_route_table(debug: &str) -> Result<BTreeSet<(String, String)>, String> {
+    let fail = |what: &str| {
+        format!(
+            "cannot read the route table from axum's `Debug` of the router ({what}); its format changed (an axum upgrade?): update `parse_route_table`. The text was: {debug}"
+        )
+    };
+    let (_, rest) = debug
+        .split_once("path_router: PathRouter { routes: {")
+        .ok_or_else(|| fail("no `path_router` routes"))?;
+    let (routes, rest) = rest
+        .split_once("}, node: Node { paths: {")
+        .ok_or_else(|| fail("no `node` paths after the routes"))?;
+
+    let mut methods: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for chunk in routes.split("RouteId(").skip(1) {
+        let (id, endpoint) = chunk.split_once("): ").ok_or_else(|| fail("a route id"))?;
+        let id: u64 = id.parse().map_err(|_| fail("a route id number"))?;
+        let fields = endpoint
+            .strip_prefix("MethodRouter(MethodRouter { ")
+            .ok_or_else(|| {
+                fail(&format!(
+                    "route {id} is not a MethodRouter (a `route_service`?); the matrix needs to know its methods"
+                ))
+            })?;
+        let mut served = Vec::new();
+        for slot in METHOD_SLOTS {
+            let at = format!("{slot}: ");
+            let value = fields
+                .split(", ")
+                .find_map(|f| f.strip_prefix(&at))
+                .ok_or_else(|| fail(&format!("route {id} has no `{slot}` slot")))?;
+            match value {
+                "None" => {}
+                "Route" | "BoxedHandler" => served.push(slot.to_ascii_uppercase()),
+                other => return Err(fail(&format!("route {id}: `{slot}: {other}`"))),
+            }
+        }
+        if served.is_empty() {
+            return Err(fail(&format!("route {id} serves no method")));
+        }
+        methods.insert(id, served);
+    }
+
+    let mut paths: BTreeMap<u64, String> = BTreeMap::new();
+    let mut rest = rest;
+    loop {
+        let after = rest
+            .strip_prefix("RouteId(")
+            .ok_or_else(|| fail("a path entry"))?;
+        let (id, after) = after.split_once("): \"").ok_or_else(|| fail("a path id"))?;
+        let id: u64 = id.parse().map_err(|_| fail("a path id number"))?;
+        let (path, after) = after.split_once('"').ok_or_else(|| fail("a closed path"))?;
+        if path.contains('\\') || !path.starts_with('/') {
+            return Err(fail(&format!("path {path:?}")));
+        }
+        paths.insert(id, path.to_owned());
+        if let Some(more) = after.strip_prefix(", ") {
+            rest = more;
+        } else if after.starts_with('}') {
+            break;
+        } else {
+            return Err(fail("the end of the paths"));
+        }
+    }
+
+    if methods.is_empty() || methods.keys().ne(paths.keys()) {
+        return Err(fail(&format!(
+            "route ids {:?} do not match path ids {:?}",
+            methods.keys().collect::<Vec<_>>(),
+            paths.keys().collect::<Vec<_>>()
+        )));
+    }
+    Ok(methods
+        .into_iter()
+        .flat_map(|(id, ms)| {
+            let path = paths[&id].clone();
+            ms.into_iter().map(move |m| (m, path.clone()))
+        })
+        .collect())
+}
+
+/// The gateway's router exactly as `weft_gateway::serve` builds it, on the fleet's config.
+async fn gateway_router(f: &TestFleet) -> String {
+    let jwt = weft::fleet::internal_jwt(&f.config);
+    // Never called: building the router only needs channels, which connect lazily.
+    let channel = weft_gateway::router_channel("http://127.0.0.1:9").unwrap();
+    let state = weft_gateway::connect(&f.config, jwt, channel.clone(), channel)
+        .await
+        .unwrap();
+    format!(
+        "{:?}",
+        weft_gateway::router(state, f.config.gateway.max_body_bytes)
+    )
+}
+
+/// (method, path) pairs served but without an entry, and entries for nothing served.
+fn compare(served: &BTreeSet<(String, String)>, keys: &BTreeSet<(String, String)>) -> Vec<String> {
+    let mut out: Vec<String> = served
+        .difference(keys)
+        .map(|(m, p)| {
+            format!(
+                "{m} {p} is served but has no tenancy-matrix entry; add one to `expectations()` in services/weft/tests/tenancy_matrix.rs (and the route to the OpenAPI document)"
+            )
+        })
+        .collect();
+    out.extend(keys.difference(served).map(|(m, p)| {
+        format!("{m} {p} has a tenancy-matrix entry but is not served; remove the entry")
+    }));
+    out
+}
+
+fn entry_keys(entries: &[Entry]) -> BTreeSet<(String, String)> {
+    let mut keys = BTreeSet::new();
+    for e in entries {
+        assert!(
+            keys.insert((e.method.to_string(), e.path.to_owned())),
+            "two matrix entries for {} {}",
+            e.method,
+            e.path
+        );
+    }
+    keys
+}
+
+// --- HTTP -----------------------------------------------------------------------------------
+
+struct Answer {
+    status: u16,
+    content_type: String,
+    allow: Option<String>,
+    text: String,
+    json: Value,
+}
+
+async fn send(
+    f: &TestFleet,
+    method: Method,
+    target: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Answer {
+    let mut req = f.http.request(method, format!("{}{target}", f.url));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let r = tokio::time::timeout(Duration::from_secs(20), req.send())
+        .await
+        .expect("an answer within 20 s")
+        .unwrap();
+    let status = r.status().as_u16();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    let allow = header("allow");
+    // A stream that should never have opened must not hang the matrix.
+    let text = match tokio::time::timeout(Duration::from_secs(3), r.text()).await {
+        Ok(t) => t.unwrap_or_default(),
+        Err(_) => "<a body still streaming after 3 s>".to_owned(),
+    };
+    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Answer {
+        status,
+        content_type,
+        allow,
+        text,
+        json,
+    }
+}
+
+/// Whether `body` is an error in `shape`, with the code `status` implies.
+fn check_shape(shape: Shape, status: u16, a: &Answer) -> Result<(), String> {
+    if !a.content_type.starts_with("application/json") {
+        return Err(format!("content-type {:?}, not JSON", a.content_type));
+    }
+    let code = match status {
+        401 => "unauthenticated",
+        403 => "permission_denied",
+        404 => "not_found",
+        _ => return Ok(()),
+    };
+    let body = &a.json;
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let err = &body["error"];
+    let ok = match shape {
+        Shape::Native => {
+            keys(body) == BTreeSet::from(["error".to_owned()])
+                && err["code"] == code
+                && err["message"].is_string()
+                && keys(err)
+                    .iter()
+                    .all(|k| ["code", "message", "param"].contains(&k.as_str()))
+        }
+        Shape::OpenAi => {
+            keys(body) == BTreeSet::from(["error".to_owned()])
+                && err["code"] == code
+                && err["message"].is_string()
+                && err["type"].is_string()
+                && err.get("param").is_some()
+        }
+        Shape::Anthropic => {
+            let kind = match status {
+                401 => "authentication_error",
+                403 => "permission_error",
+                _ => "not_found_error",
+            };
+            body["type"] == "error" && err["type"] == kind && err["message"].is_string()
+        }
+    };
+    ok.then_some(())
+        .ok_or_else(|| format!("not a {shape:?} `{code}` error body"))
+}
+
+// --- tenant A and the intruders ---------------------------------------------------------------
+
+fn secret(what: &'static str, value: impl Into<String>, seen_by: &'static [Identity]) -> Secret {
+    Secret {
+        what,
+        value: value.into(),
+        seen_by,
+    }
+}
+
+/// A string of tenant A that some identities may see.
+struct Secret {
+    what: &'static str,
+    value: String,
+    /// Who may see it (besides A's owners, who are not in the matrix).
+    seen_by: &'static [Identity],
+}
+
+struct World {
+    a: Params,
+    ghost: Params,
+    secrets: Vec<Secret>,
+    /// alice, the owner of A's run (`runs:create`, `runs:read`, `llm:call`).
+    alice: String,
+    a_admin: String,
+    victim_token: String,
+    unknown: String,
+    revoked: String,
+    beta_admin: String,
+    bob: String,
+    run_events: usize,
+}
+
+async fn mint(f: &TestFleet, tenant: &str, subject: &str, name: &str, scopes: &[&str]) -> Value {
+    let (s, t) = f
+        .post(
+            "/v1/tokens",
+            &f.admin,
+            json!({"name": name, "tenant": tenant, "subject": subject, "scopes": scopes}),
+        )
+        .await;
+    assert_eq!(s, 201, "mint {tenant}/{subject} {scopes:?}: {t}");
+    t
+}
+
+/// The secret of a token `mint` returned.
+fn bearer(t: &Value) -> String {
+    t["token"].as_str().unwrap().to_owned()
+}
+
+fn random_hex() -> String {
+    weft_core::RunId::new().0.simple().to_string()
+}
+
+async fn set_up(f: &TestFleet) -> World {
+    let canary = &random_hex()[20..];
+    let a_admin_subject = format!("acme-admin-{canary}");
+    let alice_subject = format!("alice-{canary}");
+    let a_admin = bearer(&mint(f, "acme", &a_admin_subject, "acme admin", &["tenant:admin"]).await);
+    let alice = bearer(
+        &mint(
+            f,
+            "acme",
+            &alice_subject,
+            "alice",
+            &["runs:create", "runs:read", "llm:call"],
+        )
+        .await,
+    );
+    let victim = mint(
+        f,
+        "acme",
+        &format!("victim-{canary}"),
+        &format!("victim-token-{canary}"),
+        &["llm:call"],
+    )
+    .await;
+
+    let agent = format!("agent-{canary}");
+    let r = f
+        .http
+        .put(format!("{}/v1/agents/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "model": "mock-1",
+            "system_prompt": format!("prompt-{canary}"),
+            "description": format!("description-{canary}"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let agent_hash = v["version"].as_str().unwrap().to_owned();
+
+    // alice's run waits for input: no executor touches it, so any change is an intruder's.
+    let (s, run) = f
+        .post(
+            "/v1/runs",
+            &alice,
+            json!({
+                "agent": agent,
+                "interactive": true,
+                "metadata": {"note": format!("metadata-{canary}")},
+            }),
+        )
+        .await;
+    assert_eq!(s, 201, "{run}");
+    assert_eq!(run["status"], "awaiting_input", "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let (s, events) = f.get(&format!("/v1/runs/{run_id}/events"), &alice).await;
+    assert_eq!(s, 200);
+    let run_events = events["events"].as_array().unwrap().len();
+    // Usage of tenant A.
+    let messages = json!([{"role": "user", "content": format!("usage-{canary}")}]);
+    let (s, _) = f
+        .post(
+            "/v1/chat/completions",
+            &alice,
+            json!({"model": "mock-1", "messages": messages}),
+        )
+        .await;
+    assert_eq!(s, 200);
+
+    let revoked_token = mint(f, "acme", "revoked", "revoked", &["tenant:admin"]).await;
+    let r = f
+        .http
+        .delete(format!(
+            "{}/v1/tokens/{}",
+            f.url,
+            revoked_token["id"].as_str().unwrap()
+        ))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let revoked = bearer(&revoked_token);
+    let (s, _) = f.get("/v1/me", &revoked).await;
+    assert_eq!(
+        s, 401,
+        "revocation takes effect on the replica that revoked"
+    );
+
+    let beta_admin = bearer(&mint(f, "beta", "beta-admin", "beta admin", &["tenant:admin"]).await);
+    let bob_scopes: Vec<&str> = TENANT_SCOPES
+        .into_iter()
+        .filter(|s| *s != "tenant:admin")
+        .collect();
+    let bob = bearer(&mint(f, "acme", "bob", "bob", &bob_scopes).await);
+
+    let a = Params {
+        tenant: "acme".into(),
+        run: run_id.clone(),
+        token: victim["id"].as_str().unwrap().to_owned(),
+        agent: agent.clone(),
+        agent_hash: agent_hash.clone(),
+    };
+    let ghost_hex = format!("{}{}", random_hex(), random_hex());
+    let ghost = Params {
+        tenant: format!("ghost-{}", &ghost_hex[..8]),
+        run: weft_core::RunId::new().to_string(),
+        token: weft_core::TokenId::new().to_string(),
+        agent: format!("ghost-{}", &ghost_hex[8..16]),
+        agent_hash: format!("sha256:{ghost_hex}"),
+    };
+    let victim_secret = bearer(&victim);
+    use Identity::{MissingScope, OtherSubject};
+    let secrets = vec![
+        secret("A's agent name", agent, &[OtherSubject]),
+        secret("A's agent hash", agent_hash, &[OtherSubject]),
+        secret(
+            "A's system prompt",
+            format!("prompt-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's agent description",
+            format!("description-{canary}"),
+            &[OtherSubject],
+        ),
+        secret("alice's run id", run_id, &[]),
+        secret("alice's run metadata", format!("metadata-{canary}"), &[]),
+        secret("alice's prompt", format!("usage-{canary}"), &[]),
+        // The scope-less tokens are alice's own, so `/v1/me` may name her to them.
+        secret("alice's subject", alice_subject, &[MissingScope]),
+        secret("A's admin subject", a_admin_subject, &[]),
+        secret("A's token id", a.token.clone(), &[]),
+        secret("A's token name", format!("victim-token-{canary}"), &[]),
+        secret(
+            "A's token prefix",
+            victim_secret.chars().take(12).collect::<String>(),
+            &[],
+        ),
+        secret("the canary", canary.to_owned(), &[]),
+    ];
+    World {
+        a,
+        ghost,
+        secrets,
+        alice,
+        a_admin,
+        victim_token: victim_secret,
+        unknown: weft_auth::mint_token().secret,
+        revoked,
+        beta_admin,
+        bob,
+        run_events,
+    }
+}
+
+/// A's secrets in `text` that `who` may not see and did not send itself. What it may see and
+/// what it sent are removed first, so the canary (part of every secret) then catches any other
+/// string of A's that the list above does not name.
+fn leaks(w: &World, who: Identity, sent: &str, text: &str) -> Vec<&'static str> {
+    let mut scrubbed = text.to_owned();
+    for s in &w.secrets {
+        if s.seen_by.contains(&who) || sent.contains(&s.value) {
+            scrubbed = scrubbed.replace(&s.value, "");
+        }
+    }
+    w.secrets
+        .iter()
+        .filter(|s| !s.seen_by.contains(&who) && !sent.contains(&s.value))
+        .filter(|s| scrubbed.contains(&s.value))
+        .map(|s| s.what)
+        .collect()
+}
+
+// --- the tests --------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn every_route_answers_every_identity_as_the_trust_model_says() {
+    let f = TestFleet::start().await;
+    let entries = expectations();
+    let keys = entry_keys(&entries);
+
+    // 1. The route table, from the router itself, must be exactly the matrix's keys.
+    let served = parse_route_table(&gateway_router(&f).await).unwrap();
+    let missing = compare(&served, &keys);
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+
+    let w = set_up(&f).await;
+    let mut failures: Vec<String> = Vec::new();
+
+    // 2. The parse agrees with the live server: an unknown method on each path is a 405 whose
+    // `Allow` lists the parsed methods (GET implies HEAD), so the table is what is served.
+    let mut by_path: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (m, p) in &served {
+        by_path.entry(p).or_default().insert(m.clone());
+    }
+    let probe = Method::from_bytes(b"WEFTPROBE").unwrap();
+    for (path, methods) in &by_path {
+        let a = send(&f, probe.clone(), &fill(path, &w.ghost), None, None).await;
+        let mut want = methods.clone();
+        if want.contains("GET") {
+            want.insert("HEAD".into());
+        }
+        let allow: BTreeSet<String> = a
+            .allow
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(|m| m.trim().to_owned())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if a.status != 405 || allow != want {
+            failures.push(format!(
+                "route table: WEFTPROBE {path} → {} Allow {allow:?}, the parsed table says {want:?}",
+                a.status
+            ));
+        }
+    }
+
+    // 3. The served OpenAPI document lists exactly the same operations, and marks exactly the
+    // public entries as needing no token.
+    let doc = send(&f, Method::GET, "/v1/openapi.json", None, None)
+        .await
+        .json;
+    let mut documented = BTreeSet::new();
+    let mut public_in_doc = BTreeSet::new();
+    for (path, ops) in doc["paths"]
+        .as_object()
+        .expect("paths in the OpenAPI document")
+    {
+        for (m, op) in ops.as_object().into_iter().flatten() {
+            if METHOD_SLOTS.contains(&m.as_str()) {
+                let key = (m.to_ascii_uppercase(), path.clone());
+                if op["security"].as_array().is_some_and(Vec::is_empty) {
+                    public_in_doc.insert(key.clone());
+                }
+                documented.insert(key);
+            }
+        }
+    }
+    for (m, p) in served.difference(&documented) {
+        failures.push(format!("OpenAPI: {m} {p} is served but not documented"));
+    }
+    for (m, p) in documented.difference(&served) {
+        failures.push(format!("OpenAPI: {m} {p} is documented but not served"));
+    }
+    let public_in_matrix: BTreeSet<_> = entries
+        .iter()
+        .filter(|e| matches!(e.access, Access::Public))
+        .map(|e| (e.method.to_string(), e.path.to_owned()))
+        .collect();
+    if public_in_doc != public_in_matrix {
+        failures.push(format!(
+            "OpenAPI: routes documented without security {public_in_doc:?}, public in the matrix {public_in_matrix:?}"
+        ));
+    }
+
+    // 4. The matrix.
+    let mut scope_tokens: BTreeMap<Vec<&str>, String> = BTreeMap::new();
+    let mut cases = 0;
+    let mut oracle_checks = 0;
+    for e in &entries {
+        let scopes = e.access.missing_scope_token_scopes();
+        if !scope_tokens.contains_key(&scopes) {
+            let alice_subject = w
+                .secrets
+                .iter()
+                .find(|s| s.what == "alice's subject")
+                .unwrap();
+            let t = mint(&f, "acme", &alice_subject.value, "scope-less", &scopes).await;
+            scope_tokens.insert(scopes.clone(), bearer(&t));
+        }
+        let target = |p: &Params| format!("{}{}", fill(e.path, p), (e.query)(p));
+        for (who, expect) in IDENTITIES.into_iter().zip(e.expect) {
+            cases += 1;
+            let token = match who {
+                Identity::NoToken => None,
+                Identity::UnknownToken => Some(w.unknown.as_str()),
+                Identity::RevokedToken => Some(w.revoked.as_str()),
+                Identity::MissingScope => Some(scope_tokens[&scopes].as_str()),
+                Identity::OtherTenant => Some(w.beta_admin.as_str()),
+                Identity::OtherSubject => Some(w.bob.as_str()),
+            };
+            let (url, body) = (target(&w.a), (e.body)(&w.a));
+            let a = send(&f, e.method.clone(), &url, token, body.as_ref()).await;
+            let case = format!("{} {} as {who:?} ({url})", e.method, e.path);
+            if a.status == 405
+                || a.json["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("no route for"))
+            {
+                failures.push(format!(
+                    "{case}: answered by the router's fallback, not by a handler: {}",
+                    a.text
+                ));
+            }
+            if a.status != expect {
+                failures.push(format!(
+                    "{case}: got {}, expected {expect}: {}",
+                    a.status, a.text
+                ));
+            }
+            if a.status >= 400
+                && let Err(why) = check_shape(e.shape, a.status, &a)
+            {
+                failures.push(format!("{case}: {why}: {}", a.text));
+            }
+            let sent = format!(
+                "{url} {}",
+                body.as_ref().map(Value::to_string).unwrap_or_default()
+            );
+            let leaked = leaks(&w, who, &sent, &a.text);
+            if !leaked.is_empty() {
+                failures.push(format!("{case}: the answer leaks {leaked:?}: {}", a.text));
+            }
+            if a.status == expect
+                && let Err(why) = (e.check)(who, &a.json)
+            {
+                failures.push(format!("{case}: {why}: {}", a.text));
+            }
+            // No existence oracle: to tenant B, and wherever the answer is "not found", A's
+            // resources answer like ones that never were.
+            let (ghost_url, ghost_body) = (target(&w.ghost), (e.body)(&w.ghost));
+            if (who == Identity::OtherTenant || expect == 404)
+                && (ghost_url != url || ghost_body != body)
+            {
+                oracle_checks += 1;
+                let g = send(&f, e.method.clone(), &ghost_url, token, ghost_body.as_ref()).await;
+                let same_body = (e.creates && (200..300).contains(&a.status))
+                    || w.a.normalise(&a.text) == w.ghost.normalise(&g.text);
+                if g.status != a.status || !same_body {
+                    failures.push(format!(
+                        "{case}: an existence oracle: about A's resource {} {}, about a ghost {} {}",
+                        a.status, a.text, g.status, g.text
+                    ));
+                }
+            }
+        }
+    }
+
+    // 5. Nothing of A changed.
+    let (s, me) = f.get("/v1/me", &w.victim_token).await;
+    if s != 200 {
+        failures.push(format!(
+            "A's token no longer works after the matrix: {s} {me}"
+        ));
+    }
+    let (s, run) = f.get(&format!("/v1/runs/{}", w.a.run), &w.alice).await;
+    let (_, events) = f
+        .get(&format!("/v1/runs/{}/events", w.a.run), &w.alice)
+        .await;
+    let n = events["events"].as_array().map_or(0, Vec::len);
+    if s != 200 || run["status"] != "awaiting_input" || n != w.run_events {
+        failures.push(format!(
+            "alice's run changed during the matrix: {s} {run}, {n} events (was {})",
+            w.run_events
+        ));
+    }
+    let (s, agent) = f
+        .get(&format!("/v1/agents/{}", w.a.agent), &w.a_admin)
+        .await;
+    let (_, versions) = f
+        .get(&format!("/v1/agents/{}/versions", w.a.agent), &w.a_admin)
+        .await;
+    if s != 200
+        || agent["version"] != w.a.agent_hash.as_str()
+        || agent["retired"] != false
+        || versions["data"].as_array().map_or(0, Vec::len) != 1
+    {
+        failures.push(format!(
+            "A's agent changed during the matrix: {s} {agent} {versions}"
+        ));
+    }
+
+    let summary = format!(
+        "tenancy matrix: {} routes × {} identities = {cases} cases (+{oracle_checks} ghost comparisons, {} route-table probes)",
+        entries.len(),
+        IDENTITIES.len(),
+        by_path.len()
+    );
+    eprintln!("{summary}");
+    assert!(
+        failures.is_empty(),
+        "{summary}: {} failures\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
