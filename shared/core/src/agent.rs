@@ -79,14 +79,57 @@ impl Default for AgentContent {
 }
 
 /// Sampling defaults of an agent; a run may override them. Only a JSON object deserializes
-/// into it (see [`object_only`]).
+/// into it (see [`object_only`]), and only with values in their bounds: every place that reads
+/// one from a caller (an agent definition, `POST /v1/runs`) refuses an out-of-range value with
+/// an error at the field's path (`sampling.temperature`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(remote = "Self", default, deny_unknown_fields)]
 pub struct AgentSampling {
+    /// 0 to 2.
+    #[serde(deserialize_with = "temperature")]
     pub temperature: Option<f64>,
+    /// 0 to 1.
+    #[serde(deserialize_with = "top_p")]
     pub top_p: Option<f64>,
     pub seed: Option<i64>,
+    /// At most [`limits::STOP_SEQUENCES`], none empty.
+    #[serde(deserialize_with = "stop_sequences")]
     pub stop: Vec<String>,
+}
+
+fn unit_interval<'de, D: Deserializer<'de>>(d: D, max: f64) -> Result<Option<f64>, D::Error> {
+    let v = Option::<f64>::deserialize(d)?;
+    match v {
+        Some(x) if !(x.is_finite() && (0.0..=max).contains(&x)) => Err(serde::de::Error::custom(
+            format!("must be between 0 and {max}, got {x}"),
+        )),
+        _ => Ok(v),
+    }
+}
+
+fn temperature<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    unit_interval(d, 2.0)
+}
+
+fn top_p<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    unit_interval(d, 1.0)
+}
+
+fn stop_sequences<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let stop = Vec::<String>::deserialize(d)?;
+    if stop.len() > limits::STOP_SEQUENCES {
+        return Err(serde::de::Error::custom(format!(
+            "has {} entries; at most {} are allowed",
+            stop.len(),
+            limits::STOP_SEQUENCES
+        )));
+    }
+    if let Some(i) = stop.iter().position(String::is_empty) {
+        return Err(serde::de::Error::custom(format!(
+            "entry {i} is empty; remove it or give a stop sequence"
+        )));
+    }
+    Ok(stop)
 }
 
 /// An agent's channel grants. Only a JSON object deserializes into it.
@@ -817,6 +860,17 @@ mod tests {
         assert_eq!(c.channels.publish, ["a"]);
         let e = AgentContent::from_json(json!({"sampling": {"seed": "x"}})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("sampling.seed"));
+        // Values out of their bounds are refused where they are read, at the field's path.
+        for (sampling, at) in [
+            (json!({"temperature": 2.5}), "sampling.temperature"),
+            (json!({"temperature": -1}), "sampling.temperature"),
+            (json!({"top_p": 1e300}), "sampling.top_p"),
+            (json!({"stop": [""]}), "sampling.stop"),
+            (json!({"stop": vec!["x"; 17]}), "sampling.stop"),
+        ] {
+            let e = AgentContent::from_json(json!({ "sampling": sampling })).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(at), "{sampling}: {}", e.message);
+        }
         // Serializing is unchanged: the canonical JSON (and so every stored hash) stays the same.
         assert_eq!(
             serde_json::to_string(&AgentSampling::default()).unwrap(),
@@ -871,7 +925,10 @@ mod tests {
             "{}",
             e.message
         );
-        let e = invalid(json!({"sampling": {"temperature": 3.0}}));
+        // Refused as it is read (see struct_fields_accept_only_objects), and by validate too.
+        let mut c = AgentContent::default();
+        c.sampling.temperature = Some(3.0);
+        let e = c.validate().unwrap_err();
         assert_eq!(e.param.as_deref(), Some("sampling.temperature"));
         let e = invalid(json!({"allowed_hosts": ["https://x.com"]}));
         assert!(e.message.contains("is a URL"), "{}", e.message);
