@@ -128,6 +128,14 @@ pub async fn get_agent_handler(
     uri: Uri,
 ) -> Result<Response> {
     let q: GetQuery = parse_query(uri.query().unwrap_or_default()).map_err(ApiError::native)?;
+    if q.version.as_deref() == Some("") {
+        return Err(ApiError::native(
+            Error::invalid(
+                "`version` is empty; give `sha256:<hex>` or a version number, or leave it out for the active version",
+            )
+            .with_param("version"),
+        ));
+    }
     let req = st
         .internal(
             &p,
@@ -185,12 +193,16 @@ fn version_ref<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D
         }
 
         fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<String, E> {
+            if s.is_empty() {
+                return Err(E::invalid_value(Unexpected::Str(s), &self));
+            }
             Ok(s.to_owned())
         }
 
         fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<String, E> {
-            if n == 0 {
-                return Err(E::invalid_value(Unexpected::Unsigned(0), &self));
+            // Version numbers are 1.. and fit a u32, as the document says.
+            if n == 0 || n > u64::from(u32::MAX) {
+                return Err(E::invalid_value(Unexpected::Unsigned(n), &self));
             }
             Ok(n.to_string())
         }
@@ -339,7 +351,9 @@ mod tests {
         let b: ActivateBody = parse(br#"{"version": "2"}"#).unwrap();
         assert_eq!(b.version, "2");
         for bad in [
+            r#"{"version": ""}"#,
             r#"{"version": 0}"#,
+            r#"{"version": 4294967296}"#,
             r#"{"version": -1}"#,
             r#"{"version": 1.5}"#,
         ] {
@@ -353,6 +367,10 @@ mod tests {
         assert_eq!(b.from_version.as_deref(), Some("3"));
         let b: ForkBody = parse(br#"{"from_version": null}"#).unwrap();
         assert_eq!(b.from_version, None);
+        let e = parse::<ForkBody>(br#"{"from_version": ""}"#)
+            .err()
+            .expect("refused");
+        assert_eq!(e.param.as_deref(), Some("from_version"), "{}", e.message);
     }
 
     #[test]

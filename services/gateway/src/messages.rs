@@ -72,7 +72,7 @@ pub async fn require_llm_call(
 // --- request ------------------------------------------------------------------------------------
 
 /// `POST /v1/messages` (and `/v1/messages/count_tokens`, which ignores `max_tokens`).
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 pub struct MessagesRequest {
     model: String,
     #[serde(default)]
@@ -103,14 +103,14 @@ pub struct MessagesRequest {
     extra: Map<String, Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(remote = "Self")]
 struct InMessage {
     role: String,
     content: Value,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(remote = "Self")]
 struct Metadata {
     #[serde(default)]
@@ -225,15 +225,25 @@ fn typed<T: DeserializeOwned>(v: Value, path: &str) -> std::result::Result<T, Er
 
 /// A block's `type`.
 fn block_type(v: &Value, path: &str) -> std::result::Result<String, Error> {
-    v.get("type")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            invalid_at(
-                &format!("{path}.type"),
-                "is missing; each content block is an object with a `type` such as \"text\"",
-            )
-        })
+    let Some(block) = v.as_object() else {
+        return Err(invalid_at(
+            path,
+            format!(
+                "must be a content block, an object with a `type` such as {{\"type\": \"text\", \"text\": \"…\"}}, got {v}"
+            ),
+        ));
+    };
+    match block.get("type") {
+        Some(Value::String(t)) => Ok(t.clone()),
+        None => Err(invalid_at(
+            &format!("{path}.type"),
+            "is missing; each content block is an object with a `type` such as \"text\"",
+        )),
+        Some(other) => Err(invalid_at(
+            &format!("{path}.type"),
+            format!("must be a string such as \"text\", got {other}"),
+        )),
+    }
 }
 
 /// `content` as a list of blocks: a string is one text block.
@@ -499,7 +509,17 @@ fn to_tools(tools: Option<Vec<Value>>) -> std::result::Result<Vec<ToolSpec>, Err
     let mut out = Vec::with_capacity(tools.len());
     for (i, t) in tools.into_iter().enumerate() {
         let p = format!("tools[{i}]");
-        match t.get("type").and_then(Value::as_str) {
+        let kind = match t.get("type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(k)) => Some(k.as_str()),
+            Some(other) => {
+                return Err(invalid_at(
+                    &format!("{p}.type"),
+                    format!("must be \"custom\" (or left out) for a client tool, got {other}"),
+                ));
+            }
+        };
+        match kind {
             None | Some("custom") => {}
             Some(kind) => {
                 return Err(invalid_at(
@@ -531,14 +551,23 @@ fn to_tools(tools: Option<Vec<Value>>) -> std::result::Result<Vec<ToolSpec>, Err
     Ok(out)
 }
 
-/// The bounds on the request's numbers, as `/v1/messages` and `/v1/messages/count_tokens` both
-/// check them.
-fn check_numbers(r: &MessagesRequest) -> std::result::Result<(), Error> {
+/// What `/v1/messages` and `/v1/messages/count_tokens` both check beyond the types: the bounds
+/// on the numbers, and that `thinking` (forwarded as is) is an object.
+fn check_fields(r: &MessagesRequest) -> std::result::Result<(), Error> {
     if r.max_tokens == Some(0) {
         return Err(invalid_at("max_tokens", "must be at least 1"));
     }
     range("temperature", r.temperature, 0.0, 1.0)?;
-    range("top_p", r.top_p, 0.0, 1.0)
+    range("top_p", r.top_p, 0.0, 1.0)?;
+    match &r.thinking {
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
+        Some(other) => Err(invalid_at(
+            "thinking",
+            format!(
+                "must be an object such as {{\"type\": \"enabled\", \"budget_tokens\": 1024}}, got {other}"
+            ),
+        )),
+    }
 }
 
 /// Validates the request and converts it to the router's contract.
@@ -559,7 +588,7 @@ pub(crate) fn to_proto(
         )
         .with_param("max_tokens"));
     };
-    check_numbers(&r)?;
+    check_fields(&r)?;
     let messages = to_messages(r.system, r.messages)?;
     let tools: Vec<v1::ToolSpec> = to_tools(r.tools)?
         .iter()
@@ -865,7 +894,11 @@ pub async fn count_tokens_handler(
     body: std::result::Result<OpenAiJson<MessagesRequest>, ApiError>,
 ) -> Result<Response> {
     let r = anthropic(body)?;
-    check_numbers(&r).map_err(ApiError::anthropic)?;
+    // Validated exactly as /v1/messages validates it (`tool_choice`, `thinking`, the bounds …),
+    // except that `max_tokens` may be left out.
+    let mut check = r.clone();
+    check.max_tokens.get_or_insert(1);
+    to_proto(check, &HeaderMap::new()).map_err(ApiError::anthropic)?;
     let messages = to_messages(r.system, r.messages).map_err(ApiError::anthropic)?;
     let tools = to_tools(r.tools).map_err(ApiError::anthropic)?;
     Ok(axum::Json(json!({"input_tokens": estimate_tokens(&messages, &tools)})).into_response())
@@ -1025,24 +1058,38 @@ mod tests {
         }];
         assert_eq!(estimate_tokens(&m, &[]), 10);
     }
+
     #[test]
-    fn count_tokens_checks_the_numbers_messages_checks() {
-        // The document gives both routes the same bounds.
-        for (body, at) in [
+    fn count_tokens_checks_what_messages_checks() {
+        // The document gives both routes the same request schema (max_tokens aside).
+        let count = |body: Value| {
+            let req = Ok(crate::extract::ValidJson(parse(body)));
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(count_tokens_handler(req))
+        };
+        let hi = json!([{"role": "user", "content": "hi"}]);
+        for (extra, at) in [
+            (json!({"temperature": 5}), "temperature"),
+            (json!({"top_p": -1}), "top_p"),
+            (json!({"max_tokens": 0}), "max_tokens"),
+            (json!({"thinking": 5}), "thinking"),
+            (json!({"tool_choice": [null, null]}), "tool_choice"),
             (
-                json!({"model": "m", "messages": [], "temperature": 5}),
-                "temperature",
-            ),
-            (json!({"model": "m", "messages": [], "top_p": -1}), "top_p"),
-            (
-                json!({"model": "m", "messages": [], "max_tokens": 0}),
-                "max_tokens",
+                json!({"tool_choice": {"type": "tool", "name": "nope"}}),
+                "tool_choice.name",
             ),
         ] {
-            let e = check_numbers(&parse(body.clone())).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(at), "{body}");
+            let mut body = json!({"model": "m", "messages": hi});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let e = count(body.clone()).expect_err("refused");
+            assert_eq!(e.0.param.as_deref(), Some(at), "{body}: {}", e.0.message);
         }
-        assert!(check_numbers(&parse(json!({"model": "m", "messages": []}))).is_ok());
+        let ok = count(json!({"model": "m", "messages": hi})).expect("counted");
+        assert_eq!(ok.status(), 200);
     }
 
     #[test]
@@ -1070,6 +1117,21 @@ mod tests {
             "{}",
             e.message
         );
+        for (content, at) in [
+            (json!([[]]), "messages[0].content[0]"),
+            (json!([{"type": 5}]), "messages[0].content[0].type"),
+        ] {
+            let r = parse(json!({"model": "m", "max_tokens": 5, "messages": [
+                {"role": "user", "content": content}
+            ]}));
+            let e = to_messages(r.system, r.messages).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(at), "{}", e.message);
+        }
+        let e = to_tools(Some(vec![
+            json!({"type": 5, "name": "f", "input_schema": {}}),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].type"), "{}", e.message);
         let r = parse(json!({"model": "m", "max_tokens": 5, "messages": [
             {"role": "user", "content": [{"type": "image", "source": ["url", "https://x"]}]}
         ]}));
