@@ -59,7 +59,175 @@ pub async fn openapi() -> Response {
 
 #[cfg(test)]
 mod tests {
+    use serde::de::DeserializeOwned;
+
     use super::*;
+
+    fn document() -> Value {
+        serde_json::from_str(&merge(OPENAPI_JSON, &FRAGMENTS).unwrap()).unwrap()
+    }
+
+    /// `schema` with its `$ref` (one level, as the request schemas use them) followed.
+    fn deref<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => deref(
+                doc,
+                &doc["components"]["schemas"][r.rsplit('/').next().unwrap()],
+            ),
+            None => schema,
+        }
+    }
+
+    /// The request body schema of an operation.
+    fn body(doc: &Value, path: &str, method: &str) -> Value {
+        let s = &doc["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"];
+        deref(doc, s).clone()
+    }
+
+    /// Whether the server's type reads `v` (the JSON extractor's parse, as the route does).
+    type Reads = fn(&Value) -> Result<(), String>;
+
+    fn reads<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
+        crate::extract::parse::<T>(v.to_string().as_bytes())
+            .map(drop)
+            .map_err(|e| e.message)
+    }
+
+    fn agent_content(v: &Value) -> Result<(), String> {
+        weft_core::agent::AgentContent::from_json(v.clone())
+            .and_then(|c| c.validate())
+            .map_err(|e| e.message)
+    }
+
+    /// Every request body the gateway parses itself, with the type that parses it.
+    fn bodies() -> Vec<(&'static str, &'static str, Reads)> {
+        vec![
+            (
+                "/v1/chat/completions",
+                "post",
+                reads::<crate::openai::ChatCompletionRequest>,
+            ),
+            (
+                "/v1/embeddings",
+                "post",
+                reads::<crate::openai::EmbeddingsRequest>,
+            ),
+            ("/v1/tokens", "post", reads::<crate::tokens::CreateToken>),
+            ("/v1/agents/{name}", "put", agent_content),
+            (
+                "/v1/agents/{name}/fork",
+                "post",
+                reads::<crate::agents::ForkBody>,
+            ),
+            (
+                "/v1/agents/{name}/activate",
+                "post",
+                reads::<crate::agents::ActivateBody>,
+            ),
+            (
+                "/v1/agents/verify",
+                "post",
+                reads::<crate::agents::VerifyBody>,
+            ),
+            ("/v1/runs", "post", reads::<crate::runs::CreateRun>),
+            (
+                "/v1/runs/{id}/cancel",
+                "post",
+                reads::<crate::runs::CancelBody>,
+            ),
+            (
+                "/v1/runs/{id}/input",
+                "post",
+                reads::<crate::runs::InputBody>,
+            ),
+            (
+                "/v1/runs/{id}/interrupts/{interrupt_id}",
+                "post",
+                reads::<crate::runs::AnswerBody>,
+            ),
+            (
+                "/v1/messages",
+                "post",
+                reads::<crate::messages::MessagesRequest>,
+            ),
+            (
+                "/v1/messages/count_tokens",
+                "post",
+                reads::<crate::messages::MessagesRequest>,
+            ),
+            ("/v1/llm/chat", "post", reads::<crate::llm::LlmChatRequest>),
+        ]
+    }
+
+    #[test]
+    fn every_request_body_has_an_example_the_server_reads() {
+        // The security suites build their valid requests from these examples.
+        let doc = document();
+        for (path, method, read) in bodies() {
+            let schema = body(&doc, path, method);
+            let example = &schema["example"];
+            assert!(!example.is_null(), "{method} {path}: no example");
+            read(example).unwrap_or_else(|e| panic!("{method} {path}: {example}: {e}"));
+        }
+    }
+
+    /// The top-level numeric fields of an object schema: (name, is_integer, minimum, maximum).
+    fn numbers(schema: &Value) -> Vec<(String, bool, Option<f64>, Option<f64>)> {
+        let mut out = Vec::new();
+        for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+            let types: Vec<&str> = match &prop["type"] {
+                Value::String(t) => vec![t.as_str()],
+                Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => continue,
+            };
+            if types.contains(&"integer") || types.contains(&"number") {
+                let bound = |k: &str| prop[k].as_f64();
+                out.push((
+                    name.clone(),
+                    !types.contains(&"number"),
+                    bound("minimum"),
+                    bound("maximum"),
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn numbers_are_typed_as_the_server_reads_them() {
+        // `number` where the server wants an integer refuses `1000.0` that the document allows;
+        // `integer` where it takes a fraction refuses nothing but says less than is true.
+        let doc = document();
+        let mut checked = 0;
+        for (path, method, read) in bodies() {
+            let schema = body(&doc, path, method);
+            for (field, integer, lo, hi) in numbers(&schema) {
+                let mut v = schema["example"].clone();
+                let lo = lo.unwrap_or(0.0);
+                // A whole number written as a float (`1000.0`), and a fraction, both in bounds.
+                let whole = hi.map_or(lo + 1.0, |hi| hi.min(lo + 1.0));
+                v[&field] = serde_json::json!(whole);
+                let as_float = read(&v);
+                v[&field] = serde_json::json!(lo + 0.5);
+                let fraction = read(&v);
+                if integer {
+                    assert!(
+                        fraction.is_err(),
+                        "{method} {path}: `{field}` is documented as an integer but {} is accepted",
+                        lo + 0.5
+                    );
+                } else {
+                    assert!(
+                        as_float.is_ok() && fraction.is_ok(),
+                        "{method} {path}: `{field}` is documented as a number but {whole:?} or {} is refused: {as_float:?} {fraction:?}",
+                        lo + 0.5
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "only {checked} numeric fields found");
+    }
 
     #[test]
     fn fragments_merge_into_the_document() {
