@@ -17,6 +17,11 @@
 #      `weft up` (own database and prefixes) gets providers `llama-openai` and `llama-anthropic`
 #      (aliases `real-openai`, `real-anthropic`) in front of it, and tests/compat/test_real_llm.py
 #      runs against it (the `openai` and `anthropic` packages). Without it the tier is skipped.
+#   5. the security suites (tests/security, their own venv target/security-venv and their own
+#      `weft up` with a fresh database and prefixes, no config file): the NUL / oversize /
+#      wrong-type pass generated from /v1/openapi.json, then schemathesis over the same document
+#      (fixed seed WEFT_SCHEMATHESIS_SEED, WEFT_SCHEMATHESIS_EXAMPLES fuzzed examples per operation).
+#      The summary prints their sizes.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
 # Options (for local iteration; CI uses none):
@@ -60,6 +65,10 @@ REAL_LLM=${WEFT_REAL_LLM:-0}
 REAL_LLM_RUN_DIR=$ROOT/target/real-llm-run
 REAL_LLM_MODEL=${WEFT_REAL_LLM_ALIAS:-qwen2.5-coder-0.5b-instruct}
 REAL_LLM_FIRST_BYTE_SECS=180 # as tests/compat/test_real_llm.py's client timeout
+SECURITY_VENV=$ROOT/target/security-venv
+SECURITY_PY=$SECURITY_VENV/bin/python
+SECURITY_PID=""  # the security suites' `weft up`
+SECURITY_URL="" SECURITY_TOKEN=""
 
 RESULTS=()   # one summary line per step
 FAILED=0
@@ -541,6 +550,96 @@ EOF
     return "$status"
 }
 
+# --- the security suites (tests/security) -------------------------------------------------------
+
+# make_security_venv: a venv of its own, as schemathesis pins its own pytest and requests.
+make_security_venv() {
+    if [[ ! -x $SECURITY_PY ]] || ! "$SECURITY_PY" -c 'import sys' >/dev/null 2>&1; then
+        rm -rf "$SECURITY_VENV"
+        python3 -m venv "$SECURITY_VENV" || return 1
+    fi
+    "$SECURITY_PY" -m pip install -q --disable-pip-version-check -r tests/security/requirements.txt
+}
+
+# security_up: one `weft up` (no config file: the mock provider), fresh database and prefixes.
+security_up() {
+    local ports db prefix gport rport sport log=$LOGS/security.log ready=$LOGS/security.ready.json
+    # free_ports and probe run on $PY; the compat venv may not exist when its step failed.
+    local PY=$SECURITY_PY
+    ports=$(free_ports 3) || return 1
+    read -r gport rport sport <<<"$ports"
+    db=weft_security_$(rand_hex 6)
+    prefix=security$(rand_hex 4)
+    DATABASES+=("$db")
+    rm -f "$ready"
+    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/security.admin-token" \
+        "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
+        "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
+        --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
+        --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
+    SECURITY_PID=$LAST_PID
+    wait_ready "weft up (security)" "$SECURITY_PID" "$log" "$ready" || return 1
+    if [[ $READY_TOKEN == - ]]; then
+        echo "the ready file of weft up has no admin_token" >&2
+        return 1
+    fi
+    SECURITY_URL=$READY_URL SECURITY_TOKEN=$READY_TOKEN
+}
+
+# security_pytest NAME TARGET: one security suite against the security `weft up`; its sizes go
+# to $LOGS/security-NAME.json, its report to $LOGS/security-NAME.xml.
+security_pytest() {
+    local name=$1 target=$2 status=0
+    if [[ -z $SECURITY_URL ]] || ! alive "$SECURITY_PID"; then
+        echo "the security suites' weft up is not running" >&2
+        return 1
+    fi
+    WEFT_URL="$SECURITY_URL" WEFT_TOKEN="$SECURITY_TOKEN" \
+        WEFT_SECURITY_REPORT="$LOGS/security-$name.json" \
+        timeout --foreground "$PYTEST_TIMEOUT" "$SECURITY_PY" -m pytest "$target" \
+        -p no:cacheprovider -q -rfE --junitxml="$LOGS/security-$name.xml" || status=$?
+    if ((status != 0)); then show_log "$LOGS/security.log" 40; fi
+    return "$status"
+}
+
+# security_down: stop the security `weft up`, requiring a clean exit.
+security_down() {
+    local pid=$SECURITY_PID
+    SECURITY_PID="" SECURITY_URL=""
+    [[ -n $pid ]] || return 0
+    stop_all "weft up (security):$pid"
+}
+
+# security_totals: one line of sizes per security suite that ran.
+security_totals() {
+    "$SECURITY_PY" - "$LOGS" <<'EOF'
+import json, os, sys, xml.etree.ElementTree as ET
+logs = sys.argv[1]
+def load(name, key):
+    try:
+        with open(os.path.join(logs, f"security-{name}.json")) as f:
+            return json.load(f).get(key)
+    except (OSError, ValueError):
+        return None
+def failed(name):
+    try:
+        root = ET.parse(os.path.join(logs, f"security-{name}.xml")).getroot()
+    except (OSError, ET.ParseError):
+        return "?"
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+nul = load("nul", "nul_pass")
+if nul:
+    print(f"security: NUL / oversize / wrong-type pass: {nul['operations']} operations x "
+          f"{nul['cases']} cases, {nul['failed']} cases failed ({failed('nul')} operations failed)")
+st = load("schemathesis", "schemathesis")
+if st:
+    print(f"security: schemathesis: {st.get('examples', 0)} examples over {st.get('operations', 0)} "
+          f"operations (seed {st['seed']}, {st['max_examples_per_operation']} fuzzed per operation), "
+          f"{failed('schemathesis')} operations failed")
+EOF
+}
+
 # compat_totals: "N passed, M failed[, K skipped]" over the pytest reports of this run.
 compat_totals() {
     "$PY" - "$LOGS"/pytest-*.xml <<'EOF'
@@ -569,6 +668,7 @@ summary() {
     fi
     if ((FAILED)); then echo "test.sh: FAILED"; else echo "test.sh: all steps passed"; fi
     if [[ -n $totals ]]; then echo "compat: $totals"; fi
+    if compgen -G "$LOGS/security-*.json" >/dev/null; then security_totals 2>/dev/null || true; fi
     if [[ -n $REAL_LLM_TIMING ]]; then echo "real LLM tier: $REAL_LLM_TIMING"; fi
 }
 
@@ -610,6 +710,21 @@ else
     else
         skip "compat: real LLM tier" "set WEFT_REAL_LLM=1 to run it"
     fi
+fi
+
+if ((!BUILD_OK)); then
+    skip "security suites" "the build failed"
+elif ! step "python venv (target/security-venv)" make_security_venv; then
+    skip "security suites" "no venv"
+elif step "security: weft up" security_up; then
+    step "security: NUL / oversize / wrong-type pass" \
+        security_pytest nul tests/security/test_nul_oversize_types.py || true
+    step "security: schemathesis" \
+        security_pytest schemathesis tests/security/test_schemathesis.py || true
+    step "security: weft up shut down" security_down || true
+    teardown
+else
+    teardown
 fi
 
 summary

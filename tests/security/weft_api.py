@@ -1,0 +1,206 @@
+"""What both security suites share: the live `weft up` they run against, its OpenAPI document
+with `$ref`s resolved, and the prerequisites the document's examples name (an agent, runs, a
+token), created before any generated request is sent.
+
+The deployment comes from the environment, as deploy/local/test.sh sets it:
+  WEFT_URL    the gateway's base URL (http://127.0.0.1:PORT, no /v1)
+  WEFT_TOKEN  an `admin` bearer token
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+# Sizes of what the suites ran, by suite: {"schemathesis": {...}, "nul_pass": {...}}.
+SIZES: dict[str, dict[str, Any]] = {}
+
+# Statuses of a run that will not change again.
+TERMINAL = {"succeeded", "failed", "cancelled"}
+# How long a prerequisite run may take to reach the state the suites need. A mock-model run
+# ends in well under a second; the bound only keeps a broken deployment from hanging the suite.
+RUN_SETTLE_SECS = 60.0
+
+
+def base_url() -> str:
+    url = os.environ.get("WEFT_URL", "").rstrip("/")
+    if not url:
+        raise RuntimeError("set WEFT_URL to the gateway's base URL (http://127.0.0.1:PORT)")
+    return url
+
+
+def admin_token() -> str:
+    token = os.environ.get("WEFT_TOKEN", "")
+    if not token:
+        raise RuntimeError("set WEFT_TOKEN to an admin bearer token")
+    return token
+
+
+def session() -> requests.Session:
+    s = requests.Session()
+    s.headers["Authorization"] = f"Bearer {admin_token()}"
+    return s
+
+
+def fetch_document() -> dict[str, Any]:
+    resp = requests.get(base_url() + "/v1/openapi.json", timeout=30)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def resolve(doc: dict[str, Any], schema: Any, seen: frozenset[str] = frozenset()) -> Any:
+    """`schema` with every `$ref` replaced by what it points to (a recursive reference is left
+    as an empty schema the second time round, so the walk ends)."""
+    if isinstance(schema, list):
+        return [resolve(doc, s, seen) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = schema["$ref"]
+        if target in seen:
+            return {}
+        node: Any = doc
+        for part in target.removeprefix("#/").split("/"):
+            node = node[part]
+        merged = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return resolve(doc, merged, seen | {target})
+    return {k: resolve(doc, v, seen) for k, v in schema.items()}
+
+
+METHODS = ("get", "put", "post", "delete", "patch")
+
+
+@dataclass
+class Operation:
+    method: str
+    path: str
+    raw: dict[str, Any]
+    doc: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.method.upper()} {self.path}"
+
+    @property
+    def tags(self) -> list[str]:
+        return self.raw.get("tags", [])
+
+    @property
+    def forwards_text(self) -> bool:
+        """The OpenAI- and Anthropic-compatible doors store nothing and forward text, U+0000
+        included, to the provider (the document's description says so); every other route stores
+        what it is given and refuses U+0000."""
+        return bool({"openai", "anthropic"} & set(self.tags))
+
+    def parameters(self, where: str) -> list[dict[str, Any]]:
+        return [resolve(self.doc, p) for p in self.raw.get("parameters", []) if p.get("in") == where]
+
+    def body_schema(self) -> dict[str, Any] | None:
+        body = self.raw.get("requestBody", {}).get("content", {}).get("application/json")
+        return None if body is None else resolve(self.doc, body["schema"])
+
+    def body_required(self) -> bool:
+        return bool(self.raw.get("requestBody", {}).get("required"))
+
+
+def operations(doc: dict[str, Any]) -> list[Operation]:
+    out = []
+    for path, item in doc["paths"].items():
+        for method in METHODS:
+            if method in item:
+                out.append(Operation(method, path, item[method], doc))
+    return out
+
+
+@dataclass
+class Prerequisites:
+    """Things the document's examples refer to, made to exist: the agent its examples name, a
+    finished run, a disposable token. `parked_run()` makes a fresh interactive run waiting for
+    input, for routes that change a run's state."""
+
+    http: requests.Session
+    doc: dict[str, Any]
+    agent: str = ""
+    finished_run: str = ""
+    token_id: str = ""
+    protected_token_ids: set[str] = field(default_factory=set)
+
+    def example(self, schema_name: str) -> Any:
+        return copy.deepcopy(self.doc["components"]["schemas"][schema_name]["example"])
+
+    def setup(self) -> Prerequisites:
+        url = base_url()
+        self.setup_agent()
+        self.finished_run = self.create_run(self.example("CreateRun"))
+        self.wait_run(self.finished_run, lambda s: s in TERMINAL)
+        # A token the suites may revoke; the admin token they use never is.
+        r = self.http.post(f"{url}/v1/tokens", json=self.example("CreateToken"), timeout=30)
+        assert r.status_code == 201, f"POST /v1/tokens: {r.status_code} {r.text}"
+        self.token_id = r.json()["id"]
+        me = self.http.get(f"{url}/v1/tokens", timeout=30).json()["data"]
+        self.protected_token_ids = {t["id"] for t in me if t["id"] != self.token_id}
+        return self
+
+    def setup_agent(self) -> None:
+        """The agent the examples name (CreateRun's example runs it), as AgentContent's example
+        describes it, active and not retired."""
+        self.agent = self.example("CreateRun")["agent"]
+        r = self.http.put(f"{base_url()}/v1/agents/{self.agent}", json=self.example("AgentContent"), timeout=30)
+        assert r.status_code in (200, 201), f"PUT /v1/agents/{self.agent}: {r.status_code} {r.text}"
+
+    def create_run(self, body: dict[str, Any]) -> str:
+        r = self.http.post(f"{base_url()}/v1/runs", json=body, timeout=30)
+        assert r.status_code == 201, f"POST /v1/runs {body}: {r.status_code} {r.text}"
+        return r.json()["run_id"]
+
+    def wait_run(self, run_id: str, done) -> str:
+        deadline = time.monotonic() + RUN_SETTLE_SECS
+        while True:
+            status = self.http.get(f"{base_url()}/v1/runs/{run_id}", timeout=30).json()["status"]
+            if done(status):
+                return status
+            assert time.monotonic() < deadline, f"run {run_id} is still {status}"
+            time.sleep(0.05)
+
+    def parked_run(self) -> str:
+        run = self.create_run({"agent": self.agent, "interactive": True})
+        self.wait_run(run, lambda s: s == "awaiting_input")
+        return run
+
+
+def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> dict[str, str]:
+    """Real values for an operation's path parameters: the examples' agent, `run` (or the
+    finished run) for run routes, the disposable token, the document's example otherwise."""
+    out = {}
+    for p in op.parameters("path"):
+        name = p["name"]
+        if name == "name":
+            out[name] = pre.agent
+        elif name == "id" and op.path.startswith("/v1/runs/"):
+            out[name] = run or pre.finished_run
+        elif name == "id" and op.path.startswith("/v1/tokens/"):
+            out[name] = pre.token_id
+        elif "example" in p:
+            out[name] = str(p["example"])
+        else:
+            out[name] = str(uuid.uuid4())
+    return out
+
+
+def error_of(resp: requests.Response) -> tuple[str | None, str]:
+    """(`param`, `message`) of an error body in any of weft's three shapes."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None, resp.text
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return None, json.dumps(body)
+    return err.get("param"), str(err.get("message", ""))
