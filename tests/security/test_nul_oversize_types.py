@@ -15,8 +15,13 @@ and each branch of a `oneOf`), and the answer is checked:
   big         1 MiB, where no maxLength is given   anything but a 5xx
   wrong-type  a JSON type the schema does not      400 naming the field (or the `oneOf` that
               allow (a number for a string, a      holds it: an untagged union cannot say which
-              string for a number, an array for    branch was meant); the whole body as the
-              an object, an object for an array)   wrong type: 400
+              string for a number, an array for    branch was meant)
+              an object, an object for an array)
+  as-array    an object written as the array of    400 naming the object itself: serde's derive
+              its fields' values                   reads a struct from an array of its fields, so
+                                                   an error about an element (`tools[0][1]`) or a
+                                                   later check means the array was read as one
+  (the whole body as a wrong type or as an array: a 400 from the parser, with no `param`)
   bound       just outside minimum/maximum, and    400 naming the field
               2^63, -1, 1e300, 1.5 where the schema
               forbids them
@@ -42,7 +47,6 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import pytest
 import requests
 
 import weft_api
@@ -255,19 +259,36 @@ def body_cases(op: weft_api.Operation, base: Any, schema: dict[str, Any]) -> lis
         body = set_at(root, tokens, value)
         cases.append(Case(kind, "body", dotted(tokens), names, shown, expect, must_name, body=body))
 
-    def walk(schema: dict[str, Any], root: Any, tokens: list[str | int], unions: tuple[str, ...], typed: bool):
-        """`unions`: the paths of the `oneOf`s above, which an error may name instead. `typed`:
-        whether to try a wrong type here (not inside a branch, whose wrong type may be another
-        branch's right one)."""
+    def walk(
+        schema: dict[str, Any],
+        root: Any,
+        tokens: list[str | int],
+        unions: tuple[str, ...],
+        union_types: set[str] | None,
+    ):
+        """`unions`: the paths of the `oneOf`s above, which an error may name instead.
+        `union_types`: inside a `oneOf` branch, the types the whole union allows (a wrong type
+        for one branch may be another branch's right one); None elsewhere."""
         here = dotted(tokens)
         names = unions + ((here,) if here else ())
         types = allowed_types(schema)
         current = get_at(root, tokens)
-        if typed and types is not None:
+        if union_types is None and types is not None:
             preferred = "string" if "string" in types else json_type(current)
             wrong = wrong_value(types, preferred)
             if wrong is not None:
-                add("wrong-type", root, tokens, names, wrong[0], wrong[1], (400,), bool(tokens))
+                add("wrong-type", root, tokens, names, wrong[0], wrong[1], (400,), True)
+        if (
+            isinstance(current, dict)
+            and schema.get("properties")
+            and "array" not in (union_types if union_types is not None else types or set())
+        ):
+            # The object written as an array of its fields' values (in the served document's
+            # order, which need not be the struct's): refused as a whole, at this path.
+            props = list(schema["properties"].items())
+            last = max((i for i, (p, _) in enumerate(props) if p in current), default=-1)
+            fields = [current[p] if p in current else synth(sub) for p, sub in props[: last + 1]]
+            add("as-array", root, tokens, names, fields, json.dumps(fields)[:60], (400,), True)
         bs = branches(schema)
         if bs:
             inner = unions + ((here,) if here else ())
@@ -276,7 +297,7 @@ def body_cases(op: weft_api.Operation, base: Any, schema: dict[str, Any]) -> lis
                 if bt == {"null"}:
                     continue
                 value = current if fits(current, b) else synth(b)
-                walk(b, set_at(root, tokens, value), tokens, inner, False)
+                walk(b, set_at(root, tokens, value), tokens, inner, types)
             return
         if types is None:
             return
@@ -285,13 +306,13 @@ def body_cases(op: weft_api.Operation, base: Any, schema: dict[str, Any]) -> lis
                 child = root
                 if current.get(prop) is None:
                     child = set_at(root, tokens + [prop], synth(sub))
-                walk(sub, child, tokens + [prop], unions, True)
+                walk(sub, child, tokens + [prop], unions, None)
             extra = schema.get("additionalProperties")
             if isinstance(extra, dict) and extra:
-                walk(extra, set_at(root, tokens + ["k"], synth(extra)), tokens + ["k"], unions, True)
+                walk(extra, set_at(root, tokens + ["k"], synth(extra)), tokens + ["k"], unions, None)
         if "array" in types and isinstance(current, list) and "items" in schema:
             item = current[0] if current else synth(schema["items"])
-            walk(schema["items"], set_at(root, tokens + [0], item), tokens + [0], unions, True)
+            walk(schema["items"], set_at(root, tokens + [0], item), tokens + [0], unions, None)
         if "string" in types and isinstance(current, str):
             nul_expect, nul_named = ((400,), True) if native else (tuple(range(200, 500)), False)
             add("nul", root, tokens, names, NUL, repr(NUL), nul_expect, nul_named)
@@ -306,7 +327,7 @@ def body_cases(op: weft_api.Operation, base: Any, schema: dict[str, Any]) -> lis
             for v, shown in outside_bounds(schema, integer):
                 add("bound", root, tokens, names, v, shown, (400,), True)
 
-    walk(schema, base, [], (), True)
+    walk(schema, base, [], (), None)
     # The same request can be reached through two branches; send each once.
     unique: dict[str, Case] = {}
     for c in cases:
@@ -427,7 +448,11 @@ def send(http: requests.Session, op: weft_api.Operation, path: dict[str, str], q
 
 
 def named(resp: Answer, names: tuple[str, ...]) -> bool:
+    """Whether the error names one of `names`; for the body itself (no names), whether it is the
+    parser's refusal of the whole body (no `param`), not a later check of one field."""
     param, message = weft_api.error_of(resp)
+    if not names:
+        return param in (None, "", ".")
     return param in names or any(f"`{n}`" in message for n in names)
 
 
