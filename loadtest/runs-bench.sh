@@ -201,11 +201,25 @@ fi
 read -r TICKS0 STEAL0 < <(cpu_ticks)
 
 export WEFT_LOADTEST_TOKEN="$WEFT_TOKEN"
+# proc_cpu_ms PID: CPU time (user + system) the process has used, in ms.
+proc_cpu_ms() {
+    awk -v hz="$(getconf CLK_TCK)" '{ s = $0; sub(/^.*\) /, "", s); split(s, f, " ");
+        printf "%d\n", (f[12] + f[13]) * 1000 / hz }' "/proc/$1/stat"
+}
+
 for c in $CONCURRENCY; do
     log "runs at concurrency $c for $DURATION"
+    CPU0=$(proc_cpu_ms "$WEFT_PID")
     "$LT" runs --url "$WEFT_URL" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" \
         --cancel-every "$CANCEL_EVERY" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
         --out "$STAGING/runs-c$c.json" >/dev/null
+    # weft's CPU per run over warm-up + measurement (the runs finished in both): stable where
+    # wall-clock latencies move 2× on a shared VM.
+    jq --argjson cpu_ms $(($(proc_cpu_ms "$WEFT_PID") - CPU0)) \
+        '.weft_cpu_ms = $cpu_ms
+         | .weft_cpu_ms_per_run = ($cpu_ms / (.runs_per_s * (.duration_s + .warmup_s)) * 100 | round / 100)' \
+        "$STAGING/runs-c$c.json" >"$STAGING/runs-c$c.json.new"
+    mv "$STAGING/runs-c$c.json.new" "$STAGING/runs-c$c.json"
     sleep 1
 done
 
@@ -238,12 +252,12 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
     echo
     echo "A run: 3 model turns and 2 \`Context\` tool calls (instant mock model). Every ${CANCEL_EVERY}th run of a worker is a long run (${SLOW_LATENCY_MS} ms model) cancelled once an executor holds it. Latencies in ms."
     echo
-    echo "| workers | runs/s | StartRun p50 | p90 | p99 | max | end-to-end p50 | p90 | p99 | max | cancel-ack p50 | p99 | max | cancels | failures | RSS start → end (MiB) |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    echo "| workers | runs/s | weft CPU ms/run | StartRun p50 | p90 | p99 | max | end-to-end p50 | p90 | p99 | max | cancel-ack p50 | p99 | max | cancels | failures | RSS start → end (MiB) |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     for c in $CONCURRENCY; do
         f="$STAGING/runs-c$c.json"
-        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
-            "$c" "$(jq -r .runs_per_s "$f")" \
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+            "$c" "$(jq -r .runs_per_s "$f")" "$(jq -r .weft_cpu_ms_per_run "$f")" \
             "$(ms .start_run_us.p50 "$f")" "$(ms .start_run_us.p90 "$f")" "$(ms .start_run_us.p99 "$f")" "$(ms .start_run_us.max "$f")" \
             "$(ms .end_to_end_us.p50 "$f")" "$(ms .end_to_end_us.p90 "$f")" "$(ms .end_to_end_us.p99 "$f")" "$(ms .end_to_end_us.max "$f")" \
             "$(ms .cancel_ack_us.p50 "$f")" "$(ms .cancel_ack_us.p99 "$f")" "$(ms .cancel_ack_us.max "$f")" \

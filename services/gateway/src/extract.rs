@@ -37,36 +37,12 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let json_ct = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .map(|m| {
-                let m = m.trim();
-                m.eq_ignore_ascii_case("application/json")
-                    || (m.starts_with("application/") && m.ends_with("+json"))
-            });
-        if json_ct != Some(true) {
-            return Err(ApiError(
-                Error::new(
-                    ErrorCode::UnsupportedMediaType,
-                    "the request body must be JSON; send `Content-Type: application/json`",
-                ),
-                shape(OPENAI),
-            ));
+        if !is_json(&req) {
+            return Err(ApiError(unsupported_media_type(), shape(OPENAI)));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
-            let e = if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                Error::new(
-                    ErrorCode::PayloadTooLarge,
-                    "the request body is larger than this gateway accepts (gateway.max_body_bytes)",
-                )
-            } else {
-                Error::invalid("the request body could not be read")
-            };
-            ApiError(e, shape(OPENAI))
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|r| ApiError(body_error(&r), shape(OPENAI)))?;
         let parsed = if OPENAI {
             parse(&bytes)
         } else {
@@ -75,6 +51,64 @@ where
         parsed
             .map(ValidJson)
             .map_err(|e| ApiError(e, shape(OPENAI)))
+    }
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            let m = m.trim();
+            m.eq_ignore_ascii_case("application/json")
+                || (m.starts_with("application/") && m.ends_with("+json"))
+        })
+}
+
+fn unsupported_media_type() -> Error {
+    Error::new(
+        ErrorCode::UnsupportedMediaType,
+        "the request body must be JSON; send `Content-Type: application/json`",
+    )
+}
+
+fn body_error(r: &axum::extract::rejection::BytesRejection) -> Error {
+    if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        Error::new(
+            ErrorCode::PayloadTooLarge,
+            "the request body is larger than this gateway accepts (gateway.max_body_bytes)",
+        )
+    } else {
+        Error::invalid("the request body could not be read")
+    }
+}
+
+/// An optional native JSON body: no body (or only whitespace) is `T::default()`; anything else
+/// is held to [`NativeJson`]'s rules (415 when not JSON, 400 naming the field).
+pub struct OptionalNativeJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for OptionalNativeJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let json = is_json(&req);
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|r| ApiError::native(body_error(&r)))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        if !json {
+            return Err(ApiError::native(unsupported_media_type()));
+        }
+        parse_native(&bytes)
+            .map(OptionalNativeJson)
+            .map_err(ApiError::native)
     }
 }
 
@@ -198,8 +232,18 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
         let msg = inner.to_string();
         // serde's messages end with " at line X column Y"; the path says more.
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-        if inner.is_syntax() || inner.is_eof() {
+        // serde_json reports a value of the wrong JSON type for an enum ("expected value") as a
+        // syntax error; when the body is valid JSON it is a type error at the field's path.
+        let syntax = (inner.is_syntax() || inner.is_eof())
+            && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err();
+        if syntax {
             Error::invalid(format!("the request body is not valid JSON: {msg}"))
+        } else if inner.is_syntax() {
+            let path = if path == "." { String::new() } else { path };
+            Error::invalid(format!(
+                "`{path}` has the wrong type: it must be one of the values the API reference lists"
+            ))
+            .with_param(path)
         } else if path == "." || path.is_empty() {
             let param = missing_field(&msg);
             let mut e = Error::invalid(format!("invalid request body: {msg}"));
@@ -278,5 +322,17 @@ mod tests {
         assert!(e.message.contains("missing field `model`"));
         let e = parse::<Req>(b"{").unwrap_err();
         assert!(e.message.contains("not valid JSON"));
+        // An enum given a number is a type error at its path, not "not valid JSON".
+        #[derive(serde::Deserialize, Debug)]
+        #[expect(dead_code, reason = "fields exist to be parsed")]
+        struct E {
+            kind: Kind,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        enum Kind {
+            A,
+        }
+        let e = parse::<E>(br#"{"kind": 12345}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("kind"), "{}", e.message);
     }
 }

@@ -49,7 +49,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     frequency_penalty: Option<f64>,
     #[serde(default)]
-    response_format: Option<Value>,
+    response_format: Option<Map<String, Value>>,
     #[serde(default)]
     stream: bool,
     #[serde(default)]
@@ -71,13 +71,14 @@ enum Stop {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(remote = "Self")]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
+#[serde(remote = "Self", tag = "role", rename_all = "snake_case")]
 enum ChatMessage {
     System {
         content: Content,
@@ -118,13 +119,47 @@ enum Content {
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(try_from = "RawPart")]
 enum Part {
     Text { text: String },
     ImageUrl { image_url: ImageUrl },
 }
 
+/// A part as sent. Read through this rather than as an internally tagged enum, whose derived
+/// tag would also take the variant's number (`"type": 0` for `text`).
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
+struct RawPart {
+    #[serde(rename = "type")]
+    kind: PartKind,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    image_url: Option<ImageUrl>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PartKind {
+    Text,
+    ImageUrl,
+}
+
+impl TryFrom<RawPart> for Part {
+    type Error = String;
+
+    fn try_from(p: RawPart) -> std::result::Result<Self, String> {
+        match (p.kind, p.text, p.image_url) {
+            (PartKind::Text, Some(text), _) => Ok(Self::Text { text }),
+            (PartKind::ImageUrl, _, Some(image_url)) => Ok(Self::ImageUrl { image_url }),
+            (PartKind::Text, None, _) => Err("a `text` part needs `text`".into()),
+            (PartKind::ImageUrl, _, None) => Err("an `image_url` part needs `image_url`".into()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ImageUrl {
     url: String,
     #[serde(default)]
@@ -132,6 +167,7 @@ struct ImageUrl {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ToolCall {
     id: String,
     #[serde(default, rename = "type")]
@@ -140,6 +176,7 @@ struct ToolCall {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct FunctionCall {
     name: String,
     #[serde(default)]
@@ -147,6 +184,7 @@ struct FunctionCall {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct ToolDef {
     #[serde(rename = "type")]
     kind: String,
@@ -154,13 +192,29 @@ struct ToolDef {
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 struct FunctionDef {
     name: String,
     #[serde(default)]
     description: String,
+    /// A JSON schema: an object (anything else is a 400 naming it).
     #[serde(default)]
-    parameters: Option<Value>,
+    parameters: Option<Map<String, Value>>,
 }
+
+// Request parts are JSON objects only: serde's derive would also read one from an array of its
+// fields (`["user", "hi"]` as a message).
+weft_core::objects_only!(
+    deserialize: StreamOptions,
+    ChatMessage,
+    RawPart,
+    ImageUrl,
+    ToolCall,
+    FunctionCall,
+    ToolDef,
+    FunctionDef,
+    EmbeddingsRequest,
+);
 
 fn content_blocks(c: Content) -> Vec<ContentBlock> {
     match c {
@@ -295,10 +349,10 @@ pub(crate) fn to_proto(
         tools.push(weft_proto::tool_to_proto(&ToolSpec {
             name: t.function.name,
             description: t.function.description,
-            parameters: t
-                .function
-                .parameters
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            parameters: t.function.parameters.map_or_else(
+                || json!({"type": "object", "properties": {}}),
+                Value::Object,
+            ),
         }));
     }
     let include_usage = r.stream_options.as_ref().is_some_and(|o| o.include_usage);
@@ -328,7 +382,7 @@ pub(crate) fn to_proto(
             presence_penalty: r.presence_penalty,
             frequency_penalty: r.frequency_penalty,
         }),
-        response_format_json: json_str(r.response_format),
+        response_format_json: json_str(r.response_format.map(Value::Object)),
         user: r.user.unwrap_or_default(),
         extra_json: if r.extra.is_empty() {
             String::new()
@@ -559,6 +613,7 @@ where
 }
 
 #[derive(Deserialize)]
+#[serde(remote = "Self")]
 pub struct EmbeddingsRequest {
     model: String,
     input: EmbedInput,

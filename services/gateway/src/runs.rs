@@ -32,7 +32,7 @@ use weft_store::{EventRecord, NewRun, RunFilter, RunRecord};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{NativeJson, NativePath, NativeQuery, ValidJson};
+use crate::extract::{NativeJson, NativePath, NativeQuery, OptionalNativeJson, ValidJson};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -158,7 +158,12 @@ async fn require_run_scope(req: axum::extract::Request, next: axum::middleware::
 
 /// One part of `input` given as an array.
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    remote = "Self",
+    tag = "type",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
 enum InputPart {
     Text {
         text: String,
@@ -177,14 +182,14 @@ enum Input {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct InputMessage {
     role: String,
     content: String,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CreateRun {
     agent: String,
     #[serde(default)]
@@ -312,6 +317,17 @@ fn user_text(input: Input) -> std::result::Result<String, Error> {
         }
     }
 }
+
+// Request bodies are JSON objects only: serde's derive would also read one from an array of its
+// fields (`["agent", "hi"]` as a run).
+weft_core::objects_only!(
+    deserialize: InputPart,
+    InputMessage,
+    CreateRun,
+    CancelBody,
+    InputBody,
+    AnswerBody,
+);
 
 /// `POST /v1/runs`.
 #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
@@ -821,7 +837,7 @@ async fn pump(
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CancelBody {
     #[serde(default)]
     reason: Option<String>,
@@ -833,19 +849,13 @@ pub async fn cancel_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(id): NativePath<String>,
-    body: axum::body::Bytes,
+    OptionalNativeJson(body): OptionalNativeJson<CancelBody>,
 ) -> Result<(StatusCode, Json<Value>)> {
     let run = visible_run(&st, &p, &id).await?;
     if run.status.is_terminal() {
         return Ok((StatusCode::OK, Json(run_json(&run))));
     }
-    let reason = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        crate::extract::parse_native::<CancelBody>(&body)
-            .map_err(ApiError::native)?
-            .reason
-    };
+    let reason = body.reason;
     let mut targets = vec![run.id];
     targets.extend(
         st.runs
@@ -883,7 +893,7 @@ pub async fn cancel_run_handler(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct InputBody {
     text: String,
 }
@@ -961,7 +971,7 @@ pub async fn input_handler(
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct AnswerBody {
     answer: String,
 }

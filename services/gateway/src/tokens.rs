@@ -21,7 +21,7 @@ use crate::extract::{NativeJson, NativePath, ValidJson};
 type Result<T> = std::result::Result<T, ApiError>;
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CreateToken {
     name: String,
     #[serde(default)]
@@ -31,6 +31,9 @@ pub struct CreateToken {
     #[serde(default, with = "time::serde::rfc3339::option")]
     expires_at: Option<OffsetDateTime>,
 }
+
+// A JSON object only: serde's derive would also read one from an array of its fields.
+weft_core::objects_only!(deserialize: CreateToken);
 
 fn ts(t: OffsetDateTime) -> Value {
     t.format(&Rfc3339).map(Value::String).unwrap_or(Value::Null)
