@@ -2,7 +2,8 @@
 # deploy/local/test.sh — the full suite, exactly as CI runs it (.ci/run execs this file):
 #
 #   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream)
-#   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed)
+#   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), and a short
+#      cargo-fuzz run of the request decoders and provider parsers (fuzz/run.sh)
 #   3. cargo build --bins, then the black-box OpenAI compatibility suite (tests/compat, with the
 #      real `openai` Python package) against two arrangements:
 #        weft-up  one `weft up` process (gateway, router, substrate, executor), fresh database
@@ -173,6 +174,14 @@ rust_tests() {
     else
         cargo test --workspace --locked
     fi
+}
+
+# A short cargo-fuzz run (fuzz/README.md): the three chat request decoders and the provider stream
+# and body parsers, WEFT_FUZZ_SECONDS (default 15) each after one build into fuzz/target; a crash
+# fails the step. About 1.5 min when nothing changed, 3 min when weft's crates must be rebuilt;
+# the first (cold) build takes about 10 min on 2 cores.
+fuzz_short() {
+    nice -n 5 fuzz/run.sh "${WEFT_FUZZ_SECONDS:-15}"
 }
 
 # --- Python venv for the compat suite -----------------------------------------------------------
@@ -686,6 +695,7 @@ else
     step "cargo fmt --check" cargo fmt --all --check || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
     step "rust tests" rust_tests || true
+    step "cargo fuzz (short run)" fuzz_short || true
     step "cargo build --bins" cargo build --locked --bins || BUILD_OK=0
 fi
 

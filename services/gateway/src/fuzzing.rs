@@ -20,8 +20,9 @@ pub fn anthropic_messages(body: &[u8]) -> Result<v1::ChatRequest, Error> {
     crate::messages::to_proto(r, &HeaderMap::new())
 }
 
-/// `POST /v1/llm/chat`.
+/// `POST /v1/llm/chat` (a native route: its extractor also refuses a NUL anywhere in the body).
 pub fn llm_chat(body: &[u8]) -> Result<v1::ChatRequest, Error> {
-    let r = extract::parse::<crate::llm::LlmChatRequest>(body).map_err(crate::llm::strict)?;
+    let r =
+        extract::parse_native::<crate::llm::LlmChatRequest>(body).map_err(crate::llm::strict)?;
     crate::llm::to_proto(r, &HeaderMap::new())
 }

@@ -129,3 +129,56 @@ pub fn provider_bodies(req: &ChatRequest) -> Vec<Result<serde_json::Value, Error
         ollama::chat_body(model, req, Some(8192)).map_err(|e| e.error),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(kind: &str, file: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/tests/fixtures/{kind}/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    const KINDS: [(&str, Provider); 5] = [
+        ("openai", Provider::OpenAi),
+        ("anthropic", Provider::Anthropic),
+        ("gemini", Provider::Gemini),
+        ("deepseek", Provider::DeepSeek),
+        ("ollama", Provider::Ollama),
+    ];
+
+    /// The fuzz targets' seeds: every recorded stream folds to a finish in any chunking (the
+    /// malformed one to an error), and every recorded answer parses.
+    #[test]
+    fn recorded_answers_go_through_the_fuzzing_entry_points() {
+        for (kind, p) in KINDS {
+            for file in ["text.stream", "tool_call.stream", "parallel_tools.stream"] {
+                let body = fixture(kind, file);
+                for chunk in [0, 1, 7] {
+                    let items = fold_stream(p, &body, chunk);
+                    assert!(
+                        matches!(items.last(), Some(Ok(ChatEvent::Finish(_)))),
+                        "{kind}/{file} in chunks of {chunk}: {items:?}"
+                    );
+                }
+            }
+            let items = fold_stream(p, &fixture(kind, "malformed.stream"), 0);
+            assert!(matches!(items.last(), Some(Err(_))), "{kind}: {items:?}");
+            for file in ["text.json", "tool_call.json", "after_tool.json"] {
+                let events = parse_body(p, &fixture(kind, file));
+                assert!(
+                    matches!(
+                        events.as_deref().and_then(<[_]>::last),
+                        Some(ChatEvent::Finish(_))
+                    ),
+                    "{kind}/{file}: {events:?}"
+                );
+            }
+            let (message, _) = error_answer(&fixture(kind, "error_429.json"), "");
+            assert!(message.is_some(), "{kind}");
+        }
+    }
+}
