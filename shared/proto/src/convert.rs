@@ -189,6 +189,23 @@ mod tests {
         assert_eq!(message_from_proto(message_to_proto(&m)), Some(m));
     }
 
+    /// Found by the `chat_anthropic` fuzz target (fuzz/seeds/chat_anthropic/float-roundtrip.json):
+    /// serde_json without `float_roundtrip` parsed the schema text the gateway wrote to a
+    /// different number than the one it held (1.1e24 came back as 1.0999999999999999e24).
+    #[test]
+    fn tool_schemas_round_trip_exactly() {
+        let parameters: serde_json::Value = serde_json::from_str(
+            r#"{"a": 1099999999999999999999999, "b": 0.1, "c": 2.2250738585072014e-308, "d": 1.7976931348623157e308}"#,
+        )
+        .unwrap();
+        let t = ToolSpec {
+            name: "f".into(),
+            description: String::new(),
+            parameters,
+        };
+        assert_eq!(tool_from_proto(tool_to_proto(&t)), t);
+    }
+
     #[test]
     fn unspecified_role_is_refused() {
         let m = v1::Message {
