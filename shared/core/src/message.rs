@@ -112,23 +112,25 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Usage {
-    /// Usage from input and output counts, with the total their sum.
+    /// Usage from input and output counts, with the total their sum. Counts come from
+    /// upstreams, so sums saturate rather than overflow.
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
         Self {
             prompt_tokens,
             completion_tokens,
-            total_tokens: prompt_tokens + completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
             ..Self::default()
         }
     }
 
     /// Adds another call's usage to this one.
     pub fn add(&mut self, other: &Self) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.total_tokens += other.total_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.prompt_tokens, other.prompt_tokens);
+        add(&mut self.completion_tokens, other.completion_tokens);
+        add(&mut self.total_tokens, other.total_tokens);
+        add(&mut self.cache_read_tokens, other.cache_read_tokens);
+        add(&mut self.cache_write_tokens, other.cache_write_tokens);
     }
 }
 
@@ -186,5 +188,13 @@ mod tests {
             name: None,
         };
         assert_eq!(m.text(), "ab");
+    }
+
+    #[test]
+    fn usage_sums_saturate() {
+        let mut u = Usage::new(u64::MAX, 1);
+        assert_eq!(u.total_tokens, u64::MAX);
+        u.add(&Usage::new(1, 1));
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (u64::MAX, 2));
     }
 }

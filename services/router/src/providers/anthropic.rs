@@ -431,7 +431,13 @@ impl Tokens {
         Usage {
             cache_read_tokens: self.cache_read,
             cache_write_tokens: self.cache_write,
-            ..Usage::new(self.input + self.cache_read + self.cache_write, self.output)
+            // Upstream counts: sums saturate rather than overflow.
+            ..Usage::new(
+                self.input
+                    .saturating_add(self.cache_read)
+                    .saturating_add(self.cache_write),
+                self.output,
+            )
         }
     }
 }
@@ -1363,5 +1369,17 @@ mod tests {
                 ChatEvent::Finish(FinishReason::Length),
             ]
         );
+    }
+
+    /// Counts near u64::MAX saturate instead of overflowing (as the openai driver's did).
+    #[test]
+    fn usage_counts_at_the_edge_of_u64_saturate() {
+        let v = json!({"content": [], "usage": {"input_tokens": u64::MAX,
+                       "cache_read_input_tokens": 1, "output_tokens": 1}});
+        let ev = parse_message(&v).unwrap();
+        let Some(ChatEvent::Usage(u)) = ev.iter().find(|e| matches!(e, ChatEvent::Usage(_))) else {
+            panic!("no usage in {ev:?}");
+        };
+        assert_eq!((u.prompt_tokens, u.total_tokens), (u64::MAX, u64::MAX));
     }
 }

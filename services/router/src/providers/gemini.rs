@@ -745,8 +745,9 @@ fn tidy(node: &mut Map<String, Value>) {
 fn parse_usage(v: &Value) -> Option<Usage> {
     v.as_object()?;
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
-    let prompt = n("promptTokenCount") + n("toolUsePromptTokenCount");
-    let completion = n("candidatesTokenCount") + n("thoughtsTokenCount");
+    // Upstream counts: sums saturate rather than overflow.
+    let prompt = n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount"));
+    let completion = n("candidatesTokenCount").saturating_add(n("thoughtsTokenCount"));
     Some(Usage {
         cache_read_tokens: n("cachedContentTokenCount"),
         ..Usage::new(prompt, completion)
@@ -1524,5 +1525,20 @@ mod tests {
         let chunks = sse_data(&malformed);
         let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
         assert!(fold(&refs).1.is_err());
+    }
+
+    /// Counts near u64::MAX saturate instead of overflowing (as the openai driver's did).
+    #[test]
+    fn usage_counts_at_the_edge_of_u64_saturate() {
+        let v = json!({
+            "candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": u64::MAX, "toolUsePromptTokenCount": 1,
+                              "candidatesTokenCount": u64::MAX, "thoughtsTokenCount": 1},
+        });
+        let ev = parse_response(&v, 0).unwrap();
+        let Some(ChatEvent::Usage(u)) = ev.iter().find(|e| matches!(e, ChatEvent::Usage(_))) else {
+            panic!("no usage in {ev:?}");
+        };
+        assert_eq!(u.total_tokens, u64::MAX);
     }
 }

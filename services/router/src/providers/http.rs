@@ -293,7 +293,9 @@ pub(crate) fn body_retry_delay(v: &Value) -> Option<Duration> {
     details.iter().find_map(|d| {
         let s = d["retryDelay"].as_str()?.strip_suffix('s')?;
         let secs: f64 = s.parse().ok()?;
-        (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+        // `from_secs_f64` panics past u64::MAX seconds: cap there, as `Retry-After` is.
+        (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::try_from_secs_f64(secs).unwrap_or(Duration::from_secs(u64::MAX)))
     })
 }
 
@@ -508,5 +510,13 @@ mod tests {
             .collect()
             .await;
         assert_eq!(lines, vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
+    }
+
+    /// A delay past u64::MAX seconds panicked in `Duration::from_secs_f64` (found while writing
+    /// the `provider_body` fuzz target; fuzz/seeds/provider_body/retry-delay-1e300).
+    #[test]
+    fn a_retry_delay_too_long_for_a_duration_is_capped() {
+        let v = serde_json::json!({"error": {"details": [{"retryDelay": "1e300s"}]}});
+        assert_eq!(body_retry_delay(&v), Some(Duration::from_secs(u64::MAX)));
     }
 }

@@ -292,7 +292,7 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     let p = v["prompt_tokens"].as_u64()?;
     let c = v["completion_tokens"].as_u64().unwrap_or(0);
     Some(Usage {
-        total_tokens: v["total_tokens"].as_u64().unwrap_or(p + c),
+        total_tokens: v["total_tokens"].as_u64().unwrap_or(p.saturating_add(c)),
         // DeepSeek reports the same count as `prompt_cache_hit_tokens`.
         cache_read_tokens: v["prompt_cache_hit_tokens"]
             .as_u64()
@@ -581,5 +581,18 @@ mod tests {
         );
         assert_eq!(ev[4], ChatEvent::Usage(Usage::new(3, 2)));
         assert_eq!(ev[5], ChatEvent::Finish(FinishReason::ToolCalls));
+    }
+
+    /// Counts near u64::MAX overflowed the total (found while writing the `provider_body` fuzz
+    /// target; fuzz/seeds/provider_body/usage-overflow-openai).
+    #[test]
+    fn usage_counts_at_the_edge_of_u64_saturate() {
+        let v = json!({"choices": [{"message": {"content": "x"}}],
+                       "usage": {"prompt_tokens": u64::MAX, "completion_tokens": 1}});
+        let ev = parse_completion(&v).unwrap();
+        let Some(ChatEvent::Usage(u)) = ev.iter().find(|e| matches!(e, ChatEvent::Usage(_))) else {
+            panic!("no usage in {ev:?}");
+        };
+        assert_eq!(u.total_tokens, u64::MAX);
     }
 }
