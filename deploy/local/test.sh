@@ -23,6 +23,8 @@
 #      wrong-type pass generated from /v1/openapi.json, then schemathesis over the same document
 #      (fixed seed WEFT_SCHEMATHESIS_SEED, WEFT_SCHEMATHESIS_EXAMPLES fuzzed examples per operation).
 #      The summary prints their sizes.
+#   6. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
+#      repro against the built `weft`, one `weft up` of its own per check.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
 # Options (for local iteration; CI uses none):
@@ -735,6 +737,15 @@ elif step "security: weft up" security_up; then
     teardown
 else
     teardown
+fi
+
+# The findings of the hardening review, each as a black-box repro against the built `weft`
+# (each check starts its own `weft up`; tests/findings/repro.py says how to run it by hand).
+if ((BUILD_OK)); then
+    step "findings: black-box repros (tests/findings/repro.py)" \
+        timeout --foreground 600 python3 tests/findings/repro.py "$BIN_DIR/weft" || true
+else
+    skip "findings repros" "the build failed"
 fi
 
 summary
