@@ -36,7 +36,8 @@ struct Common {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run the whole fleet in one process on loopback (mock provider by default), apply
-    /// migrations, and print the URL and the bootstrap admin token.
+    /// migrations, and print the URL and the bootstrap admin token (the token itself only on the
+    /// start that mints it; later starts print the file it is kept in).
     Up {
         /// Gateway HTTP address.
         #[arg(long)]
