@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,39 +53,45 @@ class Weft:
         self.round = 0
 
     def start(self):
+        """Starts `weft up` and reads what it prints until its last start-up line (`try: …`):
+        it prints that once it is serving, so no polling is needed."""
         self.round += 1
-        ready = os.path.join(self.dir, f"ready-{self.round}.json")
-        self.stdout = os.path.join(self.dir, f"stdout-{self.round}.txt")
         self.proc = subprocess.Popen(
             [self.binary, "up", "--config", self.config, "--listen", "127.0.0.1:0",
              "--router-listen", "127.0.0.1:0", "--substrate-listen", "127.0.0.1:0",
-             "--database-url", f"postgres://postgres@127.0.0.1:5432/{self.db}",
-             "--ready-file", ready],
-            env=self.env, stdout=open(self.stdout, "w"), stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL)
-        deadline = time.time() + 60
-        while not os.path.exists(ready) or os.path.getsize(ready) == 0:
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"weft up did not become ready (see {self.stdout})")
-            time.sleep(0.05)
-        time.sleep(0.05)
-        with open(ready) as f:
-            r = json.load(f)
-        self.url = r["url"].rstrip("/")
-        if r.get("admin_token"):
-            self.admin = r["admin_token"]
+             "--database-url", f"postgres://postgres@127.0.0.1:5432/{self.db}"],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, text=True)
+        # A start that hangs is killed, which ends the read below with EOF.
+        watchdog = threading.Timer(60, self.proc.kill)
+        watchdog.start()
+        self.printed = []
+        try:
+            for line in self.proc.stdout:
+                self.printed.append(line)
+                if line.startswith("url: "):
+                    self.url = line.split(" ", 1)[1].strip().rstrip("/")
+                if line.startswith("try: "):
+                    break
+            else:
+                raise RuntimeError(f"weft up exited before serving: {''.join(self.printed)}")
+        finally:
+            watchdog.cancel()
+        with open(os.path.join(self.dir, "admin-token")) as f:
+            self.admin = f.read().strip()
         return self
 
     def stop(self):
+        """Stops `weft up` (SIGTERM) and returns everything it printed since it started."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                rest, _ = self.proc.communicate(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
-        with open(self.stdout) as f:
-            return f.read()
+                rest, _ = self.proc.communicate()
+            self.printed.append(rest or "")
+        return "".join(self.printed)
 
     def close(self):
         self.stop()
@@ -120,25 +127,30 @@ class Weft:
         assert s == 201, (s, r)
         return r["run_id"]
 
+    def wait_kind(self, run, kind, secs=30):
+        """Reads the run's SSE stream (the transcript replayed, then live) until an event of
+        `kind`; False when none came within `secs`."""
+        req = urllib.request.Request(f"{self.url}/v1/runs/{run}/stream")
+        req.add_header("authorization", "Bearer " + self.admin)
+        deadline = time.monotonic() + secs
+        try:
+            with urllib.request.urlopen(req, timeout=secs) as resp:
+                for raw in resp:
+                    if raw.decode().strip() == f"event: {kind}":
+                        return True
+                    if time.monotonic() > deadline:
+                        return False
+        except (TimeoutError, OSError):
+            return False
+        return False
+
     def wait_run(self, run, secs=30):
-        deadline = time.time() + secs
-        while time.time() < deadline:
-            r = self.call("GET", f"/v1/runs/{run}")[2]
-            if r["status"] in ("succeeded", "failed", "cancelled"):
-                return r
-            time.sleep(0.1)
+        """The run once it has finished, or as it is after `secs`."""
+        self.wait_kind(run, "run_finished", secs)
         return self.call("GET", f"/v1/runs/{run}")[2]
 
     def events(self, run):
         return self.call("GET", f"/v1/runs/{run}/events?limit=1000")[2]["events"]
-
-    def wait_kind(self, run, kind, secs=30):
-        deadline = time.time() + secs
-        while time.time() < deadline:
-            if any(e["kind"] == kind for e in self.events(run)):
-                return True
-            time.sleep(0.05)
-        return False
 
 
 def mock(turns, reply):
@@ -169,7 +181,7 @@ def f2_nul_output(bin_, new):
         r = w.wait_run(run, 20)
         chosen = sum(e["kind"] == "provider_chosen" for e in w.events(run))
         return (r["status"] == "succeeded" and chosen == 1,
-                f"status {r['status']} after 20 s, provider_chosen x{chosen}")
+                f"status {r['status']} within 20 s, provider_chosen x{chosen}")
     finally:
         w.close()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,6 @@ import requests
 SIZES: dict[str, dict[str, Any]] = {}
 
 # Statuses of a run that will not change again.
-TERMINAL = {"succeeded", "failed", "cancelled"}
 # How long a prerequisite run may take to reach the state the suites need. A mock-model run
 # ends in well under a second; the bound only keeps a broken deployment from hanging the suite.
 RUN_SETTLE_SECS = 60.0
@@ -139,7 +137,7 @@ class Prerequisites:
         url = base_url()
         self.setup_agent()
         self.finished_run = self.create_run(self.example("CreateRun"))
-        self.wait_run(self.finished_run, lambda s: s in TERMINAL)
+        self.wait_event(self.finished_run, {"run_finished"})
         # A token the suites may revoke; the admin token they use never is.
         r = self.http.post(f"{url}/v1/tokens", json=self.example("CreateToken"), timeout=30)
         assert r.status_code == 201, f"POST /v1/tokens: {r.status_code} {r.text}"
@@ -160,19 +158,26 @@ class Prerequisites:
         assert r.status_code == 201, f"POST /v1/runs {body}: {r.status_code} {r.text}"
         return r.json()["run_id"]
 
-    def wait_run(self, run_id: str, done) -> str:
-        deadline = time.monotonic() + RUN_SETTLE_SECS
-        while True:
-            status = self.http.get(f"{base_url()}/v1/runs/{run_id}", timeout=30).json()["status"]
-            if done(status):
-                return status
-            assert time.monotonic() < deadline, f"run {run_id} is still {status}"
-            time.sleep(0.05)
+    def wait_event(self, run_id: str, kinds: set[str]) -> str:
+        """Reads the run's SSE stream until an event of one of `kinds`; returns its kind. The
+        stream replays the transcript first, so an event already written is seen at once."""
+        with self.http.get(f"{base_url()}/v1/runs/{run_id}/stream", stream=True,
+                           timeout=RUN_SETTLE_SECS) as r:
+            assert r.status_code == 200, f"stream {run_id}: {r.status_code} {r.text}"
+            for line in r.iter_lines(decode_unicode=True):
+                if line and line.startswith("event:"):
+                    kind = line.split(":", 1)[1].strip()
+                    if kind in kinds:
+                        return kind
+        raise AssertionError(f"run {run_id}'s stream ended before any of {sorted(kinds)}")
 
     def parked_run(self) -> str:
-        run = self.create_run({"agent": self.agent, "interactive": True})
-        self.wait_run(run, lambda s: s == "awaiting_input")
-        return run
+        # An interactive run without input is parked by the create call itself.
+        r = self.http.post(f"{base_url()}/v1/runs",
+                           json={"agent": self.agent, "interactive": True}, timeout=30)
+        assert r.status_code == 201, f"POST /v1/runs: {r.status_code} {r.text}"
+        assert r.json()["status"] == "awaiting_input", r.text
+        return r.json()["run_id"]
 
 
 def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> dict[str, str]:

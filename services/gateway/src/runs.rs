@@ -723,8 +723,9 @@ fn stream_response(
 ) -> Sse<impl futures::Stream<Item = std::result::Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Event>(256);
     tokio::spawn(async move {
-        // Held for as long as the stream's task runs: it ends when the client goes away.
-        let _slot = slot;
+        // Held for as long as the stream's task runs: it ends when the run finishes or the
+        // client goes away.
+        let tx = tx;
         if let Err(e) = pump(&st, run, from_seq, &tx).await {
             let _ = tx
                 .send(
@@ -734,6 +735,10 @@ fn stream_response(
                 )
                 .await;
         }
+        // The slot goes back before the sender closes: a client that has read the end of its
+        // stream can open another at once.
+        drop(slot);
+        drop(tx);
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))

@@ -203,6 +203,9 @@ async fn up(config: weft_config::Config, ready_file: Option<PathBuf>) -> ExitCod
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    // Signals are handled from here on, before anyone is told the fleet is up.
+    let stop = fleet.shutdown_token();
+    tokio::spawn(weft_telemetry::shutdown_on_signal(stop.clone()));
     let url = fleet.url();
     println!("weft is up");
     println!("url: {url}");
@@ -234,8 +237,6 @@ async fn up(config: weft_config::Config, ready_file: Option<PathBuf>) -> ExitCod
             return fail(format!("cannot write {}: {e}", path.display()));
         }
     }
-    let stop = fleet.shutdown_token();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(stop.clone()));
     stop.cancelled().await;
     eprintln!("weft: stopping");
     fleet.stop(Duration::from_secs(10)).await;

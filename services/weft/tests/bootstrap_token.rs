@@ -7,16 +7,15 @@
     reason = "integration tests: a panic is how a test fails"
 )]
 
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use weft_testkit::TestDb;
 
-/// Runs `weft up` until it is ready, stops it with SIGTERM and returns what it printed.
-async fn start_and_stop(db: &TestDb, dir: &Path, round: u32) -> String {
-    let ready = dir.join(format!("ready-{round}.json"));
-    let out = dir.join(format!("stdout-{round}.txt"));
+/// Runs `weft up` until it is serving (its last start-up line, `try: …`, is printed once it
+/// serves), stops it with SIGTERM and returns everything it printed.
+fn start_and_stop(db: &TestDb, dir: &Path) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["up", "--listen", "127.0.0.1:0"])
         .args([
@@ -26,28 +25,32 @@ async fn start_and_stop(db: &TestDb, dir: &Path, round: u32) -> String {
             "127.0.0.1:0",
         ])
         .args(["--database-url", &db.url])
-        .arg("--ready-file")
-        .arg(&ready)
         .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
         .env("WEFT_NATS__PREFIX", &db.name)
         .env("WEFT_REDIS__PREFIX", &db.name)
         .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-        .stdout(std::fs::File::create(&out).unwrap())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ready.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "weft up exited early");
-        assert!(Instant::now() < deadline, "weft up never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    loop {
+        let mut line = String::new();
+        let n = out.read_line(&mut line).unwrap();
+        assert!(n > 0, "weft up exited before serving: {printed}");
+        printed.push_str(&line);
+        if line.starts_with("try: ") {
+            break;
+        }
     }
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
+    out.read_to_string(&mut printed).unwrap();
     assert!(child.wait().unwrap().success(), "weft up stops cleanly");
-    std::fs::read_to_string(out).unwrap()
+    printed
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -55,7 +58,7 @@ async fn the_bootstrap_token_is_printed_only_by_the_start_that_mints_it() {
     let db = TestDb::new().await;
     let dir = std::env::temp_dir().join(format!("{}-bootstrap", db.name));
     std::fs::create_dir_all(&dir).unwrap();
-    let first = start_and_stop(&db, &dir, 1).await;
+    let first = start_and_stop(&db, &dir);
     let token = std::fs::read_to_string(dir.join("admin-token")).unwrap();
     let token = token.trim();
     assert!(token.starts_with("wft_"), "{token}");
@@ -63,7 +66,7 @@ async fn the_bootstrap_token_is_printed_only_by_the_start_that_mints_it() {
         first.contains(token),
         "the minting start shows it once: {first}"
     );
-    let second = start_and_stop(&db, &dir, 2).await;
+    let second = start_and_stop(&db, &dir);
     assert!(
         !second.contains(token),
         "a later start must not print the token: {second}"

@@ -153,26 +153,47 @@ pub fn adopt_trace_context(span: &tracing::Span, md: &tonic::metadata::MetadataM
     let _ = span.set_parent(cx);
 }
 
-/// Cancels `token` on the first SIGINT or SIGTERM.
-pub async fn shutdown_on_signal(token: tokio_util::sync::CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// The next delivery of a signal; never, when its handler could not be installed.
+#[cfg(unix)]
+async fn next_signal(s: Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(mut s) => {
+            s.recv().await;
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        () = term => {}
+        None => std::future::pending::<()>().await,
     }
-    tracing::info!("shutdown signal received; draining");
-    token.cancel();
+}
+
+/// Cancels `token` on the first SIGINT or SIGTERM.
+pub fn shutdown_on_signal(
+    token: tokio_util::sync::CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // The handlers are installed now, not on the future's first poll: a SIGTERM that arrives
+    // right after a process announces it is up must drain it, not kill it.
+    #[cfg(unix)]
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let (term, int) = signals;
+            tokio::select! {
+                () = next_signal(term) => {}
+                () = next_signal(int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown signal received; draining");
+        token.cancel();
+    }
 }
 
 /// Serves the Prometheus recorder at `GET /metrics` on `listener` until `shutdown`, for
