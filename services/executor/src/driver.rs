@@ -395,10 +395,13 @@ impl Driver {
         state: Option<&mut LoopState>,
         events: Vec<(EventKind, Value)>,
     ) -> Result<(), Stop> {
-        let events = storable(events);
+        let mut events = named(events);
         let mut seq = self.seq.lock().await;
         let first = *seq;
-        self.inner.store.append(&self.lease, first, &events).await?;
+        self.inner
+            .store
+            .append(&self.lease, first, &mut events)
+            .await?;
         *seq += i64::try_from(events.len()).unwrap_or(0);
         drop(seq);
         self.after_commit(state, first, &events).await;
@@ -416,8 +419,8 @@ impl Driver {
         let mut seq = self.seq.lock().await;
         let first = *seq;
         let mut f = self.inner.store.fenced(&self.lease).await?;
-        let events = storable(write(&mut f).await?);
-        f.append(first, &events).await?;
+        let mut events = named(write(&mut f).await?);
+        f.append(first, &mut events).await?;
         f.commit().await?;
         *seq += i64::try_from(events.len()).unwrap_or(0);
         drop(seq);
@@ -1263,12 +1266,13 @@ struct Turn {
     finish: Option<FinishReason>,
 }
 
-/// Events as they are stored: NUL replaced by the documented rule (`weft_core::storable`), so
-/// the state folded from them is the state a resumed run reads back.
-fn storable(events: Vec<(EventKind, Value)>) -> Vec<(String, Value)> {
+/// Events with their kinds' names. The store makes them storable in place as it appends them
+/// (`weft_core::storable`), so the state folded from them afterwards is the state a resumed run
+/// reads back.
+fn named(events: Vec<(EventKind, Value)>) -> Vec<(String, Value)> {
     events
         .into_iter()
-        .map(|(k, d)| (k.as_str().to_owned(), weft_core::storable::json_owned(d)))
+        .map(|(k, d)| (k.as_str().to_owned(), d))
         .collect()
 }
 

@@ -148,12 +148,8 @@ impl Executor {
                 store: RunStore::new(pool),
                 bus,
                 coord,
-                router: RouterClient::new(router)
-                    .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
-                    .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
-                substrate: SubstrateClient::new(substrate)
-                    .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
-                    .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
+                router: weft_proto::transport::router_client(router),
+                substrate: weft_proto::transport::substrate_client(substrate),
                 jwt,
                 cfg: config.executor.clone(),
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),

@@ -15,6 +15,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use weft_core::storable::nul_error;
 use weft_core::{Error, ErrorCode};
 
 use crate::error::{ApiError, Shape};
@@ -132,20 +133,6 @@ pub fn refuse_nul(bytes: &[u8]) -> Result<(), Error> {
         Some(path) => Err(nul_error(&path)),
         None => Ok(()),
     }
-}
-
-/// The error for a NUL at `path` (`.` for the whole body).
-pub fn nul_error(path: &str) -> Error {
-    // A NUL in a key is shown escaped: the error itself must be printable and storable.
-    let path = if path.is_empty() {
-        ".".to_owned()
-    } else {
-        path.replace('\0', "\\u0000")
-    };
-    Error::invalid(format!(
-        "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
-    ))
-    .with_param(path)
 }
 
 /// The query string of a native route, deserialized into `T`; a bad value is a native 400 whose

@@ -108,12 +108,8 @@ impl AppState {
             tokens,
             pool,
             jwt,
-            router: RouterClient::new(router)
-                .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
-                .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
-            substrate: SubstrateClient::new(substrate)
-                .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
-                .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
+            router: weft_proto::transport::router_client(router),
+            substrate: weft_proto::transport::substrate_client(substrate),
             runs,
             bus,
             coord,

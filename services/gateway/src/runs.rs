@@ -93,17 +93,6 @@ impl StreamSlots {
             key,
         })
     }
-
-    /// Streams open for `p` here.
-    pub fn open_for(&self, p: &Principal) -> u32 {
-        let open = self
-            .open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        open.get(&(p.tenant.as_str().to_owned(), p.subject.clone()))
-            .copied()
-            .unwrap_or(0)
-    }
 }
 
 impl Drop for StreamSlot {

@@ -13,16 +13,7 @@ use common::TestFleet;
 use serde_json::{Value, json};
 
 async fn put(f: &TestFleet, name: &str, token: &str, body: Value) -> (u16, Value) {
-    let r = f
-        .http
-        .put(format!("{}/v1/agents/{name}", f.url))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    f.put(&format!("/v1/agents/{name}"), token, body).await
 }
 
 /// A token of `tenant` with `scopes`, minted by the bootstrap admin.

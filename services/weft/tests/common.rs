@@ -84,26 +84,35 @@ impl TestFleet {
     }
 
     pub async fn post(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(token)
-            .json(&body)
-            .send()
+        self.send(reqwest::Method::POST, path, token, Some(body))
             .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PUT, path, token, Some(body))
+            .await
     }
 
     pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
-        let r = self
+        self.send(reqwest::Method::GET, path, token, None).await
+    }
+
+    /// One request with `token`; the status and the JSON body (`null` when not JSON).
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
             .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
@@ -127,19 +136,10 @@ pub fn script(turns: Value, reply: &str) -> String {
 }
 
 pub async fn put_agent(f: &TestFleet, token: &str, name: &str, body: Value) {
-    let r = f
-        .http
-        .put(format!("{}/v1/agents/{name}", f.url))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
+    let (status, r) = f.put(&format!("/v1/agents/{name}"), token, body).await;
     assert!(
         status == 200 || status == 201,
-        "put agent {name}: {status} {}",
-        r.text().await.unwrap()
+        "put agent {name}: {status} {r}"
     );
 }
 

@@ -236,14 +236,5 @@ async fn killing_an_executor_mid_run_loses_nothing() {
 }
 
 async fn put(f: &TestFleet, name: &str, body: Value) -> (u16, Value) {
-    let r = f
-        .http
-        .put(format!("{}/v1/agents/{name}", f.url))
-        .bearer_auth(&f.admin)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    f.put(&format!("/v1/agents/{name}"), &f.admin, body).await
 }

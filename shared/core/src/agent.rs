@@ -536,12 +536,7 @@ impl AgentContent {
         if let Ok(v) = serde_json::to_value(self)
             && let Some(path) = crate::storable::nul_path(&v)
         {
-            return Err(bad(
-                path.clone(),
-                format!(
-                    "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
-                ),
-            ));
+            return Err(crate::storable::nul_error(&path));
         }
         if self.description.len() > limits::DESCRIPTION_BYTES {
             return Err(bad(

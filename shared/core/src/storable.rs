@@ -77,6 +77,20 @@ fn nul_path_at(v: &Value, at: String) -> Option<String> {
     }
 }
 
+/// The 400 for caller input with a NUL at `path` (`.` for the whole body).
+pub fn nul_error(path: &str) -> crate::Error {
+    // A NUL in a key is shown escaped: the error itself must be printable and storable.
+    let path = if path.is_empty() {
+        ".".to_owned()
+    } else {
+        path.replace('\0', "\\u0000")
+    };
+    crate::Error::invalid(format!(
+        "`{path}` contains a NUL character (U+0000), which weft does not store; remove it"
+    ))
+    .with_param(path)
+}
+
 /// `v` made storable (see [`json`]).
 pub fn json_owned(mut v: Value) -> Value {
     json(&mut v);

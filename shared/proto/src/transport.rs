@@ -52,6 +52,23 @@ pub fn channel(url: &str) -> Result<GrpcTransport, BadUrl> {
     ))
 }
 
+/// A router client over `t` that sends and accepts messages up to weft's internal limit
+/// (`weft_core::limits::INTERNAL_MESSAGE_BYTES`) rather than tonic's 4 MiB default.
+pub fn router_client(t: GrpcTransport) -> crate::v1::router_client::RouterClient<GrpcTransport> {
+    crate::v1::router_client::RouterClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
+/// A substrate client over `t`, with the same message limit as [`router_client`].
+pub fn substrate_client(
+    t: GrpcTransport,
+) -> crate::v1::substrate_client::SubstrateClient<GrpcTransport> {
+    crate::v1::substrate_client::SubstrateClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
 /// A generated tonic server (with its interceptor) called in-process.
 pub fn in_process<S, B>(svc: S) -> GrpcTransport
 where

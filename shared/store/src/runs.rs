@@ -457,7 +457,7 @@ impl RunStore {
             &tenant,
             0,
             seq,
-            &[(
+            &mut [(
                 "run_finished".to_owned(),
                 serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": usage}),
             )],
@@ -657,16 +657,18 @@ impl RunStore {
         Ok(msg.map(|m| m.text()))
     }
 
-    /// Appends events under the lease in one statement; `first_seq` is the next free seq.
+    /// Appends events under the lease in one statement; `first_seq` is the next free seq. The
+    /// events are made storable in place (see [`storable`]), so the caller holds what was stored.
     pub async fn append(
         &self,
         lease: &Lease,
         first_seq: i64,
-        events: &[(String, Value)],
+        events: &mut [(String, Value)],
     ) -> Result<(), RunStoreError> {
         if events.is_empty() {
             return Ok(());
         }
+        storable(events);
         let (seqs, kinds, datas) = columns(first_seq, events);
         let n = sqlx::query(
             "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND lease_epoch = $2 FOR SHARE)
@@ -711,11 +713,12 @@ impl Fenced {
         Ok(())
     }
 
-    /// Appends events; `first_seq` is the next free seq.
+    /// Appends events; `first_seq` is the next free seq. The events are made storable in place
+    /// (see [`storable`]), so the caller holds what was stored.
     pub async fn append(
         &mut self,
         first_seq: i64,
-        events: &[(String, Value)],
+        events: &mut [(String, Value)],
     ) -> Result<(), RunStoreError> {
         let run = self.run;
         insert_events(
@@ -911,6 +914,14 @@ fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
     }
 }
 
+/// Whatever reaches the transcript is storable: the one rule of `weft_core::storable` (U+0000
+/// becomes U+FFFD), applied in place to every event written, by whichever writer.
+fn storable(events: &mut [(String, Value)]) {
+    for (_, d) in events {
+        weft_core::storable::json(d);
+    }
+}
+
 fn columns(first_seq: i64, events: &[(String, Value)]) -> (Vec<i64>, Vec<String>, Vec<Value>) {
     let mut seqs = Vec::with_capacity(events.len());
     let mut kinds = Vec::with_capacity(events.len());
@@ -918,8 +929,7 @@ fn columns(first_seq: i64, events: &[(String, Value)]) -> (Vec<i64>, Vec<String>
     for (i, (k, d)) in (0i64..).zip(events) {
         seqs.push(first_seq + i);
         kinds.push(k.clone());
-        // Whatever reaches the transcript is storable (see weft_core::storable).
-        datas.push(weft_core::storable::json_owned(d.clone()));
+        datas.push(d.clone());
     }
     (seqs, kinds, datas)
 }
@@ -930,11 +940,12 @@ async fn insert_events(
     tenant: &str,
     epoch: i64,
     first_seq: i64,
-    events: &[(String, Value)],
+    events: &mut [(String, Value)],
 ) -> Result<(), RunStoreError> {
     if events.is_empty() {
         return Ok(());
     }
+    storable(events);
     let (seqs, kinds, datas) = columns(first_seq, events);
     sqlx::query(
         "INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
@@ -1014,6 +1025,8 @@ async fn insert_run(
         return Ok(None);
     };
     let run = run_from_row(&r)?;
-    insert_events(tx, run.id, new.tenant.as_str(), 0, 1, &new.initial_events).await?;
+    // A sub-run's first input is the parent model's text: it may hold a NUL.
+    let mut events = new.initial_events.clone();
+    insert_events(tx, run.id, new.tenant.as_str(), 0, 1, &mut events).await?;
     Ok(Some(run))
 }
