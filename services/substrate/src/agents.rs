@@ -1,119 +1,18 @@
-//! The agent-definition rules: what a put, fork, retire or activate does. Inputs are validated
-//! here (names, content, version references); [`DefStore`] only reads and writes. Errors are
-//! client-safe [`Error`]s; database failures are logged here and reported as `internal` or
-//! `unavailable`.
-//!
-//! Semantics worth knowing:
-//! - A put of content that is already a version of the name writes nothing and makes that
-//!   version active again (`created = false`); new content becomes version `n + 1` with the
-//!   previously active version as its parent.
-//! - Put, fork and activate un-retire a retired name: a put is declarative ("this name is this
-//!   content now").
-//! - A fork merges `changes` over its source as a JSON merge patch (RFC 7386: objects merge key
-//!   by key, `null` resets a field to its default, arrays are replaced whole). The source may be
-//!   a version of another agent of the same tenant, which lets a fork start a new name.
+//! Agent definitions: the [`defs`](crate::defs) rules for [`AgentContent`], under the names
+//! their callers (boot loading, tests, the CLI) have always used. Nothing here is specific to
+//! agents beyond the content type; see [`crate::defs`] for the semantics.
 
-use serde_json::Value;
-use weft_core::agent::{AgentContent, normalize_hash, validate_agent_name};
+use weft_core::agent::AgentContent;
+use weft_core::def::DefKind;
 use weft_core::{Error, TenantId};
-use weft_store::StoreError;
 
-use crate::store::{
-    Activated, AgentSummaryRecord, AgentVersionRecord, DefStore, NewVersion, Parent, Stored,
-};
+use crate::defs;
+pub use crate::defs::{PutOutcome, VersionRef, parse_version_ref};
+use crate::store::{AgentSummaryRecord, AgentVersionRecord, DefStore};
 
-/// What a put or fork returns.
-pub type PutOutcome = Stored;
+const KIND: DefKind = DefKind::Agent;
 
-fn db(what: &'static str) -> impl Fn(StoreError) -> Error {
-    move |e| {
-        tracing::error!(error = %e, "{what} failed");
-        e.to_api()
-    }
-}
-
-fn no_agent(name: &str) -> Error {
-    Error::not_found(format!("no agent `{name}` in your tenant")).with_param("name")
-}
-
-/// A reference to a version of a name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VersionRef {
-    Hash(String),
-    Number(u32),
-}
-
-/// Parses `version` (of field `field`): `sha256:<64 hex>`, 64 bare hex digits, or a version
-/// number such as `3`.
-pub fn parse_version_ref(field: &str, version: &str) -> Result<VersionRef, Error> {
-    if let Some(h) = normalize_hash(version) {
-        return Ok(VersionRef::Hash(h));
-    }
-    match version.trim().parse::<u32>() {
-        Ok(n) if n >= 1 => Ok(VersionRef::Number(n)),
-        _ => Err(Error::invalid(format!(
-            "`{field}` must be a version hash (`sha256:` and 64 hex digits) or a version number such as 3, got `{version}`"
-        ))
-        .with_param(field)),
-    }
-}
-
-async fn find_version(
-    store: &DefStore,
-    tenant: &TenantId,
-    name: &str,
-    version: &VersionRef,
-) -> Result<Option<AgentVersionRecord>, Error> {
-    match version {
-        VersionRef::Hash(h) => store.by_hash(tenant, name, h).await,
-        VersionRef::Number(n) => store.by_number(tenant, name, *n).await,
-    }
-    .map_err(db("reading an agent version"))
-}
-
-fn version_label(v: &VersionRef) -> String {
-    match v {
-        VersionRef::Hash(h) => h.clone(),
-        VersionRef::Number(n) => n.to_string(),
-    }
-}
-
-/// Stores `content` under `name` (already validated).
-async fn store_content(
-    store: &DefStore,
-    tenant: &TenantId,
-    name: &str,
-    content: &AgentContent,
-    parent: Parent,
-    created_by: Option<&str>,
-) -> Result<PutOutcome, Error> {
-    let content_json = content.canonical_json();
-    let hash = weft_core::agent::sha256_ref(&content_json);
-    let out = store
-        .put_version(&NewVersion {
-            tenant,
-            name,
-            hash: &hash,
-            content_json: &content_json,
-            description: &content.description,
-            parent,
-            created_by,
-        })
-        .await
-        .map_err(db("storing an agent version"))?;
-    tracing::info!(
-        tenant = %tenant,
-        agent = name,
-        version = %out.version.hash,
-        number = out.version.number,
-        created = out.created,
-        "agent put"
-    );
-    Ok(out)
-}
-
-/// Makes `content` the definition of `name`: a new version when the content changed, else the
-/// existing version (made active again).
+/// Makes `content` the definition of `name` ([`defs::put`]).
 pub async fn put_agent(
     store: &DefStore,
     tenant: &TenantId,
@@ -121,12 +20,10 @@ pub async fn put_agent(
     content: &AgentContent,
     created_by: Option<&str>,
 ) -> Result<PutOutcome, Error> {
-    validate_agent_name(name)?;
-    content.validate()?;
-    store_content(store, tenant, name, content, Parent::Active, created_by).await
+    defs::put(store, tenant, name, content, created_by).await
 }
 
-/// [`put_agent`] with content as JSON text (a JSON object of content fields).
+/// [`put_agent`] with content as JSON text ([`defs::put_json`]).
 pub async fn put_agent_json(
     store: &DefStore,
     tenant: &TenantId,
@@ -134,96 +31,37 @@ pub async fn put_agent_json(
     content_json: &str,
     created_by: Option<&str>,
 ) -> Result<PutOutcome, Error> {
-    validate_agent_name(name)?;
-    let content = AgentContent::from_json_str(content_json)?;
-    put_agent(store, tenant, name, &content, created_by).await
+    defs::put_json::<AgentContent>(store, tenant, name, content_json, created_by).await
 }
 
-/// The active version of `name`, or the given version of it.
+/// The active version of `name`, or the given version of it ([`defs::get`]).
 pub async fn get_agent(
     store: &DefStore,
     tenant: &TenantId,
     name: &str,
     version: Option<&str>,
 ) -> Result<AgentVersionRecord, Error> {
-    validate_agent_name(name)?;
-    match version.filter(|v| !v.is_empty()) {
-        None => store
-            .active(tenant, name)
-            .await
-            .map_err(db("reading an agent"))?
-            .ok_or_else(|| no_agent(name)),
-        Some(v) => {
-            let r = parse_version_ref("version", v)?;
-            match find_version(store, tenant, name, &r).await? {
-                Some(found) => Ok(found),
-                None => Err(missing_version(store, tenant, name, &r).await),
-            }
-        }
-    }
+    defs::get(store, KIND, tenant, name, version).await
 }
 
-/// NotFound naming what is missing: the agent, or the version of it.
-async fn missing_version(store: &DefStore, tenant: &TenantId, name: &str, r: &VersionRef) -> Error {
-    match store.summary(tenant, name).await {
-        Ok(Some(_)) => Error::not_found(format!(
-            "agent `{name}` has no version `{}`; list its versions to see them",
-            version_label(r)
-        ))
-        .with_param("version"),
-        Ok(None) => no_agent(name),
-        Err(e) => db("reading an agent")(e),
-    }
-}
-
-/// Every agent of the tenant, retired ones included.
+/// Every agent of the tenant, retired ones included ([`defs::list`]).
 pub async fn list_agents(
     store: &DefStore,
     tenant: &TenantId,
 ) -> Result<Vec<AgentSummaryRecord>, Error> {
-    store.list(tenant).await.map_err(db("listing agents"))
+    defs::list(store, KIND, tenant).await
 }
 
-/// Every version of `name`, oldest first.
+/// Every version of `name`, oldest first ([`defs::list_versions`]).
 pub async fn list_versions(
     store: &DefStore,
     tenant: &TenantId,
     name: &str,
 ) -> Result<Vec<AgentVersionRecord>, Error> {
-    validate_agent_name(name)?;
-    let versions = store
-        .versions(tenant, name)
-        .await
-        .map_err(db("listing agent versions"))?;
-    if versions.is_empty() {
-        return Err(no_agent(name));
-    }
-    Ok(versions)
+    defs::list_versions(store, KIND, tenant, name).await
 }
 
-/// RFC 7386 JSON merge patch of `patch` onto `target`.
-fn merge_patch(target: &mut Value, patch: Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(serde_json::Map::new());
-            }
-            if let Value::Object(t) = target {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(&k);
-                    } else {
-                        merge_patch(t.entry(k).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other,
-    }
-}
-
-/// A new version of `name` derived from `from_version` (default: the active version of `name`)
-/// with `changes` merged over it; its parent is the source version. The result becomes active.
+/// A new version of `name` forked from `from_version` with `changes` ([`defs::fork`]).
 pub async fn fork_agent(
     store: &DefStore,
     tenant: &TenantId,
@@ -232,185 +70,33 @@ pub async fn fork_agent(
     changes_json: &str,
     created_by: Option<&str>,
 ) -> Result<PutOutcome, Error> {
-    validate_agent_name(name)?;
-    let changes: Value = if changes_json.trim().is_empty() {
-        Value::Object(serde_json::Map::new())
-    } else {
-        serde_json::from_str(changes_json).map_err(|e| {
-            Error::invalid(format!("`changes` is not valid JSON: {e}")).with_param("changes")
-        })?
-    };
-    if !changes.is_object() {
-        return Err(Error::invalid(
-            "`changes` must be a JSON object of the content fields to change, e.g. {\"max_iterations\": 8}",
-        )
-        .with_param("changes"));
-    }
-    let source = match from_version.filter(|v| !v.is_empty()) {
-        None => store
-            .active(tenant, name)
-            .await
-            .map_err(db("reading an agent"))?
-            .ok_or_else(|| {
-                Error::not_found(format!(
-                    "no agent `{name}` in your tenant; to fork another agent's version into a new name, give `from_version`"
-                ))
-                .with_param("name")
-            })?,
-        Some(v) => {
-            let r = parse_version_ref("from_version", v)?;
-            let own = find_version(store, tenant, name, &r).await?;
-            let found = match (own, &r) {
-                (Some(found), _) => Some(found),
-                // A hash may name a version of another agent in the tenant.
-                (None, VersionRef::Hash(h)) => store
-                    .find_hash(tenant, h)
-                    .await
-                    .map_err(db("reading an agent version"))?,
-                (None, VersionRef::Number(_)) => None,
-            };
-            found.ok_or_else(|| {
-                Error::not_found(format!(
-                    "`from_version` `{}` is not a version of `{name}` or of another agent in your tenant",
-                    version_label(&r)
-                ))
-                .with_param("from_version")
-            })?
-        }
-    };
-    let mut merged: Value = serde_json::from_str(&source.content_json).map_err(|e| {
-        tracing::error!(error = %e, version = %source.hash, "stored agent content is not JSON");
-        Error::internal()
-    })?;
-    merge_patch(&mut merged, changes);
-    let in_changes = |mut e: Error| {
-        e.param = Some(match e.param.take() {
-            Some(p) => format!("changes.{p}"),
-            None => "changes".into(),
-        });
-        e
-    };
-    let content = AgentContent::from_json(merged).map_err(in_changes)?;
-    content.validate().map_err(in_changes)?;
-    store_content(
-        store,
-        tenant,
-        name,
-        &content,
-        Parent::Version(source.hash),
-        created_by,
-    )
-    .await
+    defs::fork::<AgentContent>(store, tenant, name, from_version, changes_json, created_by).await
 }
 
-/// Retires `name`: it stays readable, and new runs of it should be refused.
+/// Retires `name` ([`defs::retire`]).
 pub async fn retire_agent(
     store: &DefStore,
     tenant: &TenantId,
     name: &str,
 ) -> Result<AgentSummaryRecord, Error> {
-    validate_agent_name(name)?;
-    let s = store
-        .retire(tenant, name)
-        .await
-        .map_err(db("retiring an agent"))?
-        .ok_or_else(|| no_agent(name))?;
-    tracing::info!(tenant = %tenant, agent = name, "agent retired");
-    Ok(s)
+    defs::retire(store, KIND, tenant, name).await
 }
 
-/// Points `name` at one of its versions (by hash or number) and un-retires it.
+/// Points `name` at one of its versions and un-retires it ([`defs::activate`]).
 pub async fn activate_agent(
     store: &DefStore,
     tenant: &TenantId,
     name: &str,
     version: &str,
 ) -> Result<AgentSummaryRecord, Error> {
-    validate_agent_name(name)?;
-    if version.trim().is_empty() {
-        return Err(Error::invalid(
-            "`version` is required: the hash or number of the version to activate",
-        )
-        .with_param("version"));
-    }
-    let r = parse_version_ref("version", version)?;
-    let hash = match &r {
-        VersionRef::Hash(h) => h.clone(),
-        VersionRef::Number(_) => match find_version(store, tenant, name, &r).await? {
-            Some(v) => v.hash,
-            None => return Err(missing_version(store, tenant, name, &r).await),
-        },
-    };
-    match store
-        .activate(tenant, name, &hash)
-        .await
-        .map_err(db("activating an agent version"))?
-    {
-        Activated::Done(s) => {
-            tracing::info!(tenant = %tenant, agent = name, version = %hash, "agent version activated");
-            Ok(s)
-        }
-        Activated::NoSuchName => Err(no_agent(name)),
-        Activated::NoSuchVersion => Err(Error::not_found(format!(
-            "agent `{name}` has no version `{}`; list its versions to see them",
-            version_label(&r)
-        ))
-        .with_param("version")),
-    }
+    defs::activate(store, KIND, tenant, name, version).await
 }
 
-/// Whether `sha256` is a version of some agent in the tenant: that version (the oldest, when
-/// several names share the content).
+/// Whether `sha256` is a version of some agent of the tenant ([`defs::verify`]).
 pub async fn verify_agent(
     store: &DefStore,
     tenant: &TenantId,
     sha256: &str,
 ) -> Result<Option<AgentVersionRecord>, Error> {
-    let hash = normalize_hash(sha256).ok_or_else(|| {
-        Error::invalid(format!(
-            "`sha256` must be `sha256:` followed by 64 hex digits, got `{sha256}`"
-        ))
-        .with_param("sha256")
-    })?;
-    store
-        .find_hash(tenant, &hash)
-        .await
-        .map_err(db("verifying an agent hash"))
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn merge_patch_follows_rfc_7386() {
-        let mut t = json!({"a": 1, "sampling": {"temperature": 0.5, "top_p": 0.9}, "tools": ["x"]});
-        merge_patch(
-            &mut t,
-            json!({"a": null, "sampling": {"top_p": null, "seed": 3}, "tools": ["y", "z"]}),
-        );
-        assert_eq!(
-            t,
-            json!({"sampling": {"temperature": 0.5, "seed": 3}, "tools": ["y", "z"]})
-        );
-    }
-
-    #[test]
-    fn version_refs_parse() {
-        let h = AgentContent::default().hash();
-        assert_eq!(
-            parse_version_ref("version", &h).unwrap(),
-            VersionRef::Hash(h.clone())
-        );
-        assert_eq!(
-            parse_version_ref("version", "3").unwrap(),
-            VersionRef::Number(3)
-        );
-        for bad in ["0", "v3", "sha256:xyz", ""] {
-            let e = parse_version_ref("version", bad).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some("version"));
-        }
-    }
+    defs::verify(store, KIND, tenant, sha256).await
 }

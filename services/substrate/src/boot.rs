@@ -1,8 +1,10 @@
-//! Boot loading: the agent definitions an operator ships with a deployment, from a folder of
+//! Boot loading: the definitions an operator ships with a deployment — agents from a folder of
 //! `<name>.md` files (`substrate.agents_dir`) and from the config file (`substrate.agents`),
-//! stored in `substrate.boot_tenant` through the same put path as the API. Loading is
-//! idempotent: unchanged definitions create no versions on restart. Everything is parsed and
-//! validated before anything is written, so one bad file stops start-up without half a load.
+//! skills from a folder of `<name>/SKILL.md` folders (`substrate.skills_dir`, read by
+//! [`crate::skills`]) — stored in `substrate.boot_tenant` through the same put path as the API.
+//! Loading is idempotent: unchanged definitions create no versions on restart. Everything is
+//! parsed and validated before anything is written, so one bad file stops start-up without half
+//! a load.
 
 use std::path::{Path, PathBuf};
 
@@ -10,10 +12,12 @@ use serde_json::Value;
 use weft_config::SubstrateConfig;
 use weft_core::TenantId;
 use weft_core::agent::{AgentContent, parse_agent_markdown, validate_agent_name};
+use weft_core::def::DefKind;
 
 use crate::SubstrateError;
-use crate::agents;
+use crate::skills::{SkillFolder, read_skills_dir};
 use crate::store::DefStore;
+use crate::{agents, defs};
 
 /// One definition found at boot.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +31,8 @@ pub struct BootDefinition {
 /// What loading did with one definition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BootLoaded {
+    /// An agent or a skill.
+    pub kind: DefKind,
     pub name: String,
     pub version: String,
     pub number: u32,
@@ -150,8 +156,16 @@ pub fn read_boot_definitions(cfg: &SubstrateConfig) -> Result<Vec<BootDefinition
     Ok(defs)
 }
 
-/// Loads the boot definitions of `cfg` into `cfg.boot_tenant`. Unchanged definitions keep their
-/// version; changed ones get a new version that becomes active.
+/// The skills of `cfg.skills_dir`, parsed and validated (none when unset).
+pub fn read_boot_skills(cfg: &SubstrateConfig) -> Result<Vec<SkillFolder>, SubstrateError> {
+    match &cfg.skills_dir {
+        Some(dir) => read_skills_dir(dir),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Loads the boot definitions of `cfg` (agents, then skills) into `cfg.boot_tenant`. Unchanged
+/// definitions keep their version; changed ones get a new version that becomes active.
 pub async fn load_boot_definitions(
     store: &DefStore,
     cfg: &SubstrateConfig,
@@ -159,12 +173,14 @@ pub async fn load_boot_definitions(
     let tenant = TenantId::parse(&cfg.boot_tenant)
         .map_err(|e| SubstrateError::Boot(format!("substrate.boot_tenant: {}", e.message)))?;
     let defs = read_boot_definitions(cfg)?;
-    let mut loaded = Vec::with_capacity(defs.len());
+    let skills = read_boot_skills(cfg)?;
+    let mut loaded = Vec::with_capacity(defs.len() + skills.len());
     for d in defs {
         let out = agents::put_agent(store, &tenant, &d.name, &d.content, Some("boot"))
             .await
             .map_err(|e| boot_err(&d.source, &e))?;
         loaded.push(BootLoaded {
+            kind: DefKind::Agent,
             name: d.name,
             version: out.version.hash,
             number: out.version.number,
@@ -172,12 +188,26 @@ pub async fn load_boot_definitions(
             source: d.source,
         });
     }
+    for s in skills {
+        let out = defs::put(store, &tenant, &s.name, &s.content, Some("boot"))
+            .await
+            .map_err(|e| boot_err(&s.source, &e))?;
+        loaded.push(BootLoaded {
+            kind: DefKind::Skill,
+            name: s.name,
+            version: out.version.hash,
+            number: out.version.number,
+            created: out.created,
+            source: s.source,
+        });
+    }
     if !loaded.is_empty() {
         tracing::info!(
             tenant = %tenant,
             definitions = loaded.len(),
+            skills = loaded.iter().filter(|l| l.kind == DefKind::Skill).count(),
             new_versions = loaded.iter().filter(|l| l.created).count(),
-            "boot agent definitions loaded"
+            "boot definitions loaded"
         );
     }
     Ok(loaded)

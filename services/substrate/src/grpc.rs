@@ -1,16 +1,23 @@
 //! The substrate's gRPC face: the tenant and scopes come from the verified internal JWT (put in
 //! the request extensions by `JwtInterceptor`), requests become domain calls, records become
 //! prost messages. Reading needs `runs:create`, `runs:read` or `tenant:admin` (or `admin`);
-//! writing needs `tenant:admin` or `admin`.
+//! writing needs `tenant:admin` or `admin`; the same for every kind of definition.
+//!
+//! The Agent RPCs and the generic Def RPCs (`kind` in the request) run the same code: each RPC
+//! resolves its kind and calls one function of [`defs`]. Only put and fork read content, so
+//! only they dispatch on the content type ([`put_kind`], [`fork_kind`]).
 
 use time::format_description::well_known::Rfc3339;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use weft_core::{Error, Principal, Scope};
+use weft_core::agent::AgentContent;
+use weft_core::def::{DefContent, DefKind};
+use weft_core::skill::SkillContent;
+use weft_core::{Error, Principal, Scope, TenantId};
 use weft_proto::v1;
 
-use crate::agents;
-use crate::store::{AgentSummaryRecord, AgentVersionRecord, DefStore, Stored};
+use crate::defs;
+use crate::store::{DefStore, Stored, SummaryRecord, VersionRecord};
 
 /// The `weft.v1.Substrate` service over a [`DefStore`].
 #[derive(Clone, Debug)]
@@ -37,7 +44,7 @@ fn require_read(p: &Principal) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Error::forbidden(
-            "reading agent definitions needs the `runs:create`, `runs:read` or `tenant:admin` scope",
+            "reading definitions needs the `runs:create`, `runs:read` or `tenant:admin` scope",
         )
         .into())
     }
@@ -48,10 +55,10 @@ fn require_write(p: &Principal) -> Result<(), Status> {
     if p.administers(&p.tenant) {
         Ok(())
     } else {
-        Err(Error::forbidden(
-            "changing agent definitions needs the `tenant:admin` or `admin` scope",
+        Err(
+            Error::forbidden("changing definitions needs the `tenant:admin` or `admin` scope")
+                .into(),
         )
-        .into())
     }
 }
 
@@ -64,7 +71,7 @@ fn rfc3339(t: time::OffsetDateTime) -> String {
 }
 
 /// The proto message for a version record.
-pub fn version_to_proto(v: AgentVersionRecord) -> v1::AgentVersion {
+pub fn version_to_proto(v: VersionRecord) -> v1::AgentVersion {
     v1::AgentVersion {
         name: v.name,
         hash: v.hash,
@@ -78,7 +85,7 @@ pub fn version_to_proto(v: AgentVersionRecord) -> v1::AgentVersion {
 }
 
 /// The proto message for a summary record.
-pub fn summary_to_proto(s: AgentSummaryRecord) -> v1::AgentSummary {
+pub fn summary_to_proto(s: SummaryRecord) -> v1::AgentSummary {
     v1::AgentSummary {
         name: s.name,
         active_version: s.active_version,
@@ -96,6 +103,91 @@ fn put_to_proto(s: Stored) -> v1::PutAgentResponse {
     }
 }
 
+fn verify_to_proto(found: Option<VersionRecord>) -> v1::VerifyAgentResponse {
+    match found {
+        Some(v) => v1::VerifyAgentResponse {
+            known: true,
+            name: Some(v.name),
+            number: Some(v.number),
+        },
+        None => v1::VerifyAgentResponse {
+            known: false,
+            name: None,
+            number: None,
+        },
+    }
+}
+
+/// The kind a Def request names; `DEF_KIND_UNSPECIFIED` (or an unknown value) is refused.
+fn kind(k: i32) -> Result<DefKind, Status> {
+    match v1::DefKind::try_from(k) {
+        Ok(v1::DefKind::Agent) => Ok(DefKind::Agent),
+        Ok(v1::DefKind::Skill) => Ok(DefKind::Skill),
+        Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
+            "`kind` is required: DEF_KIND_AGENT or DEF_KIND_SKILL",
+        )
+        .with_param("kind")
+        .into()),
+    }
+}
+
+/// A put of `kind`, with the content type of that kind.
+async fn put_kind(
+    store: &DefStore,
+    kind: DefKind,
+    tenant: &TenantId,
+    name: &str,
+    content_json: &str,
+    by: Option<&str>,
+) -> Result<Stored, Error> {
+    match kind {
+        DefKind::Agent => {
+            defs::put_json::<AgentContent>(store, tenant, name, content_json, by).await
+        }
+        DefKind::Skill => {
+            defs::put_json::<SkillContent>(store, tenant, name, content_json, by).await
+        }
+    }
+}
+
+/// A fork of `kind`, with the content type of that kind.
+async fn fork_kind(
+    store: &DefStore,
+    kind: DefKind,
+    tenant: &TenantId,
+    name: &str,
+    from_version: Option<&str>,
+    changes_json: &str,
+    by: Option<&str>,
+) -> Result<Stored, Error> {
+    match kind {
+        DefKind::Agent => {
+            defs::fork::<AgentContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::Skill => {
+            defs::fork::<SkillContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+    }
+}
+
+/// The decoded skill of a stored version.
+fn skill_to_proto(v: VersionRecord) -> Result<v1::Skill, Status> {
+    let c = SkillContent::from_json_str(&v.content_json).map_err(|e| {
+        tracing::error!(error = %e.message, version = %v.hash, "stored skill content does not parse");
+        Status::from(Error::internal())
+    })?;
+    Ok(v1::Skill {
+        name: v.name,
+        hash: v.hash,
+        number: v.number,
+        description: c.description,
+        body: c.body,
+        files: c.files.into_iter().collect(),
+        retired: v.retired,
+        active: v.active,
+    })
+}
+
 /// A span for one RPC, joined to the caller's trace. Never carries content.
 fn span<T>(rpc: &'static str, p: &Principal, req: &Request<T>) -> tracing::Span {
     let span = tracing::info_span!("substrate", rpc, tenant = %p.tenant);
@@ -103,154 +195,361 @@ fn span<T>(rpc: &'static str, p: &Principal, req: &Request<T>) -> tracing::Span 
     span
 }
 
+/// Runs `call` for the RPC `rpc` inside its span: the caller's principal, authorized for
+/// reading (`write = false`) or writing, with the request's message.
+async fn rpc<T, R, F, Fut>(
+    rpc: &'static str,
+    write: bool,
+    request: Request<T>,
+    call: F,
+) -> Result<Response<R>, Status>
+where
+    F: FnOnce(Principal, T) -> Fut,
+    Fut: std::future::Future<Output = Result<R, Status>>,
+{
+    let p = principal(&request)?;
+    let span = span(rpc, &p, &request);
+    if write {
+        require_write(&p)?;
+    } else {
+        require_read(&p)?;
+    }
+    call(p, request.into_inner())
+        .instrument(span)
+        .await
+        .map(Response::new)
+}
+
+impl SubstrateService {
+    async fn put(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+        content_json: &str,
+    ) -> Result<v1::PutAgentResponse, Status> {
+        let by = created_by(p);
+        put_kind(&self.store, kind, &p.tenant, name, content_json, Some(&by))
+            .await
+            .map(put_to_proto)
+            .map_err(Status::from)
+    }
+
+    async fn get(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<VersionRecord, Status> {
+        defs::get(&self.store, kind, &p.tenant, name, version)
+            .await
+            .map_err(Status::from)
+    }
+
+    async fn list(&self, p: &Principal, kind: DefKind) -> Result<Vec<SummaryRecord>, Status> {
+        defs::list(&self.store, kind, &p.tenant)
+            .await
+            .map_err(Status::from)
+    }
+
+    async fn versions(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+    ) -> Result<v1::ListAgentVersionsResponse, Status> {
+        defs::list_versions(&self.store, kind, &p.tenant, name)
+            .await
+            .map(|list| v1::ListAgentVersionsResponse {
+                versions: list.into_iter().map(version_to_proto).collect(),
+            })
+            .map_err(Status::from)
+    }
+
+    async fn fork(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+        from_version: Option<&str>,
+        changes_json: &str,
+    ) -> Result<v1::PutAgentResponse, Status> {
+        let by = created_by(p);
+        fork_kind(
+            &self.store,
+            kind,
+            &p.tenant,
+            name,
+            from_version,
+            changes_json,
+            Some(&by),
+        )
+        .await
+        .map(put_to_proto)
+        .map_err(Status::from)
+    }
+
+    async fn retire(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+    ) -> Result<v1::AgentSummary, Status> {
+        defs::retire(&self.store, kind, &p.tenant, name)
+            .await
+            .map(summary_to_proto)
+            .map_err(Status::from)
+    }
+
+    async fn activate(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        name: &str,
+        version: &str,
+    ) -> Result<v1::AgentSummary, Status> {
+        defs::activate(&self.store, kind, &p.tenant, name, version)
+            .await
+            .map(summary_to_proto)
+            .map_err(Status::from)
+    }
+
+    async fn verify(
+        &self,
+        p: &Principal,
+        kind: DefKind,
+        sha256: &str,
+    ) -> Result<v1::VerifyAgentResponse, Status> {
+        defs::verify(&self.store, kind, &p.tenant, sha256)
+            .await
+            .map(verify_to_proto)
+            .map_err(Status::from)
+    }
+}
+
+const AGENT: DefKind = DefKind::Agent;
+
 #[tonic::async_trait]
 impl v1::substrate_server::Substrate for SubstrateService {
     async fn put_agent(
         &self,
         request: Request<v1::PutAgentRequest>,
     ) -> Result<Response<v1::PutAgentResponse>, Status> {
-        let p = principal(&request)?;
-        let span = span("put_agent", &p, &request);
-        require_write(&p)?;
-        let r = request.into_inner();
-        let by = created_by(&p);
-        agents::put_agent_json(&self.store, &p.tenant, &r.name, &r.content_json, Some(&by))
-            .instrument(span)
-            .await
-            .map(|s| Response::new(put_to_proto(s)))
-            .map_err(Status::from)
+        rpc("put_agent", true, request, |p, r| async move {
+            self.put(&p, AGENT, &r.name, &r.content_json).await
+        })
+        .await
     }
 
     async fn get_agent(
         &self,
         request: Request<v1::GetAgentRequest>,
     ) -> Result<Response<v1::AgentVersion>, Status> {
-        let p = principal(&request)?;
-        let span = span("get_agent", &p, &request);
-        require_read(&p)?;
-        let r = request.into_inner();
-        agents::get_agent(&self.store, &p.tenant, &r.name, r.version.as_deref())
-            .instrument(span)
-            .await
-            .map(|v| Response::new(version_to_proto(v)))
-            .map_err(Status::from)
+        rpc("get_agent", false, request, |p, r| async move {
+            self.get(&p, AGENT, &r.name, r.version.as_deref())
+                .await
+                .map(version_to_proto)
+        })
+        .await
     }
 
     async fn list_agents(
         &self,
         request: Request<v1::ListAgentsRequest>,
     ) -> Result<Response<v1::ListAgentsResponse>, Status> {
-        let p = principal(&request)?;
-        let span = span("list_agents", &p, &request);
-        require_read(&p)?;
-        agents::list_agents(&self.store, &p.tenant)
-            .instrument(span)
-            .await
-            .map(|list| {
-                Response::new(v1::ListAgentsResponse {
+        rpc("list_agents", false, request, |p, _| async move {
+            self.list(&p, AGENT)
+                .await
+                .map(|list| v1::ListAgentsResponse {
                     agents: list.into_iter().map(summary_to_proto).collect(),
                 })
-            })
-            .map_err(Status::from)
+        })
+        .await
     }
 
     async fn list_agent_versions(
         &self,
         request: Request<v1::ListAgentVersionsRequest>,
     ) -> Result<Response<v1::ListAgentVersionsResponse>, Status> {
-        let p = principal(&request)?;
-        let span = span("list_agent_versions", &p, &request);
-        require_read(&p)?;
-        let r = request.into_inner();
-        agents::list_versions(&self.store, &p.tenant, &r.name)
-            .instrument(span)
-            .await
-            .map(|list| {
-                Response::new(v1::ListAgentVersionsResponse {
-                    versions: list.into_iter().map(version_to_proto).collect(),
-                })
-            })
-            .map_err(Status::from)
+        rpc("list_agent_versions", false, request, |p, r| async move {
+            self.versions(&p, AGENT, &r.name).await
+        })
+        .await
     }
 
     async fn fork_agent(
         &self,
         request: Request<v1::ForkAgentRequest>,
     ) -> Result<Response<v1::PutAgentResponse>, Status> {
-        let p = principal(&request)?;
-        let span = span("fork_agent", &p, &request);
-        require_write(&p)?;
-        let r = request.into_inner();
-        let by = created_by(&p);
-        agents::fork_agent(
-            &self.store,
-            &p.tenant,
-            &r.name,
-            r.from_version.as_deref(),
-            &r.changes_json,
-            Some(&by),
-        )
-        .instrument(span)
+        rpc("fork_agent", true, request, |p, r| async move {
+            self.fork(
+                &p,
+                AGENT,
+                &r.name,
+                r.from_version.as_deref(),
+                &r.changes_json,
+            )
+            .await
+        })
         .await
-        .map(|s| Response::new(put_to_proto(s)))
-        .map_err(Status::from)
     }
 
     async fn retire_agent(
         &self,
         request: Request<v1::RetireAgentRequest>,
     ) -> Result<Response<v1::AgentSummary>, Status> {
-        let p = principal(&request)?;
-        let span = span("retire_agent", &p, &request);
-        require_write(&p)?;
-        let r = request.into_inner();
-        agents::retire_agent(&self.store, &p.tenant, &r.name)
-            .instrument(span)
-            .await
-            .map(|s| Response::new(summary_to_proto(s)))
-            .map_err(Status::from)
+        rpc("retire_agent", true, request, |p, r| async move {
+            self.retire(&p, AGENT, &r.name).await
+        })
+        .await
     }
 
     async fn activate_agent(
         &self,
         request: Request<v1::ActivateAgentRequest>,
     ) -> Result<Response<v1::AgentSummary>, Status> {
-        let p = principal(&request)?;
-        let span = span("activate_agent", &p, &request);
-        require_write(&p)?;
-        let r = request.into_inner();
-        agents::activate_agent(&self.store, &p.tenant, &r.name, &r.version)
-            .instrument(span)
-            .await
-            .map(|s| Response::new(summary_to_proto(s)))
-            .map_err(Status::from)
+        rpc("activate_agent", true, request, |p, r| async move {
+            self.activate(&p, AGENT, &r.name, &r.version).await
+        })
+        .await
     }
 
     async fn verify_agent(
         &self,
         request: Request<v1::VerifyAgentRequest>,
     ) -> Result<Response<v1::VerifyAgentResponse>, Status> {
-        let p = principal(&request)?;
-        let span = span("verify_agent", &p, &request);
-        require_read(&p)?;
-        let r = request.into_inner();
-        agents::verify_agent(&self.store, &p.tenant, &r.sha256)
-            .instrument(span)
-            .await
-            .map(|found| {
-                Response::new(match found {
-                    Some(v) => v1::VerifyAgentResponse {
-                        known: true,
-                        name: Some(v.name),
-                        number: Some(v.number),
-                    },
-                    None => v1::VerifyAgentResponse {
-                        known: false,
-                        name: None,
-                        number: None,
-                    },
+        rpc("verify_agent", false, request, |p, r| async move {
+            self.verify(&p, AGENT, &r.sha256).await
+        })
+        .await
+    }
+
+    async fn put_def(
+        &self,
+        request: Request<v1::PutDefRequest>,
+    ) -> Result<Response<v1::PutAgentResponse>, Status> {
+        rpc("put_def", true, request, |p, r| async move {
+            self.put(&p, kind(r.kind)?, &r.name, &r.content_json).await
+        })
+        .await
+    }
+
+    async fn get_def(
+        &self,
+        request: Request<v1::GetDefRequest>,
+    ) -> Result<Response<v1::AgentVersion>, Status> {
+        rpc("get_def", false, request, |p, r| async move {
+            self.get(&p, kind(r.kind)?, &r.name, r.version.as_deref())
+                .await
+                .map(version_to_proto)
+        })
+        .await
+    }
+
+    async fn list_defs(
+        &self,
+        request: Request<v1::ListDefsRequest>,
+    ) -> Result<Response<v1::ListDefsResponse>, Status> {
+        rpc("list_defs", false, request, |p, r| async move {
+            self.list(&p, kind(r.kind)?)
+                .await
+                .map(|list| v1::ListDefsResponse {
+                    defs: list.into_iter().map(summary_to_proto).collect(),
                 })
-            })
-            .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn list_def_versions(
+        &self,
+        request: Request<v1::ListDefVersionsRequest>,
+    ) -> Result<Response<v1::ListAgentVersionsResponse>, Status> {
+        rpc("list_def_versions", false, request, |p, r| async move {
+            self.versions(&p, kind(r.kind)?, &r.name).await
+        })
+        .await
+    }
+
+    async fn fork_def(
+        &self,
+        request: Request<v1::ForkDefRequest>,
+    ) -> Result<Response<v1::PutAgentResponse>, Status> {
+        rpc("fork_def", true, request, |p, r| async move {
+            self.fork(
+                &p,
+                kind(r.kind)?,
+                &r.name,
+                r.from_version.as_deref(),
+                &r.changes_json,
+            )
+            .await
+        })
+        .await
+    }
+
+    async fn retire_def(
+        &self,
+        request: Request<v1::RetireDefRequest>,
+    ) -> Result<Response<v1::AgentSummary>, Status> {
+        rpc("retire_def", true, request, |p, r| async move {
+            self.retire(&p, kind(r.kind)?, &r.name).await
+        })
+        .await
+    }
+
+    async fn activate_def(
+        &self,
+        request: Request<v1::ActivateDefRequest>,
+    ) -> Result<Response<v1::AgentSummary>, Status> {
+        rpc("activate_def", true, request, |p, r| async move {
+            self.activate(&p, kind(r.kind)?, &r.name, &r.version).await
+        })
+        .await
+    }
+
+    async fn verify_def(
+        &self,
+        request: Request<v1::VerifyDefRequest>,
+    ) -> Result<Response<v1::VerifyAgentResponse>, Status> {
+        rpc("verify_def", false, request, |p, r| async move {
+            self.verify(&p, kind(r.kind)?, &r.sha256).await
+        })
+        .await
+    }
+
+    async fn get_skill(
+        &self,
+        request: Request<v1::GetSkillRequest>,
+    ) -> Result<Response<v1::Skill>, Status> {
+        rpc("get_skill", false, request, |p, r| async move {
+            let v = self
+                .get(&p, DefKind::Skill, &r.name, r.version.as_deref())
+                .await?;
+            skill_to_proto(v)
+        })
+        .await
+    }
+
+    async fn list_skills(
+        &self,
+        request: Request<v1::ListSkillsRequest>,
+    ) -> Result<Response<v1::ListSkillsResponse>, Status> {
+        rpc("list_skills", false, request, |p, _| async move {
+            self.list(&p, DefKind::Skill)
+                .await
+                .map(|list| v1::ListSkillsResponse {
+                    skills: list
+                        .into_iter()
+                        .map(|s| v1::SkillSummary {
+                            name: s.name,
+                            description: s.description,
+                            active_version: s.active_version,
+                            retired: s.retired,
+                        })
+                        .collect(),
+                })
+        })
+        .await
     }
 }

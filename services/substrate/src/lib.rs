@@ -5,12 +5,18 @@
 //! internal JWT; the tenant comes from it, never from a request field, and another tenant's
 //! definition is a `not_found`.
 //!
-//! Layers: [`grpc`] (authorization, prost conversion) → [`agents`] (the rules) → [`DefStore`]
-//! (Postgres). [`boot`] loads the definitions shipped with a deployment at start.
+//! Skills share the store: every kind of definition (agents, skills, …) goes through one
+//! implementation parameterised by its content ([`weft_core::def::DefContent`]).
+//!
+//! Layers: [`grpc`] (authorization, prost conversion) → [`defs`] (the rules, for every kind;
+//! [`agents`] names them for agents) → [`DefStore`] (Postgres). [`boot`] loads the definitions
+//! shipped with a deployment at start; [`skills`] reads skill folders.
 
 pub mod agents;
 pub mod boot;
+pub mod defs;
 pub mod grpc;
+pub mod skills;
 pub mod store;
 
 use tokio::net::TcpListener;
@@ -20,7 +26,8 @@ use weft_config::Config;
 
 pub use boot::{BootLoaded, load_boot_definitions};
 pub use grpc::SubstrateService;
-pub use store::{AgentSummaryRecord, AgentVersionRecord, DefStore};
+pub use skills::hash_skill_dir;
+pub use store::{AgentSummaryRecord, AgentVersionRecord, DefStore, SummaryRecord, VersionRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubstrateError {

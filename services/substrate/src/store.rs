@@ -1,15 +1,16 @@
-//! `DefStore`: agent definitions in Postgres (`agent_defs`, `agent_def_versions`). It reads and
-//! writes; the rules (validation, hashing, what a fork merges) live in [`crate::agents`]. Every
-//! query filters by `tenant_id`.
+//! `DefStore`: definitions of every kind in Postgres (`defs`, `def_versions`, keyed by tenant,
+//! [`DefKind`] and name). It reads and writes; the rules (validation, hashing, what a fork
+//! merges) live in [`crate::defs`]. Every query filters by `tenant_id` and `kind`.
 
 use sqlx::{PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 use weft_core::TenantId;
+use weft_core::def::DefKind;
 use weft_store::StoreError;
 
-/// One version of an agent, with the state of its name.
+/// One version of a definition, with the state of its name.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AgentVersionRecord {
+pub struct VersionRecord {
     pub name: String,
     /// 1-based, per name.
     pub number: u32,
@@ -26,9 +27,12 @@ pub struct AgentVersionRecord {
     pub retired: bool,
 }
 
+/// The record of an agent version (the name it had before skills shared the store).
+pub type AgentVersionRecord = VersionRecord;
+
 /// A name and where it points.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AgentSummaryRecord {
+pub struct SummaryRecord {
     pub name: String,
     pub active_version: String,
     pub retired: bool,
@@ -37,6 +41,9 @@ pub struct AgentSummaryRecord {
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
 }
+
+/// The summary of an agent (the name it had before skills shared the store).
+pub type AgentSummaryRecord = SummaryRecord;
 
 /// Which version a new one derives from.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +57,7 @@ pub enum Parent {
 /// A version to store under a name.
 #[derive(Clone, Debug)]
 pub struct NewVersion<'a> {
+    pub kind: DefKind,
     pub tenant: &'a TenantId,
     pub name: &'a str,
     pub hash: &'a str,
@@ -64,7 +72,7 @@ pub struct NewVersion<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
     /// The version the name now points to.
-    pub version: AgentVersionRecord,
+    pub version: VersionRecord,
     /// Whether a new version row was written (false: the content was already a version).
     pub created: bool,
 }
@@ -72,7 +80,7 @@ pub struct Stored {
 /// The result of [`DefStore::activate`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Activated {
-    Done(AgentSummaryRecord),
+    Done(SummaryRecord),
     NoSuchName,
     NoSuchVersion,
 }
@@ -125,8 +133,8 @@ fn number(n: i32) -> Result<u32, StoreError> {
 }
 
 impl VersionRow {
-    fn into_record(self) -> Result<AgentVersionRecord, StoreError> {
-        Ok(AgentVersionRecord {
+    fn into_record(self) -> Result<VersionRecord, StoreError> {
+        Ok(VersionRecord {
             number: number(self.number)?,
             name: self.name,
             hash: self.hash,
@@ -141,8 +149,8 @@ impl VersionRow {
 }
 
 impl SummaryRow {
-    fn into_record(self) -> Result<AgentSummaryRecord, StoreError> {
-        Ok(AgentSummaryRecord {
+    fn into_record(self) -> Result<SummaryRecord, StoreError> {
+        Ok(SummaryRecord {
             versions: number(self.version_count)?,
             name: self.name,
             active_version: self.active_version,
@@ -159,8 +167,8 @@ macro_rules! version_select {
     () => {
         "SELECT v.name, v.number, v.hash, v.content_json, v.parent_version, v.created_by, \
          v.created_at, (d.active_version = v.hash) AS active, d.retired \
-         FROM agent_def_versions v \
-         JOIN agent_defs d ON d.tenant_id = v.tenant_id AND d.name = v.name "
+         FROM def_versions v \
+         JOIN defs d ON d.tenant_id = v.tenant_id AND d.kind = v.kind AND d.name = v.name "
     };
 }
 
@@ -179,7 +187,7 @@ fn is_retryable(e: &StoreError) -> bool {
         if matches!(d.code().as_deref(), Some("23505" | "40001" | "40P01")))
 }
 
-/// Agent definitions in Postgres. Cheap to clone.
+/// Definitions of every kind in Postgres. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct DefStore {
     pool: PgPool,
@@ -199,7 +207,7 @@ impl DefStore {
             attempt += 1;
             match self.put_once(new).await {
                 Err(e) if attempt < WRITE_ATTEMPTS && is_retryable(&e) => {
-                    tracing::debug!(attempt, error = %e, "agent put lost a race; retrying");
+                    tracing::debug!(attempt, kind = %new.kind, error = %e, "definition put lost a race; retrying");
                 }
                 other => return other,
             }
@@ -208,14 +216,16 @@ impl DefStore {
 
     async fn lock_name(
         tx: &mut Transaction<'static, Postgres>,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
     ) -> Result<Option<LockedName>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT active_version, retired, version_count FROM agent_defs \
-             WHERE tenant_id = $1 AND name = $2 FOR UPDATE",
+            "SELECT active_version, retired, version_count FROM defs \
+             WHERE tenant_id = $1 AND kind = $2 AND name = $3 FOR UPDATE",
         )
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .fetch_optional(&mut **tx)
         .await?)
@@ -228,11 +238,12 @@ impl DefStore {
         parent: Option<&str>,
     ) -> Result<OffsetDateTime, StoreError> {
         Ok(sqlx::query_scalar(
-            "INSERT INTO agent_def_versions \
-             (tenant_id, name, number, hash, content_json, parent_version, created_by) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at",
+            "INSERT INTO def_versions \
+             (tenant_id, kind, name, number, hash, content_json, parent_version, created_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING created_at",
         )
         .bind(new.tenant.as_str())
+        .bind(new.kind.as_str())
         .bind(new.name)
         .bind(number)
         .bind(new.hash)
@@ -249,8 +260,8 @@ impl DefStore {
         parent: Option<String>,
         created_by: Option<String>,
         created_at: OffsetDateTime,
-    ) -> Result<AgentVersionRecord, StoreError> {
-        Ok(AgentVersionRecord {
+    ) -> Result<VersionRecord, StoreError> {
+        Ok(VersionRecord {
             name: new.name.to_owned(),
             number: self::number(number)?,
             hash: new.hash.to_owned(),
@@ -266,7 +277,7 @@ impl DefStore {
     async fn put_once(&self, new: &NewVersion<'_>) -> Result<Stored, StoreError> {
         let tenant = new.tenant.as_str();
         let mut tx = self.pool.begin().await?;
-        let mut locked = Self::lock_name(&mut tx, new.tenant, new.name).await?;
+        let mut locked = Self::lock_name(&mut tx, new.kind, new.tenant, new.name).await?;
         if locked.is_none() {
             let parent = match &new.parent {
                 Parent::Active => None,
@@ -274,10 +285,11 @@ impl DefStore {
             };
             // A new name: the name row first (its pointer to the version is checked at commit).
             let inserted: Option<i32> = sqlx::query_scalar(
-                "INSERT INTO agent_defs (tenant_id, name, active_version, version_count, description) \
-                 VALUES ($1, $2, $3, 1, $4) ON CONFLICT (tenant_id, name) DO NOTHING RETURNING 1",
+                "INSERT INTO defs (tenant_id, kind, name, active_version, version_count, description) \
+                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (tenant_id, kind, name) DO NOTHING RETURNING 1",
             )
             .bind(tenant)
+            .bind(new.kind.as_str())
             .bind(new.name)
             .bind(new.hash)
             .bind(new.description)
@@ -293,7 +305,7 @@ impl DefStore {
                 });
             }
             // Another put created the name meanwhile (ON CONFLICT waited for it to commit).
-            locked = Self::lock_name(&mut tx, new.tenant, new.name).await?;
+            locked = Self::lock_name(&mut tx, new.kind, new.tenant, new.name).await?;
         }
         let Some(locked) = locked else {
             // The name was created and removed again between two statements; nothing removes
@@ -302,10 +314,11 @@ impl DefStore {
         };
 
         let existing: Option<ExistingVersion> = sqlx::query_as(
-            "SELECT number, parent_version, created_by, created_at FROM agent_def_versions \
-             WHERE tenant_id = $1 AND name = $2 AND hash = $3",
+            "SELECT number, parent_version, created_by, created_at FROM def_versions \
+             WHERE tenant_id = $1 AND kind = $2 AND name = $3 AND hash = $4",
         )
         .bind(tenant)
+        .bind(new.kind.as_str())
         .bind(new.name)
         .bind(new.hash)
         .fetch_optional(&mut *tx)
@@ -313,10 +326,11 @@ impl DefStore {
         if let Some(v) = existing {
             if locked.active_version != new.hash || locked.retired {
                 sqlx::query(
-                    "UPDATE agent_defs SET active_version = $3, retired = false, description = $4, \
-                     updated_at = now() WHERE tenant_id = $1 AND name = $2",
+                    "UPDATE defs SET active_version = $4, retired = false, description = $5, \
+                     updated_at = now() WHERE tenant_id = $1 AND kind = $2 AND name = $3",
                 )
                 .bind(tenant)
+                .bind(new.kind.as_str())
                 .bind(new.name)
                 .bind(new.hash)
                 .bind(new.description)
@@ -337,10 +351,11 @@ impl DefStore {
         };
         let at = Self::insert_version(&mut tx, new, number, Some(&parent)).await?;
         sqlx::query(
-            "UPDATE agent_defs SET active_version = $3, version_count = $4, retired = false, \
-             description = $5, updated_at = now() WHERE tenant_id = $1 AND name = $2",
+            "UPDATE defs SET active_version = $4, version_count = $5, retired = false, \
+             description = $6, updated_at = now() WHERE tenant_id = $1 AND kind = $2 AND name = $3",
         )
         .bind(tenant)
+        .bind(new.kind.as_str())
         .bind(new.name)
         .bind(new.hash)
         .bind(number)
@@ -358,14 +373,16 @@ impl DefStore {
     /// The name's active version.
     pub async fn active(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
+    ) -> Result<Option<VersionRecord>, StoreError> {
         let row: Option<VersionRow> = sqlx::query_as(concat!(
             version_select!(),
-            "WHERE v.tenant_id = $1 AND v.name = $2 AND v.hash = d.active_version"
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.name = $3 AND v.hash = d.active_version"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
@@ -375,15 +392,17 @@ impl DefStore {
     /// A version of the name, by hash.
     pub async fn by_hash(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
         hash: &str,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
+    ) -> Result<Option<VersionRecord>, StoreError> {
         let row: Option<VersionRow> = sqlx::query_as(concat!(
             version_select!(),
-            "WHERE v.tenant_id = $1 AND v.name = $2 AND v.hash = $3"
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.name = $3 AND v.hash = $4"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .bind(hash)
         .fetch_optional(&self.pool)
@@ -394,18 +413,20 @@ impl DefStore {
     /// A version of the name, by number.
     pub async fn by_number(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
         number: u32,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
+    ) -> Result<Option<VersionRecord>, StoreError> {
         let Ok(number) = i32::try_from(number) else {
             return Ok(None);
         };
         let row: Option<VersionRow> = sqlx::query_as(concat!(
             version_select!(),
-            "WHERE v.tenant_id = $1 AND v.name = $2 AND v.number = $3"
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.name = $3 AND v.number = $4"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .bind(number)
         .fetch_optional(&self.pool)
@@ -413,17 +434,20 @@ impl DefStore {
         row.map(VersionRow::into_record).transpose()
     }
 
-    /// The first version (oldest) with this hash under any name of the tenant.
+    /// The first version (oldest) with this hash under any name of this kind in the tenant.
     pub async fn find_hash(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         hash: &str,
-    ) -> Result<Option<AgentVersionRecord>, StoreError> {
+    ) -> Result<Option<VersionRecord>, StoreError> {
         let row: Option<VersionRow> = sqlx::query_as(concat!(
             version_select!(),
-            "WHERE v.tenant_id = $1 AND v.hash = $2 ORDER BY v.created_at, v.name LIMIT 1"
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.hash = $3 \
+             ORDER BY v.created_at, v.name LIMIT 1"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -433,14 +457,16 @@ impl DefStore {
     /// Every version of the name, oldest first; empty when the name is unknown.
     pub async fn versions(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
-    ) -> Result<Vec<AgentVersionRecord>, StoreError> {
+    ) -> Result<Vec<VersionRecord>, StoreError> {
         let rows: Vec<VersionRow> = sqlx::query_as(concat!(
             version_select!(),
-            "WHERE v.tenant_id = $1 AND v.name = $2 ORDER BY v.number"
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.name = $3 ORDER BY v.number"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .fetch_all(&self.pool)
         .await?;
@@ -450,29 +476,36 @@ impl DefStore {
     /// One name.
     pub async fn summary(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
-    ) -> Result<Option<AgentSummaryRecord>, StoreError> {
+    ) -> Result<Option<SummaryRecord>, StoreError> {
         let row: Option<SummaryRow> = sqlx::query_as(concat!(
             "SELECT ",
             summary_columns!(),
-            " FROM agent_defs WHERE tenant_id = $1 AND name = $2"
+            " FROM defs WHERE tenant_id = $1 AND kind = $2 AND name = $3"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
         row.map(SummaryRow::into_record).transpose()
     }
 
-    /// Every name of the tenant, retired ones included, by name.
-    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<AgentSummaryRecord>, StoreError> {
+    /// Every name of this kind in the tenant, retired ones included, by name.
+    pub async fn list(
+        &self,
+        kind: DefKind,
+        tenant: &TenantId,
+    ) -> Result<Vec<SummaryRecord>, StoreError> {
         let rows: Vec<SummaryRow> = sqlx::query_as(concat!(
             "SELECT ",
             summary_columns!(),
-            " FROM agent_defs WHERE tenant_id = $1 ORDER BY name LIMIT 10000"
+            " FROM defs WHERE tenant_id = $1 AND kind = $2 ORDER BY name LIMIT 10000"
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(SummaryRow::into_record).collect()
@@ -481,46 +514,53 @@ impl DefStore {
     /// Marks the name retired (idempotent). `None` when the name is unknown.
     pub async fn retire(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
-    ) -> Result<Option<AgentSummaryRecord>, StoreError> {
+    ) -> Result<Option<SummaryRecord>, StoreError> {
         let row: Option<SummaryRow> = sqlx::query_as(concat!(
-            "UPDATE agent_defs SET retired = true, \
+            "UPDATE defs SET retired = true, \
              updated_at = CASE WHEN retired THEN updated_at ELSE now() END \
-             WHERE tenant_id = $1 AND name = $2 RETURNING ",
+             WHERE tenant_id = $1 AND kind = $2 AND name = $3 RETURNING ",
             summary_columns!()
         ))
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
         row.map(SummaryRow::into_record).transpose()
     }
 
-    /// Points the name at one of its versions and un-retires it.
+    /// Points the name at one of its versions and un-retires it. The listed description is
+    /// the version's top-level `description` field, which every kind's content has.
     pub async fn activate(
         &self,
+        kind: DefKind,
         tenant: &TenantId,
         name: &str,
         hash: &str,
     ) -> Result<Activated, StoreError> {
         let row: Option<SummaryRow> = sqlx::query_as(
-            "UPDATE agent_defs d SET active_version = v.hash, retired = false, \
+            "UPDATE defs d SET active_version = v.hash, retired = false, \
              description = COALESCE(v.content_json::jsonb ->> 'description', ''), updated_at = now() \
-             FROM agent_def_versions v \
-             WHERE d.tenant_id = $1 AND d.name = $2 \
-               AND v.tenant_id = d.tenant_id AND v.name = d.name AND v.hash = $3 \
+             FROM def_versions v \
+             WHERE d.tenant_id = $1 AND d.kind = $2 AND d.name = $3 \
+               AND v.tenant_id = d.tenant_id AND v.kind = d.kind AND v.name = d.name AND v.hash = $4 \
              RETURNING d.name, d.active_version, d.retired, d.version_count, d.description, \
                        d.created_at, d.updated_at",
         )
         .bind(tenant.as_str())
+        .bind(kind.as_str())
         .bind(name)
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
         match row {
             Some(r) => Ok(Activated::Done(r.into_record()?)),
-            None if self.summary(tenant, name).await?.is_some() => Ok(Activated::NoSuchVersion),
+            None if self.summary(kind, tenant, name).await?.is_some() => {
+                Ok(Activated::NoSuchVersion)
+            }
             None => Ok(Activated::NoSuchName),
         }
     }

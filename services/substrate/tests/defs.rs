@@ -17,6 +17,7 @@ use serde_json::json;
 use weft_auth::InternalJwt;
 use weft_config::SubstrateConfig;
 use weft_core::agent::AgentContent;
+use weft_core::def::DefKind;
 use weft_core::{ErrorCode, Principal, Scopes, TenantId};
 use weft_proto::v1;
 use weft_proto::v1::substrate_client::SubstrateClient;
@@ -67,7 +68,13 @@ async fn same_content_keeps_its_version_and_changes_chain_to_the_parent() {
         b.version.parent_version.as_deref(),
         Some(a.version.hash.as_str())
     );
-    assert_eq!(s.versions(&t, "triage").await.unwrap().len(), 2);
+    assert_eq!(
+        s.versions(DefKind::Agent, &t, "triage")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     // Putting v1's content again makes v1 active without a new row.
     let back = agents::put_agent(&s, &t, "triage", &v1, None)
@@ -99,7 +106,7 @@ async fn concurrent_puts_of_one_name_get_distinct_consecutive_numbers() {
     });
     let results = futures::future::join_all(puts).await;
     assert!(results.iter().all(|r| r.as_ref().unwrap().created));
-    let versions = s.versions(&t, "busy").await.unwrap();
+    let versions = s.versions(DefKind::Agent, &t, "busy").await.unwrap();
     let numbers: Vec<u32> = versions.iter().map(|v| v.number).collect();
     assert_eq!(numbers, (1..=12).collect::<Vec<_>>());
     // Lineage is a chain: each version's parent is the one before it.
@@ -110,7 +117,11 @@ async fn concurrent_puts_of_one_name_get_distinct_consecutive_numbers() {
             Some(pair[0].hash.as_str())
         );
     }
-    let summary = s.summary(&t, "busy").await.unwrap().unwrap();
+    let summary = s
+        .summary(DefKind::Agent, &t, "busy")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(summary.versions, 12);
 
     // The same content put concurrently to a new name makes exactly one version.
@@ -128,7 +139,10 @@ async fn concurrent_puts_of_one_name_get_distinct_consecutive_numbers() {
         .filter(|r| r.as_ref().unwrap().created)
         .count();
     assert_eq!(created, 1);
-    assert_eq!(s.versions(&t, "same").await.unwrap().len(), 1);
+    assert_eq!(
+        s.versions(DefKind::Agent, &t, "same").await.unwrap().len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -242,7 +256,13 @@ async fn forks_retire_activate_and_verify() {
     agents::retire_agent(&s, &t, "a").await.unwrap();
     let p = agents::put_agent(&s, &t, "a", &base, None).await.unwrap();
     assert!(!p.created);
-    assert!(!s.summary(&t, "a").await.unwrap().unwrap().retired);
+    assert!(
+        !s.summary(DefKind::Agent, &t, "a")
+            .await
+            .unwrap()
+            .unwrap()
+            .retired
+    );
 
     let known = agents::verify_agent(&s, &t, &f.version.hash)
         .await

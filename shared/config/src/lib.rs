@@ -56,6 +56,10 @@ pub struct SubstrateConfig {
     pub agents: BTreeMap<String, serde_json::Value>,
     /// The tenant that boot-loaded definitions belong to.
     pub boot_tenant: String,
+    /// A folder of skills loaded at boot: each sub-folder `<name>/` holds a `SKILL.md` (YAML
+    /// front matter `name`, `description`; the body is the instructions) and optional text
+    /// files; unset = none.
+    pub skills_dir: Option<PathBuf>,
 }
 
 impl Default for SubstrateConfig {
@@ -65,6 +69,7 @@ impl Default for SubstrateConfig {
             agents_dir: None,
             agents: BTreeMap::new(),
             boot_tenant: "default".into(),
+            skills_dir: None,
         }
     }
 }

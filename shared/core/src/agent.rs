@@ -232,7 +232,7 @@ fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
 }
 
 /// Whether `name` is a definition name: `[a-z0-9][a-z0-9_-]{0,63}`.
-fn is_def_name(name: &str) -> bool {
+pub(crate) fn is_def_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= limits::NAME_CHARS
@@ -440,21 +440,6 @@ fn check_unit(field: &str, value: Option<f64>, max: f64) -> Result<(), Error> {
     }
 }
 
-/// A copy of `v` whose objects list their keys in byte order at every depth, so the text does
-/// not depend on serde_json's map type (a `preserve_order` feature anywhere in the build would
-/// otherwise change it).
-fn sorted(v: Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
-        }
-        Value::Array(a) => Value::Array(a.into_iter().map(sorted).collect()),
-        other => other,
-    }
-}
-
 /// `sha256:` + the lowercase hex SHA-256 of `text`.
 pub fn sha256_ref(text: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
@@ -472,7 +457,7 @@ pub fn normalize_hash(s: &str) -> Option<String> {
         .then(|| format!("sha256:{}", hex_part.to_ascii_lowercase()))
 }
 
-fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -497,26 +482,7 @@ impl AgentContent {
     /// or ill-typed field is a 400 naming its path (`sampling.temprature`). Does not
     /// [`validate`](Self::validate).
     pub fn from_json(value: Value) -> Result<Self, Error> {
-        if !value.is_object() {
-            return Err(Error::invalid(format!(
-                "an agent definition is a JSON object of content fields, got {}",
-                json_kind(&value)
-            )));
-        }
-        serde_path_to_error::deserialize(value).map_err(|err| {
-            let path = err.path().to_string();
-            let msg = err.into_inner().to_string();
-            if path.is_empty() || path == "." {
-                let mut e = Error::invalid(msg.clone());
-                e.param = msg
-                    .strip_prefix("unknown field `")
-                    .and_then(|r| r.split('`').next())
-                    .map(str::to_owned);
-                e
-            } else {
-                bad(path.clone(), format!("`{path}`: {msg}"))
-            }
-        })
+        crate::def::from_json_fields("agent definition", value)
     }
 
     /// [`from_json`](Self::from_json) for JSON text, such as `AgentVersion.content_json`.
@@ -657,9 +623,7 @@ impl AgentContent {
     /// The canonical JSON of the content: every field present, keys sorted at every depth, no
     /// whitespace. This is the text that is hashed and stored.
     pub fn canonical_json(&self) -> String {
-        // Serializing plain structs, strings and finite numbers to a Value cannot fail.
-        let value = serde_json::to_value(self).unwrap_or(Value::Null);
-        sorted(value).to_string()
+        crate::def::canonical_json(self)
     }
 
     /// The content address: `sha256:<hex>` of [`canonical_json`](Self::canonical_json).
@@ -670,7 +634,7 @@ impl AgentContent {
 
 /// Splits `---` front matter off `text`: `(Some(yaml), body)`, or `(None, text)` when the first
 /// line is not `---`.
-fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), Error> {
+pub(crate) fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), Error> {
     let mut lines = text.split_inclusive('\n');
     let is_fence = |l: &str| l.trim_end_matches(['\n', '\r']).trim_end() == "---";
     match lines.next() {

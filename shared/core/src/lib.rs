@@ -3,6 +3,7 @@
 //! HTTP, gRPC and the OpenAI error shape.
 
 pub mod agent;
+pub mod def;
 pub mod error;
 pub mod ids;
 pub mod limits;
@@ -10,6 +11,7 @@ pub mod message;
 pub mod principal;
 pub mod ratelimit;
 pub mod run;
+pub mod skill;
 pub mod storable;
 pub mod usage;
 
