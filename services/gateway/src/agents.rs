@@ -1,7 +1,9 @@
-//! The agent-definition routes (`/v1/agents…`): thin handlers over the substrate's gRPC API.
-//! They parse the request, forward it with the caller's internal JWT, and render the answer;
-//! the substrate validates, authorizes (reading needs `runs:create`, `runs:read` or
-//! `tenant:admin`; writing `tenant:admin`) and scopes everything to the caller's tenant.
+//! The definition routes — `/v1/agents…` and `/v1/skills…`, the same shape for every kind —
+//! thin handlers over the substrate's generic Def RPCs. One implementation serves every kind:
+//! each handler is generic over a [`DefRoute`] that names the kind and its path. They parse the
+//! request, forward it with the caller's internal JWT, and render the answer; the substrate
+//! validates, authorizes (reading needs `runs:create`, `runs:read` or `tenant:admin`; writing
+//! `tenant:admin`) and scopes everything to the caller's tenant.
 
 use axum::Extension;
 use axum::Json;
@@ -21,19 +23,47 @@ use crate::extract::{NativeJson, NativePath, ValidJson, parse_query};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
-/// The routes; mounted inside the bearer-authenticated native router.
-pub fn routes() -> axum::Router<AppState> {
+/// A kind of definition served under its own path.
+pub trait DefRoute: Send + Sync + 'static {
+    /// The kind, as the substrate names it.
+    const KIND: v1::DefKind;
+    /// The collection path, e.g. `/v1/agents`.
+    const PATH: &'static str;
+}
+
+/// `/v1/agents`.
+pub struct Agents;
+
+impl DefRoute for Agents {
+    const KIND: v1::DefKind = v1::DefKind::Agent;
+    const PATH: &'static str = "/v1/agents";
+}
+
+/// `/v1/skills`.
+pub struct Skills;
+
+impl DefRoute for Skills {
+    const KIND: v1::DefKind = v1::DefKind::Skill;
+    const PATH: &'static str = "/v1/skills";
+}
+
+/// The routes of one kind.
+fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
+    let at = |tail: &str| format!("{}{tail}", K::PATH);
     axum::Router::new()
-        .route("/v1/agents", get(list_agents_handler))
-        .route("/v1/agents/verify", post(verify_agent_handler))
-        .route(
-            "/v1/agents/{name}",
-            get(get_agent_handler).put(put_agent_handler),
-        )
-        .route("/v1/agents/{name}/versions", get(list_versions_handler))
-        .route("/v1/agents/{name}/fork", post(fork_agent_handler))
-        .route("/v1/agents/{name}/retire", post(retire_agent_handler))
-        .route("/v1/agents/{name}/activate", post(activate_agent_handler))
+        .route(K::PATH, get(list_handler::<K>))
+        .route(&at("/verify"), post(verify_handler::<K>))
+        .route(&at("/{name}"), get(get_handler::<K>).put(put_handler::<K>))
+        .route(&at("/{name}/versions"), get(list_versions_handler::<K>))
+        .route(&at("/{name}/fork"), post(fork_handler::<K>))
+        .route(&at("/{name}/retire"), post(retire_handler::<K>))
+        .route(&at("/{name}/activate"), post(activate_handler::<K>))
+}
+
+/// The routes of every kind (agents, skills); mounted inside the bearer-authenticated native
+/// router.
+pub fn routes() -> axum::Router<AppState> {
+    def_routes::<Agents>().merge(def_routes::<Skills>())
 }
 
 /// A substrate answer, with transport failures named after the substrate (the shared mapping
@@ -90,10 +120,10 @@ fn summary_json(s: v1::AgentSummary) -> Value {
     })
 }
 
-/// `PUT /v1/agents/{name}`: the body is the content fields; 201 with a new version, 200 when
+/// `PUT /v1/<kind>s/{name}`: the body is the content fields; 201 with a new version, 200 when
 /// the content already was a version.
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn put_agent_handler(
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn put_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
@@ -102,14 +132,15 @@ pub async fn put_agent_handler(
     let req = st
         .internal(
             &p,
-            v1::PutAgentRequest {
+            v1::PutDefRequest {
+                kind: K::KIND.into(),
                 name,
                 content_json: body.to_string(),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.put_agent(req)).await)?;
+    let r = substrate(st.deadline(client.put_def(req)).await)?;
     Ok(put_json(r))
 }
 
@@ -119,9 +150,9 @@ struct GetQuery {
     version: Option<String>,
 }
 
-/// `GET /v1/agents/{name}?version=`: the active version, or a given one (hash or number).
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn get_agent_handler(
+/// `GET /v1/<kind>s/{name}?version=`: the active version, or a given one (hash or number).
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn get_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
@@ -139,44 +170,57 @@ pub async fn get_agent_handler(
     let req = st
         .internal(
             &p,
-            v1::GetAgentRequest {
+            v1::GetDefRequest {
+                kind: K::KIND.into(),
                 name,
                 version: q.version,
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let v = substrate(st.deadline(client.get_agent(req)).await)?;
+    let v = substrate(st.deadline(client.get_def(req)).await)?;
     Ok(Json(version_json(v)).into_response())
 }
 
-/// `GET /v1/agents`: every agent of the caller's tenant, retired ones included.
-#[tracing::instrument(skip_all)]
-pub async fn list_agents_handler(
+/// `GET /v1/<kind>s`: every definition of the kind in the caller's tenant, retired ones
+/// included.
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name()))]
+pub async fn list_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Result<Response> {
     let req = st
-        .internal(&p, v1::ListAgentsRequest {})
+        .internal(
+            &p,
+            v1::ListDefsRequest {
+                kind: K::KIND.into(),
+            },
+        )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.list_agents(req)).await)?;
-    let data: Vec<Value> = r.agents.into_iter().map(summary_json).collect();
+    let r = substrate(st.deadline(client.list_defs(req)).await)?;
+    let data: Vec<Value> = r.defs.into_iter().map(summary_json).collect();
     Ok(Json(json!({ "data": data })).into_response())
 }
 
-/// `GET /v1/agents/{name}/versions`: oldest first.
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn list_versions_handler(
+/// `GET /v1/<kind>s/{name}/versions`: oldest first.
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn list_versions_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
 ) -> Result<Response> {
     let req = st
-        .internal(&p, v1::ListAgentVersionsRequest { name })
+        .internal(
+            &p,
+            v1::ListDefVersionsRequest {
+                kind: K::KIND.into(),
+                name,
+            },
+        )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.list_agent_versions(req)).await)?;
+    let r = substrate(st.deadline(client.list_def_versions(req)).await)?;
     let data: Vec<Value> = r.versions.into_iter().map(version_json).collect();
     Ok(Json(json!({ "data": data })).into_response())
 }
@@ -238,9 +282,9 @@ pub struct ForkBody {
     changes: Option<Value>,
 }
 
-/// `POST /v1/agents/{name}/fork` `{from_version?, changes}`.
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn fork_agent_handler(
+/// `POST /v1/<kind>s/{name}/fork` `{from_version?, changes}`.
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn fork_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
@@ -250,7 +294,8 @@ pub async fn fork_agent_handler(
     let req = st
         .internal(
             &p,
-            v1::ForkAgentRequest {
+            v1::ForkDefRequest {
+                kind: K::KIND.into(),
                 name,
                 from_version: body.from_version,
                 changes_json: changes.to_string(),
@@ -258,22 +303,28 @@ pub async fn fork_agent_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.fork_agent(req)).await)?;
+    let r = substrate(st.deadline(client.fork_def(req)).await)?;
     Ok(put_json(r))
 }
 
-/// `POST /v1/agents/{name}/retire`.
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn retire_agent_handler(
+/// `POST /v1/<kind>s/{name}/retire`.
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn retire_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
 ) -> Result<Response> {
     let req = st
-        .internal(&p, v1::RetireAgentRequest { name })
+        .internal(
+            &p,
+            v1::RetireDefRequest {
+                kind: K::KIND.into(),
+                name,
+            },
+        )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let s = substrate(st.deadline(client.retire_agent(req)).await)?;
+    let s = substrate(st.deadline(client.retire_def(req)).await)?;
     Ok(Json(summary_json(s)).into_response())
 }
 
@@ -284,9 +335,9 @@ pub struct ActivateBody {
     version: String,
 }
 
-/// `POST /v1/agents/{name}/activate` `{version}`.
-#[tracing::instrument(skip_all, fields(agent = %name))]
-pub async fn activate_agent_handler(
+/// `POST /v1/<kind>s/{name}/activate` `{version}`.
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
+pub async fn activate_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(name): NativePath<String>,
@@ -295,14 +346,15 @@ pub async fn activate_agent_handler(
     let req = st
         .internal(
             &p,
-            v1::ActivateAgentRequest {
+            v1::ActivateDefRequest {
+                kind: K::KIND.into(),
                 name,
                 version: body.version,
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let s = substrate(st.deadline(client.activate_agent(req)).await)?;
+    let s = substrate(st.deadline(client.activate_def(req)).await)?;
     Ok(Json(summary_json(s)).into_response())
 }
 
@@ -315,10 +367,10 @@ pub struct VerifyBody {
 // Bodies are JSON objects only: serde's derive would also read `[null, null]` as a `ForkBody`.
 weft_core::objects_only!(deserialize: ForkBody, ActivateBody, VerifyBody);
 
-/// `POST /v1/agents/verify` `{sha256}`: whether the hash is a version of an agent of the
-/// caller's tenant (200 either way).
-#[tracing::instrument(skip_all)]
-pub async fn verify_agent_handler(
+/// `POST /v1/<kind>s/verify` `{sha256}`: whether the hash is a version of a definition of the
+/// kind in the caller's tenant (200 either way).
+#[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name()))]
+pub async fn verify_handler<K: DefRoute>(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     ValidJson(body): NativeJson<VerifyBody>,
@@ -326,13 +378,14 @@ pub async fn verify_agent_handler(
     let req = st
         .internal(
             &p,
-            v1::VerifyAgentRequest {
+            v1::VerifyDefRequest {
+                kind: K::KIND.into(),
                 sha256: body.sha256,
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.verify_agent(req)).await)?;
+    let r = substrate(st.deadline(client.verify_def(req)).await)?;
     Ok(Json(json!({"known": r.known, "name": r.name, "number": r.number})).into_response())
 }
 

@@ -2,7 +2,8 @@
 //! route the gateway serves is listed.
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
-//! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`), each
+//! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
+//! `openapi.skills.json`), each
 //! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
 
 use std::sync::LazyLock;
@@ -14,11 +15,12 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 4] = [
+const FRAGMENTS: [&str; 5] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
     include_str!("../openapi.usage.json"),
+    include_str!("../openapi.skills.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -99,6 +101,12 @@ mod tests {
             .map_err(|e| e.message)
     }
 
+    fn skill_content(v: &Value) -> Result<(), String> {
+        weft_core::skill::SkillContent::from_json(v.clone())
+            .and_then(|c| c.validate())
+            .map_err(|e| e.message)
+    }
+
     /// Every request body the gateway parses itself, with the type that parses it.
     fn bodies() -> Vec<(&'static str, &'static str, Reads)> {
         vec![
@@ -126,6 +134,22 @@ mod tests {
             ),
             (
                 "/v1/agents/verify",
+                "post",
+                reads::<crate::agents::VerifyBody>,
+            ),
+            ("/v1/skills/{name}", "put", skill_content),
+            (
+                "/v1/skills/{name}/fork",
+                "post",
+                reads::<crate::agents::ForkBody>,
+            ),
+            (
+                "/v1/skills/{name}/activate",
+                "post",
+                reads::<crate::agents::ActivateBody>,
+            ),
+            (
+                "/v1/skills/verify",
                 "post",
                 reads::<crate::agents::VerifyBody>,
             ),

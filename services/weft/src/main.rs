@@ -83,6 +83,13 @@ enum HashCmd {
         /// The definition file.
         file: PathBuf,
     },
+    /// Print the `sha256:` version hash of a skill folder (`<name>/SKILL.md` plus its text
+    /// files), as a deployment loading it from substrate.skills_dir reports it. Needs no config
+    /// or database; an invalid folder exits 1 naming the file and the field.
+    Skill {
+        /// The skill's folder.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -134,6 +141,16 @@ async fn main() -> ExitCode {
         return match weft_substrate::boot::read_agent_file(file) {
             Ok(def) => {
                 println!("{}", def.content.hash());
+                ExitCode::SUCCESS
+            }
+            Err(weft_substrate::SubstrateError::Boot(msg)) => fail(msg),
+            Err(e) => fail(e),
+        };
+    }
+    if let Cmd::Hash(HashCmd::Skill { dir }) = &cli.cmd {
+        return match weft_substrate::hash_skill_dir(dir) {
+            Ok(hash) => {
+                println!("{hash}");
                 ExitCode::SUCCESS
             }
             Err(weft_substrate::SubstrateError::Boot(msg)) => fail(msg),

@@ -133,13 +133,16 @@ struct Params {
     token: String,
     agent: String,
     agent_hash: String,
+    /// A's skill is named like A's agent (names are per kind).
+    skill_hash: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 5] {
+    fn named(&self) -> [(&str, &'static str); 6] {
         [
             (&self.agent_hash, "<agent_hash>"),
+            (&self.skill_hash, "<skill_hash>"),
             (&self.run, "<run>"),
             (&self.token, "<token>"),
             (&self.agent, "<agent>"),
@@ -512,6 +515,80 @@ fn expectations() -> Vec<Entry> {
         )
         .body(|_| Some(json!({"model": "mock-1", "system_prompt": "an intruder's own agent"})))
         .creates(),
+        // Skills: the same routes and rules as agents (one implementation serves both).
+        entry(
+            Method::GET,
+            "/v1/skills",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/skills/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/skills/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/skills/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.skill_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's skill hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own skill hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/skills/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"body": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/skills/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/skills/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.skill_hash}))),
+        // B may define a skill of A's skill's name in its own tenant; A's is checked unchanged.
+        entry(
+            Method::PUT,
+            "/v1/skills/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| {
+            Some(json!({"description": "an intruder's skill", "body": "an intruder's own skill"}))
+        })
+        .creates(),
     ]
 }
 
@@ -526,6 +603,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("id", t) if t.starts_with("/v1/runs/") => p.run.as_str(),
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
             ("interrupt_id", _) => INTERRUPT,
             (other, _) => panic!(
                 "{template}: the matrix does not know what to put in `{{{other}}}`; teach `fill` which resource of tenant A it names"
@@ -866,6 +944,20 @@ async fn set_up(f: &TestFleet) -> World {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     let agent_hash = v["version"].as_str().unwrap().to_owned();
+    let r = f
+        .http
+        .put(format!("{}/v1/skills/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("skill-description-{canary}"),
+            "body": format!("skill-body-{canary}"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let skill_hash = v["version"].as_str().unwrap().to_owned();
 
     // alice's run waits for input: no executor touches it, so any change is an intruder's.
     let (s, run) = f
@@ -929,6 +1021,7 @@ async fn set_up(f: &TestFleet) -> World {
         token: victim["id"].as_str().unwrap().to_owned(),
         agent: agent.clone(),
         agent_hash: agent_hash.clone(),
+        skill_hash: skill_hash.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -937,12 +1030,24 @@ async fn set_up(f: &TestFleet) -> World {
         token: weft_core::TokenId::new().to_string(),
         agent: format!("ghost-{}", &ghost_hex[8..16]),
         agent_hash: format!("sha256:{ghost_hex}"),
+        skill_hash: format!("sha256:{}", ghost_hex.chars().rev().collect::<String>()),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
     let secrets = vec![
         secret("A's agent name", agent, &[OtherSubject]),
         secret("A's agent hash", agent_hash, &[OtherSubject]),
+        secret("A's skill hash", skill_hash, &[OtherSubject]),
+        secret(
+            "A's skill body",
+            format!("skill-body-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's skill description",
+            format!("skill-description-{canary}"),
+            &[OtherSubject],
+        ),
         secret(
             "A's system prompt",
             format!("prompt-{canary}"),
@@ -1198,6 +1303,21 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
     {
         failures.push(format!(
             "A's agent changed during the matrix: {s} {agent} {versions}"
+        ));
+    }
+    let (s, skill) = f
+        .get(&format!("/v1/skills/{}", w.a.agent), &w.a_admin)
+        .await;
+    let (_, versions) = f
+        .get(&format!("/v1/skills/{}/versions", w.a.agent), &w.a_admin)
+        .await;
+    if s != 200
+        || skill["version"] != w.a.skill_hash.as_str()
+        || skill["retired"] != false
+        || versions["data"].as_array().map_or(0, Vec::len) != 1
+    {
+        failures.push(format!(
+            "A's skill changed during the matrix: {s} {skill} {versions}"
         ));
     }
 
