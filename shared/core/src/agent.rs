@@ -482,7 +482,7 @@ impl AgentContent {
     /// or ill-typed field is a 400 naming its path (`sampling.temprature`). Does not
     /// [`validate`](Self::validate).
     pub fn from_json(value: Value) -> Result<Self, Error> {
-        crate::def::from_json_fields("agent definition", value)
+        crate::def::from_json_fields("an agent definition", value)
     }
 
     /// [`from_json`](Self::from_json) for JSON text, such as `AgentVersion.content_json`.

@@ -89,13 +89,13 @@ pub fn canonical_json<T: Serialize + ?Sized>(content: &T) -> String {
     sorted(value).to_string()
 }
 
-/// Reads the content fields of a `what` (`agent definition`, `skill`) from a JSON object;
+/// Reads the content fields of `what` (`an agent definition`, `a skill`) from a JSON object;
 /// omitted fields take their defaults. An unknown or ill-typed field is a 400 naming its path
 /// (`sampling.temprature`).
 pub fn from_json_fields<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
     if !value.is_object() {
         return Err(Error::invalid(format!(
-            "a {what} is a JSON object of content fields, got {}",
+            "{what} is a JSON object of content fields, got {}",
             crate::agent::json_kind(&value)
         )));
     }

@@ -164,7 +164,7 @@ impl SkillContent {
     /// Reads content fields from a JSON object; omitted fields take their defaults. An unknown
     /// or ill-typed field is a 400 naming it. Does not [`validate`](Self::validate).
     pub fn from_json(value: Value) -> Result<Self, Error> {
-        crate::def::from_json_fields("skill", value)
+        crate::def::from_json_fields("a skill", value)
     }
 }
 
