@@ -8,9 +8,19 @@
 //! progress; when a process dies, both lapse, JetStream redelivers, and another executor resumes
 //! from the transcript.
 
+//!
+//! Module layout: `dispatch` (a dispatch message → lease + heartbeat), `driver` (the run loop
+//! around [`machine`]), `turn` (one model turn), `orchestrate` (tool calls: default-deny and the
+//! ledger rules), `subruns` (the `Agent` tool's children) and [`tools`] (the [`tools::Tool`]
+//! trait, the registry, one file per tool).
+
+mod dispatch;
 mod driver;
 pub mod machine;
+mod orchestrate;
+mod subruns;
 pub mod tools;
+mod turn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -63,7 +73,8 @@ pub(crate) struct Inner {
     pub tenant_max_runs: u32,
     /// This process's lease-owner id.
     pub owner: String,
-    pub http: tools::http::HttpTool,
+    /// The tools this executor hosts.
+    pub tools: tools::Registry,
     held: Mutex<HashMap<RunId, Held>>,
     /// Agent definitions by content hash: immutable, so cached forever.
     defs: Mutex<HashMap<String, Arc<AgentContent>>>,
@@ -141,7 +152,7 @@ impl Executor {
         }
         let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
         let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
-        let http = tools::http::HttpTool::new(&config.executor)
+        let tools = tools::Registry::builtin(&config.executor)
             .map_err(|e| ExecutorError::Config(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -155,7 +166,7 @@ impl Executor {
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
                 tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
                 owner: format!("executor-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
-                http,
+                tools,
                 held: Mutex::new(HashMap::new()),
                 defs: Mutex::new(HashMap::new()),
             }),
@@ -238,7 +249,7 @@ impl Executor {
                         let inner = inner.clone();
                         let stop = shutdown.clone();
                         tasks.spawn(async move {
-                            driver::handle(inner, msg, stop).await;
+                            dispatch::handle(inner, msg, stop).await;
                             drop(permit);
                         });
                     }
