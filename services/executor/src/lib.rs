@@ -271,30 +271,50 @@ impl Executor {
     }
 }
 
-/// The executor as its own process (`weft-executor`, `weft executor`): the shared internal key
-/// from config, run until SIGINT/SIGTERM, then drain.
-pub async fn run_until_signal(config: Config) -> Result<(), ExecutorError> {
-    let secret = config
-        .required_jwt_secret("router")
-        .map_err(|e| ExecutorError::Config(e.to_string()))?;
-    let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
-    let shutdown = CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    run(config, jwt, shutdown).await
-}
+/// The executor as its own process (`weft-executor`, `weft executor`), in the shared boot shape
+/// ([`weft_telemetry::boot`]): the shared internal key from config, the metrics listener, the
+/// stores and peers connected; then runs until SIGINT/SIGTERM and drains.
+pub struct ExecutorService(Executor);
 
-/// Connects and runs: the whole executor for its own binary.
-pub async fn run(
-    config: Config,
-    jwt: InternalJwt,
-    shutdown: CancellationToken,
-) -> Result<(), ExecutorError> {
-    let router = weft_proto::transport::channel(&config.executor.router_url)
-        .map_err(|e| ExecutorError::Config(format!("executor.router_url: {e}")))?;
-    let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
-        .map_err(|e| ExecutorError::Config(format!("executor.substrate_url: {e}")))?;
-    Executor::connect(&config, jwt, router, substrate)
-        .await?
-        .run(shutdown)
-        .await
+impl weft_telemetry::boot::Service for ExecutorService {
+    type Args = ();
+
+    async fn connect(
+        config: Config,
+        (): (),
+        shutdown: CancellationToken,
+    ) -> Result<Self, weft_telemetry::boot::BootError> {
+        use weft_telemetry::boot::BootError;
+        let secret = config
+            .required_jwt_secret("router")
+            .map_err(BootError::config)?;
+        let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+        let router = weft_proto::transport::channel(&config.executor.router_url)
+            .map_err(|e| BootError::config(format!("executor.router_url: {e}")))?;
+        let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
+            .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
+        if let Some(addr) = config.executor.metrics_listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| BootError::failed(format!("cannot serve metrics on {addr}: {e}")))?;
+            tokio::spawn(weft_telemetry::serve_metrics(l, shutdown));
+        }
+        Executor::connect(&config, jwt, router, substrate)
+            .await
+            .map(Self)
+            .map_err(|e| match e {
+                ExecutorError::Config(_) => BootError::config(e),
+                e => BootError::failed(e),
+            })
+    }
+
+    async fn serve(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), weft_telemetry::boot::BootError> {
+        self.0
+            .run(shutdown)
+            .await
+            .map_err(weft_telemetry::boot::BootError::failed)
+    }
 }
