@@ -65,6 +65,9 @@ pub(crate) struct Inner {
     pub coord: Coord,
     pub router: RouterClient<GrpcTransport>,
     pub substrate: SubstrateClient<GrpcTransport>,
+    /// The transport to the substrate, for its other gRPC services (memory, channels, skills):
+    /// `weft_proto::transport` builds their clients on it, with the message limit.
+    pub substrate_transport: GrpcTransport,
     pub jwt: InternalJwt,
     pub cfg: ExecutorConfig,
     pub admission_lease: Duration,
@@ -160,7 +163,8 @@ impl Executor {
                 bus,
                 coord,
                 router: weft_proto::transport::router_client(router),
-                substrate: weft_proto::transport::substrate_client(substrate),
+                substrate: weft_proto::transport::substrate_client(substrate.clone()),
+                substrate_transport: substrate,
                 jwt,
                 cfg: config.executor.clone(),
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),

@@ -233,6 +233,12 @@ impl<'a> ToolCtx<'a> {
             .unwrap_or_default()
     }
 
+    /// The transport to the substrate, to build a client of any of its gRPC services on
+    /// (`weft_proto::transport`); send requests made by [`ToolCtx::internal`].
+    pub fn substrate_transport(&self) -> weft_proto::transport::GrpcTransport {
+        self.driver.inner.substrate_transport.clone()
+    }
+
     /// The executor's shared state: the run store, bus, coordination, config and the router
     /// and substrate clients.
     pub(crate) fn inner(&self) -> &Inner {
