@@ -8,9 +8,19 @@
 //! progress; when a process dies, both lapse, JetStream redelivers, and another executor resumes
 //! from the transcript.
 
+//!
+//! Module layout: `dispatch` (a dispatch message → lease + heartbeat), `driver` (the run loop
+//! around [`machine`]), `turn` (one model turn), `orchestrate` (tool calls: default-deny and the
+//! ledger rules), `subruns` (the `Agent` tool's children) and [`tools`] (the [`tools::Tool`]
+//! trait, the registry, one file per tool).
+
+mod dispatch;
 mod driver;
 pub mod machine;
+mod orchestrate;
+mod subruns;
 pub mod tools;
+mod turn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -55,6 +65,9 @@ pub(crate) struct Inner {
     pub coord: Coord,
     pub router: RouterClient<GrpcTransport>,
     pub substrate: SubstrateClient<GrpcTransport>,
+    /// The transport to the substrate, for its other gRPC services (memory, channels, skills):
+    /// `weft_proto::transport` builds their clients on it, with the message limit.
+    pub substrate_transport: GrpcTransport,
     pub jwt: InternalJwt,
     pub cfg: ExecutorConfig,
     pub admission_lease: Duration,
@@ -63,7 +76,8 @@ pub(crate) struct Inner {
     pub tenant_max_runs: u32,
     /// This process's lease-owner id.
     pub owner: String,
-    pub http: tools::http::HttpTool,
+    /// The tools this executor hosts.
+    pub tools: tools::Registry,
     held: Mutex<HashMap<RunId, Held>>,
     /// Agent definitions by content hash: immutable, so cached forever.
     defs: Mutex<HashMap<String, Arc<AgentContent>>>,
@@ -141,7 +155,7 @@ impl Executor {
         }
         let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
         let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
-        let http = tools::http::HttpTool::new(&config.executor)
+        let tools = tools::Registry::builtin(&config.executor)
             .map_err(|e| ExecutorError::Config(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -149,13 +163,14 @@ impl Executor {
                 bus,
                 coord,
                 router: weft_proto::transport::router_client(router),
-                substrate: weft_proto::transport::substrate_client(substrate),
+                substrate: weft_proto::transport::substrate_client(substrate.clone()),
+                substrate_transport: substrate,
                 jwt,
                 cfg: config.executor.clone(),
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
                 tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
                 owner: format!("executor-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
-                http,
+                tools,
                 held: Mutex::new(HashMap::new()),
                 defs: Mutex::new(HashMap::new()),
             }),
@@ -238,7 +253,7 @@ impl Executor {
                         let inner = inner.clone();
                         let stop = shutdown.clone();
                         tasks.spawn(async move {
-                            driver::handle(inner, msg, stop).await;
+                            dispatch::handle(inner, msg, stop).await;
                             drop(permit);
                         });
                     }
@@ -260,30 +275,50 @@ impl Executor {
     }
 }
 
-/// The executor as its own process (`weft-executor`, `weft executor`): the shared internal key
-/// from config, run until SIGINT/SIGTERM, then drain.
-pub async fn run_until_signal(config: Config) -> Result<(), ExecutorError> {
-    let secret = config
-        .required_jwt_secret("router")
-        .map_err(|e| ExecutorError::Config(e.to_string()))?;
-    let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
-    let shutdown = CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    run(config, jwt, shutdown).await
-}
+/// The executor as its own process (`weft-executor`, `weft executor`), in the shared boot shape
+/// ([`weft_telemetry::boot`]): the shared internal key from config, the metrics listener, the
+/// stores and peers connected; then runs until SIGINT/SIGTERM and drains.
+pub struct ExecutorService(Executor);
 
-/// Connects and runs: the whole executor for its own binary.
-pub async fn run(
-    config: Config,
-    jwt: InternalJwt,
-    shutdown: CancellationToken,
-) -> Result<(), ExecutorError> {
-    let router = weft_proto::transport::channel(&config.executor.router_url)
-        .map_err(|e| ExecutorError::Config(format!("executor.router_url: {e}")))?;
-    let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
-        .map_err(|e| ExecutorError::Config(format!("executor.substrate_url: {e}")))?;
-    Executor::connect(&config, jwt, router, substrate)
-        .await?
-        .run(shutdown)
-        .await
+impl weft_telemetry::boot::Service for ExecutorService {
+    type Args = ();
+
+    async fn connect(
+        config: Config,
+        (): (),
+        shutdown: CancellationToken,
+    ) -> Result<Self, weft_telemetry::boot::BootError> {
+        use weft_telemetry::boot::BootError;
+        let secret = config
+            .required_jwt_secret("router")
+            .map_err(BootError::config)?;
+        let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+        let router = weft_proto::transport::channel(&config.executor.router_url)
+            .map_err(|e| BootError::config(format!("executor.router_url: {e}")))?;
+        let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
+            .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
+        if let Some(addr) = config.executor.metrics_listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| BootError::failed(format!("cannot serve metrics on {addr}: {e}")))?;
+            tokio::spawn(weft_telemetry::serve_metrics(l, shutdown));
+        }
+        Executor::connect(&config, jwt, router, substrate)
+            .await
+            .map(Self)
+            .map_err(|e| match e {
+                ExecutorError::Config(_) => BootError::config(e),
+                e => BootError::failed(e),
+            })
+    }
+
+    async fn serve(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), weft_telemetry::boot::BootError> {
+        self.0
+            .run(shutdown)
+            .await
+            .map_err(weft_telemetry::boot::BootError::failed)
+    }
 }

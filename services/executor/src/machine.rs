@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
-use weft_core::run::{EventKind, StopReason};
+use weft_core::run::{EventKind, RunEvent, StopReason};
 
 /// A tool call the model made.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,58 +129,47 @@ pub fn pending_calls(state: &LoopState) -> Vec<ToolCall> {
 }
 
 /// Folds one persisted event into the state. Unknown or malformed events change nothing but
-/// `last_seq` (the transcript is the record; the loop reads only what it needs).
+/// `last_seq` (the transcript is the record; the loop reads only what it needs) — except that a
+/// `run_finished` ends the run however its payload reads.
 pub fn apply(state: &mut LoopState, seq: i64, kind: &str, data: &Value) {
+    match RunEvent::parse(kind, data) {
+        Some(event) => apply_event(state, seq, &event),
+        None => {
+            state.last_seq = state.last_seq.max(seq);
+            if kind == EventKind::RunFinished.as_str() {
+                state.finished = true;
+            }
+        }
+    }
+}
+
+/// Folds one typed event into the state.
+pub fn apply_event(state: &mut LoopState, seq: i64, event: &RunEvent) {
     state.last_seq = state.last_seq.max(seq);
-    let Some(kind) = EventKind::parse(kind) else {
-        return;
-    };
-    match kind {
-        EventKind::UserInput => {
-            if let Some(msgs) = data.get("messages") {
-                if let Ok(msgs) = serde_json::from_value::<Vec<Message>>(msgs.clone()) {
-                    state.messages.extend(msgs);
-                }
-            } else if let Some(text) = data.get("text").and_then(Value::as_str) {
+    match event {
+        RunEvent::UserInput(input) => {
+            if let Some(msgs) = &input.messages {
+                state.messages.extend(msgs.iter().cloned());
+            } else if let Some(text) = &input.text {
                 state.messages.push(Message {
                     role: Role::User,
-                    content: vec![ContentBlock::text(text)],
+                    content: vec![ContentBlock::text(text.clone())],
                     name: None,
                 });
             }
         }
-        EventKind::AssistantMessage => {
-            if let Some(m) = data
-                .get("message")
-                .and_then(|m| serde_json::from_value::<Message>(m.clone()).ok())
-            {
-                state.messages.push(m);
-                state.iterations += 1;
-                state.last_finish = data
-                    .get("finish_reason")
-                    .and_then(Value::as_str)
-                    .map(FinishReason::from_openai);
-            }
+        RunEvent::AssistantMessage(m) => {
+            state.messages.push(m.message.clone());
+            state.iterations += 1;
+            state.last_finish = m.finish_reason.as_deref().map(FinishReason::from_openai);
         }
-        EventKind::ToolResult => {
-            let id = data.get("tool_use_id").and_then(Value::as_str);
-            let text = data.get("content").and_then(Value::as_str).unwrap_or("");
-            if let Some(id) = id {
-                state.messages.push(tool_message(
-                    id,
-                    text,
-                    data.get("is_error")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                ));
-            }
+        RunEvent::ToolResult(r) => {
+            state
+                .messages
+                .push(tool_message(&r.tool_use_id, &r.content, r.is_error));
         }
-        EventKind::Usage => {
-            if let Ok(u) = serde_json::from_value::<Usage>(data.clone()) {
-                state.usage.add(&u);
-            }
-        }
-        EventKind::RunFinished => state.finished = true,
+        RunEvent::Usage(u) => state.usage.add(u),
+        RunEvent::RunFinished(_) => state.finished = true,
         _ => {}
     }
 }

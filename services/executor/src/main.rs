@@ -23,11 +23,6 @@ struct Cli {
     metrics_listen: Option<std::net::SocketAddr>,
 }
 
-fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("weft-executor: {msg}");
-    ExitCode::from(code)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -35,27 +30,11 @@ async fn main() -> ExitCode {
     o.set("executor", "router_url", cli.router_url)
         .set("executor", "substrate_url", cli.substrate_url)
         .set("executor", "metrics_listen", cli.metrics_listen);
-    let (config, _guard) = match weft_telemetry::start("weft-executor", &cli.common, o) {
-        Ok(started) => started,
-        Err(e) => return fail(2, e),
-    };
-    if let Some(addr) = config.executor.metrics_listen {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                tokio::spawn(weft_telemetry::serve_metrics(
-                    l,
-                    tokio_util::sync::CancellationToken::new(),
-                ));
-            }
-            Err(e) => return fail(1, format!("cannot serve metrics on {addr}: {e}")),
-        }
-    }
-    match weft_executor::run_until_signal(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ weft_executor::ExecutorError::Config(_)) => fail(2, e),
-        Err(e) => {
-            tracing::error!(error = %e, "executor failed");
-            fail(1, e)
-        }
-    }
+    weft_telemetry::boot::boot::<weft_executor::ExecutorService>(
+        "weft-executor",
+        &cli.common,
+        o,
+        (),
+    )
+    .await
 }

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use weft_config::{CommonArgs, Overrides};
+use tokio_util::sync::CancellationToken;
+use weft_config::{CommonArgs, Config, Overrides};
+use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft gateway (HTTP). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the router.
 #[derive(Parser, Debug)]
@@ -25,9 +27,62 @@ struct Cli {
     ready_file: Option<std::path::PathBuf>,
 }
 
-fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("weft-gateway: {msg}");
-    ExitCode::from(code)
+/// The gateway, bound and connected.
+struct Gateway {
+    listener: tokio::net::TcpListener,
+    ready_file: Option<std::path::PathBuf>,
+    state: weft_gateway::AppState,
+    max_body_bytes: usize,
+}
+
+impl Service for Gateway {
+    /// `--ready-file`.
+    type Args = Option<std::path::PathBuf>;
+
+    async fn connect(
+        config: Config,
+        ready_file: Self::Args,
+        _shutdown: CancellationToken,
+    ) -> Result<Self, BootError> {
+        let secret = config
+            .required_jwt_secret("router")
+            .map_err(BootError::config)?;
+        let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
+        let listener = tokio::net::TcpListener::bind(config.gateway.listen)
+            .await
+            .map_err(|e| {
+                BootError::failed(format!("cannot listen on {}: {e}", config.gateway.listen))
+            })?;
+        let router =
+            weft_gateway::router_channel(&config.gateway.router_url).map_err(BootError::config)?;
+        let substrate = weft_gateway::router_channel(&config.gateway.substrate_url)
+            .map_err(BootError::config)?;
+        let state = weft_gateway::connect(&config, jwt, router, substrate)
+            .await
+            .map_err(BootError::failed)?;
+        Ok(Self {
+            listener,
+            ready_file,
+            state,
+            max_body_bytes: config.gateway.max_body_bytes,
+        })
+    }
+
+    async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
+        let url = self
+            .listener
+            .local_addr()
+            .map(|a| format!("http://{a}"))
+            .map_err(|e| BootError::failed(format!("cannot read the bound address: {e}")))?;
+        if let Some(path) = &self.ready_file {
+            std::fs::write(path, serde_json::json!({ "url": url }).to_string())
+                .map_err(|e| BootError::failed(format!("cannot write {}: {e}", path.display())))?;
+        }
+        eprintln!("weft-gateway listening on {url}");
+        weft_gateway::serve(self.listener, self.state, self.max_body_bytes, shutdown)
+            .await
+            .map_err(BootError::failed)
+    }
 }
 
 #[tokio::main]
@@ -37,50 +92,5 @@ async fn main() -> ExitCode {
     o.set("gateway", "listen", cli.listen)
         .set("gateway", "router_url", cli.router_url.as_deref())
         .set("database", "url", cli.database_url.as_deref());
-    let (config, _guard) = match weft_telemetry::start("weft-gateway", &cli.common, o) {
-        Ok(started) => started,
-        Err(e) => return fail(2, e),
-    };
-    let secret = match config.required_jwt_secret("router") {
-        Ok(s) => s,
-        Err(e) => return fail(2, e),
-    };
-    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-    let listener = match tokio::net::TcpListener::bind(config.gateway.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            return fail(
-                1,
-                format!("cannot listen on {}: {e}", config.gateway.listen),
-            );
-        }
-    };
-    let router = match weft_gateway::router_channel(&config.gateway.router_url) {
-        Ok(r) => r,
-        Err(e) => return fail(2, e),
-    };
-    let substrate = match weft_gateway::router_channel(&config.gateway.substrate_url) {
-        Ok(r) => r,
-        Err(e) => return fail(2, e),
-    };
-    let state = match weft_gateway::connect(&config, jwt, router, substrate).await {
-        Ok(s) => s,
-        Err(e) => return fail(1, e),
-    };
-    let url = match listener.local_addr() {
-        Ok(a) => format!("http://{a}"),
-        Err(e) => return fail(1, format!("cannot read the bound address: {e}")),
-    };
-    if let Some(path) = &cli.ready_file
-        && let Err(e) = std::fs::write(path, serde_json::json!({ "url": url }).to_string())
-    {
-        return fail(1, format!("cannot write {}: {e}", path.display()));
-    }
-    eprintln!("weft-gateway listening on {url}");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    match weft_gateway::serve(listener, state, config.gateway.max_body_bytes, shutdown).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(1, e),
-    }
+    boot::<Gateway>("weft-gateway", &cli.common, o, cli.ready_file).await
 }

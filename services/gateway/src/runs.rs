@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use weft_bus::Dispatch;
 use weft_coord::Admission;
 use weft_core::agent::{AgentContent, AgentSampling};
-use weft_core::run::{EventKind, RunSpec, RunStatus};
+use weft_core::run::{EventKind, Narrowing, RunEvent, RunSpec, RunStarted, RunStatus, UserInput};
 use weft_core::{Error, ErrorCode, Principal, RunId, Scope};
 use weft_proto::v1;
 use weft_store::{EventRecord, NewRun, RunFilter, RunRecord};
@@ -389,7 +389,7 @@ pub async fn create_run(
             return Err(Error::invalid("`input` is required (or `messages`, or `interactive: true` to start waiting for input)").with_param("input"));
         }
         (None, None) => None,
-        (Some(i), None) => Some(json!({ "text": user_text(i)? })),
+        (Some(i), None) => Some(UserInput::text(user_text(i)?)),
         (None, Some(ms)) => {
             let mut out = Vec::with_capacity(ms.len());
             for (i, m) in ms.into_iter().enumerate() {
@@ -409,7 +409,10 @@ pub async fn create_run(
                     name: None,
                 });
             }
-            Some(json!({ "messages": out }))
+            Some(UserInput {
+                text: None,
+                messages: Some(out),
+            })
         }
     };
     // A repeated key returns the run it made, without admitting again.
@@ -432,46 +435,32 @@ pub async fn create_run(
     }
     let def: AgentContent =
         serde_json::from_str(&version.content_json).map_err(|_| Error::internal())?;
-    let tools = match &body.tools {
-        None => def.tools.clone(),
-        Some(asked) => def
-            .tools
-            .iter()
-            .filter(|t| asked.contains(t))
-            .cloned()
-            .collect(),
-    };
-    let mut sampling = def.sampling.clone();
-    if let Some(s) = body.sampling {
-        sampling.temperature = s.temperature.or(sampling.temperature);
-        sampling.top_p = s.top_p.or(sampling.top_p);
-        sampling.seed = s.seed.or(sampling.seed);
-        if !s.stop.is_empty() {
-            sampling.stop = s.stop;
-        }
-    }
-    let spec = RunSpec {
-        model: def.model_ref(),
-        tools,
-        allowed_hosts: def.allowed_hosts.clone(),
-        caller_allowed_hosts: body.allowed_hosts,
-        sampling,
-        // The caller narrows: never more turns than the agent allows.
-        max_iterations: body
-            .max_iterations
-            .map_or(def.max_iterations, |n| n.min(def.max_iterations)),
-        max_tokens: def.max_tokens,
-        max_concurrent_children: def.max_concurrent_children,
-        metadata: body.metadata.unwrap_or(Value::Null),
-    };
+    let spec = RunSpec::resolve(
+        &def,
+        Narrowing {
+            tools: body.tools,
+            allowed_hosts: body.allowed_hosts,
+            channels: None,
+            sampling: body.sampling,
+            max_iterations: body.max_iterations,
+            metadata: body.metadata.unwrap_or(Value::Null),
+        },
+    );
     let id = RunId::new();
     admit(st, p, id).await?;
-    let mut initial_events = vec![(
-        EventKind::RunStarted.as_str().to_owned(),
-        json!({"agent": version.name, "agent_hash": version.hash, "model": spec.model, "interactive": body.interactive, "tools": spec.tools}),
-    )];
+    let mut initial_events = vec![
+        RunEvent::RunStarted(RunStarted {
+            agent: version.name.clone(),
+            agent_hash: version.hash.clone(),
+            model: spec.model.clone(),
+            interactive: Some(body.interactive),
+            tools: Some(spec.tools.clone()),
+            ..RunStarted::default()
+        })
+        .into_parts(),
+    ];
     if let Some(i) = initial_input {
-        initial_events.push((EventKind::UserInput.as_str().to_owned(), i));
+        initial_events.push(RunEvent::UserInput(i).into_parts());
     }
     let new = NewRun {
         id,

@@ -3,7 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use weft_config::{CommonArgs, Overrides};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use weft_config::{CommonArgs, Config, Overrides};
+use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft substrate (gRPC): versioned agent definitions. Needs WEFT_AUTH__INTERNAL_JWT_SECRET
 /// shared with the gateway.
@@ -23,9 +26,46 @@ struct Cli {
     agents_dir: Option<std::path::PathBuf>,
 }
 
-fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("weft-substrate: {msg}");
-    ExitCode::from(code)
+/// The substrate, bound; it connects its store and loads its boot definitions as it starts
+/// serving ([`weft_substrate::run`]).
+struct Substrate {
+    listener: TcpListener,
+    config: Config,
+    jwt: weft_auth::InternalJwt,
+}
+
+impl Service for Substrate {
+    type Args = ();
+
+    async fn connect(
+        config: Config,
+        (): (),
+        _shutdown: CancellationToken,
+    ) -> Result<Self, BootError> {
+        let secret = config
+            .required_jwt_secret("gateway")
+            .map_err(BootError::config)?;
+        let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
+        let listener = TcpListener::bind(config.substrate.listen)
+            .await
+            .map_err(|e| {
+                BootError::failed(format!("cannot listen on {}: {e}", config.substrate.listen))
+            })?;
+        Ok(Self {
+            listener,
+            config,
+            jwt,
+        })
+    }
+
+    async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
+        weft_substrate::run(self.listener, self.config, self.jwt, shutdown)
+            .await
+            .map_err(|e| match e {
+                weft_substrate::SubstrateError::Boot(_) => BootError::config(e),
+                e => BootError::failed(e),
+            })
+    }
 }
 
 #[tokio::main]
@@ -39,32 +79,5 @@ async fn main() -> ExitCode {
             "agents_dir",
             cli.agents_dir.as_ref().map(|p| p.display()),
         );
-    let (config, _guard) = match weft_telemetry::start("weft-substrate", &cli.common, o) {
-        Ok(started) => started,
-        Err(e) => return fail(2, e),
-    };
-    let secret = match config.required_jwt_secret("gateway") {
-        Ok(s) => s,
-        Err(e) => return fail(2, e),
-    };
-    let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-    let listener = match tokio::net::TcpListener::bind(config.substrate.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            return fail(
-                1,
-                format!("cannot listen on {}: {e}", config.substrate.listen),
-            );
-        }
-    };
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    match weft_substrate::run(listener, config, jwt, shutdown).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ weft_substrate::SubstrateError::Boot(_)) => fail(2, e),
-        Err(e) => {
-            tracing::error!(error = %e, "substrate failed");
-            fail(1, e)
-        }
-    }
+    boot::<Substrate>("weft-substrate", &cli.common, o, ()).await
 }

@@ -1,6 +1,14 @@
-//! The vocabulary of agent runs: statuses, stop reasons and event kinds (API.md, "Runs").
+//! The vocabulary of agent runs (API.md, "Runs"): statuses, stop reasons, the typed run events
+//! ([`RunEvent`]) whose `(kind, data)` pairs make up a transcript, and the [`RunSpec`] a run is
+//! created with ([`RunSpec::resolve`], the one place an agent definition and a caller's
+//! narrowing become a spec, for root runs and sub-runs alike).
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::RunId;
+use crate::agent::{AgentChannels, AgentContent, AgentSampling};
+use crate::message::{Message, Usage};
 
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident => $wire:literal),+ $(,)? }) => {
@@ -93,12 +101,386 @@ wire_enum!(
         ContextCompaction => "context_compaction",
         Error => "error",
         RunFinished => "run_finished",
+        ChannelPublish => "channel_publish",
+        ChannelDelivery => "channel_delivery",
     }
 );
+
+macro_rules! run_events {
+    ($($(#[$doc:meta])* $variant:ident($payload:ty)),+ $(,)?) => {
+        /// One run event, typed. The transcript stores it as its [`EventKind`] name and its
+        /// payload's JSON ([`RunEvent::kind`], [`RunEvent::data`]); [`RunEvent::parse`] reads
+        /// that pair back. Serde's own form is `{"kind": …, "data": …}`.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+        pub enum RunEvent {
+            $($(#[$doc])* $variant($payload)),+
+        }
+
+        impl RunEvent {
+            /// The event's kind.
+            pub fn kind(&self) -> EventKind {
+                match self {
+                    $(Self::$variant(_) => EventKind::$variant),+
+                }
+            }
+
+            /// The event's payload as stored and sent (`data`).
+            pub fn data(&self) -> Value {
+                match self {
+                    $(Self::$variant(p) => serde_json::to_value(p).unwrap_or(Value::Null)),+
+                }
+            }
+
+            /// Reads a stored `(kind, data)` pair. `None` for an unknown kind or a payload that
+            /// is not what the kind carries.
+            pub fn parse(kind: &str, data: &Value) -> Option<Self> {
+                match EventKind::parse(kind)? {
+                    $(EventKind::$variant => <$payload>::deserialize(data).ok().map(Self::$variant)),+
+                }
+            }
+        }
+    };
+}
+
+run_events!(
+    /// The run was created (first event of every transcript).
+    RunStarted(RunStarted),
+    /// The router picked a provider for a model turn.
+    ProviderChosen(ProviderChosen),
+    /// Streamed text of the current turn; live only, never persisted.
+    TextDelta(TextDelta),
+    /// A whole model turn.
+    AssistantMessage(AssistantMessage),
+    /// One tool call of a turn.
+    ToolCall(ToolCallEvent),
+    /// The result of one tool call.
+    ToolResult(ToolResultEvent),
+    /// Token usage of one model turn.
+    Usage(Usage),
+    /// A retried step (shape not fixed yet).
+    Retry(Value),
+    /// A provider failed and the router moved to the next candidate.
+    ProviderFallback(ProviderFallback),
+    /// The run parked, waiting for input.
+    AwaitingInput(AwaitingInput),
+    /// Input from the caller.
+    UserInput(UserInput),
+    /// An `Interruption.ask` the run parks on.
+    Interruption(Interruption),
+    /// A sub-run started by an `Agent` call.
+    SubRunStarted(SubRunStarted),
+    /// A sub-run ended.
+    SubRunFinished(SubRunFinished),
+    /// The context was compacted (shape not fixed yet).
+    ContextCompaction(Value),
+    /// The run failed with this error.
+    Error(ErrorEvent),
+    /// The run ended (last event of a finished transcript).
+    RunFinished(RunFinished),
+    /// A `Channel` call published a message.
+    ChannelPublish(ChannelPublish),
+    /// A `Channel` call received a message.
+    ChannelDelivery(ChannelDelivery),
+);
+
+impl RunEvent {
+    /// The stored pair: the kind's name and the payload.
+    pub fn into_parts(self) -> (String, Value) {
+        (self.kind().as_str().to_owned(), self.data())
+    }
+}
+
+/// `run_started`. A root run carries `interactive` and `tools`; a sub-run `parent_run_id` and
+/// `depth`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunStarted {
+    pub agent: String,
+    pub agent_hash: String,
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interactive: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i32>,
+}
+
+/// `provider_chosen`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProviderChosen {
+    pub provider: String,
+    pub model: String,
+    /// Candidates that failed before this one.
+    pub fallbacks: u32,
+}
+
+/// `text_delta`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TextDelta {
+    pub text: String,
+}
+
+/// `assistant_message`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    pub message: Message,
+    /// The OpenAI-style finish reason (`stop`, `tool_calls`, `length`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+/// `tool_call`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallEvent {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON, or the raw text when the model produced invalid JSON.
+    #[serde(default)]
+    pub input: Value,
+}
+
+/// `tool_result`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultEvent {
+    pub tool_use_id: String,
+    #[serde(default)]
+    pub name: String,
+    /// The text the model sees.
+    #[serde(default)]
+    pub content: String,
+    #[serde(default)]
+    pub is_error: bool,
+    /// Whether the result was recorded before and reused rather than produced again.
+    #[serde(default)]
+    pub reused: bool,
+}
+
+/// `provider_fallback`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProviderFallback {
+    pub provider: String,
+    pub model: String,
+    /// The weft error code of the failure.
+    pub code: String,
+    pub message: String,
+}
+
+/// `awaiting_input`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AwaitingInput {
+    /// `end_turn` or `interruption`.
+    pub reason: String,
+    /// The pending interruption (`null` when none).
+    pub interrupt: Option<Value>,
+    /// The executor that parked the run.
+    pub executor: String,
+}
+
+/// `user_input`: a text, or whole messages (a run created with `messages`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UserInput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+}
+
+impl UserInput {
+    /// Input of one text.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: Some(text.into()),
+            messages: None,
+        }
+    }
+}
+
+/// `interruption`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Interruption {
+    /// `int_<tool_use_id>`.
+    pub id: String,
+    pub tool_use_id: String,
+    pub question: String,
+}
+
+/// `sub_run_started`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubRunStarted {
+    pub run_id: RunId,
+    pub agent: String,
+    pub tool_use_id: String,
+    /// The child's index within its `Agent` call.
+    pub index: usize,
+}
+
+/// `sub_run_finished`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubRunFinished {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub stop_reason: Option<StopReason>,
+}
+
+/// `error`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ErrorEvent {
+    pub code: String,
+    pub message: String,
+}
+
+/// `run_finished`. The executor writes `iterations` and `executor`; a run cancelled while no
+/// executor held it gets `reason` instead.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunFinished {
+    pub status: RunStatus,
+    pub stop_reason: StopReason,
+    #[serde(default)]
+    pub usage: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `channel_publish`: a `Channel` call published `payload` to `channel` at `seq`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChannelPublish {
+    pub tool_use_id: String,
+    pub channel: String,
+    /// The message's position in the channel.
+    pub seq: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+/// `channel_delivery`: a `Channel` call received the message at `seq` of `channel`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChannelDelivery {
+    pub tool_use_id: String,
+    pub channel: String,
+    pub seq: i64,
+    /// The reader's cursor after this message, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+/// What a run was asked to do, resolved when it is created ([`RunSpec::resolve`]: agent
+/// defaults, then the caller's narrowing and overrides) and stored with the run. Never holds
+/// credentials. Fields added later default, so the stored specs of older runs still load.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunSpec {
+    /// The model string for the router (name, alias, `provider/model` or `tier:<name>`).
+    pub model: String,
+    /// The tools the run may call: the agent's list narrowed by the caller.
+    pub tools: Vec<String>,
+    /// The agent's outbound hosts for the HTTP tool; `None` = the operator's list.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// The caller's narrowing of those; `None` = no narrowing, `[]` = no network. For a sub-run,
+    /// its parent's effective list.
+    pub caller_allowed_hosts: Option<Vec<String>>,
+    pub sampling: AgentSampling,
+    pub max_iterations: u32,
+    pub max_tokens: Option<u32>,
+    pub max_concurrent_children: u32,
+    /// Caller metadata, returned as given.
+    pub metadata: Value,
+    /// The memory scopes the run may use (the agent's `memory_scopes`).
+    pub memory_scopes: Vec<String>,
+    /// The run's effective channel ACL: the agent's, intersected with the parent's for a
+    /// sub-run (never wider than either).
+    pub channels: AgentChannels,
+    /// The skills the run may load (the agent's `skills`).
+    pub skills: Vec<String>,
+}
+
+/// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
+/// default) takes the definition as it is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Narrowing {
+    /// Only these of the agent's tools (names the agent lacks are dropped).
+    pub tools: Option<Vec<String>>,
+    /// Outbound hosts the caller allows (`[]` = no network); stored as `caller_allowed_hosts`.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// An outer channel ACL (a parent run's): the run's ACL is the agent's intersected with it.
+    pub channels: Option<AgentChannels>,
+    /// Sampling overrides (set fields replace the agent's; a non-empty `stop` replaces its stop
+    /// list).
+    pub sampling: Option<AgentSampling>,
+    /// At most this many model turns (never more than the agent allows).
+    pub max_iterations: Option<u32>,
+    /// Caller metadata, stored as given.
+    pub metadata: Value,
+}
+
+impl RunSpec {
+    /// The spec of a run of agent `def` narrowed by `n`: the one rule for runs created over
+    /// the API and for sub-runs. Narrowing never widens: tools, hosts, channels and iterations
+    /// can only shrink; `memory_scopes` and `skills` are the agent's own.
+    pub fn resolve(def: &AgentContent, n: Narrowing) -> RunSpec {
+        let tools = match &n.tools {
+            None => def.tools.clone(),
+            Some(asked) => def
+                .tools
+                .iter()
+                .filter(|t| asked.contains(t))
+                .cloned()
+                .collect(),
+        };
+        let mut sampling = def.sampling.clone();
+        if let Some(s) = n.sampling {
+            sampling.temperature = s.temperature.or(sampling.temperature);
+            sampling.top_p = s.top_p.or(sampling.top_p);
+            sampling.seed = s.seed.or(sampling.seed);
+            if !s.stop.is_empty() {
+                sampling.stop = s.stop;
+            }
+        }
+        let channels = match &n.channels {
+            None => def.channels.clone(),
+            Some(outer) => crate::acl::intersect_channels(outer, &def.channels),
+        };
+        RunSpec {
+            model: def.model_ref(),
+            tools,
+            allowed_hosts: def.allowed_hosts.clone(),
+            caller_allowed_hosts: n.allowed_hosts,
+            sampling,
+            max_iterations: n
+                .max_iterations
+                .map_or(def.max_iterations, |m| m.min(def.max_iterations)),
+            max_tokens: def.max_tokens,
+            max_concurrent_children: def.max_concurrent_children,
+            metadata: n.metadata,
+            memory_scopes: def.memory_scopes.clone(),
+            channels,
+            skills: def.skills.clone(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn wire_names_round_trip() {
@@ -111,25 +493,177 @@ mod tests {
         }
         assert_eq!(StopReason::Cancelled.final_status(), RunStatus::Cancelled);
     }
-}
 
-/// What a run was asked to do, resolved when it is created (agent defaults, then the caller's
-/// narrowing and overrides) and stored with the run. Never holds credentials.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RunSpec {
-    /// The model string for the router (name, alias, `provider/model` or `tier:<name>`).
-    pub model: String,
-    /// The tools the run may call: the agent's list narrowed by the caller.
-    pub tools: Vec<String>,
-    /// The agent's outbound hosts for the HTTP tool; `None` = the operator's list.
-    pub allowed_hosts: Option<Vec<String>>,
-    /// The caller's narrowing of those; `None` = no narrowing, `[]` = no network.
-    pub caller_allowed_hosts: Option<Vec<String>>,
-    pub sampling: crate::agent::AgentSampling,
-    pub max_iterations: u32,
-    pub max_tokens: Option<u32>,
-    pub max_concurrent_children: u32,
-    /// Caller metadata, returned as given.
-    pub metadata: serde_json::Value,
+    /// The stored JSON of each event is what the untyped code wrote before (API.md's shapes).
+    #[test]
+    fn events_keep_their_wire_shape() {
+        let id = RunId::new();
+        let cases = [
+            (
+                RunEvent::RunStarted(RunStarted {
+                    agent: "a".into(),
+                    agent_hash: "sha256:x".into(),
+                    model: "m".into(),
+                    interactive: Some(false),
+                    tools: Some(vec!["HTTP".into()]),
+                    ..RunStarted::default()
+                }),
+                "run_started",
+                json!({"agent": "a", "agent_hash": "sha256:x", "model": "m", "interactive": false, "tools": ["HTTP"]}),
+            ),
+            (
+                RunEvent::RunStarted(RunStarted {
+                    agent: "a".into(),
+                    agent_hash: "h".into(),
+                    model: "m".into(),
+                    parent_run_id: Some(id),
+                    depth: Some(1),
+                    ..RunStarted::default()
+                }),
+                "run_started",
+                json!({"agent": "a", "agent_hash": "h", "model": "m", "parent_run_id": id, "depth": 1}),
+            ),
+            (
+                RunEvent::ToolResult(ToolResultEvent {
+                    tool_use_id: "t".into(),
+                    name: "HTTP".into(),
+                    content: "ok".into(),
+                    is_error: false,
+                    reused: true,
+                }),
+                "tool_result",
+                json!({"tool_use_id": "t", "name": "HTTP", "content": "ok", "is_error": false, "reused": true}),
+            ),
+            (
+                RunEvent::AwaitingInput(AwaitingInput {
+                    reason: "end_turn".into(),
+                    interrupt: None,
+                    executor: "e".into(),
+                }),
+                "awaiting_input",
+                json!({"reason": "end_turn", "interrupt": null, "executor": "e"}),
+            ),
+            (
+                RunEvent::UserInput(UserInput::text("hi")),
+                "user_input",
+                json!({"text": "hi"}),
+            ),
+            (
+                RunEvent::SubRunFinished(SubRunFinished {
+                    run_id: id,
+                    status: RunStatus::Failed,
+                    stop_reason: None,
+                }),
+                "sub_run_finished",
+                json!({"run_id": id, "status": "failed", "stop_reason": null}),
+            ),
+            (
+                RunEvent::RunFinished(RunFinished {
+                    status: RunStatus::Succeeded,
+                    stop_reason: StopReason::EndTurn,
+                    usage: json!({"total_tokens": 1}),
+                    iterations: Some(2),
+                    executor: Some("e".into()),
+                    reason: None,
+                }),
+                "run_finished",
+                json!({"status": "succeeded", "stop_reason": "end_turn", "usage": {"total_tokens": 1}, "iterations": 2, "executor": "e"}),
+            ),
+            (
+                RunEvent::Usage(Usage {
+                    prompt_tokens: 3,
+                    completion_tokens: 2,
+                    total_tokens: 5,
+                    ..Usage::default()
+                }),
+                "usage",
+                json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}),
+            ),
+            (
+                RunEvent::ChannelPublish(ChannelPublish {
+                    tool_use_id: "t".into(),
+                    channel: "a.b".into(),
+                    seq: 7,
+                    payload: None,
+                }),
+                "channel_publish",
+                json!({"tool_use_id": "t", "channel": "a.b", "seq": 7}),
+            ),
+        ];
+        for (ev, kind, data) in cases {
+            assert_eq!(ev.kind().as_str(), kind);
+            assert_eq!(ev.data(), data, "{kind}");
+            assert_eq!(RunEvent::parse(kind, &data), Some(ev.clone()), "{kind}");
+            // Serde's tagged form agrees with the stored pair.
+            assert_eq!(
+                serde_json::to_value(&ev).unwrap(),
+                json!({"kind": kind, "data": data})
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_or_malformed_events_do_not_parse() {
+        assert_eq!(RunEvent::parse("no_such_kind", &json!({})), None);
+        assert_eq!(
+            RunEvent::parse("tool_result", &json!({"content": "x"})),
+            None
+        );
+        assert_eq!(RunEvent::parse("assistant_message", &json!(null)), None);
+        // The store's own `run_finished` (a run cancelled while unheld) reads.
+        let stored =
+            json!({"status": "cancelled", "stop_reason": "cancelled", "reason": null, "usage": {}});
+        assert!(matches!(
+            RunEvent::parse("run_finished", &stored),
+            Some(RunEvent::RunFinished(_))
+        ));
+    }
+
+    #[test]
+    fn an_old_spec_loads_with_the_new_fields_empty() {
+        let old = json!({"model": "m", "tools": ["Context"], "max_iterations": 3});
+        let spec: RunSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(spec.tools, vec!["Context".to_owned()]);
+        assert!(spec.memory_scopes.is_empty() && spec.skills.is_empty());
+        assert_eq!(spec.channels, AgentChannels::default());
+    }
+
+    #[test]
+    fn resolve_narrows_and_never_widens() {
+        let def = AgentContent {
+            tools: vec!["Context".into(), "HTTP".into()],
+            max_iterations: 5,
+            memory_scopes: vec!["user".into()],
+            skills: vec!["s".into()],
+            channels: AgentChannels {
+                publish: vec!["a.*".into()],
+                subscribe: vec!["x".into(), "y.*".into()],
+            },
+            ..AgentContent::default()
+        };
+        let root = RunSpec::resolve(&def, Narrowing::default());
+        assert_eq!(root.tools, def.tools);
+        assert_eq!(root.channels, def.channels);
+        assert_eq!(root.memory_scopes, def.memory_scopes);
+        assert_eq!(root.skills, def.skills);
+        assert_eq!(root.max_iterations, 5);
+        let narrowed = RunSpec::resolve(
+            &def,
+            Narrowing {
+                tools: Some(vec!["HTTP".into(), "Agent".into()]),
+                max_iterations: Some(50),
+                allowed_hosts: Some(vec![]),
+                channels: Some(AgentChannels {
+                    publish: vec!["a.b.*".into()],
+                    subscribe: vec!["y.z".into()],
+                }),
+                ..Narrowing::default()
+            },
+        );
+        assert_eq!(narrowed.tools, vec!["HTTP".to_owned()]);
+        assert_eq!(narrowed.max_iterations, 5);
+        assert_eq!(narrowed.caller_allowed_hosts, Some(vec![]));
+        assert_eq!(narrowed.channels.publish, vec!["a.b.*".to_owned()]);
+        assert_eq!(narrowed.channels.subscribe, vec!["y.z".to_owned()]);
+    }
 }

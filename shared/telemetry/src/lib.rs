@@ -2,11 +2,13 @@
 //! recorder for `/metrics`, OTLP trace export when an endpoint is configured, and W3C trace
 //! context carried in gRPC metadata so one request is one trace across services.
 //!
-//! It also owns the one piece of process plumbing every binary shares: turning SIGINT/SIGTERM
-//! into a cancellation.
+//! It also owns the process plumbing every binary shares: turning SIGINT/SIGTERM into a
+//! cancellation, and [`boot`], the one start-up shape of every service.
 //!
 //! Nothing sensitive goes into spans or logs: callers record ids, sizes, codes and timings, never
 //! prompts, completions, tool results or tokens.
+
+pub mod boot;
 
 use std::sync::OnceLock;
 

@@ -881,6 +881,43 @@ fn root_cause(err: &(dyn StdError + 'static)) -> String {
     last.to_string()
 }
 
+impl super::Tool for HttpTool {
+    fn name(&self) -> &str {
+        TOOL_NAME
+    }
+
+    fn spec(&self) -> ToolSpec {
+        Self::spec()
+    }
+
+    /// GET only reads; POST (or an input that does not parse) may change something.
+    fn side_effect(&self, input: &Value) -> super::SideEffect {
+        if Self::is_idempotent(input) {
+            super::SideEffect::ReadOnly
+        } else {
+            super::SideEffect::Effectful
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a super::ToolCtx<'a>,
+        input: &'a Value,
+    ) -> futures::future::BoxFuture<'a, Result<super::ToolOutcome, super::Abort>> {
+        Box::pin(async move {
+            let spec = ctx.spec();
+            let allow = HostAllowlist::narrow(
+                &ctx.inner().cfg.allowed_hosts,
+                spec.allowed_hosts.as_deref(),
+                spec.caller_allowed_hosts.as_deref(),
+            );
+            Ok(super::ToolOutcome::Done(
+                HttpTool::call(self, input, &allow).await,
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,12 +1,33 @@
-//! The built-in tools a run may call. Each tool is default-deny: a run sees only the tools its
-//! agent lists, narrowed by the caller. Tools that only read (or whose effects are keyed so a
-//! repeat is harmless) are idempotent and re-run on resume; the others, when their outcome was
-//! never recorded, are reported to the model as unknown.
+//! The tools a run may call: one [`Tool`] trait, one [`Registry`] built once per executor.
+//!
+//! A tool says what it is (name, JSON schema, [`SideEffect`] class) and does one call with a
+//! [`ToolCtx`]. Everything around the call is decided once, in [`crate::orchestrate`], from the
+//! class and the run's spec — never per tool: default-deny (a run sees only the tools in its
+//! spec's `tools`, the agent's list narrowed by the caller), the ledger rules (reuse a recorded
+//! result; re-run a read-only or idempotent call that never finished; report an effectful one
+//! as "outcome unknown"), and the ledger's `idempotent` column.
+//!
+//! Adding a tool is one file in this folder implementing [`Tool`] and one line in
+//! [`Registry::builtin`].
 
+pub mod agent;
+pub mod context;
 pub mod http;
+pub mod interruption;
 
-use serde_json::json;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use weft_core::agent::AgentContent;
 use weft_core::message::ToolSpec;
+use weft_core::run::{RunEvent, RunSpec};
+use weft_core::{Error, RunId, TenantId};
+use weft_store::RunRecord;
+
+use crate::Inner;
+use crate::driver::{Driver, Stop};
+use crate::machine::ToolCall;
 
 /// What one tool call hands back to the model.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -33,100 +54,253 @@ impl ToolOutput {
     }
 }
 
-/// The built-in tools.
+/// What repeating a call does, which decides what happens to a call that started but whose
+/// result was never recorded (the executor died mid-call).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    Context,
-    Agent,
-    Interruption,
-    Http,
+pub enum SideEffect {
+    /// Only reads: run it again.
+    ReadOnly,
+    /// Changes something, but a repeat (with the same call id) changes nothing more: run it
+    /// again.
+    Idempotent,
+    /// A repeat could do it twice: never run it again; the model is told the outcome is unknown.
+    Effectful,
 }
 
-impl Builtin {
-    pub const ALL: [Builtin; 4] = [Self::Context, Self::Agent, Self::Interruption, Self::Http];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Context => "Context",
-            Self::Agent => "Agent",
-            Self::Interruption => "Interruption",
-            Self::Http => "HTTP",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|b| b.name() == name)
-    }
-
-    /// Whether re-running a call whose result was never recorded is safe.
-    pub fn is_idempotent(self, input: &serde_json::Value) -> bool {
-        match self {
-            // Reads only.
-            Self::Context => true,
-            // Children are keyed by (parent, call, index): a repeat finds the same children.
-            Self::Agent => true,
-            // Asking again is what a lost ask needs.
-            Self::Interruption => true,
-            Self::Http => http::HttpTool::is_idempotent(input),
-        }
-    }
-
-    /// The schema the model sees.
-    pub fn spec(self) -> ToolSpec {
-        match self {
-            Self::Context => ToolSpec {
-                name: self.name().into(),
-                description: "Facts about this run. op=time: the current time (RFC 3339). op=self: this agent, its version hash, model, limits and the current iteration.".into(),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {"op": {"type": "string", "enum": ["time", "self"]}},
-                    "required": ["op"]
-                }),
-            },
-            Self::Agent => ToolSpec {
-                name: self.name().into(),
-                description: "Run other agents as sub-runs and wait for their answers. op=spawn runs one (agent, input); op=parallel_spawn runs several (runs: [{agent, input}]) at once, up to this agent's max_concurrent_children at a time. A failed child is reported inside the result.".into(),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "op": {"type": "string", "enum": ["spawn", "parallel_spawn"]},
-                        "agent": {"type": "string"},
-                        "input": {"type": "string"},
-                        "runs": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {"agent": {"type": "string"}, "input": {"type": "string"}},
-                                "required": ["agent", "input"]
-                            }
-                        }
-                    },
-                    "required": ["op"]
-                }),
-            },
-            Self::Interruption => ToolSpec {
-                name: self.name().into(),
-                description: "Ask the user a question and wait for the answer. op=ask with a question; the run pauses until someone answers.".into(),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "op": {"type": "string", "enum": ["ask"]},
-                        "question": {"type": "string"}
-                    },
-                    "required": ["op", "question"]
-                }),
-            },
-            Self::Http => http::HttpTool::spec(),
-        }
+impl SideEffect {
+    /// Whether a call of this class that never finished may simply run again (the ledger's
+    /// `idempotent` column).
+    pub fn is_rerunnable(self) -> bool {
+        !matches!(self, Self::Effectful)
     }
 }
 
-/// The specs of the tools a run may call, in a stable order; names that are not built-ins
-/// (MCP tools, not mounted by this executor yet) are left out.
-pub fn specs_for(allowed: &[String]) -> Vec<ToolSpec> {
-    Builtin::ALL
-        .into_iter()
-        .filter(|b| allowed.iter().any(|a| a == b.name()))
-        .map(Builtin::spec)
-        .collect()
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutcome {
+    /// The result the model sees.
+    Done(ToolOutput),
+    /// Park the run on this question (`Interruption.ask`); the answer becomes the call's result
+    /// when the run resumes.
+    Ask { question: String },
+}
+
+impl From<ToolOutput> for ToolOutcome {
+    fn from(out: ToolOutput) -> Self {
+        Self::Done(out)
+    }
+}
+
+/// The run cannot go on here (lease lost, shutting down, an infrastructure failure): the call
+/// is abandoned and the run resumes from its ledger, here or elsewhere. A failure the model
+/// should see is a [`ToolOutput::error`] instead.
+#[derive(Debug)]
+pub struct Abort(pub(crate) Stop);
+
+impl Abort {
+    /// An infrastructure failure (a peer unreachable): the run is retried later.
+    pub fn infra(detail: impl Into<String>) -> Self {
+        Self(Stop::Infra(detail.into()))
+    }
+}
+
+impl From<Stop> for Abort {
+    fn from(s: Stop) -> Self {
+        Self(s)
+    }
+}
+
+/// One tool. Implementations live in `tools/<name>.rs` and are listed in [`Registry::builtin`].
+pub trait Tool: Send + Sync {
+    /// The name the model calls it by and agents list it under.
+    fn name(&self) -> &str;
+
+    /// The schema the model sees (`name` equal to [`Tool::name`]).
+    fn spec(&self) -> ToolSpec;
+
+    /// What a repeat of this call would do; may depend on the input (HTTP GET vs POST).
+    fn side_effect(&self, input: &Value) -> SideEffect;
+
+    /// Does one call. Bad input and failures the model can act on are
+    /// `Ok(ToolOutcome::Done(ToolOutput::error(..)))`; `Err` abandons the run here.
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>>;
+}
+
+/// What a call can see and use: the run's identity and spec, the call's id, the executor's
+/// shared clients, and the transcript (events emitted with the result).
+pub struct ToolCtx<'a> {
+    driver: &'a Driver,
+    agent: &'a AgentContent,
+    call: &'a ToolCall,
+    iteration: u32,
+    events: Mutex<Vec<RunEvent>>,
+}
+
+impl<'a> ToolCtx<'a> {
+    pub(crate) fn new(
+        driver: &'a Driver,
+        agent: &'a AgentContent,
+        call: &'a ToolCall,
+        iteration: u32,
+    ) -> Self {
+        Self {
+            driver,
+            agent,
+            call,
+            iteration,
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The run this call belongs to.
+    pub fn run_id(&self) -> RunId {
+        self.driver.run_id()
+    }
+
+    /// The model's id of this call.
+    pub fn tool_use_id(&self) -> &str {
+        &self.call.id
+    }
+
+    /// The key that makes a write of this call take effect once however often the call runs:
+    /// `<run_id>:<tool_use_id>`.
+    pub fn exactly_once_key(&self) -> String {
+        format!("{}:{}", self.run_id(), self.call.id)
+    }
+
+    /// The run's tenant.
+    pub fn tenant(&self) -> &TenantId {
+        &self.driver.lease.run.tenant
+    }
+
+    /// The user the run acts for.
+    pub fn subject(&self) -> &str {
+        &self.driver.lease.run.subject
+    }
+
+    /// The run's agent, by name.
+    pub fn agent_name(&self) -> &str {
+        &self.driver.lease.run.agent_name
+    }
+
+    /// The content hash of the run's agent version.
+    pub fn agent_hash(&self) -> &str {
+        &self.driver.lease.run.agent_hash
+    }
+
+    /// The run's agent definition.
+    pub fn agent(&self) -> &AgentContent {
+        self.agent
+    }
+
+    /// The run's spec (tools, hosts, memory scopes, channel ACL, skills, limits).
+    pub fn spec(&self) -> &RunSpec {
+        &self.driver.spec
+    }
+
+    /// The run's record as leased (depth, parent, interactive…).
+    pub fn run(&self) -> &RunRecord {
+        &self.driver.lease.run
+    }
+
+    /// Model turns taken so far.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+
+    /// A gRPC request carrying the run's principal as an internal JWT (and the trace context),
+    /// for the router or the substrate.
+    pub fn internal<T>(&self, msg: T) -> Result<tonic::Request<T>, Error> {
+        self.driver.internal(msg)
+    }
+
+    /// Appends `event` to the transcript, committed together with this call's result (before
+    /// it). Events of a call that is abandoned are dropped with it.
+    pub fn emit(&self, event: RunEvent) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event);
+        }
+    }
+
+    pub(crate) fn take_events(&self) -> Vec<RunEvent> {
+        self.events
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default()
+    }
+
+    /// The transport to the substrate, to build a client of any of its gRPC services on
+    /// (`weft_proto::transport`); send requests made by [`ToolCtx::internal`].
+    pub fn substrate_transport(&self) -> weft_proto::transport::GrpcTransport {
+        self.driver.inner.substrate_transport.clone()
+    }
+
+    /// The executor's shared state: the run store, bus, coordination, config and the router
+    /// and substrate clients.
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.driver.inner
+    }
+
+    /// The run's driver, for tools that need its machinery (sub-runs).
+    pub(crate) fn driver(&self) -> &Driver {
+        self.driver
+    }
+}
+
+/// The tools this executor hosts, by name, built once at start-up.
+#[derive(Clone, Default)]
+pub struct Registry {
+    /// In the order the model is shown them.
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// The built-in tools for this executor's config.
+    pub fn builtin(cfg: &weft_config::ExecutorConfig) -> Result<Self, http::HttpToolError> {
+        let mut r = Self::default();
+        r.add(context::Context);
+        r.add(agent::Agent);
+        r.add(interruption::Interruption);
+        r.add(http::HttpTool::new(cfg)?);
+        Ok(r)
+    }
+
+    /// Adds a tool (replacing one of the same name).
+    pub fn add(&mut self, tool: impl Tool + 'static) {
+        self.tools.retain(|t| t.name() != tool.name());
+        self.tools.push(Arc::new(tool));
+    }
+
+    /// The tool called `name`, if hosted here.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+
+    /// The tool called `name` if `allowed` (a run's spec) lists it and it is hosted here.
+    pub fn allowed(&self, name: &str, allowed: &[String]) -> Option<Arc<dyn Tool>> {
+        if allowed.iter().any(|a| a == name) {
+            self.get(name)
+        } else {
+            None
+        }
+    }
+
+    /// The specs of the tools a run may call, in a stable order; names not hosted here (MCP
+    /// tools, not mounted by this executor yet) are left out.
+    pub fn specs_for(&self, allowed: &[String]) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .filter(|t| allowed.iter().any(|a| a == t.name()))
+            .map(|t| t.spec())
+            .collect()
+    }
+
+    /// The names of the hosted tools.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.name()).collect()
+    }
 }

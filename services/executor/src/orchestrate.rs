@@ -1,0 +1,186 @@
+//! Tool orchestration: the ledger rules and default-deny, decided once for every tool from
+//! its [`SideEffect`](crate::tools::SideEffect) class.
+//!
+//! - A call whose result the ledger holds is answered with that result (`reused: true`), never
+//!   run again.
+//! - A call that started but never finished is run again when its class is read-only or
+//!   idempotent; an effectful one is answered "outcome unknown" instead.
+//! - A call to a tool the run may not use (not in its spec's `tools`, or not mounted here) is
+//!   answered with an error naming the tools it may use.
+//! - Every call is recorded as started (with `idempotent` from its class) before any runs; each
+//!   result is committed with its ledger entry and any events the tool emitted, together.
+//! - A tool that asks to park the run (`Interruption`) parks it after the others finished; only
+//!   the first ask of a turn parks, later ones are answered with an error.
+
+use std::collections::HashMap;
+
+use futures::StreamExt as _;
+use serde_json::Value;
+use weft_core::agent::AgentContent;
+use weft_core::run::{Interruption, RunEvent, ToolResultEvent};
+use weft_store::LedgerEntry;
+
+use crate::driver::{Driver, Stop, parse_input};
+use crate::machine::{LoopState, ToolCall};
+use crate::tools::{ToolCtx, ToolOutcome, ToolOutput};
+
+/// A call that passed the ledger rules and default-deny, to be run.
+struct Admitted {
+    index: usize,
+    call: ToolCall,
+    input: Value,
+    tool: std::sync::Arc<dyn crate::tools::Tool>,
+}
+
+impl Driver {
+    /// Runs the pending calls of a turn. Returns the interruption to park on, if one asks.
+    pub(crate) async fn run_tools(
+        &self,
+        def: &AgentContent,
+        state: &mut LoopState,
+        ledger: &mut HashMap<String, LedgerEntry>,
+        calls: Vec<ToolCall>,
+    ) -> Result<Option<Value>, Stop> {
+        let mut to_run = Vec::new();
+        for (index, c) in calls.into_iter().enumerate() {
+            match ledger.get(&c.id) {
+                // Recorded before (a resumed run): reused, never executed again.
+                Some(l) if l.finished => {
+                    let out = ToolOutput {
+                        text: l.result.clone().unwrap_or_default(),
+                        is_error: l.is_error.unwrap_or(false),
+                    };
+                    self.persist(Some(state), vec![result_event(&c, &out, true)])
+                        .await?;
+                    continue;
+                }
+                // Started without a recorded result, and not safe to repeat.
+                Some(l) if !l.idempotent => {
+                    let out = ToolOutput::error(format!(
+                        "the outcome of this `{}` call is unknown: it started before the run moved to another executor and its result was never recorded, so it may or may not have taken effect; check before repeating it",
+                        c.name
+                    ));
+                    self.finish_call(state, &c, &out, Vec::new()).await?;
+                    continue;
+                }
+                _ => {}
+            }
+            // Default-deny: only the run's own tools, and only those mounted here.
+            match self.inner.tools.allowed(&c.name, &self.spec.tools) {
+                None => {
+                    let out = ToolOutput::error(format!(
+                        "tool `{}` is not available to this run; available: {}",
+                        c.name,
+                        self.spec.tools.join(", ")
+                    ));
+                    self.finish_call(state, &c, &out, Vec::new()).await?;
+                }
+                Some(tool) => to_run.push(Admitted {
+                    index,
+                    input: parse_input(&c.input_json),
+                    call: c,
+                    tool,
+                }),
+            }
+        }
+        // Record every call before any runs; the class decides whether a repeat is safe.
+        if !to_run.is_empty() {
+            let mut f = self.inner.store.fenced(&self.lease).await?;
+            for a in &to_run {
+                let rerun = a.tool.side_effect(&a.input).is_rerunnable();
+                f.ledger_start(&a.call.id, &a.call.name, &a.input, rerun)
+                    .await?;
+            }
+            f.commit().await?;
+        }
+        let limit = self.inner.cfg.max_parallel_tools.max(1);
+        let iteration = state.iterations;
+        let mut running = futures::stream::iter(to_run.into_iter().map(|a| async move {
+            let ctx = ToolCtx::new(self, def, &a.call, iteration);
+            let out = a.tool.call(&ctx, &a.input).await;
+            let events = ctx.take_events();
+            (a, out, events)
+        }))
+        .buffer_unordered(limit);
+        let mut done = Vec::new();
+        loop {
+            let next = tokio::select! {
+                () = self.lost.cancelled() => return Err(Stop::Lost),
+                () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                n = running.next() => n,
+            };
+            let Some((a, out, events)) = next else { break };
+            done.push((a, out.map_err(|e| e.0)?, events));
+        }
+        drop(running);
+        // Results in call order; the first ask of the turn parks the run.
+        done.sort_by_key(|(a, _, _)| a.index);
+        let mut ask = None;
+        for (a, outcome, events) in done {
+            match outcome {
+                ToolOutcome::Done(out) => {
+                    self.finish_call(state, &a.call, &out, events).await?;
+                    ledger.remove(&a.call.id);
+                }
+                ToolOutcome::Ask { question } if ask.is_none() => {
+                    ask = Some((a, question, events));
+                }
+                ToolOutcome::Ask { .. } => {
+                    let out = ToolOutput::error(format!(
+                        "only one `{}` ask per turn: ask again after this one is answered",
+                        a.call.name
+                    ));
+                    self.finish_call(state, &a.call, &out, events).await?;
+                    ledger.remove(&a.call.id);
+                }
+            }
+        }
+        let Some((a, question, mut events)) = ask else {
+            return Ok(None);
+        };
+        let c = &a.call;
+        let interrupt = Interruption {
+            id: format!("int_{}", c.id),
+            tool_use_id: c.id.clone(),
+            question,
+        };
+        let value = serde_json::to_value(&interrupt).unwrap_or_default();
+        events.push(RunEvent::Interruption(interrupt));
+        let rerun = a.tool.side_effect(&a.input).is_rerunnable();
+        self.commit(Some(state), async |f| {
+            f.ledger_start(&c.id, &c.name, &a.input, rerun).await?;
+            Ok(events)
+        })
+        .await?;
+        Ok(Some(value))
+    }
+
+    /// Records a call's result in the ledger and the transcript, together with the events the
+    /// tool emitted (before the result).
+    async fn finish_call(
+        &self,
+        state: &mut LoopState,
+        c: &ToolCall,
+        out: &ToolOutput,
+        mut events: Vec<RunEvent>,
+    ) -> Result<(), Stop> {
+        events.push(result_event(c, out, false));
+        self.commit(Some(state), async |f| {
+            f.ledger_start(&c.id, &c.name, &parse_input(&c.input_json), false)
+                .await?;
+            f.ledger_finish(&c.id, &out.text, out.is_error).await?;
+            Ok(events)
+        })
+        .await
+    }
+}
+
+fn result_event(c: &ToolCall, out: &ToolOutput, reused: bool) -> RunEvent {
+    RunEvent::ToolResult(ToolResultEvent {
+        tool_use_id: c.id.clone(),
+        name: c.name.clone(),
+        content: out.text.clone(),
+        is_error: out.is_error,
+        reused,
+    })
+}

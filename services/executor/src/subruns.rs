@@ -1,0 +1,220 @@
+//! Sub-runs: the `Agent` tool's children. Each child is created (or found again, on resume)
+//! with its parent's record of it in one transaction, takes an admission slot of the tenant,
+//! and is awaited under the parent's `max_concurrent_children`; a parent cancelled meanwhile
+//! cancels its children.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use weft_bus::Dispatch;
+use weft_core::RunId;
+use weft_core::agent::AgentContent;
+use weft_core::run::{
+    EventKind, Narrowing, RunEvent, RunSpec, RunStarted, SubRunFinished, SubRunStarted, UserInput,
+};
+use weft_store::NewRun;
+
+use crate::driver::{Driver, Stop};
+use crate::tools::http::HostAllowlist;
+
+impl Driver {
+    /// Runs `items` (agent, input) as sub-runs of call `tool_use_id` and returns each one's
+    /// outcome, in order. While it waits on its sub-runs this run does no work: it lends its
+    /// slot to them (each sub-run takes a slot of the tenant before it starts) and takes one
+    /// again after, so the tenant's cap counts working runs and a parent never deadlocks its own
+    /// children.
+    pub(crate) async fn spawn_children(
+        &self,
+        tool_use_id: &str,
+        items: Vec<(String, String)>,
+    ) -> Result<Vec<Value>, Stop> {
+        let _ = self
+            .inner
+            .coord
+            .release(&self.lease.run.tenant, self.run_id())
+            .await;
+        let results = futures::future::join_all(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, (agent, text))| self.child(tool_use_id, i, agent, text)),
+        )
+        .await;
+        self.wait_for_slot(self.run_id()).await?;
+        results.into_iter().collect()
+    }
+
+    /// Starts (or finds, on resume) one child run, waits for it under the concurrency cap and
+    /// returns its outcome — a child's failure is a value, not an error of this call.
+    async fn child(
+        &self,
+        tool_use_id: &str,
+        index: usize,
+        agent: String,
+        text: String,
+    ) -> Result<Value, Stop> {
+        let Ok(_permit) = self.children.clone().acquire_owned().await else {
+            return Err(Stop::Infra("child semaphore closed".into()));
+        };
+        let v = match self.get_agent(&agent, None).await {
+            Ok(v) => v,
+            Err(e) => return Ok(json!({"agent": agent, "status": "failed", "error": e.message})),
+        };
+        let def: AgentContent = match serde_json::from_str(&v.content_json) {
+            Ok(d) => d,
+            Err(_) => {
+                return Ok(
+                    json!({"agent": agent, "status": "failed", "error": "the agent definition could not be read"}),
+                );
+            }
+        };
+        let parent = &self.lease.run;
+        // The child may reach at most what this run may: this run's effective list narrows it.
+        let mine = HostAllowlist::narrow(
+            &self.inner.cfg.allowed_hosts,
+            self.spec.allowed_hosts.as_deref(),
+            self.spec.caller_allowed_hosts.as_deref(),
+        )
+        .patterns();
+        let spec = RunSpec::resolve(
+            &def,
+            Narrowing {
+                allowed_hosts: Some(mine),
+                // Sub-runs inherit their parent's channel ACL and can never widen it.
+                channels: Some(self.spec.channels.clone()),
+                metadata: json!({}),
+                ..Narrowing::default()
+            },
+        );
+        let child_id = RunId::new();
+        let Some(took) = self.wait_for_slot(child_id).await? else {
+            return Ok(json!({"agent": agent, "status": "cancelled"}));
+        };
+        let new = NewRun {
+            id: child_id,
+            tenant: parent.tenant.clone(),
+            subject: parent.subject.clone(),
+            agent_name: v.name.clone(),
+            agent_hash: v.hash.clone(),
+            parent_run_id: Some(parent.id),
+            root_run_id: parent.root_run_id,
+            depth: parent.depth + 1,
+            interactive: false,
+            spec: serde_json::to_value(&spec).unwrap_or_default(),
+            idempotency_key: Some(format!("sub:{}:{tool_use_id}:{index}", parent.id)),
+            initial_events: vec![
+                RunEvent::RunStarted(RunStarted {
+                    agent: v.name.clone(),
+                    agent_hash: v.hash.clone(),
+                    model: spec.model.clone(),
+                    parent_run_id: Some(parent.id),
+                    depth: Some(parent.depth + 1),
+                    ..RunStarted::default()
+                })
+                .into_parts(),
+                RunEvent::UserInput(UserInput::text(text)).into_parts(),
+            ],
+        };
+        // The child row and the parent's record of it commit together.
+        let mut child = None;
+        self.commit(None, async |f| {
+            let (run, created) = f.create_child(&new).await?;
+            let mut events = Vec::new();
+            if created {
+                f.ledger_state(
+                    tool_use_id,
+                    &json!({ "children": { index.to_string(): run.id } }),
+                )
+                .await?;
+                events.push(RunEvent::SubRunStarted(SubRunStarted {
+                    run_id: run.id,
+                    agent: run.agent_name.clone(),
+                    tool_use_id: tool_use_id.to_owned(),
+                    index,
+                }));
+            }
+            child = Some(run);
+            Ok(events)
+        })
+        .await?;
+        let Some(child) = child else {
+            return Err(Stop::Infra("the child run was not recorded".into()));
+        };
+        if child.id != child_id {
+            // Resumed: the child was made before. The slot taken for a new one goes back, and
+            // the existing child, if still live, needs a slot of its own.
+            if took {
+                let _ = self.inner.coord.release(&parent.tenant, child_id).await;
+            }
+            if !child.status.is_terminal() && self.wait_for_slot(child.id).await?.is_none() {
+                return Ok(
+                    json!({"run_id": child.id, "agent": child.agent_name, "status": "cancelled"}),
+                );
+            }
+        }
+        let mut sub = self
+            .inner
+            .bus
+            .subscribe_events(child.id)
+            .await
+            .map_err(|e| Stop::Infra(e.to_string()))?;
+        let mut record = child;
+        if !record.status.is_terminal() {
+            self.inner
+                .bus
+                .dispatch(&Dispatch {
+                    run_id: record.id,
+                    tenant: record.tenant.clone(),
+                })
+                .await
+                .map_err(|e| Stop::Infra(e.to_string()))?;
+        }
+        let mut recheck = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            if let Some(r) = self.inner.store.get(&record.tenant, record.id).await? {
+                record = r;
+            }
+            if record.status.is_terminal() {
+                break;
+            }
+            tokio::select! {
+                () = self.cancel.cancelled() => {
+                    let _ = self.inner.coord.cancel(record.id).await;
+                    if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
+                        let _ = self.inner.coord.release(&record.tenant, record.id).await;
+                    }
+                    return Ok(json!({"run_id": record.id, "agent": record.agent_name, "status": "cancelled"}));
+                }
+                () = self.lost.cancelled() => return Err(Stop::Lost),
+                () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                m = sub.next() => {
+                    let finished = m
+                        .and_then(|m| weft_bus::decode_event(&m.payload))
+                        .is_some_and(|e| e.kind == EventKind::RunFinished.as_str());
+                    if !finished { continue; }
+                }
+                _ = recheck.tick() => {}
+            }
+        }
+        let output = self.inner.store.last_assistant_text(record.id).await?;
+        let result = json!({
+            "run_id": record.id,
+            "agent": record.agent_name,
+            "status": record.status,
+            "stop_reason": record.stop_reason,
+            "output": output,
+            "error": record.error,
+        });
+        self.persist(
+            None,
+            vec![RunEvent::SubRunFinished(SubRunFinished {
+                run_id: record.id,
+                status: record.status,
+                stop_reason: record.stop_reason,
+            })],
+        )
+        .await?;
+        Ok(result)
+    }
+}

@@ -1,0 +1,58 @@
+//! The `Interruption` tool: ask the user a question and park the run until someone answers.
+//! The call only validates; parking (one ask per turn, the `interruption` event, the run
+//! waiting for the answer) is the orchestration's job, from [`ToolOutcome::Ask`].
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use weft_core::message::ToolSpec;
+
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+
+/// `Interruption`.
+pub struct Interruption;
+
+impl Tool for Interruption {
+    fn name(&self) -> &str {
+        "Interruption"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: "Ask the user a question and wait for the answer. op=ask with a question; the run pauses until someone answers.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": ["ask"]},
+                    "question": {"type": "string"}
+                },
+                "required": ["op", "question"]
+            }),
+        }
+    }
+
+    /// Asking again is what a lost ask needs.
+    fn side_effect(&self, _input: &Value) -> SideEffect {
+        SideEffect::Idempotent
+    }
+
+    fn call<'a>(
+        &'a self,
+        _ctx: &'a ToolCtx<'a>,
+        input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
+        Box::pin(async move {
+            let question = input
+                .get("question")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if question.is_empty() {
+                return Ok(ToolOutcome::Done(ToolOutput::error(
+                    "`question` is required: Interruption {\"op\": \"ask\", \"question\": \"…\"}",
+                )));
+            }
+            Ok(ToolOutcome::Ask { question })
+        })
+    }
+}

@@ -1,0 +1,209 @@
+//! One model turn: the request built from the loop state, streamed from the router's `Chat`
+//! (`provider_chosen` / `provider_fallback` persisted as they happen, text deltas published
+//! live), and the whole turn — assistant message, tool calls, usage and the run's progress —
+//! committed together.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt as _;
+use weft_core::agent::AgentContent;
+use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
+use weft_core::run::{AssistantMessage, ProviderChosen, ProviderFallback, RunEvent, ToolCallEvent};
+use weft_core::{Error, ErrorCode};
+use weft_proto::v1;
+
+use crate::driver::{Driver, Stop, parse_input};
+use crate::machine::LoopState;
+
+impl Driver {
+    /// One model turn. `Ok(Err(e))` is a model failure that ends the run.
+    pub(crate) async fn model_turn(
+        &self,
+        def: &AgentContent,
+        state: &mut LoopState,
+    ) -> Result<Result<(), Error>, Stop> {
+        let mut messages = Vec::with_capacity(state.messages.len() + 1);
+        if !def.system_prompt.is_empty() {
+            messages.push(weft_proto::message_to_proto(&Message {
+                role: Role::System,
+                content: vec![ContentBlock::text(def.system_prompt.clone())],
+                name: None,
+            }));
+        }
+        messages.extend(state.messages.iter().map(weft_proto::message_to_proto));
+        let tools = self
+            .inner
+            .tools
+            .specs_for(&self.spec.tools)
+            .iter()
+            .map(weft_proto::tool_to_proto)
+            .collect();
+        let s = &self.spec.sampling;
+        let req = v1::ChatRequest {
+            model: self.spec.model.clone(),
+            messages,
+            tools,
+            sampling: Some(v1::Sampling {
+                temperature: s.temperature,
+                top_p: s.top_p,
+                max_tokens: self.spec.max_tokens,
+                stop: s.stop.clone(),
+                seed: s.seed,
+                presence_penalty: None,
+                frequency_penalty: None,
+            }),
+            stream: true,
+            ..Default::default()
+        };
+        let call = self.stream_turn(req, state.last_seq);
+        let turn = tokio::select! {
+            () = self.cancel.cancelled() => return Ok(Err(Error::new(ErrorCode::Conflict, "cancelled"))),
+            () = self.lost.cancelled() => return Err(Stop::Lost),
+            () = self.stop.cancelled() => return Err(Stop::Shutdown),
+            t = call => t,
+        };
+        let turn = match turn {
+            Ok(t) => t,
+            Err(TurnError::Model(e)) => return Ok(Err(e)),
+            Err(TurnError::Stop(s)) => return Err(s),
+        };
+        let mut content = Vec::new();
+        if !turn.text.is_empty() {
+            content.push(ContentBlock::text(turn.text));
+        }
+        let mut calls = Vec::new();
+        for (id, name, args) in turn.calls.into_values() {
+            calls.push(RunEvent::ToolCall(ToolCallEvent {
+                id: id.clone(),
+                name: name.clone(),
+                input: parse_input(&args),
+            }));
+            content.push(ContentBlock::ToolUse {
+                id,
+                name,
+                input_json: args,
+            });
+        }
+        let message = Message {
+            role: Role::Assistant,
+            content,
+            name: None,
+        };
+        let mut events = Vec::new();
+        events.push(RunEvent::AssistantMessage(AssistantMessage {
+            message,
+            finish_reason: Some(
+                turn.finish
+                    .unwrap_or(FinishReason::Stop)
+                    .as_openai()
+                    .to_owned(),
+            ),
+        }));
+        events.extend(calls);
+        events.push(RunEvent::Usage(turn.usage));
+        // Persist the turn and the run's progress together.
+        let mut total = state.usage;
+        total.add(&turn.usage);
+        let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
+        self.commit(Some(state), async |f| {
+            f.progress(iterations, &serde_json::to_value(total).unwrap_or_default())
+                .await?;
+            Ok(events)
+        })
+        .await?;
+        Ok(Ok(()))
+    }
+
+    /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router
+    /// picks a candidate (so a watcher knows an executor is on the turn), text deltas go out live.
+    async fn stream_turn(&self, req: v1::ChatRequest, last_seq: i64) -> Result<Turn, TurnError> {
+        let mut last_seq = last_seq;
+        let r = self.internal(req)?;
+        let mut client = self.inner.router.clone();
+        let mut stream = client
+            .chat(r)
+            .await
+            .map_err(|s| Error::from(&s))?
+            .into_inner();
+        let mut turn = Turn::default();
+        while let Some(ev) = stream.next().await {
+            let ev = ev.map_err(|s| Error::from(&s))?;
+            match ev.event {
+                Some(v1::chat_event::Event::ProviderChosen(p)) => {
+                    let chosen = RunEvent::ProviderChosen(ProviderChosen {
+                        provider: p.provider,
+                        model: p.model,
+                        fallbacks: p.fallbacks,
+                    });
+                    self.persist(None, vec![chosen])
+                        .await
+                        .map_err(TurnError::Stop)?;
+                    last_seq = *self.seq.lock().await - 1;
+                }
+                Some(v1::chat_event::Event::TextDelta(t)) => {
+                    self.live_delta(last_seq, &t.text).await;
+                    turn.text.push_str(&t.text);
+                }
+                Some(v1::chat_event::Event::ToolCallStart(t)) => {
+                    let e = turn.calls.entry(t.index).or_default();
+                    e.0 = t.id;
+                    e.1 = t.name;
+                }
+                Some(v1::chat_event::Event::ToolCallDelta(t)) => {
+                    turn.calls
+                        .entry(t.index)
+                        .or_default()
+                        .2
+                        .push_str(&t.arguments);
+                }
+                Some(v1::chat_event::Event::Usage(u)) => {
+                    turn.usage = weft_proto::usage_from_proto(u)
+                }
+                Some(v1::chat_event::Event::Finish(f)) => {
+                    turn.finish = Some(weft_proto::finish_from_proto(f.reason));
+                }
+                Some(v1::chat_event::Event::ProviderFallback(f)) => {
+                    let failed = RunEvent::ProviderFallback(ProviderFallback {
+                        provider: f.provider,
+                        model: f.model,
+                        code: f.code,
+                        message: f.message,
+                    });
+                    self.persist(None, vec![failed])
+                        .await
+                        .map_err(TurnError::Stop)?;
+                    last_seq = *self.seq.lock().await - 1;
+                }
+                Some(
+                    v1::chat_event::Event::ReasoningDelta(_)
+                    | v1::chat_event::Event::ReasoningSignature(_),
+                )
+                | None => {}
+            }
+        }
+        Ok(turn)
+    }
+}
+
+/// Why a model turn did not complete.
+pub(crate) enum TurnError {
+    /// The model call failed: the run ends with this error.
+    Model(Error),
+    /// The lease was lost or the process is stopping.
+    Stop(Stop),
+}
+
+impl From<Error> for TurnError {
+    fn from(e: Error) -> Self {
+        Self::Model(e)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Turn {
+    text: String,
+    /// By index: (id, name, arguments).
+    calls: BTreeMap<u32, (String, String, String)>,
+    usage: Usage,
+    finish: Option<FinishReason>,
+}

@@ -1,0 +1,85 @@
+//! `weft up`: the whole fleet in one process on loopback.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+use weft_config::Overrides;
+
+use super::fail;
+
+/// `weft up`'s flags.
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Gateway HTTP address.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Router gRPC address.
+    #[arg(long)]
+    router_listen: Option<std::net::SocketAddr>,
+    /// Substrate (definitions) gRPC address.
+    #[arg(long)]
+    substrate_listen: Option<std::net::SocketAddr>,
+    /// Write {"url", "admin_token"} as JSON to this file once serving.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+impl UpArgs {
+    /// The config these flags override.
+    pub fn overrides(&self, o: &mut Overrides) {
+        o.set("gateway", "listen", self.listen)
+            .set("router", "listen", self.router_listen)
+            .set("substrate", "listen", self.substrate_listen);
+    }
+}
+
+/// Starts the fleet, prints how to reach it, and runs until SIGINT/SIGTERM.
+pub async fn run(config: weft_config::Config, args: UpArgs) -> ExitCode {
+    let ready_file = args.ready_file;
+    let token_file = config.bootstrap.token_file.clone();
+    let fleet = match weft::Fleet::start(config).await {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    // Signals are handled from here on, before anyone is told the fleet is up.
+    let stop = fleet.shutdown_token();
+    tokio::spawn(weft_telemetry::shutdown_on_signal(stop.clone()));
+    let url = fleet.url();
+    println!("weft is up");
+    println!("url: {url}");
+    match &fleet.admin_token {
+        Some(t) if fleet.minted && fleet.saved => println!(
+            "admin token: {t}\n  (saved to {}; printed only now, on the start that minted it)",
+            token_file.display()
+        ),
+        Some(t) if fleet.minted => println!(
+            "admin token: {t}\n  (could not be saved to {}: copy it now, it is shown once)",
+            token_file.display()
+        ),
+        // Printed once, when minted: later starts say where it is, so it stays out of logs.
+        Some(_) => println!(
+            "admin token: in {} (minted on the first start)",
+            token_file.display()
+        ),
+        None => println!(
+            "admin token: minted on an earlier start and not found in {}; mint another with `weft token create --admin`",
+            token_file.display()
+        ),
+    }
+    println!(
+        "try: curl -s {url}/v1/chat/completions -H \"authorization: Bearer $TOKEN\" -H 'content-type: application/json' -d '{{\"model\":\"mock-1\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
+    );
+    if let Some(path) = ready_file {
+        let body = json!({ "url": url, "admin_token": fleet.admin_token });
+        if let Err(e) = std::fs::write(&path, body.to_string()) {
+            return fail(format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    stop.cancelled().await;
+    eprintln!("weft: stopping");
+    fleet.stop(Duration::from_secs(10)).await;
+    ExitCode::SUCCESS
+}

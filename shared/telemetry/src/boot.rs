@@ -1,0 +1,94 @@
+//! One boot shape for every weft service process: parse the CLI (the binary's job) → load the
+//! config → install telemetry → install the signal handlers → [`Service::connect`] (bind,
+//! connect, anything that can fail before serving) → [`Service::serve`] until SIGINT/SIGTERM →
+//! an exit code. A usage or config error exits 2, any other failure 1, each printed once on
+//! stderr as `<binary>: <message>`.
+
+use std::future::Future;
+use std::process::ExitCode;
+
+use tokio_util::sync::CancellationToken;
+use weft_config::{CommonArgs, Config, Overrides};
+
+/// Why a service did not start or stopped with an error.
+#[derive(Debug)]
+pub enum BootError {
+    /// The config or the command line is wrong (exit 2): fixing them is the remedy.
+    Config(String),
+    /// Anything else (exit 1): a port taken, a peer unreachable, a failure while serving.
+    Failed(String),
+}
+
+impl BootError {
+    /// A config or usage error.
+    pub fn config(msg: impl std::fmt::Display) -> Self {
+        Self::Config(msg.to_string())
+    }
+
+    /// Any other failure.
+    pub fn failed(msg: impl std::fmt::Display) -> Self {
+        Self::Failed(msg.to_string())
+    }
+
+    fn exit(&self, name: &str) -> ExitCode {
+        match self {
+            Self::Config(msg) => {
+                eprintln!("{name}: {msg}");
+                ExitCode::from(2)
+            }
+            Self::Failed(msg) => {
+                tracing::error!(error = %msg, "{name} failed");
+                eprintln!("{name}: {msg}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// A service process in two steps: connect (everything that can fail before it serves), then
+/// serve until `shutdown`.
+pub trait Service: Sized {
+    /// What the binary's flags give besides the config (`()` for most).
+    type Args;
+
+    /// Binds its listeners and connects its stores and peers. `shutdown` is already wired to
+    /// the signals (for helpers started here, like a metrics listener).
+    fn connect(
+        config: Config,
+        args: Self::Args,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = Result<Self, BootError>>;
+
+    /// Serves until `shutdown` is cancelled, then drains.
+    fn serve(self, shutdown: CancellationToken) -> impl Future<Output = Result<(), BootError>>;
+}
+
+/// A service binary's whole `main` after parsing its flags: load the config (flags, env, file),
+/// start telemetry as `name`, then [`run`].
+pub async fn boot<S: Service>(
+    name: &'static str,
+    common: &CommonArgs,
+    overrides: Overrides,
+    args: S::Args,
+) -> ExitCode {
+    let (config, _guard) = match crate::start(name, common, overrides) {
+        Ok(started) => started,
+        Err(e) => return BootError::Config(e).exit(name),
+    };
+    run::<S>(name, config, args).await
+}
+
+/// Connects and serves `S` with a loaded config until SIGINT/SIGTERM (for a CLI that loaded
+/// the config and started telemetry itself).
+pub async fn run<S: Service>(name: &'static str, config: Config, args: S::Args) -> ExitCode {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(crate::shutdown_on_signal(shutdown.clone()));
+    let service = match S::connect(config, args, shutdown.clone()).await {
+        Ok(s) => s,
+        Err(e) => return e.exit(name),
+    };
+    match service.serve(shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => e.exit(name),
+    }
+}
