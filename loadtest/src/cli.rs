@@ -32,6 +32,9 @@ pub enum Command {
     Runs(RunsArgs),
     /// Park many interactive runs and report the executor's memory before and after.
     Parked(ParkedArgs),
+    /// Drive a set/get/search mix over weft's memory routes in a closed loop and print a JSON
+    /// report.
+    Memory(MemoryArgs),
 }
 
 /// What the `runs` and `parked` scenarios share: where weft is and what to watch.
@@ -94,6 +97,43 @@ pub struct RunsArgs {
     /// URL, token or agent.
     #[arg(long)]
     pub no_preflight: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    #[command(flatten)]
+    pub weft: WeftArgs,
+    /// The memory scope the keys live in (the token needs `memory:read` and `memory:write` and
+    /// must be allowed the scope id).
+    #[arg(long, default_value = "tenant")]
+    pub scope: String,
+    /// The scope id (for `tenant`, the token's tenant).
+    #[arg(long, default_value = "default")]
+    pub scope_id: String,
+    /// Closed loop: this many workers, each sending its next op when the last one finished.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: u32,
+    /// How long to measure, after the warm-up.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Ops sent before measuring starts, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Keys seeded before the load and used by gets and sets.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub keys: u64,
+    /// Seeded keys written with `embed: true` (the search candidates).
+    #[arg(long, default_value_t = 100)]
+    pub embedded: u64,
+    /// Bytes of text in a set's value.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+    /// Percent of ops that are sets.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub set_pct: u64,
+    /// Percent of ops that are searches.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub search_pct: u64,
 }
 
 #[derive(Debug, Args)]

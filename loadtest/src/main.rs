@@ -3,7 +3,8 @@
 //! endpoint (weft or the upstream directly) and prints a JSON latency report, `streams` holds
 //! many paced streams open and reports lost frames and inter-frame gaps, `compare` turns a
 //! direct and a through-weft report into what weft adds. `runs` drives agent runs through
-//! weft's runs API and `parked` measures what idle interactive runs cost. `bench.sh`,
+//! weft's runs API and `parked` measures what idle interactive runs cost; `memory` drives a
+//! set/get/search mix over the memory routes. `bench.sh`,
 //! `streams-bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
 
 mod api;
@@ -11,6 +12,7 @@ mod chat;
 mod cli;
 mod client;
 mod compare;
+mod memory;
 mod paced;
 mod parked;
 mod report;
@@ -58,6 +60,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Parked(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(parked::run(&args))?;
+            emit(&report, args.weft.out.as_deref())
+        }
+        Command::Memory(args) => {
+            let report = runtime(args.weft.threads, false)?.block_on(memory::run(&args))?;
             emit(&report, args.weft.out.as_deref())
         }
     }

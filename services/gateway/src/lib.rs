@@ -10,6 +10,7 @@ pub mod extract;
 pub mod fuzzing;
 mod health;
 mod llm;
+mod memory;
 mod messages;
 mod openai;
 mod openapi;
@@ -64,6 +65,8 @@ pub struct AppState {
     router: RouterClient<RouterTransport>,
     /// The substrate (definitions), over gRPC.
     pub substrate: SubstrateClient<RouterTransport>,
+    /// The substrate's memory service, over the same transport.
+    pub memory: weft_proto::v1::memory_client::MemoryClient<RouterTransport>,
     pub runs: RunStore,
     pub bus: Bus,
     pub coord: Coord,
@@ -109,6 +112,7 @@ impl AppState {
             pool,
             jwt,
             router: weft_proto::transport::router_client(router),
+            memory: weft_proto::transport::memory_client(substrate.clone()),
             substrate: weft_proto::transport::substrate_client(substrate),
             runs,
             bus,
@@ -267,6 +271,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(agents::routes())
         .merge(llm::routes())
         .merge(usage::routes())
+        .merge(memory::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,

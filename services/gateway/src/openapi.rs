@@ -3,7 +3,7 @@
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
 //! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
-//! `openapi.skills.json`), each
+//! `openapi.skills.json`, `openapi.memory.json`), each
 //! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
 
 use std::sync::LazyLock;
@@ -15,12 +15,13 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 5] = [
+const FRAGMENTS: [&str; 6] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
     include_str!("../openapi.usage.json"),
     include_str!("../openapi.skills.json"),
+    include_str!("../openapi.memory.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -180,6 +181,21 @@ mod tests {
                 reads::<crate::messages::MessagesRequest>,
             ),
             ("/v1/llm/chat", "post", reads::<crate::llm::LlmChatRequest>),
+            (
+                "/v1/memory/{scope}/{scope_id}/{key}",
+                "put",
+                reads::<crate::memory::PutBody>,
+            ),
+            (
+                "/v1/memory/{scope}/{scope_id}/{key}/incr",
+                "post",
+                reads::<crate::memory::IncrBody>,
+            ),
+            (
+                "/v1/memory/search",
+                "post",
+                reads::<crate::memory::SearchBody>,
+            ),
         ]
     }
 

@@ -11,11 +11,16 @@
 //! Layers: [`grpc`] (authorization, prost conversion) → [`defs`] (the rules, for every kind;
 //! [`agents`] names them for agents) → [`DefStore`] (Postgres). [`boot`] loads the definitions
 //! shipped with a deployment at start; [`skills`] reads skill folders.
+//!
+//! [`memory`] serves `weft.v1.Memory` beside it: JSON values by key per scope, with TTLs,
+//! compare-and-set, atomic increments, quotas and semantic search. [`grpc_service`] mounts every
+//! service of the substrate on one set of routes.
 
 pub mod agents;
 pub mod boot;
 pub mod defs;
 pub mod grpc;
+pub mod memory;
 pub mod skills;
 pub mod store;
 
@@ -26,6 +31,7 @@ use weft_config::Config;
 
 pub use boot::{BootLoaded, load_boot_definitions};
 pub use grpc::SubstrateService;
+pub use memory::Memory;
 pub use skills::hash_skill_dir;
 pub use store::{AgentSummaryRecord, AgentVersionRecord, DefStore, SummaryRecord, VersionRecord};
 
@@ -41,41 +47,85 @@ pub enum SubstrateError {
     Boot(String),
 }
 
-/// The substrate's gRPC service with its JWT check, to mount on a server or to call in-process
+/// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`), each behind the JWT
+/// check, as one set of routes: to mount on a server or to call in-process
 /// (`weft_proto::transport::in_process`).
-pub fn grpc_service(
-    store: DefStore,
-    jwt: InternalJwt,
-) -> tonic::service::interceptor::InterceptedService<
-    weft_proto::v1::substrate_server::SubstrateServer<SubstrateService>,
-    JwtInterceptor,
-> {
-    weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
-        SubstrateService::new(store),
-        JwtInterceptor::new(jwt),
+pub fn grpc_service(store: DefStore, memory: Memory, jwt: InternalJwt) -> tonic::service::Routes {
+    let check = JwtInterceptor::new(jwt);
+    tonic::service::Routes::new(
+        weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
+            SubstrateService::new(store),
+            check.clone(),
+        ),
+    )
+    .add_service(
+        weft_proto::v1::memory_server::MemoryServer::with_interceptor(
+            memory::grpc::MemoryService::new(memory.clone()),
+            check,
+        ),
     )
 }
 
 /// Serves the substrate's gRPC API on `listener` until `shutdown` is cancelled, then drains.
+/// The memory's expiry sweep runs meanwhile, every `sweep_every`.
 pub async fn serve(
     listener: TcpListener,
     store: DefStore,
+    memory: Memory,
+    sweep_every: std::time::Duration,
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), SubstrateError> {
     let addr = listener.local_addr().ok();
-    let svc = grpc_service(store, jwt);
+    let sweep = tokio::spawn(memory::sweep_until(
+        memory.store().clone(),
+        sweep_every,
+        shutdown.clone(),
+    ));
+    let routes = grpc_service(store, memory, jwt);
     tracing::info!(addr = ?addr, "substrate serving");
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(svc)
+        .add_routes(routes)
         // `Server::tcp_nodelay` does not reach sockets accepted from our own listener.
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),
         )
-        .await?;
+        .await;
+    sweep.abort();
+    served?;
     Ok(())
+}
+
+/// The memory over `defs`' database. Embeddings go through `router` as the calling principal
+/// (signed with `jwt`); without a router, writes with `embed` and searches are refused.
+pub async fn connect_memory(
+    config: &Config,
+    defs: &DefStore,
+    router: Option<weft_proto::transport::GrpcTransport>,
+    jwt: InternalJwt,
+) -> Result<Memory, SubstrateError> {
+    let pool = defs.pool().clone();
+    let support = memory::vector_support(&pool)
+        .await
+        .map_err(weft_store::StoreError::Db)?;
+    let mode = memory::search_mode(support);
+    tracing::info!(
+        mode = mode.as_str(),
+        pgvector_installed = support.installed,
+        "memory search"
+    );
+    let sb = &config.substrate;
+    let store = memory::MemoryStore::new(
+        pool,
+        memory::Quotas {
+            tenant_bytes: sb.memory_tenant_quota_bytes,
+            agent_bytes: sb.memory_agent_quota_bytes,
+        },
+    );
+    let embedder = router.map(|t| memory::Embedder::new(t, jwt, sb.embedding_model.clone()));
+    Ok(Memory::new(store, embedder, mode))
 }
 
 /// Connects the database (migrating when `database.migrate_on_start`) and makes the store.
@@ -100,5 +150,12 @@ pub async fn run(
 ) -> Result<(), SubstrateError> {
     let store = connect(&config).await?;
     load_boot_definitions(&store, &config.substrate).await?;
-    serve(listener, store, jwt, shutdown).await
+    let router = weft_proto::transport::channel(&config.substrate.router_url).map_err(|e| {
+        SubstrateError::Boot(format!(
+            "substrate.router_url: {e}; give the router's gRPC URL"
+        ))
+    })?;
+    let memory = connect_memory(&config, &store, Some(router), jwt.clone()).await?;
+    let every = std::time::Duration::from_millis(config.substrate.memory_sweep_interval_ms);
+    serve(listener, store, memory, every, jwt, shutdown).await
 }

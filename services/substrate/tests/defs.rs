@@ -376,7 +376,19 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
 async fn grpc_checks_scopes_and_the_internal_token() {
     let (_db, s) = store().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");
-    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(s, jwt.clone()));
+    let memory = weft_substrate::Memory::new(
+        weft_substrate::memory::MemoryStore::new(
+            s.pool().clone(),
+            weft_substrate::memory::Quotas {
+                tenant_bytes: 1 << 20,
+                agent_bytes: 1 << 20,
+            },
+        ),
+        None,
+        weft_substrate::memory::SearchMode::Exact,
+    );
+    let transport =
+        weft_proto::transport::in_process(weft_substrate::grpc_service(s, memory, jwt.clone()));
     let mut client = SubstrateClient::new(transport);
     let put = |scopes: &str| {
         request(

@@ -48,6 +48,9 @@ pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
         ),
     )];
     out.push(postgres(&config).await);
+    if let Some(c) = memory_search(&config).await {
+        out.push(c);
+    }
     out.push(redis(&config).await);
     out.push(nats(&config).await);
     for (name, addr) in [
@@ -123,6 +126,27 @@ async fn postgres(config: &Config) -> Check {
             "reachable; no migrations applied yet; run `weft migrate`",
         ),
     }
+}
+
+/// How memory search ranks on this database: pgvector when the extension is installed, an
+/// exact cosine scan otherwise. `None` when Postgres is unreachable (its own check says so).
+async fn memory_search(config: &Config) -> Option<Check> {
+    let url = config.database.url.expose();
+    let pool = tokio::time::timeout(TIMEOUT, weft_store::connect(url, 1))
+        .await
+        .ok()?
+        .ok()?;
+    let support = weft_substrate::memory::vector_support(&pool).await.ok()?;
+    let mode = weft_substrate::memory::search_mode(support);
+    let detail = match (mode, support.installed, support.available) {
+        (weft_substrate::memory::SearchMode::Pgvector, _, _) => {
+            "pgvector: ranked in Postgres by the `vector` extension".to_owned()
+        }
+        (_, true, _) => "exact scan: the `vector` extension is installed, but this weft ranks by an exact cosine scan of up to 20,000 newest embedded entries per scope (docs/api.md)".to_owned(),
+        (_, false, true) => "exact scan (cosine over up to 20,000 newest embedded entries per scope); pgvector is available but not installed in this database".to_owned(),
+        (_, false, false) => "exact scan (cosine over up to 20,000 newest embedded entries per scope); pgvector is not available on this server".to_owned(),
+    };
+    Some(check("memory search", Verdict::Pass, detail))
 }
 
 /// `host:port` of a `scheme://[user@]host:port[/…]` URL.

@@ -162,6 +162,9 @@ impl Params {
 /// An interruption id nobody asked.
 const INTERRUPT: &str = "int_made_up";
 
+/// The key of alice's run memory that holds a canary.
+const MEMORY_KEY: &str = "note";
+
 type Query = fn(&Params) -> String;
 type Body = fn(&Params) -> Option<Value>;
 type Check = fn(Identity, &Value) -> Result<(), String>;
@@ -493,6 +496,53 @@ fn expectations() -> Vec<Entry> {
             TENANT_WRITE,
         )
         .body(|p| Some(json!({"version": p.agent_hash}))),
+        // Memory in alice's run scope: bob (same tenant, not an admin) and tenant B find no such
+        // scope; the scope-less token is refused before anything is parsed.
+        entry(
+            get.clone(),
+            "/v1/memory/{scope}/{scope_id}",
+            AnyOf(&["memory:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/memory/{scope}/{scope_id}/{key}",
+            AnyOf(&["memory:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/memory/search",
+            AnyOf(&["memory:read"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|p| Some(json!({"scope": "run", "scope_id": p.run, "query": "note"}))),
+        entry(
+            Method::PUT,
+            "/v1/memory/{scope}/{scope_id}/{key}",
+            AnyOf(&["memory:write"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"value": "an intruder's note"}))),
+        entry(
+            post.clone(),
+            "/v1/memory/{scope}/{scope_id}/{key}/incr",
+            AnyOf(&["memory:write"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"by": 1}))),
+        entry(
+            Method::DELETE,
+            "/v1/memory/{scope}/{scope_id}/{key}",
+            AnyOf(&["memory:write"]),
+            Native,
+            OWN_RESOURCE,
+        ),
         // Writes that create, last, runs before agents: B may define an agent of A's agent's
         // name in its own tenant (names are per tenant), after which B's runs of that name are
         // B's own. bob starts a run of his own from the tenant's agent; B has no such agent.
@@ -605,6 +655,10 @@ fn fill(template: &str, p: &Params) -> String {
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
             ("interrupt_id", _) => INTERRUPT,
+            // Memory routes name alice's run scope.
+            ("scope", _) => "run",
+            ("scope_id", _) => p.run.as_str(),
+            ("key", _) => MEMORY_KEY,
             (other, _) => panic!(
                 "{template}: the matrix does not know what to put in `{{{other}}}`; teach `fill` which resource of tenant A it names"
             ),
@@ -988,6 +1042,17 @@ async fn set_up(f: &TestFleet) -> World {
         .await;
     assert_eq!(s, 200);
 
+    // A note in alice's run memory, written by A's admin (alice's token has no memory scope).
+    let r = f
+        .http
+        .put(format!("{}/v1/memory/run/{run_id}/{MEMORY_KEY}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({"value": format!("memory-{canary}")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
     let revoked_token = mint(f, "acme", "revoked", "revoked", &["tenant:admin"]).await;
     let r = f
         .http
@@ -1060,6 +1125,7 @@ async fn set_up(f: &TestFleet) -> World {
         ),
         secret("alice's run id", run_id, &[]),
         secret("alice's run metadata", format!("metadata-{canary}"), &[]),
+        secret("alice's run memory", format!("memory-{canary}"), &[]),
         secret("alice's prompt", format!("usage-{canary}"), &[]),
         // The scope-less tokens are alice's own, so `/v1/me` may name her to them.
         secret("alice's subject", alice_subject, &[MissingScope]),

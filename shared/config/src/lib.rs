@@ -60,6 +60,19 @@ pub struct SubstrateConfig {
     /// front matter `name`, `description`; the body is the instructions) and optional text
     /// files; unset = none.
     pub skills_dir: Option<PathBuf>,
+    /// The router's gRPC URL, for memory embeddings; ignored by `weft up`, which wires the
+    /// router in-process.
+    pub router_url: String,
+    /// The model (or alias) memory entries written with `embed` and search queries are
+    /// embedded with. Changing it leaves older vectors out of search until rewritten.
+    pub embedding_model: String,
+    /// Bytes (keys + values) of memory one tenant may hold.
+    pub memory_tenant_quota_bytes: u64,
+    /// Bytes of memory the writes of one agent may hold (writes that name an agent).
+    pub memory_agent_quota_bytes: u64,
+    /// How often expired memory entries are deleted, in milliseconds (reads never return
+    /// them, swept or not).
+    pub memory_sweep_interval_ms: u64,
 }
 
 impl Default for SubstrateConfig {
@@ -70,6 +83,11 @@ impl Default for SubstrateConfig {
             agents: BTreeMap::new(),
             boot_tenant: "default".into(),
             skills_dir: None,
+            router_url: "http://127.0.0.1:8788".into(),
+            embedding_model: "default".into(),
+            memory_tenant_quota_bytes: 256 * 1024 * 1024,
+            memory_agent_quota_bytes: 32 * 1024 * 1024,
+            memory_sweep_interval_ms: 30_000,
         }
     }
 }
@@ -691,6 +709,21 @@ impl Config {
                     "{section}.prefix must be non-empty letters, digits, '-' or '_', got {prefix:?}"
                 ));
             }
+        }
+        let sb = &self.substrate;
+        for (field, v) in [
+            ("memory_tenant_quota_bytes", sb.memory_tenant_quota_bytes),
+            ("memory_agent_quota_bytes", sb.memory_agent_quota_bytes),
+            ("memory_sweep_interval_ms", sb.memory_sweep_interval_ms),
+        ] {
+            if v == 0 {
+                return bad(format!("substrate.{field} must be at least 1, got 0"));
+            }
+        }
+        if sb.embedding_model.trim().is_empty() {
+            return bad(
+                "substrate.embedding_model must name a model or alias of the router".into(),
+            );
         }
         if self.gateway.max_streams_per_principal == 0 {
             return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());

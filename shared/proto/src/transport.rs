@@ -69,6 +69,14 @@ pub fn substrate_client(
         .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
 }
 
+/// A memory client over `t` (the substrate's `weft.v1.Memory`), with the same message limit as
+/// [`router_client`].
+pub fn memory_client(t: GrpcTransport) -> crate::v1::memory_client::MemoryClient<GrpcTransport> {
+    crate::v1::memory_client::MemoryClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
 /// A generated tonic server (with its interceptor) called in-process.
 pub fn in_process<S, B>(svc: S) -> GrpcTransport
 where

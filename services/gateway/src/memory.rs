@@ -1,0 +1,322 @@
+//! The memory routes (`/v1/memory/…`): thin handlers over the substrate's `weft.v1.Memory`.
+//! They check the token's scope (`memory:read` for reads and search, `memory:write` for
+//! writes) before any body is parsed, shape the request, forward it with the caller's internal
+//! JWT and render the answer. The substrate validates, decides whether the caller may use the
+//! scope id (another tenant's or user's is a 404) and stores.
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::State;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+use weft_core::{Error, ErrorCode, Principal, Scope};
+use weft_proto::v1;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{NativeJson, NativePath, NativeQuery, OptionalNativeJson, ValidJson};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// The search route; every other memory route has a scope in its path.
+const SEARCH_PATH: &str = "/v1/memory/search";
+
+/// The routes; mounted inside the bearer-authenticated native router.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route(SEARCH_PATH, post(search_handler))
+        .route("/v1/memory/{scope}/{scope_id}", get(list_handler))
+        .route(
+            "/v1/memory/{scope}/{scope_id}/{key}",
+            get(get_handler).put(put_handler).delete(delete_handler),
+        )
+        .route(
+            "/v1/memory/{scope}/{scope_id}/{key}/incr",
+            post(incr_handler),
+        )
+        .route_layer(axum::middleware::from_fn(require_memory_scope))
+}
+
+/// `memory:read` for reads and search, `memory:write` for the rest — before any body is parsed.
+async fn require_memory_scope(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let scope = if req.method() == Method::GET || req.uri().path() == SEARCH_PATH {
+        Scope::MemoryRead
+    } else {
+        Scope::MemoryWrite
+    };
+    match req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.require(scope))
+    {
+        Some(Ok(())) => next.run(req).await,
+        Some(Err(e)) => ApiError::native(e).into_response(),
+        None => ApiError::native(Error::unauthenticated("missing bearer token")).into_response(),
+    }
+}
+
+/// A substrate answer, with transport failures named after the substrate.
+fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
+    r.map_err(|e| {
+        let e = if e.code == ErrorCode::Unavailable && e.message.starts_with("the router") {
+            Error::unavailable(
+                "the substrate is unavailable; retry shortly, and check that weft-substrate is running (gateway.substrate_url)",
+            )
+        } else {
+            e
+        };
+        ApiError::native(e)
+    })
+}
+
+/// The JSON of an entry.
+fn entry_json(e: v1::MemoryEntry) -> Value {
+    let value = serde_json::from_str::<Value>(&e.value_json).unwrap_or_else(|err| {
+        tracing::error!(error = %err, "substrate sent a memory value that is not JSON");
+        Value::Null
+    });
+    json!({
+        "scope": e.scope,
+        "scope_id": e.scope_id,
+        "key": e.key,
+        "value": value,
+        "version": e.version,
+        "expires_at": e.expires_at,
+        "updated_at": e.updated_at,
+        "embedded": e.embedded,
+    })
+}
+
+/// Present (even as `null`) or absent: `{"value": null}` stores null; `{}` is a 400.
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// `PUT /v1/memory/{scope}/{scope_id}/{key}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    #[serde(default, deserialize_with = "present")]
+    value: Option<Value>,
+    ttl_seconds: Option<i64>,
+    if_version: Option<i64>,
+    #[serde(default)]
+    embed: bool,
+}
+
+/// `POST /v1/memory/{scope}/{scope_id}/{key}/incr`; an empty body adds 1.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncrBody {
+    by: Option<i64>,
+    ttl_seconds: Option<i64>,
+}
+
+/// `POST /v1/memory/search`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    scope: String,
+    scope_id: String,
+    query: String,
+    top_k: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    prefix: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    if_version: Option<i64>,
+}
+
+/// `GET /v1/memory/{scope}/{scope_id}/{key}`.
+#[tracing::instrument(skip_all)]
+pub async fn get_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath((scope, scope_id, key)): NativePath<(String, String, String)>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::MemoryGetRequest {
+                scope,
+                scope_id,
+                key,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let e = substrate(st.deadline(client.get(req)).await)?;
+    Ok(Json(entry_json(e)).into_response())
+}
+
+/// `PUT /v1/memory/{scope}/{scope_id}/{key}` `{value, ttl_seconds?, if_version?, embed?}`.
+#[tracing::instrument(skip_all)]
+pub async fn put_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath((scope, scope_id, key)): NativePath<(String, String, String)>,
+    ValidJson(body): NativeJson<PutBody>,
+) -> Result<Response> {
+    let value = body.value.ok_or_else(|| {
+        ApiError::native(
+            Error::invalid("`value` is required: any JSON value up to 64 KiB").with_param("value"),
+        )
+    })?;
+    let req = st
+        .internal(
+            &p,
+            v1::MemorySetRequest {
+                scope,
+                scope_id,
+                key,
+                value_json: value.to_string(),
+                ttl_seconds: body.ttl_seconds,
+                if_version: body.if_version,
+                embed: body.embed,
+                op_key: None,
+                agent: None,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let e = substrate(st.deadline(client.set(req)).await)?;
+    Ok(Json(entry_json(e)).into_response())
+}
+
+/// `DELETE /v1/memory/{scope}/{scope_id}/{key}?if_version=`.
+#[tracing::instrument(skip_all)]
+pub async fn delete_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath((scope, scope_id, key)): NativePath<(String, String, String)>,
+    NativeQuery(q): NativeQuery<DeleteQuery>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::MemoryDeleteRequest {
+                scope,
+                scope_id,
+                key: key.clone(),
+                if_version: q.if_version,
+                op_key: None,
+                agent: None,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let d = substrate(st.deadline(client.delete(req)).await)?;
+    Ok(Json(json!({"key": key, "deleted": d.deleted, "version": d.version})).into_response())
+}
+
+/// `POST /v1/memory/{scope}/{scope_id}/{key}/incr` `{by?, ttl_seconds?}`.
+#[tracing::instrument(skip_all)]
+pub async fn incr_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath((scope, scope_id, key)): NativePath<(String, String, String)>,
+    OptionalNativeJson(body): OptionalNativeJson<IncrBody>,
+) -> Result<Response> {
+    let req = st
+        .internal(
+            &p,
+            v1::MemoryIncrRequest {
+                scope,
+                scope_id,
+                key,
+                by: body.by.unwrap_or(1),
+                ttl_seconds: body.ttl_seconds,
+                op_key: None,
+                agent: None,
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let e = substrate(st.deadline(client.incr(req)).await)?;
+    Ok(Json(entry_json(e)).into_response())
+}
+
+/// `GET /v1/memory/{scope}/{scope_id}?prefix=&cursor=&limit=`.
+#[tracing::instrument(skip_all)]
+pub async fn list_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath((scope, scope_id)): NativePath<(String, String)>,
+    NativeQuery(q): NativeQuery<ListQuery>,
+) -> Result<Response> {
+    if q.limit == Some(0) {
+        return Err(ApiError::native(
+            Error::invalid("`limit` must be between 1 and 1000, got 0").with_param("limit"),
+        ));
+    }
+    let req = st
+        .internal(
+            &p,
+            v1::MemoryListRequest {
+                scope,
+                scope_id,
+                prefix: q.prefix.unwrap_or_default(),
+                cursor: q.cursor,
+                limit: q.limit.unwrap_or(0),
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let r = substrate(st.deadline(client.list(req)).await)?;
+    let data: Vec<Value> = r.entries.into_iter().map(entry_json).collect();
+    Ok(Json(json!({"data": data, "next_cursor": r.next_cursor})).into_response())
+}
+
+/// `POST /v1/memory/search` `{scope, scope_id, query, top_k?}`.
+#[tracing::instrument(skip_all)]
+pub async fn search_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    ValidJson(body): NativeJson<SearchBody>,
+) -> Result<Response> {
+    if body.top_k == Some(0) {
+        return Err(ApiError::native(
+            Error::invalid("`top_k` must be between 1 and 100, got 0").with_param("top_k"),
+        ));
+    }
+    let req = st
+        .internal(
+            &p,
+            v1::MemorySearchRequest {
+                scope: body.scope,
+                scope_id: body.scope_id,
+                query: body.query,
+                top_k: body.top_k.unwrap_or(0),
+            },
+        )
+        .map_err(ApiError::native)?;
+    let mut client = st.memory.clone();
+    let r = substrate(st.deadline(client.search(req)).await)?;
+    let data: Vec<Value> = r
+        .hits
+        .into_iter()
+        .filter_map(|h| {
+            h.entry.map(|e| {
+                let mut v = entry_json(e);
+                v["score"] = json!(h.score);
+                v
+            })
+        })
+        .collect();
+    Ok(Json(json!({"data": data, "mode": r.mode})).into_response())
+}
