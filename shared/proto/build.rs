@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         root.join("weft/v1/router.proto"),
         root.join("weft/v1/substrate.proto"),
+        root.join("weft/v1/channels.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -7,18 +7,24 @@
 //!
 //! Layers: [`grpc`] (authorization, prost conversion) → [`agents`] (the rules) → [`DefStore`]
 //! (Postgres). [`boot`] loads the definitions shipped with a deployment at start.
+//!
+//! It also serves [`channels`] (`weft.v1.Channels`): message streams in Postgres, with
+//! wake-ups over NATS.
 
 pub mod agents;
 pub mod boot;
+pub mod channels;
 pub mod grpc;
 pub mod store;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use weft_auth::{InternalJwt, JwtInterceptor};
 use weft_config::Config;
 
 pub use boot::{BootLoaded, load_boot_definitions};
+pub use channels::{ChannelHub, ChannelsService};
 pub use grpc::SubstrateService;
 pub use store::{AgentSummaryRecord, AgentVersionRecord, DefStore};
 
@@ -28,46 +34,59 @@ pub enum SubstrateError {
     Store(#[from] weft_store::StoreError),
     #[error("substrate transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("substrate: {0}")]
+    Bus(#[from] weft_bus::BusError),
     /// A boot definition is invalid or could not be stored; the message names the file (or
     /// config key) and the field.
     #[error("substrate boot definitions: {0}")]
     Boot(String),
 }
 
-/// The substrate's gRPC service with its JWT check, to mount on a server or to call in-process
-/// (`weft_proto::transport::in_process`).
-pub fn grpc_service(
-    store: DefStore,
-    jwt: InternalJwt,
-) -> tonic::service::interceptor::InterceptedService<
-    weft_proto::v1::substrate_server::SubstrateServer<SubstrateService>,
-    JwtInterceptor,
-> {
-    weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
-        SubstrateService::new(store),
-        JwtInterceptor::new(jwt),
+/// The substrate's gRPC services (`weft.v1.Substrate` and `weft.v1.Channels`), each with its
+/// JWT check, to mount on a server or to call in-process (`weft_proto::transport::in_process`).
+pub fn grpc_service(store: DefStore, channels: ChannelHub, jwt: InternalJwt) -> Routes {
+    Routes::new(
+        weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
+            SubstrateService::new(store),
+            JwtInterceptor::new(jwt.clone()),
+        ),
+    )
+    .add_service(
+        weft_proto::v1::channels_server::ChannelsServer::with_interceptor(
+            ChannelsService::new(channels),
+            JwtInterceptor::new(jwt),
+        ),
     )
 }
 
 /// Serves the substrate's gRPC API on `listener` until `shutdown` is cancelled, then drains.
+/// Expired channel messages are swept meanwhile.
 pub async fn serve(
     listener: TcpListener,
     store: DefStore,
+    channels: ChannelHub,
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), SubstrateError> {
     let addr = listener.local_addr().ok();
-    let svc = grpc_service(store, jwt);
+    let sweeper = tokio::spawn({
+        let hub = channels.clone();
+        let stop = shutdown.child_token();
+        async move { hub.sweep_until(stop).await }
+    });
+    let svc = grpc_service(store, channels, jwt);
     tracing::info!(addr = ?addr, "substrate serving");
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(svc)
+        .add_routes(svc)
         // `Server::tcp_nodelay` does not reach sockets accepted from our own listener.
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),
         )
-        .await?;
+        .await;
+    sweeper.abort();
+    served?;
     Ok(())
 }
 
@@ -84,6 +103,22 @@ pub async fn connect(config: &Config) -> Result<DefStore, SubstrateError> {
     Ok(DefStore::new(pool))
 }
 
+/// Connects NATS (`nats`) for channel wake-ups and makes the channel hub over the store's
+/// database; creates the channels declared in `substrate.channels`.
+pub async fn connect_channels(
+    config: &Config,
+    store: &DefStore,
+) -> Result<ChannelHub, SubstrateError> {
+    let bus = weft_bus::Bus::connect(&config.nats.url, &config.nats.prefix).await?;
+    let hub = ChannelHub::new(
+        channels::ChannelStore::new(store.pool().clone()),
+        bus,
+        config.substrate.max_channel_waiters,
+    );
+    channels::load_declared(&hub, &config.substrate).await?;
+    Ok(hub)
+}
+
 /// The whole substrate for its own binary: connect, load the boot definitions, serve.
 pub async fn run(
     listener: TcpListener,
@@ -93,5 +128,6 @@ pub async fn run(
 ) -> Result<(), SubstrateError> {
     let store = connect(&config).await?;
     load_boot_definitions(&store, &config.substrate).await?;
-    serve(listener, store, jwt, shutdown).await
+    let channels = connect_channels(&config, &store).await?;
+    serve(listener, store, channels, jwt, shutdown).await
 }

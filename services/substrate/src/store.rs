@@ -190,6 +190,11 @@ impl DefStore {
         Self { pool }
     }
 
+    /// The database pool (channels share it).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Makes `new` the name's active version, writing a version row only when the content is
     /// not already a version of this name. The name row is locked for the write, so concurrent
     /// puts of one name get consecutive numbers; a lost race on a new name is retried.

@@ -354,9 +354,18 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_checks_scopes_and_the_internal_token() {
-    let (_db, s) = store().await;
+    let (db, s) = store().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");
-    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(s, jwt.clone()));
+    let bus = weft_bus::Bus::connect("nats://127.0.0.1:4222", &db.name)
+        .await
+        .unwrap();
+    let channels = weft_substrate::ChannelHub::new(
+        weft_substrate::channels::ChannelStore::new(s.pool().clone()),
+        bus,
+        10,
+    );
+    let transport =
+        weft_proto::transport::in_process(weft_substrate::grpc_service(s, channels, jwt.clone()));
     let mut client = SubstrateClient::new(transport);
     let put = |scopes: &str| {
         request(

@@ -113,8 +113,10 @@ impl Fleet {
         let routing = weft_router::connect(&config).await?;
         let defs = weft_substrate::connect(&config).await?;
         weft_substrate::boot::load_boot_definitions(&defs, &config.substrate).await?;
+        let channels = weft_substrate::connect_channels(&config, &defs).await?;
         let substrate = weft_proto::transport::in_process(weft_substrate::grpc_service(
             defs.clone(),
+            channels.clone(),
             jwt.clone(),
         ));
         let state = weft_gateway::connect(
@@ -144,8 +146,14 @@ impl Fleet {
         let stop = shutdown.clone();
         let substrate_jwt = jwt.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(e) =
-                weft_substrate::serve(substrate_listener, defs, substrate_jwt, stop.clone()).await
+            if let Err(e) = weft_substrate::serve(
+                substrate_listener,
+                defs,
+                channels,
+                substrate_jwt,
+                stop.clone(),
+            )
+            .await
             {
                 tracing::error!(error = %e, "substrate stopped");
                 stop.cancel();

@@ -56,6 +56,25 @@ pub struct SubstrateConfig {
     pub agents: BTreeMap<String, serde_json::Value>,
     /// The tenant that boot-loaded definitions belong to.
     pub boot_tenant: String,
+    /// Channels created (or updated) in `boot_tenant` at start, by name.
+    pub channels: BTreeMap<String, ChannelDecl>,
+    /// Long-polls (channel reads and awaits with `wait_ms`) one substrate holds at once; more
+    /// are answered 503 with `Retry-After`.
+    pub max_channel_waiters: usize,
+}
+
+/// A channel declared in the config (`substrate.channels.<name>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelDecl {
+    /// `agent`, `user` or `tenant`.
+    pub scope: String,
+    /// Message lifetime; default one day.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Messages kept per partition; default 1000.
+    #[serde(default)]
+    pub max_messages: Option<u64>,
 }
 
 impl Default for SubstrateConfig {
@@ -65,6 +84,8 @@ impl Default for SubstrateConfig {
             agents_dir: None,
             agents: BTreeMap::new(),
             boot_tenant: "default".into(),
+            channels: BTreeMap::new(),
+            max_channel_waiters: 10_000,
         }
     }
 }
@@ -686,6 +707,9 @@ impl Config {
                     "{section}.prefix must be non-empty letters, digits, '-' or '_', got {prefix:?}"
                 ));
             }
+        }
+        if self.substrate.max_channel_waiters == 0 {
+            return bad("substrate.max_channel_waiters must be at least 1, got 0".into());
         }
         if self.gateway.max_streams_per_principal == 0 {
             return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());
