@@ -4,6 +4,7 @@
 //! token routes, health, readiness, metrics and the OpenAPI document.
 
 mod agents;
+mod channels;
 pub mod error;
 pub mod extract;
 #[doc(hidden)]
@@ -64,6 +65,8 @@ pub struct AppState {
     router: RouterClient<RouterTransport>,
     /// The substrate (definitions), over gRPC.
     pub substrate: SubstrateClient<RouterTransport>,
+    /// The substrate's channels, over gRPC (the same transport).
+    pub channels: v1::channels_client::ChannelsClient<RouterTransport>,
     pub runs: RunStore,
     pub bus: Bus,
     pub coord: Coord,
@@ -109,6 +112,7 @@ impl AppState {
             pool,
             jwt,
             router: weft_proto::transport::router_client(router),
+            channels: weft_proto::transport::channels_client(substrate.clone()),
             substrate: weft_proto::transport::substrate_client(substrate),
             runs,
             bus,
@@ -267,6 +271,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(agents::routes())
         .merge(llm::routes())
         .merge(usage::routes())
+        .merge(channels::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,

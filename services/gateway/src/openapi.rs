@@ -14,11 +14,12 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 4] = [
+const FRAGMENTS: [&str; 5] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
     include_str!("../openapi.usage.json"),
+    include_str!("../openapi.channels.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -156,6 +157,31 @@ mod tests {
                 reads::<crate::messages::MessagesRequest>,
             ),
             ("/v1/llm/chat", "post", reads::<crate::llm::LlmChatRequest>),
+            (
+                "/v1/channels/{name}",
+                "put",
+                reads::<crate::channels::PutChannelBody>,
+            ),
+            (
+                "/v1/channels/{name}/publish",
+                "post",
+                reads::<crate::channels::PublishBody>,
+            ),
+            (
+                "/v1/channels/{name}/read",
+                "post",
+                reads::<crate::channels::ReadBody>,
+            ),
+            (
+                "/v1/channels/{name}/ack",
+                "post",
+                reads::<crate::channels::AckBody>,
+            ),
+            (
+                "/v1/channels/await",
+                "post",
+                reads::<crate::channels::AwaitBody>,
+            ),
         ]
     }
 

@@ -35,6 +35,9 @@ pub const MAX_KEY_LEN: usize = 256;
 /// Longest agent name (as agent definitions).
 pub const MAX_AGENT_LEN: usize = 64;
 
+/// A name that is a route (`/v1/channels/await`), so no channel may have it.
+pub const RESERVED_NAME: &str = "await";
+
 fn bad(field: &str, message: String) -> Error {
     Error::invalid(message).with_param(field)
 }
@@ -46,7 +49,14 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), Error> {
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
     let segments_ok = name.split('.').all(|s| !s.is_empty());
-    if !name.is_empty() && name.len() <= MAX_NAME_LEN && chars_ok && segments_ok {
+    if name == RESERVED_NAME {
+        Err(bad(
+            field,
+            format!(
+                "`{field}`: channel name `{RESERVED_NAME}` is reserved (it is the route POST /v1/channels/await); choose another name"
+            ),
+        ))
+    } else if !name.is_empty() && name.len() <= MAX_NAME_LEN && chars_ok && segments_ok {
         Ok(())
     } else {
         let shown: String = name.chars().take(MAX_NAME_LEN).collect();
