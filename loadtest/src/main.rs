@@ -3,10 +3,12 @@
 //! endpoint (weft or the upstream directly) and prints a JSON latency report, `streams` holds
 //! many paced streams open and reports lost frames and inter-frame gaps, `compare` turns a
 //! direct and a through-weft report into what weft adds. `runs` drives agent runs through
-//! weft's runs API and `parked` measures what idle interactive runs cost. `bench.sh`,
+//! weft's runs API and `parked` measures what idle interactive runs cost. `channels` drives
+//! publishers and long-polling readers on weft's channels. `bench.sh`,
 //! `streams-bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
 
 mod api;
+mod channels;
 mod chat;
 mod cli;
 mod client;
@@ -54,6 +56,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(args) => compare::run(&args),
         Command::Runs(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(runs::run(&args))?;
+            emit(&report, args.weft.out.as_deref())
+        }
+        Command::Channels(args) => {
+            let report = runtime(args.weft.threads, false)?.block_on(channels::run(&args))?;
             emit(&report, args.weft.out.as_deref())
         }
         Command::Parked(args) => {
