@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use weft_config::{CommonArgs, Overrides};
 
-/// The weft substrate (gRPC): versioned agent definitions. Needs WEFT_AUTH__INTERNAL_JWT_SECRET
+/// The weft substrate (gRPC): versioned agent definitions and channels (Postgres, and NATS for
+/// channel wake-ups). Needs WEFT_AUTH__INTERNAL_JWT_SECRET
 /// shared with the gateway.
 #[derive(Parser, Debug)]
 #[command(version, about)]
