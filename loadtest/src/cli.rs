@@ -35,10 +35,13 @@ pub enum Command {
     /// Drive a set/get/search mix over weft's memory routes in a closed loop and print a JSON
     /// report.
     Memory(MemoryArgs),
+    /// N publishers and M long-polling readers on channels: publish and delivery latency,
+    /// ops/s, CPU per message.
+    Channels(ChannelsArgs),
 }
 
 /// What the `runs` and `parked` scenarios share: where weft is and what to watch.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct WeftArgs {
     /// weft's base URL (a trailing `/v1` is accepted).
     #[arg(long, default_value = "http://127.0.0.1:8787")]
@@ -97,6 +100,41 @@ pub struct RunsArgs {
     /// URL, token or agent.
     #[arg(long)]
     pub no_preflight: bool,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ChannelsArgs {
+    /// weft and the token (needs `tenant:admin` to create the channels, or channels made
+    /// beforehand and `channels:publish` + `channels:read`).
+    #[command(flatten)]
+    pub weft: WeftArgs,
+    /// Publishers, each publishing its share of `--rate`, one publish in flight at a time.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub publishers: u32,
+    /// Long-polling readers, spread over the channels (at least one per channel).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub readers: u32,
+    /// Channels `<prefix>-0` … (tenant scope; created if missing).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub channels: u32,
+    /// The channel name prefix.
+    #[arg(long, default_value = "bench")]
+    pub prefix: String,
+    /// Messages published per second, in total.
+    #[arg(long, default_value_t = 1000.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// The readers' long-poll (`wait_ms`, at most 30000).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(0..=30_000))]
+    pub wait_ms: u32,
+    /// How long to measure, after the warm-up.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Load applied before measuring starts, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// The weft process (under `weft up`, weft's pid): its CPU time goes into the report.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -5,9 +5,12 @@
 //! direct and a through-weft report into what weft adds. `runs` drives agent runs through
 //! weft's runs API and `parked` measures what idle interactive runs cost; `memory` drives a
 //! set/get/search mix over the memory routes. `bench.sh`,
+//! weft's runs API and `parked` measures what idle interactive runs cost. `channels` drives
+//! publishers and long-polling readers on weft's channels. `bench.sh`,
 //! `streams-bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
 
 mod api;
+mod channels;
 mod chat;
 mod cli;
 mod client;
@@ -56,6 +59,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(args) => compare::run(&args),
         Command::Runs(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(runs::run(&args))?;
+            emit(&report, args.weft.out.as_deref())
+        }
+        Command::Channels(args) => {
+            let report = runtime(args.weft.threads, false)?.block_on(channels::run(&args))?;
             emit(&report, args.weft.out.as_deref())
         }
         Command::Parked(args) => {

@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("weft/v1/router.proto"),
         root.join("weft/v1/substrate.proto"),
         root.join("weft/v1/memory.proto"),
+        root.join("weft/v1/channels.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -4,6 +4,7 @@
 //! token routes, health, readiness, metrics and the OpenAPI document.
 
 mod agents;
+mod channels;
 pub mod error;
 pub mod extract;
 #[doc(hidden)]
@@ -67,6 +68,8 @@ pub struct AppState {
     pub substrate: SubstrateClient<RouterTransport>,
     /// The substrate's memory service, over the same transport.
     pub memory: weft_proto::v1::memory_client::MemoryClient<RouterTransport>,
+    /// The substrate's channels, over gRPC (the same transport).
+    pub channels: v1::channels_client::ChannelsClient<RouterTransport>,
     pub runs: RunStore,
     pub bus: Bus,
     pub coord: Coord,
@@ -113,6 +116,7 @@ impl AppState {
             jwt,
             router: weft_proto::transport::router_client(router),
             memory: weft_proto::transport::memory_client(substrate.clone()),
+            channels: weft_proto::transport::channels_client(substrate.clone()),
             substrate: weft_proto::transport::substrate_client(substrate),
             runs,
             bus,
@@ -272,6 +276,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(llm::routes())
         .merge(usage::routes())
         .merge(memory::routes())
+        .merge(channels::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,

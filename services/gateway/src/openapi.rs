@@ -3,7 +3,7 @@
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
 //! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
-//! `openapi.skills.json`, `openapi.memory.json`), each
+//! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`), each
 //! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
 
 use std::sync::LazyLock;
@@ -15,13 +15,14 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 6] = [
+const FRAGMENTS: [&str; 7] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
     include_str!("../openapi.usage.json"),
     include_str!("../openapi.skills.json"),
     include_str!("../openapi.memory.json"),
+    include_str!("../openapi.channels.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -195,6 +196,31 @@ mod tests {
                 "/v1/memory/search",
                 "post",
                 reads::<crate::memory::SearchBody>,
+            ),
+            (
+                "/v1/channels/{name}",
+                "put",
+                reads::<crate::channels::PutChannelBody>,
+            ),
+            (
+                "/v1/channels/{name}/publish",
+                "post",
+                reads::<crate::channels::PublishBody>,
+            ),
+            (
+                "/v1/channels/{name}/read",
+                "post",
+                reads::<crate::channels::ReadBody>,
+            ),
+            (
+                "/v1/channels/{name}/ack",
+                "post",
+                reads::<crate::channels::AckBody>,
+            ),
+            (
+                "/v1/channels/await",
+                "post",
+                reads::<crate::channels::AwaitBody>,
             ),
         ]
     }

@@ -12,24 +12,30 @@
 //! [`agents`] names them for agents) → [`DefStore`] (Postgres). [`boot`] loads the definitions
 //! shipped with a deployment at start; [`skills`] reads skill folders.
 //!
-//! [`memory`] serves `weft.v1.Memory` beside it: JSON values by key per scope, with TTLs,
-//! compare-and-set, atomic increments, quotas and semantic search. [`grpc_service`] mounts every
-//! service of the substrate on one set of routes.
+//! Beside them it serves [`memory`] (`weft.v1.Memory`: JSON values by key per scope, with TTLs,
+//! compare-and-set, atomic increments, quotas and semantic search) and [`channels`]
+//! (`weft.v1.Channels`: message streams in Postgres, with wake-ups over NATS). [`Parts`] holds
+//! the three; [`grpc_service`] mounts every service of the substrate on one set of routes.
 
 pub mod agents;
 pub mod boot;
+pub mod channels;
 pub mod defs;
 pub mod grpc;
 pub mod memory;
 pub mod skills;
 pub mod store;
 
+use std::time::Duration;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use weft_auth::{InternalJwt, JwtInterceptor};
 use weft_config::Config;
 
 pub use boot::{BootLoaded, load_boot_definitions};
+pub use channels::{ChannelHub, ChannelsService};
 pub use grpc::SubstrateService;
 pub use memory::Memory;
 pub use skills::hash_skill_dir;
@@ -41,48 +47,69 @@ pub enum SubstrateError {
     Store(#[from] weft_store::StoreError),
     #[error("substrate transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("substrate: {0}")]
+    Bus(#[from] weft_bus::BusError),
     /// A boot definition is invalid or could not be stored; the message names the file (or
     /// config key) and the field.
     #[error("substrate boot definitions: {0}")]
     Boot(String),
 }
 
-/// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`), each behind the JWT
-/// check, as one set of routes: to mount on a server or to call in-process
+/// What the substrate serves: definitions, memory and channels, each over the same database.
+#[derive(Clone)]
+pub struct Parts {
+    pub defs: DefStore,
+    pub memory: Memory,
+    pub channels: ChannelHub,
+    /// How often expired memory entries are swept.
+    pub memory_sweep_every: Duration,
+}
+
+/// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`, `weft.v1.Channels`),
+/// each behind the JWT check, as one set of routes: to mount on a server or to call in-process
 /// (`weft_proto::transport::in_process`).
-pub fn grpc_service(store: DefStore, memory: Memory, jwt: InternalJwt) -> tonic::service::Routes {
+pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
     let check = JwtInterceptor::new(jwt);
-    tonic::service::Routes::new(
+    Routes::new(
         weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
-            SubstrateService::new(store),
+            SubstrateService::new(parts.defs.clone()),
             check.clone(),
         ),
     )
     .add_service(
         weft_proto::v1::memory_server::MemoryServer::with_interceptor(
-            memory::grpc::MemoryService::new(memory.clone()),
+            memory::grpc::MemoryService::new(parts.memory.clone()),
+            check.clone(),
+        ),
+    )
+    .add_service(
+        weft_proto::v1::channels_server::ChannelsServer::with_interceptor(
+            ChannelsService::new(parts.channels.clone()),
             check,
         ),
     )
 }
 
 /// Serves the substrate's gRPC API on `listener` until `shutdown` is cancelled, then drains.
-/// The memory's expiry sweep runs meanwhile, every `sweep_every`.
+/// Expired memory entries and channel messages are swept meanwhile.
 pub async fn serve(
     listener: TcpListener,
-    store: DefStore,
-    memory: Memory,
-    sweep_every: std::time::Duration,
+    parts: Parts,
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), SubstrateError> {
     let addr = listener.local_addr().ok();
-    let sweep = tokio::spawn(memory::sweep_until(
-        memory.store().clone(),
-        sweep_every,
+    let memory_sweep = tokio::spawn(memory::sweep_until(
+        parts.memory.store().clone(),
+        parts.memory_sweep_every,
         shutdown.clone(),
     ));
-    let routes = grpc_service(store, memory, jwt);
+    let channel_sweep = tokio::spawn({
+        let hub = parts.channels.clone();
+        let stop = shutdown.child_token();
+        async move { hub.sweep_until(stop).await }
+    });
+    let routes = grpc_service(&parts, jwt);
     tracing::info!(addr = ?addr, "substrate serving");
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -93,7 +120,8 @@ pub async fn serve(
             shutdown.cancelled_owned(),
         )
         .await;
-    sweep.abort();
+    memory_sweep.abort();
+    channel_sweep.abort();
     served?;
     Ok(())
 }
@@ -141,6 +169,40 @@ pub async fn connect(config: &Config) -> Result<DefStore, SubstrateError> {
     Ok(DefStore::new(pool))
 }
 
+/// Connects NATS (`nats`) for channel wake-ups and makes the channel hub over the store's
+/// database; creates the channels declared in `substrate.channels`.
+pub async fn connect_channels(
+    config: &Config,
+    store: &DefStore,
+) -> Result<ChannelHub, SubstrateError> {
+    let bus = weft_bus::Bus::connect(&config.nats.url, &config.nats.prefix).await?;
+    let hub = ChannelHub::new(
+        channels::ChannelStore::new(store.pool().clone()),
+        bus,
+        config.substrate.max_channel_waiters,
+    );
+    channels::load_declared(&hub, &config.substrate).await?;
+    Ok(hub)
+}
+
+/// Connects everything the substrate serves over `defs`' database: the memory (embedding
+/// through `router` when given) and the channels (NATS), with the declared channels created.
+pub async fn connect_parts(
+    config: &Config,
+    defs: DefStore,
+    router: Option<weft_proto::transport::GrpcTransport>,
+    jwt: InternalJwt,
+) -> Result<Parts, SubstrateError> {
+    let memory = connect_memory(config, &defs, router, jwt).await?;
+    let channels = connect_channels(config, &defs).await?;
+    Ok(Parts {
+        defs,
+        memory,
+        channels,
+        memory_sweep_every: Duration::from_millis(config.substrate.memory_sweep_interval_ms),
+    })
+}
+
 /// The whole substrate for its own binary: connect, load the boot definitions, serve.
 pub async fn run(
     listener: TcpListener,
@@ -155,7 +217,6 @@ pub async fn run(
             "substrate.router_url: {e}; give the router's gRPC URL"
         ))
     })?;
-    let memory = connect_memory(&config, &store, Some(router), jwt.clone()).await?;
-    let every = std::time::Duration::from_millis(config.substrate.memory_sweep_interval_ms);
-    serve(listener, store, memory, every, jwt, shutdown).await
+    let parts = connect_parts(&config, store, Some(router), jwt.clone()).await?;
+    serve(listener, parts, jwt, shutdown).await
 }

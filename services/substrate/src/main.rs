@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 use weft_config::{CommonArgs, Config, Overrides};
 use weft_telemetry::boot::{BootError, Service, boot};
 
-/// The weft substrate (gRPC): versioned agent definitions. Needs WEFT_AUTH__INTERNAL_JWT_SECRET
+/// The weft substrate (gRPC): versioned agent definitions and channels (Postgres, and NATS for
+/// channel wake-ups). Needs WEFT_AUTH__INTERNAL_JWT_SECRET
 /// shared with the gateway.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -199,6 +199,7 @@ impl DefStore {
     }
 
     /// The database pool (the memory store shares it).
+    /// The database pool (channels share it).
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -11,6 +11,8 @@
     reason = "integration tests: a panic is how a test fails"
 )]
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -374,21 +376,12 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_checks_scopes_and_the_internal_token() {
-    let (_db, s) = store().await;
+    let (db, s) = store().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");
-    let memory = weft_substrate::Memory::new(
-        weft_substrate::memory::MemoryStore::new(
-            s.pool().clone(),
-            weft_substrate::memory::Quotas {
-                tenant_bytes: 1 << 20,
-                agent_bytes: 1 << 20,
-            },
-        ),
-        None,
-        weft_substrate::memory::SearchMode::Exact,
-    );
-    let transport =
-        weft_proto::transport::in_process(weft_substrate::grpc_service(s, memory, jwt.clone()));
+    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(
+        &common::parts(s, &db.name).await,
+        jwt.clone(),
+    ));
     let mut client = SubstrateClient::new(transport);
     let put = |scopes: &str| {
         request(

@@ -10,6 +10,8 @@
     reason = "integration tests: a panic is how a test fails"
 )]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -637,8 +639,11 @@ async fn grpc_needs_the_memory_scopes() {
     let (db, m) = memory().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");
     let defs = weft_substrate::DefStore::new(db.pool.clone());
-    let transport =
-        weft_proto::transport::in_process(weft_substrate::grpc_service(defs, m, jwt.clone()));
+    let hub = common::channels(&defs, &db.name).await;
+    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(
+        &common::assemble(defs, m, hub),
+        jwt.clone(),
+    ));
     let mut client = weft_proto::transport::memory_client(transport);
     let req = |scopes: &str, msg: v1::MemorySetRequest| {
         let mut r = tonic::Request::new(msg);

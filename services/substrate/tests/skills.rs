@@ -11,6 +11,8 @@
     reason = "integration tests: a panic is how a test fails"
 )]
 
+mod common;
+
 use serde_json::json;
 use weft_auth::InternalJwt;
 use weft_config::SubstrateConfig;
@@ -144,9 +146,12 @@ fn request<T>(jwt: &InternalJwt, tenant_slug: &str, scopes: &str, msg: T) -> ton
 
 #[tokio::test(flavor = "multi_thread")]
 async fn skill_rpcs_decode_content_and_check_scopes_tenants_and_kind() {
-    let (_db, s) = store().await;
+    let (db, s) = store().await;
     let jwt = InternalJwt::from_secret(b"test-secret-test-secret-test-secret");
-    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(s, jwt.clone()));
+    let transport = weft_proto::transport::in_process(weft_substrate::grpc_service(
+        &common::parts(s, &db.name).await,
+        jwt.clone(),
+    ));
     let mut client = SubstrateClient::new(transport);
     let kind = v1::DefKind::Skill as i32;
     let put = |scopes: &str| {

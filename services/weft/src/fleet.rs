@@ -113,18 +113,15 @@ impl Fleet {
         let routing = weft_router::connect(&config).await?;
         let defs = weft_substrate::connect(&config).await?;
         weft_substrate::boot::load_boot_definitions(&defs, &config.substrate).await?;
-        let memory = weft_substrate::connect_memory(
+        let parts = weft_substrate::connect_parts(
             &config,
-            &defs,
+            defs,
             Some(in_process(&routing, &jwt)),
             jwt.clone(),
         )
         .await?;
-        let substrate = weft_proto::transport::in_process(weft_substrate::grpc_service(
-            defs.clone(),
-            memory.clone(),
-            jwt.clone(),
-        ));
+        let substrate =
+            weft_proto::transport::in_process(weft_substrate::grpc_service(&parts, jwt.clone()));
         let state = weft_gateway::connect(
             &config,
             jwt.clone(),
@@ -151,17 +148,9 @@ impl Fleet {
         let mut tasks = Vec::new();
         let stop = shutdown.clone();
         let substrate_jwt = jwt.clone();
-        let sweep_every = Duration::from_millis(config.substrate.memory_sweep_interval_ms);
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = weft_substrate::serve(
-                substrate_listener,
-                defs,
-                memory,
-                sweep_every,
-                substrate_jwt,
-                stop.clone(),
-            )
-            .await
+            if let Err(e) =
+                weft_substrate::serve(substrate_listener, parts, substrate_jwt, stop.clone()).await
             {
                 tracing::error!(error = %e, "substrate stopped");
                 stop.cancel();

@@ -135,12 +135,17 @@ struct Params {
     agent_hash: String,
     /// A's skill is named like A's agent (names are per kind).
     skill_hash: String,
+    /// A tenant channel, and the cursor of a message in it.
+    channel: String,
+    cursor: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 6] {
+    fn named(&self) -> [(&str, &'static str); 8] {
         [
+            (&self.cursor, "<cursor>"),
+            (&self.channel, "<channel>"),
             (&self.agent_hash, "<agent_hash>"),
             (&self.skill_hash, "<skill_hash>"),
             (&self.run, "<run>"),
@@ -543,6 +548,71 @@ fn expectations() -> Vec<Entry> {
             Native,
             OWN_RESOURCE,
         ),
+        // Channels are the tenant's: its readers read, its publishers publish, its admins
+        // create and delete; another tenant finds none of them.
+        entry(
+            get.clone(),
+            "/v1/channels",
+            AnyOf(&["channels:read", "channels:publish"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            post.clone(),
+            "/v1/channels/{name}/read",
+            AnyOf(&["channels:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/channels/{name}/peek",
+            AnyOf(&["channels:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            post.clone(),
+            "/v1/channels/{name}/ack",
+            AnyOf(&["channels:read"]),
+            Native,
+            TENANT_READ,
+        )
+        .body(|p| Some(json!({"cursor": p.cursor}))),
+        entry(
+            post.clone(),
+            "/v1/channels/await",
+            AnyOf(&["channels:read"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        )
+        .body(|p| Some(json!({"channels": [p.channel], "mode": "any"}))),
+        entry(
+            Method::DELETE,
+            "/v1/channels/{name}",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/channels/{name}/publish",
+            AnyOf(&["channels:publish"]),
+            Native,
+            [401, 401, 401, 403, 404, 201],
+        )
+        .body(|_| Some(json!({"payload": "an intruder's message"})))
+        .creates(),
+        // B may create a channel of A's channel's name in its own tenant.
+        entry(
+            Method::PUT,
+            "/v1/channels/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| Some(json!({"scope": "tenant"})))
+        .creates(),
         // Writes that create, last, runs before agents: B may define an agent of A's agent's
         // name in its own tenant (names are per tenant), after which B's runs of that name are
         // B's own. bob starts a run of his own from the tenant's agent; B has no such agent.
@@ -654,6 +724,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/channels/") => p.channel.as_str(),
             ("interrupt_id", _) => INTERRUPT,
             // Memory routes name alice's run scope.
             ("scope", _) => "run",
@@ -1073,6 +1144,27 @@ async fn set_up(f: &TestFleet) -> World {
         "revocation takes effect on the replica that revoked"
     );
 
+    // A tenant channel of A with one message (from a subject that is no secret).
+    let channel = format!("chan-{canary}");
+    let (s, c) = f
+        .put(
+            &format!("/v1/channels/{channel}"),
+            &a_admin,
+            json!({"scope": "tenant"}),
+        )
+        .await;
+    assert_eq!(s, 201, "{c}");
+    let publisher = bearer(&mint(f, "acme", "publisher", "publisher", &["channels:publish"]).await);
+    let (s, published) = f
+        .post(
+            &format!("/v1/channels/{channel}/publish"),
+            &publisher,
+            json!({"payload": format!("message-{canary}")}),
+        )
+        .await;
+    assert_eq!(s, 201, "{published}");
+    let cursor = published["cursor"].as_str().unwrap().to_owned();
+
     let beta_admin = bearer(&mint(f, "beta", "beta-admin", "beta admin", &["tenant:admin"]).await);
     let bob_scopes: Vec<&str> = TENANT_SCOPES
         .into_iter()
@@ -1087,6 +1179,8 @@ async fn set_up(f: &TestFleet) -> World {
         agent: agent.clone(),
         agent_hash: agent_hash.clone(),
         skill_hash: skill_hash.clone(),
+        channel: channel.clone(),
+        cursor: cursor.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -1096,6 +1190,13 @@ async fn set_up(f: &TestFleet) -> World {
         agent: format!("ghost-{}", &ghost_hex[8..16]),
         agent_hash: format!("sha256:{ghost_hex}"),
         skill_hash: format!("sha256:{}", ghost_hex.chars().rev().collect::<String>()),
+        channel: format!("ghost-{}", &ghost_hex[16..24]),
+        cursor: weft_substrate::channels::rules::Cursor {
+            channel: 1 << 40,
+            partition: 7,
+            seq: 1,
+        }
+        .encode(),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
@@ -1137,6 +1238,13 @@ async fn set_up(f: &TestFleet) -> World {
             victim_secret.chars().take(12).collect::<String>(),
             &[],
         ),
+        secret("A's channel name", channel, &[OtherSubject]),
+        secret(
+            "A's channel message",
+            format!("message-{canary}"),
+            &[OtherSubject],
+        ),
+        secret("A's channel cursor", cursor, &[OtherSubject]),
         secret("the canary", canary.to_owned(), &[]),
     ];
     World {

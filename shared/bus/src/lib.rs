@@ -77,6 +77,12 @@ impl Names {
     pub fn usage_consumer(&self) -> String {
         format!("{}_usage_writer", self.prefix)
     }
+
+    /// Wake-ups of one channel partition (core NATS): `channel` is the channel's id and
+    /// `partition` a hash of the partition's key, so no caller text reaches a subject.
+    pub fn channel_wakeup(&self, channel: i64, partition: u64) -> String {
+        format!("{}.channel.{channel}.{partition:016x}", self.prefix)
+    }
 }
 
 /// "Run this run": what an executor pulls. The run row holds everything else.
@@ -289,6 +295,43 @@ impl Bus {
         Ok(sub)
     }
 
+    /// Announces that a channel partition has a new message at `seq` (core NATS, at most once:
+    /// a reader that misses it still finds the message on its next read).
+    pub async fn publish_channel_wakeup(
+        &self,
+        channel: i64,
+        partition: u64,
+        seq: i64,
+    ) -> Result<(), BusError> {
+        self.client
+            .publish(
+                self.names.channel_wakeup(channel, partition),
+                seq.to_string().into(),
+            )
+            .await
+            .map_err(nats_err)
+    }
+
+    /// Subscribes to the wake-ups of channel partitions (`(channel, partition)` pairs), one
+    /// subscription each. They are registered with the server once this returns (one flush for
+    /// all), so a wake-up published afterwards is not missed.
+    pub async fn subscribe_channel_wakeups(
+        &self,
+        partitions: &[(i64, u64)],
+    ) -> Result<Vec<async_nats::Subscriber>, BusError> {
+        let mut subs = Vec::with_capacity(partitions.len());
+        for &(channel, partition) in partitions {
+            subs.push(
+                self.client
+                    .subscribe(self.names.channel_wakeup(channel, partition))
+                    .await
+                    .map_err(nats_err)?,
+            );
+        }
+        self.client.flush().await.map_err(nats_err)?;
+        Ok(subs)
+    }
+
     /// Whether the server answers.
     pub async fn ping(&self) -> Result<(), BusError> {
         self.client.flush().await.map_err(nats_err)
@@ -325,5 +368,9 @@ mod tests {
         assert_eq!(n.usage_stream(), "T1_USAGE");
         assert_eq!(n.usage_subject(), "t1.usage");
         assert_eq!(n.usage_consumer(), "t1_usage_writer");
+        assert_eq!(
+            n.channel_wakeup(42, 0xabc),
+            "t1.channel.42.0000000000000abc"
+        );
     }
 }

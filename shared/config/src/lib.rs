@@ -73,6 +73,25 @@ pub struct SubstrateConfig {
     /// How often expired memory entries are deleted, in milliseconds (reads never return
     /// them, swept or not).
     pub memory_sweep_interval_ms: u64,
+    /// Channels created (or updated) in `boot_tenant` at start, by name.
+    pub channels: BTreeMap<String, ChannelDecl>,
+    /// Long-polls (channel reads and awaits with `wait_ms`) one substrate holds at once; more
+    /// are answered 503 with `Retry-After`.
+    pub max_channel_waiters: usize,
+}
+
+/// A channel declared in the config (`substrate.channels.<name>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelDecl {
+    /// `agent`, `user` or `tenant`.
+    pub scope: String,
+    /// Message lifetime; default one day.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Messages kept per partition; default 1000.
+    #[serde(default)]
+    pub max_messages: Option<u64>,
 }
 
 impl Default for SubstrateConfig {
@@ -88,6 +107,8 @@ impl Default for SubstrateConfig {
             memory_tenant_quota_bytes: 256 * 1024 * 1024,
             memory_agent_quota_bytes: 32 * 1024 * 1024,
             memory_sweep_interval_ms: 30_000,
+            channels: BTreeMap::new(),
+            max_channel_waiters: 10_000,
         }
     }
 }
@@ -724,6 +745,9 @@ impl Config {
             return bad(
                 "substrate.embedding_model must name a model or alias of the router".into(),
             );
+        }
+        if self.substrate.max_channel_waiters == 0 {
+            return bad("substrate.max_channel_waiters must be at least 1, got 0".into());
         }
         if self.gateway.max_streams_per_principal == 0 {
             return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());

@@ -77,6 +77,16 @@ pub fn memory_client(t: GrpcTransport) -> crate::v1::memory_client::MemoryClient
         .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
 }
 
+/// A channels client over `t` (the substrate serves `weft.v1.Channels`), with the same message
+/// limit as [`router_client`].
+pub fn channels_client(
+    t: GrpcTransport,
+) -> crate::v1::channels_client::ChannelsClient<GrpcTransport> {
+    crate::v1::channels_client::ChannelsClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
 /// A generated tonic server (with its interceptor) called in-process.
 pub fn in_process<S, B>(svc: S) -> GrpcTransport
 where
