@@ -60,7 +60,17 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         principal: Principal {
             tenant: lease.run.tenant.clone(),
             subject: lease.run.subject.clone(),
-            scopes: Scopes::new([Scope::RunsCreate, Scope::RunsRead, Scope::LlmCall]),
+            // What a run may touch beyond these is decided by its agent (memory_scopes, channels,
+            // skills), checked by the tools before they call the substrate.
+            scopes: Scopes::new([
+                Scope::RunsCreate,
+                Scope::RunsRead,
+                Scope::LlmCall,
+                Scope::MemoryRead,
+                Scope::MemoryWrite,
+                Scope::ChannelsPublish,
+                Scope::ChannelsRead,
+            ]),
             token_id: None,
         },
         spec: serde_json::from_value(lease.run.spec.clone()).unwrap_or_default(),

@@ -11,9 +11,12 @@
 //! [`Registry::builtin`].
 
 pub mod agent;
+pub mod channel;
 pub mod context;
 pub mod http;
 pub mod interruption;
+pub mod memory;
+pub mod skill;
 
 use std::sync::{Arc, Mutex};
 
@@ -266,6 +269,9 @@ impl Registry {
         r.add(agent::Agent);
         r.add(interruption::Interruption);
         r.add(http::HttpTool::new(cfg)?);
+        r.add(memory::Memory);
+        r.add(channel::Channel);
+        r.add(skill::Skill);
         Ok(r)
     }
 
@@ -302,5 +308,26 @@ impl Registry {
     /// The names of the hosted tools.
     pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|t| t.name()).collect()
+    }
+}
+
+/// A substrate refusal as the call's result (bad input, not found, a conflict, a quota: the
+/// model can act on them), or, when the substrate is unreachable or failed, an abort that
+/// retries the run, which resumes at this call.
+pub(crate) fn substrate_error(s: &tonic::Status) -> Result<ToolOutput, Abort> {
+    use tonic::Code;
+    match s.code() {
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::Aborted
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::PermissionDenied
+        | Code::ResourceExhausted => Ok(ToolOutput::error(Error::from(s).message)),
+        _ => Err(Abort::infra(format!(
+            "substrate: {}",
+            Error::from(s).message
+        ))),
     }
 }

@@ -1,0 +1,118 @@
+//! The `Skill` tool: the skills this run's agent may load (its `skills` allowlist) and their
+//! instructions. `list` names them with their descriptions; `load` brings one skill's body — or
+//! one of its files — into the conversation as the call's result. It only reads: `ReadOnly`.
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use weft_core::message::ToolSpec;
+use weft_proto::v1;
+
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error};
+
+/// `Skill`.
+pub struct Skill;
+
+impl Tool for Skill {
+    fn name(&self) -> &str {
+        "Skill"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: "Skills are instructions for particular tasks. op=list: the skills you \
+                may load, with what each is for. op=load {name}: a skill's instructions (and \
+                the names of its files); op=load {name, file}: one of its files."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": ["list", "load"]},
+                    "name": {"type": "string"},
+                    "file": {"type": "string"}
+                },
+                "required": ["op"]
+            }),
+        }
+    }
+
+    fn side_effect(&self, _input: &Value) -> SideEffect {
+        SideEffect::ReadOnly
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
+        Box::pin(async move { skill(ctx, input).await.map(ToolOutcome::Done) })
+    }
+}
+
+async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
+    let allowed = &ctx.spec().skills;
+    let mut client = weft_proto::transport::substrate_client(ctx.substrate_transport());
+    match input.get("op").and_then(Value::as_str) {
+        Some("list") => {
+            let req = ctx
+                .internal(v1::ListSkillsRequest {})
+                .map_err(|e| Abort::infra(e.message))?;
+            let skills = match client.list_skills(req).await {
+                Ok(r) => r.into_inner().skills,
+                Err(s) => return substrate_error(&s),
+            };
+            let offered: Vec<Value> = skills
+                .into_iter()
+                .filter(|s| !s.retired && allowed.contains(&s.name))
+                .map(|s| json!({"name": s.name, "description": s.description}))
+                .collect();
+            Ok(ToolOutput::ok(json!({ "skills": offered }).to_string()))
+        }
+        Some("load") => {
+            let Some(name) = input.get("name").and_then(Value::as_str) else {
+                return Ok(ToolOutput::error(
+                    "`name` (a skill from op=list) is required",
+                ));
+            };
+            if !allowed.iter().any(|a| a == name) {
+                return Ok(ToolOutput::error(format!(
+                    "skill `{name}` is not available to this agent; op=list shows the ones that are"
+                )));
+            }
+            let req = ctx
+                .internal(v1::GetSkillRequest {
+                    name: name.to_owned(),
+                    version: None,
+                })
+                .map_err(|e| Abort::infra(e.message))?;
+            let s = match client.get_skill(req).await {
+                Ok(r) => r.into_inner(),
+                Err(s) => return substrate_error(&s),
+            };
+            if s.retired {
+                return Ok(ToolOutput::error(format!("skill `{name}` is retired")));
+            }
+            match input.get("file").and_then(Value::as_str) {
+                Some(file) => Ok(match s.files.get(file) {
+                    Some(text) => ToolOutput::ok(text.clone()),
+                    None => ToolOutput::error(format!(
+                        "skill `{name}` has no file `{file}`; its files: {}",
+                        s.files.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )),
+                }),
+                None => {
+                    let mut text = format!("# Skill: {}\n\n{}", s.name, s.body);
+                    if !s.files.is_empty() {
+                        text.push_str("\n\nFiles (load with op=load, name, file): ");
+                        text.push_str(&s.files.keys().cloned().collect::<Vec<_>>().join(", "));
+                    }
+                    Ok(ToolOutput::ok(text))
+                }
+            }
+        }
+        other => Ok(ToolOutput::error(format!(
+            "`op` must be \"list\" or \"load\", got {}",
+            other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
+        ))),
+    }
+}
