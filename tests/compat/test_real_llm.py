@@ -325,3 +325,67 @@ def test_messages_stream_tool_use(claude, model):
     assert uses[0].name == "get_weather"
     assert isinstance(uses[0].input, dict)
     assert final.stop_reason == "tool_use"
+
+
+# --- an agent on the real model uses the Memory tool (runs API) -----------------------------
+
+
+def _run(http, agent, text):
+    """Starts a run of `agent` and returns its transcript once it finished."""
+    r = http.post("runs", json={"agent": agent, "input": text})
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    # The stream ends at run_finished; reading it to the end is the wait.
+    with http.stream("GET", f"runs/{run_id}/stream") as s:
+        assert s.status_code == 200
+        for _ in s.iter_lines():
+            pass
+    page = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()
+    return run_id, page["events"]
+
+
+def _memory_calls(events):
+    return [
+        e["data"]["input"]
+        for e in events
+        if e["kind"] == "tool_call" and e["data"]["name"] == "Memory"
+    ]
+
+
+@pytest.mark.parametrize("model", ALIASES)
+def test_agent_remembers_a_fact_in_one_run_and_recalls_it_in_the_next(http, model):
+    """Structure, not wording: the first run stores the fact with Memory (and it is in the
+    store), the second run reads it back with Memory."""
+    agent = f"rememberer-{model}"
+    key = "favourite_colour"
+    r = http.put(
+        f"agents/{agent}",
+        json={
+            "model": model,
+            "tools": ["Memory"],
+            "memory_scopes": ["user"],
+            "max_iterations": 4,
+            "max_tokens": TOOL_MAX_TOKENS,
+            "sampling": {"temperature": 0},
+            "system_prompt": (
+                "You have a Memory tool. To remember something call Memory with "
+                f'{{"op": "set", "scope": "user", "key": "{key}", "value": <the fact>}}. '
+                f'To recall it call Memory with {{"op": "get", "scope": "user", "key": "{key}"}}.'
+            ),
+        },
+    )
+    assert r.status_code in (200, 201), r.text
+    me = http.get("me").json()
+
+    _, events = _run(http, agent, "Remember this: my favourite colour is teal. Use the Memory tool.")
+    sets = [c for c in _memory_calls(events) if c.get("op") == "set"]
+    assert sets, f"the first run never called Memory set: {[e['kind'] for e in events]}"
+    stored = http.get(f"memory/user/{me['subject']}/{sets[0].get('key', key)}")
+    assert stored.status_code == 200, stored.text
+    assert "teal" in json.dumps(stored.json()["value"]).lower()
+
+    _, events = _run(http, agent, "What is my favourite colour? Look it up with the Memory tool.")
+    gets = [c for c in _memory_calls(events) if c.get("op") == "get"]
+    assert gets, f"the second run never called Memory get: {[e['kind'] for e in events]}"
+    results = [e["data"] for e in events if e["kind"] == "tool_result"]
+    assert any("teal" in r["content"].lower() for r in results), results
