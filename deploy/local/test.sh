@@ -477,6 +477,7 @@ compat_split() {
     rpid=$LAST_PID
     wait_port weft-router "$rpid" "$rlog" "$rport" || return 1
     start_proc "$slog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        WEFT_NATS__PREFIX="$prefix" WEFT_SUBSTRATE__ROUTER_URL="http://127.0.0.1:$rport" \
         "$BIN_DIR/weft-substrate" "${cfg[@]}" --listen "127.0.0.1:$sport" --database-url "$url"
     spid=$LAST_PID
     wait_port weft-substrate "$spid" "$slog" "$sport" || return 1
