@@ -102,37 +102,41 @@ impl Driver {
             (a, out, events)
         }))
         .buffer_unordered(limit);
-        let mut done = Vec::new();
+        // A result is recorded as soon as its call returns, so a crash or an abort of a sibling
+        // later in the turn cannot turn a known outcome into an unknown one.
+        let mut asks = Vec::new();
         loop {
             let next = tokio::select! {
                 () = self.lost.cancelled() => return Err(Stop::Lost),
                 () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                // A cancelled run stops waiting on its calls (a long Channel wait, say): the
+                // loop finishes it next, whatever is still pending.
+                () = self.cancel.cancelled() => return Ok(None),
                 n = running.next() => n,
             };
             let Some((a, out, events)) = next else { break };
-            done.push((a, out.map_err(|e| e.0)?, events));
-        }
-        drop(running);
-        // Results in call order; the first ask of the turn parks the run.
-        done.sort_by_key(|(a, _, _)| a.index);
-        let mut ask = None;
-        for (a, outcome, events) in done {
-            match outcome {
+            match out.map_err(|e| e.0)? {
                 ToolOutcome::Done(out) => {
                     self.finish_call(state, &a.call, &out, events).await?;
                     ledger.remove(&a.call.id);
                 }
-                ToolOutcome::Ask { question } if ask.is_none() => {
-                    ask = Some((a, question, events));
-                }
-                ToolOutcome::Ask { .. } => {
-                    let out = ToolOutput::error(format!(
-                        "only one `{}` ask per turn: ask again after this one is answered",
-                        a.call.name
-                    ));
-                    self.finish_call(state, &a.call, &out, events).await?;
-                    ledger.remove(&a.call.id);
-                }
+                ToolOutcome::Ask { question } => asks.push((a, question, events)),
+            }
+        }
+        drop(running);
+        // The first ask of the turn (in call order) parks the run.
+        asks.sort_by_key(|(a, _, _)| a.index);
+        let mut ask = None;
+        for (a, question, events) in asks {
+            if ask.is_none() {
+                ask = Some((a, question, events));
+            } else {
+                let out = ToolOutput::error(format!(
+                    "only one `{}` ask per turn: ask again after this one is answered",
+                    a.call.name
+                ));
+                self.finish_call(state, &a.call, &out, events).await?;
+                ledger.remove(&a.call.id);
             }
         }
         let Some((a, question, mut events)) = ask else {

@@ -103,7 +103,7 @@ fn messages_json(ms: Vec<v1::ChannelMessage>) -> Vec<Value> {
 
 /// `PUT /v1/channels/{name}` body.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct PutChannelBody {
     pub scope: String,
     #[serde(default)]
@@ -175,7 +175,7 @@ pub async fn list_channels_handler(
 
 /// `POST /v1/channels/{name}/publish` body.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct PublishBody {
     /// Any JSON value, at most 64 KiB as JSON text.
     pub payload: Value,
@@ -233,7 +233,7 @@ pub async fn publish_handler(
 /// `POST /v1/channels/{name}/read` body (optional: no body reads after the committed cursor
 /// without waiting).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ReadBody {
     #[serde(default)]
     pub cursor: Option<String>,
@@ -285,7 +285,7 @@ pub async fn read_handler(
 
 /// `POST /v1/channels/{name}/ack` body.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct AckBody {
     pub cursor: String,
     #[serde(default)]
@@ -359,7 +359,7 @@ pub async fn peek_handler(
 
 /// `POST /v1/channels/await` body.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct AwaitBody {
     pub channels: Vec<String>,
     pub mode: String,
@@ -406,3 +406,6 @@ pub async fn await_handler(
         .collect();
     Ok(Json(json!({ "satisfied": r.satisfied, "channels": channels })).into_response())
 }
+
+// Bodies are JSON objects only: serde's derive would also read an array of the fields.
+weft_core::objects_only!(deserialize: PutChannelBody, PublishBody, ReadBody, AckBody, AwaitBody);

@@ -100,7 +100,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>
 
 /// `PUT /v1/memory/{scope}/{scope_id}/{key}`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct PutBody {
     #[serde(default, deserialize_with = "present")]
     value: Option<Value>,
@@ -112,7 +112,7 @@ pub struct PutBody {
 
 /// `POST /v1/memory/{scope}/{scope_id}/{key}/incr`; an empty body adds 1.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct IncrBody {
     by: Option<i64>,
     ttl_seconds: Option<i64>,
@@ -120,7 +120,7 @@ pub struct IncrBody {
 
 /// `POST /v1/memory/search`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct SearchBody {
     scope: String,
     scope_id: String,
@@ -320,3 +320,6 @@ pub async fn search_handler(
         .collect();
     Ok(Json(json!({"data": data, "mode": r.mode})).into_response())
 }
+
+// Bodies are JSON objects only: serde's derive would also read an array of the fields.
+weft_core::objects_only!(deserialize: PutBody, IncrBody, SearchBody);

@@ -15,7 +15,9 @@ use weft_core::message::ToolSpec;
 use weft_core::run::{ChannelDelivery, ChannelPublish, RunEvent};
 use weft_proto::v1;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error};
+use super::{
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+};
 
 /// `Channel`.
 pub struct Channel;
@@ -143,13 +145,21 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolO
             ))));
         }
     };
-    let mut client = weft_proto::transport::channels_client(ctx.substrate_transport());
+    let client = weft_proto::transport::channels_client(ctx.substrate_transport());
     let agent = Some(ctx.agent_name().to_owned());
     let consumer = Some(ctx.agent_name().to_owned());
     macro_rules! rpc {
         ($method:ident, $msg:expr) => {{
-            let req = ctx.internal($msg).map_err(|e| Abort::infra(e.message))?;
-            match client.$method(req).await {
+            let msg = $msg;
+            let answer = with_retry(|| {
+                let mut client = client.clone();
+                let req = ctx
+                    .internal(msg.clone())
+                    .map_err(|e| tonic::Status::internal(e.message));
+                async move { client.$method(req?).await }
+            })
+            .await;
+            match answer {
                 Ok(r) => r.into_inner(),
                 Err(s) => return substrate_error(&s).map(Err),
             }

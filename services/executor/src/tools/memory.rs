@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error};
+use super::{
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+};
 
 /// `Memory`.
 pub struct Memory;
@@ -148,7 +150,7 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
             "`scope` must be run, agent, user or tenant",
         )));
     };
-    let mut client = weft_proto::transport::memory_client(ctx.substrate_transport());
+    let client = weft_proto::transport::memory_client(ctx.substrate_transport());
     let key = || str_field(input, "key").map(str::to_owned);
     let op_key = Some(ctx.exactly_once_key());
     let agent = Some(ctx.agent_name().to_owned());
@@ -162,8 +164,16 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
     }
     macro_rules! rpc {
         ($method:ident, $msg:expr) => {{
-            let req = ctx.internal($msg).map_err(|e| Abort::infra(e.message))?;
-            match client.$method(req).await {
+            let msg = $msg;
+            let answer = with_retry(|| {
+                let mut client = client.clone();
+                let req = ctx
+                    .internal(msg.clone())
+                    .map_err(|e| tonic::Status::internal(e.message));
+                async move { client.$method(req?).await }
+            })
+            .await;
+            match answer {
                 Ok(r) => r.into_inner(),
                 Err(s) => return substrate_error(&s).map(Err),
             }
@@ -172,16 +182,28 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
     let out = match op {
         "get" => {
             let key = tri!(key());
-            let req = ctx
-                .internal(v1::MemoryGetRequest {
-                    scope,
-                    scope_id,
-                    key: key.clone(),
-                })
-                .map_err(|e| Abort::infra(e.message))?;
-            match client.get(req).await {
+            let msg = v1::MemoryGetRequest {
+                scope,
+                scope_id,
+                key: key.clone(),
+            };
+            let answer = with_retry(|| {
+                let mut client = client.clone();
+                let req = ctx
+                    .internal(msg.clone())
+                    .map_err(|e| tonic::Status::internal(e.message));
+                async move { client.get(req?).await }
+            })
+            .await;
+            match answer {
                 Ok(r) => json!({"found": true, "entry": entry(&r.into_inner())}),
-                Err(s) if s.code() == tonic::Code::NotFound => json!({"found": false, "key": key}),
+                // A missing key, not a refused scope (also NOT_FOUND, naming no field).
+                Err(s)
+                    if s.code() == tonic::Code::NotFound
+                        && weft_core::Error::from(&s).param.as_deref() == Some("key") =>
+                {
+                    json!({"found": false, "key": key})
+                }
                 Err(s) => return substrate_error(&s).map(Err),
             }
         }

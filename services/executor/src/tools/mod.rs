@@ -311,23 +311,39 @@ impl Registry {
     }
 }
 
-/// A substrate refusal as the call's result (bad input, not found, a conflict, a quota: the
-/// model can act on them), or, when the substrate is unreachable or failed, an abort that
-/// retries the run, which resumes at this call.
+/// A substrate error as the call's result, which the model can act on: bad input, not found,
+/// a conflict, a quota, or the substrate being unavailable after [`with_retry`]'s retries. None
+/// of them aborts the run: an error that would come back on every retry (a misconfigured
+/// embedding model, say) would otherwise retry the run until its dispatch gave up.
 pub(crate) fn substrate_error(s: &tonic::Status) -> Result<ToolOutput, Abort> {
-    use tonic::Code;
-    match s.code() {
-        Code::InvalidArgument
-        | Code::NotFound
-        | Code::AlreadyExists
-        | Code::Aborted
-        | Code::FailedPrecondition
-        | Code::OutOfRange
-        | Code::PermissionDenied
-        | Code::ResourceExhausted => Ok(ToolOutput::error(Error::from(s).message)),
-        _ => Err(Abort::infra(format!(
-            "substrate: {}",
-            Error::from(s).message
-        ))),
+    let e = Error::from(s);
+    Ok(ToolOutput::error(match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+            format!(
+                "the substrate is unavailable: {}; try again later",
+                e.message
+            )
+        }
+        _ => e.message,
+    }))
+}
+
+/// Calls the substrate, retrying a few times (0.2, 0.4, 0.8 s apart) while it answers
+/// `Unavailable`: a restart or a brief overload is waited out inside the call.
+pub(crate) async fn with_retry<T, F, Fut>(mut call: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut delay = std::time::Duration::from_millis(200);
+    for _ in 0..3 {
+        match call().await {
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            r => return r,
+        }
     }
+    call().await
 }

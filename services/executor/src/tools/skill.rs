@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error};
+use super::{
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+};
 
 /// `Skill`.
 pub struct Skill;
@@ -51,13 +53,18 @@ impl Tool for Skill {
 
 async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
     let allowed = &ctx.spec().skills;
-    let mut client = weft_proto::transport::substrate_client(ctx.substrate_transport());
+    let client = weft_proto::transport::substrate_client(ctx.substrate_transport());
     match input.get("op").and_then(Value::as_str) {
         Some("list") => {
-            let req = ctx
-                .internal(v1::ListSkillsRequest {})
-                .map_err(|e| Abort::infra(e.message))?;
-            let skills = match client.list_skills(req).await {
+            let skills = match with_retry(|| {
+                let mut client = client.clone();
+                let req = ctx
+                    .internal(v1::ListSkillsRequest {})
+                    .map_err(|e| tonic::Status::internal(e.message));
+                async move { client.list_skills(req?).await }
+            })
+            .await
+            {
                 Ok(r) => r.into_inner().skills,
                 Err(s) => return substrate_error(&s),
             };
@@ -79,13 +86,19 @@ async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
                     "skill `{name}` is not available to this agent; op=list shows the ones that are"
                 )));
             }
-            let req = ctx
-                .internal(v1::GetSkillRequest {
-                    name: name.to_owned(),
-                    version: None,
-                })
-                .map_err(|e| Abort::infra(e.message))?;
-            let s = match client.get_skill(req).await {
+            let msg = v1::GetSkillRequest {
+                name: name.to_owned(),
+                version: None,
+            };
+            let s = match with_retry(|| {
+                let mut client = client.clone();
+                let req = ctx
+                    .internal(msg.clone())
+                    .map_err(|e| tonic::Status::internal(e.message));
+                async move { client.get_skill(req?).await }
+            })
+            .await
+            {
                 Ok(r) => r.into_inner(),
                 Err(s) => return substrate_error(&s),
             };

@@ -184,6 +184,14 @@ impl ChannelHub {
         target: Target<'_>,
     ) -> Result<Opened, Error> {
         rules::validate_name(field, name)?;
+        // The stream's names are checked before the lookup, so bad input is a 400 whether or
+        // not the channel exists.
+        if let Some(agent) = target.agent {
+            rules::validate_agent(agent)?;
+        }
+        if let Some(user) = target.user {
+            rules::validate_key("user", user)?;
+        }
         let channel = self
             .store
             .get(&p.tenant, name)
@@ -447,8 +455,11 @@ impl ChannelHub {
         let wait = rules::wait_ms(Some(wait_ms))?;
         let consumer = consumer_of(p, consumer)?;
         let mut opened = Vec::with_capacity(channels.len());
-        for name in channels {
-            opened.push(self.open(p, "channels", name, target).await?);
+        for (i, name) in channels.iter().enumerate() {
+            opened.push(
+                self.open(p, &format!("channels[{i}]"), name, target)
+                    .await?,
+            );
         }
         let needed = mode.needed(channels.len());
         let check = || async {

@@ -430,10 +430,11 @@ pub fn await_channels(channels: &[String]) -> Result<(), Error> {
         ));
     }
     for (i, c) in channels.iter().enumerate() {
-        validate_name("channels", c)?;
+        let field = format!("channels[{i}]");
+        validate_name(&field, c)?;
         if channels[..i].contains(c) {
             return Err(bad(
-                "channels",
+                &field,
                 format!("`channels` lists `{c}` twice; list each channel once"),
             ));
         }
