@@ -35,6 +35,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     had_row      boolean;
+    old_ctid     tid;
     old_version  bigint;
     old_bytes    bigint := 0;
     old_agent    text := '';
@@ -48,8 +49,9 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(
         p_tenant || '/' || p_scope || '/' || length(p_scope_id)::text || '/' || p_scope_id
             || '/' || p_key, 7));
-    SELECT e.version, e.bytes::bigint, e.agent, (e.expires_at IS NULL OR e.expires_at > now())
-      INTO old_version, old_bytes, old_agent, old_live
+    SELECT e.ctid, e.version, e.bytes::bigint, e.agent,
+           (e.expires_at IS NULL OR e.expires_at > now())
+      INTO old_ctid, old_version, old_bytes, old_agent, old_live
       FROM memory_entries e
      WHERE e.tenant_id = p_tenant AND e.scope = p_scope AND e.scope_id = p_scope_id
        AND e.key = p_key
@@ -68,19 +70,33 @@ BEGIN
             USING ERRCODE = 'WM002', DETAIL = live_version::text;
     END IF;
 
-    INSERT INTO memory_entries AS e
-        (tenant_id, scope, scope_id, key, value_json, bytes, version, agent, expires_at,
-         embedding, embedding_model)
-    VALUES (p_tenant, p_scope, p_scope_id, p_key, p_value_json, p_bytes, live_version + 1,
-            p_agent, now() + make_interval(secs => p_ttl_seconds), p_embedding, p_model)
-    ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
-        value_json = EXCLUDED.value_json, bytes = EXCLUDED.bytes,
-        version = EXCLUDED.version, agent = EXCLUDED.agent,
-        expires_at = EXCLUDED.expires_at, embedding = EXCLUDED.embedding,
-        embedding_model = EXCLUDED.embedding_model, updated_at = now()
-    RETURNING e.key, e.value_json, e.version, e.expires_at, e.updated_at,
-              e.embedding IS NOT NULL
-         INTO key, value_json, version, expires_at, updated_at, embedded;
+    IF had_row THEN
+        -- The row is locked: update that very tuple, no second index lookup.
+        UPDATE memory_entries e SET
+            value_json = p_value_json, bytes = p_bytes, version = live_version + 1,
+            agent = p_agent, expires_at = now() + make_interval(secs => p_ttl_seconds),
+            embedding = p_embedding, embedding_model = p_model, updated_at = now()
+         WHERE e.ctid = old_ctid
+        RETURNING e.key, e.value_json, e.version, e.expires_at, e.updated_at,
+                  e.embedding IS NOT NULL
+             INTO key, value_json, version, expires_at, updated_at, embedded;
+    ELSE
+        -- Every writer of an address holds its advisory lock, so nothing inserts it meanwhile;
+        -- ON CONFLICT only keeps a surprise from being an error.
+        INSERT INTO memory_entries AS e
+            (tenant_id, scope, scope_id, key, value_json, bytes, version, agent, expires_at,
+             embedding, embedding_model)
+        VALUES (p_tenant, p_scope, p_scope_id, p_key, p_value_json, p_bytes, 1, p_agent,
+                now() + make_interval(secs => p_ttl_seconds), p_embedding, p_model)
+        ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
+            value_json = EXCLUDED.value_json, bytes = EXCLUDED.bytes,
+            version = EXCLUDED.version, agent = EXCLUDED.agent,
+            expires_at = EXCLUDED.expires_at, embedding = EXCLUDED.embedding,
+            embedding_model = EXCLUDED.embedding_model, updated_at = now()
+        RETURNING e.key, e.value_json, e.version, e.expires_at, e.updated_at,
+                  e.embedding IS NOT NULL
+             INTO key, value_json, version, expires_at, updated_at, embedded;
+    END IF;
 
     -- The usage moves from the replaced row (its agent, its bytes) to the new one.
     who := ARRAY[''];
