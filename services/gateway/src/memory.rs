@@ -75,22 +75,85 @@ fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
     })
 }
 
-/// The JSON of an entry.
-fn entry_json(e: v1::MemoryEntry) -> Value {
-    let value = serde_json::from_str::<Value>(&e.value_json).unwrap_or_else(|err| {
-        tracing::error!(error = %err, "substrate sent a memory value that is not JSON");
-        Value::Null
-    });
-    json!({
-        "scope": e.scope,
-        "scope_id": e.scope_id,
-        "key": e.key,
-        "value": value,
-        "version": e.version,
-        "expires_at": e.expires_at,
-        "updated_at": e.updated_at,
-        "embedded": e.embedded,
-    })
+/// Appends `v` as JSON. Writing into a `Vec` cannot fail.
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    if let Err(e) = serde_json::to_writer(&mut *out, v) {
+        tracing::error!(error = %e, "memory: a response field could not be written");
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// Appends the JSON object of an entry (with its search `score` when given). The stored value
+/// is compact JSON the substrate validated on write, so it is spliced in as it is rather than
+/// parsed into a tree and written out again; text that is not JSON becomes `null`.
+fn push_entry(out: &mut Vec<u8>, e: &v1::MemoryEntry, score: Option<f64>) {
+    out.extend_from_slice(b"{\"scope\":");
+    push_json(out, &e.scope);
+    out.extend_from_slice(b",\"scope_id\":");
+    push_json(out, &e.scope_id);
+    out.extend_from_slice(b",\"key\":");
+    push_json(out, &e.key);
+    out.extend_from_slice(b",\"value\":");
+    if serde_json::from_str::<serde::de::IgnoredAny>(&e.value_json).is_ok() {
+        out.extend_from_slice(e.value_json.as_bytes());
+    } else {
+        tracing::error!("substrate sent a memory value that is not JSON");
+        out.extend_from_slice(b"null");
+    }
+    out.extend_from_slice(b",\"version\":");
+    push_json(out, &e.version);
+    out.extend_from_slice(b",\"expires_at\":");
+    push_json(out, &e.expires_at);
+    out.extend_from_slice(b",\"updated_at\":");
+    push_json(out, &e.updated_at);
+    out.extend_from_slice(b",\"embedded\":");
+    push_json(out, &e.embedded);
+    if let Some(score) = score {
+        out.extend_from_slice(b",\"score\":");
+        push_json(out, &score);
+    }
+    out.push(b'}');
+}
+
+/// A `200` with a JSON body already written.
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// The response of one entry.
+fn entry_response(e: &v1::MemoryEntry) -> Response {
+    let mut out = Vec::with_capacity(192 + e.value_json.len());
+    push_entry(&mut out, e, None);
+    json_response(out)
+}
+
+/// The response of a page of entries: `{"data": [...], <extra>}`.
+fn entries_response<'a>(
+    entries: impl Iterator<Item = (&'a v1::MemoryEntry, Option<f64>)>,
+    extra_key: &str,
+    extra: &impl serde::Serialize,
+) -> Response {
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(b"{\"data\":[");
+    for (i, (e, score)) in entries.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_entry(&mut out, e, score);
+    }
+    out.extend_from_slice(b"],");
+    push_json(&mut out, extra_key);
+    out.push(b':');
+    push_json(&mut out, extra);
+    out.push(b'}');
+    json_response(out)
 }
 
 /// Present (even as `null`) or absent: `{"value": null}` stores null; `{}` is a 400.
@@ -161,7 +224,7 @@ pub async fn get_handler(
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
     let e = substrate(st.deadline(client.get(req)).await)?;
-    Ok(Json(entry_json(e)).into_response())
+    Ok(entry_response(&e))
 }
 
 /// `PUT /v1/memory/{scope}/{scope_id}/{key}` `{value, ttl_seconds?, if_version?, embed?}`.
@@ -195,7 +258,7 @@ pub async fn put_handler(
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
     let e = substrate(st.deadline(client.set(req)).await)?;
-    Ok(Json(entry_json(e)).into_response())
+    Ok(entry_response(&e))
 }
 
 /// `DELETE /v1/memory/{scope}/{scope_id}/{key}?if_version=`.
@@ -248,7 +311,7 @@ pub async fn incr_handler(
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
     let e = substrate(st.deadline(client.incr(req)).await)?;
-    Ok(Json(entry_json(e)).into_response())
+    Ok(entry_response(&e))
 }
 
 /// `GET /v1/memory/{scope}/{scope_id}?prefix=&cursor=&limit=`.
@@ -278,8 +341,11 @@ pub async fn list_handler(
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
     let r = substrate(st.deadline(client.list(req)).await)?;
-    let data: Vec<Value> = r.entries.into_iter().map(entry_json).collect();
-    Ok(Json(json!({"data": data, "next_cursor": r.next_cursor})).into_response())
+    Ok(entries_response(
+        r.entries.iter().map(|e| (e, None)),
+        "next_cursor",
+        &r.next_cursor,
+    ))
 }
 
 /// `POST /v1/memory/search` `{scope, scope_id, query, top_k?}`.
@@ -307,18 +373,13 @@ pub async fn search_handler(
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
     let r = substrate(st.deadline(client.search(req)).await)?;
-    let data: Vec<Value> = r
-        .hits
-        .into_iter()
-        .filter_map(|h| {
-            h.entry.map(|e| {
-                let mut v = entry_json(e);
-                v["score"] = json!(h.score);
-                v
-            })
-        })
-        .collect();
-    Ok(Json(json!({"data": data, "mode": r.mode})).into_response())
+    Ok(entries_response(
+        r.hits
+            .iter()
+            .filter_map(|h| h.entry.as_ref().map(|e| (e, Some(h.score)))),
+        "mode",
+        &r.mode,
+    ))
 }
 
 // Bodies are JSON objects only: serde's derive would also read an array of the fields.

@@ -8,6 +8,10 @@
 //! row `FOR UPDATE` (so the sweep skips it), apply the change, move the byte usage of the
 //! tenant and agents (refusing a write over quota), record the op's result, commit. A
 //! deadlock or serialization failure is retried.
+//!
+//! A set runs the steps from the lock to the usage move as one statement, the Postgres function
+//! `weft_memory_set`; without an op key that statement is the whole transaction, so the hot
+//! path of `PUT /v1/memory/...` is one round trip instead of six.
 
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
@@ -414,57 +418,89 @@ impl MemoryStore {
         meta: WriteMeta<'_>,
         target: &str,
     ) -> Result<Recorded, MemError> {
+        // Without an op key the write is one statement (its own transaction): one round trip.
+        if meta.op_key.is_none() {
+            let entry = self
+                .set_statement(&self.pool, at, input, meta.agent)
+                .await?;
+            return Ok(Recorded::Entry(entry));
+        }
         let mut tx = self.pool.begin().await?;
         if let Some(done) = claim_op(&mut tx, at.tenant, meta.op_key, target).await? {
             return Ok(done);
         }
-        let current = lock_entry(&mut tx, at, input.key).await?;
-        let live = current.as_ref().filter(|c| c.live);
-        if let Some(expected) = input.if_version {
-            check_version(input.key, expected, live.map(|c| c.version))?;
-        }
-        let version = live.map_or(1, |c| c.version + 1);
-        let bytes = entry_bytes(input.key, input.value_json);
-        let (embedding, model) = match &input.embedding {
-            Some(e) => (Some(e.values.clone()), Some(e.model.as_str())),
-            None => (None, None),
-        };
-        let sql = concat!(
-            "INSERT INTO memory_entries
-               (tenant_id, scope, scope_id, key, value_json, bytes, version, agent, expires_at,
-                embedding, embedding_model)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-                     now() + make_interval(secs => $9::bigint), $10, $11)
-             ON CONFLICT (tenant_id, scope, scope_id, key) DO UPDATE SET
-               value_json = EXCLUDED.value_json, bytes = EXCLUDED.bytes,
-               version = EXCLUDED.version, agent = EXCLUDED.agent,
-               expires_at = EXCLUDED.expires_at, embedding = EXCLUDED.embedding,
-               embedding_model = EXCLUDED.embedding_model, updated_at = now()
-             RETURNING ",
-            entry_columns!(),
-            ""
-        );
-        let row = sqlx::query(sql)
-            .bind(at.tenant.as_str())
-            .bind(at.scope.as_str())
-            .bind(at.scope_id)
-            .bind(input.key)
-            .bind(input.value_json)
-            .bind(i32::try_from(bytes).unwrap_or(i32::MAX))
-            .bind(version)
-            .bind(meta.agent)
-            .bind(input.ttl_seconds)
-            .bind(embedding)
-            .bind(model)
-            .fetch_one(&mut *tx)
-            .await?;
-        let entry = entry_from_row(&row)?;
-        self.charge(&mut tx, at.tenant, current.as_ref(), meta.agent, bytes)
-            .await?;
+        let entry = self.set_statement(&mut *tx, at, input, meta.agent).await?;
         let done = Recorded::Entry(entry);
         finish_op(&mut tx, at.tenant, meta.op_key, &done).await?;
         tx.commit().await?;
         Ok(done)
+    }
+
+    /// The set itself, in one statement (`weft_memory_set`, migration
+    /// `20261123000040_memory_perf.sql`): the advisory lock on the address, the row `FOR
+    /// UPDATE`, the `if_version` check, the upsert and the usage move with the quota check —
+    /// the same steps, in the same order, as [`lock_entry`] + [`Self::charge`].
+    async fn set_statement<'e, E>(
+        &self,
+        db: E,
+        at: Place<'_>,
+        input: &SetInput<'_>,
+        agent: &str,
+    ) -> Result<Entry, MemError>
+    where
+        E: sqlx::Executor<'e, Database = Postgres>,
+    {
+        let bytes = entry_bytes(input.key, input.value_json);
+        let (embedding, model) = match &input.embedding {
+            Some(e) => (Some(e.values.as_slice()), Some(e.model.as_str())),
+            None => (None, None),
+        };
+        let limit = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        let row = sqlx::query(
+            "SELECT key, value_json, version, expires_at, updated_at, embedded
+             FROM weft_memory_set($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(at.tenant.as_str())
+        .bind(at.scope.as_str())
+        .bind(at.scope_id)
+        .bind(input.key)
+        .bind(input.value_json)
+        .bind(i32::try_from(bytes).unwrap_or(i32::MAX))
+        .bind(agent)
+        .bind(input.ttl_seconds)
+        .bind(input.if_version)
+        .bind(embedding)
+        .bind(model)
+        .bind(limit(self.quotas.tenant_bytes))
+        .bind(limit(self.quotas.agent_bytes))
+        .fetch_one(db)
+        .await
+        .map_err(|e| self.set_error(input, e))?;
+        Ok(entry_from_row(&row)?)
+    }
+
+    /// The rule a `weft_memory_set` error stands for (`WM001` quota, `WM002` version), or the
+    /// database error.
+    fn set_error(&self, input: &SetInput<'_>, e: sqlx::Error) -> MemError {
+        let sqlx::Error::Database(d) = &e else {
+            return MemError::Db(e);
+        };
+        let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() else {
+            return MemError::Db(e);
+        };
+        let detail: Option<i64> = pg.detail().and_then(|s| s.parse().ok());
+        match (pg.code(), detail) {
+            ("WM001", Some(now)) => quota_error(self.quotas, pg.hint().unwrap_or(""), now),
+            ("WM002", Some(live)) => {
+                let live = (live > 0).then_some(live);
+                match check_version(input.key, input.if_version.unwrap_or(0), live) {
+                    Err(rule) => rule,
+                    // Postgres and this side disagree on the rule; never expected.
+                    Ok(()) => MemError::Db(e),
+                }
+            }
+            _ => MemError::Db(e),
+        }
     }
 
     /// Deletes the entry at `key`.
@@ -673,27 +709,13 @@ impl MemoryStore {
             .fetch_one(&mut **tx)
             .await?;
             let now: i64 = row.try_get("bytes")?;
-            let (limit, what) = if who.is_empty() {
-                (
-                    self.quotas.tenant_bytes,
-                    "the tenant's memory quota".to_owned(),
-                )
+            let limit = if who.is_empty() {
+                self.quotas.tenant_bytes
             } else {
-                (
-                    self.quotas.agent_bytes,
-                    format!("agent `{who}`'s memory quota"),
-                )
+                self.quotas.agent_bytes
             };
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            if delta > 0 && now > limit {
-                let key = if who.is_empty() {
-                    "substrate.memory_tenant_quota_bytes"
-                } else {
-                    "substrate.memory_agent_quota_bytes"
-                };
-                return Err(conflict(format!(
-                    "this write would bring {what} to {now} bytes, over its {limit} bytes ({key}); delete entries or let them expire, or ask the operator to raise {key}"
-                )));
+            if delta > 0 && now > i64::try_from(limit).unwrap_or(i64::MAX) {
+                return Err(quota_error(self.quotas, who, now));
             }
         }
         Ok(())
@@ -745,6 +767,27 @@ impl MemoryStore {
         tx.commit().await?;
         Ok(deleted)
     }
+}
+
+/// The 409 of a write that would bring `who`'s usage ('' = the tenant's total) to `now` bytes,
+/// over its quota.
+fn quota_error(quotas: Quotas, who: &str, now: i64) -> MemError {
+    let (limit, what, key) = if who.is_empty() {
+        (
+            quotas.tenant_bytes,
+            "the tenant's memory quota".to_owned(),
+            "substrate.memory_tenant_quota_bytes",
+        )
+    } else {
+        (
+            quotas.agent_bytes,
+            format!("agent `{who}`'s memory quota"),
+            "substrate.memory_agent_quota_bytes",
+        )
+    };
+    conflict(format!(
+        "this write would bring {what} to {now} bytes, over its {limit} bytes ({key}); delete entries or let them expire, or ask the operator to raise {key}"
+    ))
 }
 
 fn op_reused() -> MemError {
