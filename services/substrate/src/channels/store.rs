@@ -229,7 +229,9 @@ impl ChannelStore {
     /// seqs follow commit order), records `op_key` in `channel_ops` (or, when it was recorded
     /// before, returns that publish's seq and time with `replayed`, even if its message was
     /// trimmed or expired since), and trims the partition to the channel's `max_messages` (which
-    /// leaves `channel_ops` alone). `None` when the channel was deleted meanwhile.
+    /// leaves `channel_ops` alone). The message row's own `op_key` column is no longer written
+    /// (`channel_ops` is the record; a message may outlive its key, ttl up to 30 days). `None`
+    /// when the channel was deleted meanwhile.
     pub async fn publish(
         &self,
         part: Part<'_>,
@@ -270,10 +272,10 @@ impl ChannelStore {
         }
         let published_at: OffsetDateTime = sqlx::query_scalar(
             "INSERT INTO channel_messages \
-               (tenant_id, channel_id, partition, seq, payload, op_key, published_by, \
-                published_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($9, now()), \
-                     COALESCE($9, now()) + $8 * interval '1 second') \
+               (tenant_id, channel_id, partition, seq, payload, published_by, published_at, \
+                expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, COALESCE($8, now()), \
+                     COALESCE($8, now()) + $7 * interval '1 second') \
              RETURNING published_at",
         )
         .bind(tenant)
@@ -281,7 +283,6 @@ impl ChannelStore {
         .bind(part.partition)
         .bind(seq)
         .bind(payload)
-        .bind(op_key)
         .bind(published_by)
         .bind(channel.ttl_seconds)
         .bind(published_at)
