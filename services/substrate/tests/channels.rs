@@ -1,6 +1,7 @@
 //! Channels against a real Postgres and NATS, through the gRPC service as callers use it:
 //! publish/read/ack, cursors of other channels, long-polls woken from another substrate
-//! instance, `await`, trimming, TTL expiry, exactly-once publishes, tenancy and scopes.
+//! instance, `await`, trimming, TTL expiry, exactly-once publishes (also after their message was
+//! trimmed or expired), tenancy and scopes.
 //!
 //! Multi-thread runtime: `TestDb`'s drop closes its pool from another thread while blocking
 //! this one.
@@ -582,6 +583,134 @@ async fn op_key_replays_give_one_message() {
     assert_eq!(all.messages.len(), 1);
     // The next publish gets the next seq (the replays took none).
     assert_eq!(publish(&mut e.c, &p, "once", json!("y")).await.seq, 2);
+}
+
+/// Publishes `payload` to `name` with `op_key`.
+async fn publish_once(
+    c: &mut ChannelsClient<GrpcTransport>,
+    p: &Principal,
+    name: &str,
+    payload: Value,
+    op_key: &str,
+) -> v1::PublishResponse {
+    c.publish(req(
+        p,
+        v1::PublishRequest {
+            name: name.into(),
+            payload_json: payload.to_string(),
+            op_key: Some(op_key.into()),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn message_rows(db: &TestDb, name: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM channel_messages m JOIN channels c ON c.id = m.channel_id \
+         WHERE c.name = $1",
+    )
+    .bind(name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn op_key_replays_after_its_message_was_trimmed() {
+    let mut e = env().await;
+    e.create("one", "tenant", None, Some(1)).await;
+    let p = rw();
+    let first = publish_once(&mut e.c, &p, "one", json!("k"), "run-1:toolu_k").await;
+    assert!(!first.replayed);
+    publish(&mut e.c, &p, "one", json!("a")).await;
+    let last = publish(&mut e.c, &p, "one", json!("b")).await;
+    assert_eq!(last.seq, first.seq + 2);
+    assert_eq!(
+        message_rows(&e.db, "one").await,
+        1,
+        "k's message was trimmed"
+    );
+
+    let again = publish_once(&mut e.c, &p, "one", json!("k"), "run-1:toolu_k").await;
+    assert!(again.replayed, "the trimmed publish's key is remembered");
+    assert_eq!(again.seq, first.seq);
+    assert_eq!(again.cursor, first.cursor);
+    assert_eq!(again.published_at, first.published_at);
+    let all = read(&mut e.c, &p, read_req("one")).await.unwrap();
+    assert_eq!(payloads(&all), [json!("b")], "no new message");
+    assert_eq!(message_rows(&e.db, "one").await, 1);
+    // The replay took no seq.
+    assert_eq!(
+        publish(&mut e.c, &p, "one", json!("c")).await.seq,
+        last.seq + 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn op_key_replays_after_its_message_expired() {
+    let mut e = env().await;
+    e.create("fleeting", "tenant", Some(1), Some(1)).await;
+    let p = rw();
+    let first = publish_once(&mut e.c, &p, "fleeting", json!("k"), "run-2:toolu_k").await;
+    assert!(!first.replayed);
+    let expires: time::OffsetDateTime = sqlx::query_scalar(
+        "SELECT expires_at FROM channel_messages m JOIN channels c ON c.id = m.channel_id \
+         WHERE c.name = 'fleeting'",
+    )
+    .fetch_one(&e.db.pool)
+    .await
+    .unwrap();
+    // Wait on the condition (the database clock passed expires_at), then sweep.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let past: bool = sqlx::query_scalar("SELECT now() > $1")
+            .bind(expires)
+            .fetch_one(&e.db.pool)
+            .await
+            .unwrap();
+        if past {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the database clock did not pass expires_at"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = ChannelStore::new(e.db.pool.clone());
+    assert_eq!(store.sweep_expired(100).await.unwrap(), 1);
+    assert_eq!(
+        store.sweep_ops(100).await.unwrap(),
+        0,
+        "a fresh key is kept"
+    );
+    assert_eq!(
+        message_rows(&e.db, "fleeting").await,
+        0,
+        "the message is gone"
+    );
+
+    let again = publish_once(&mut e.c, &p, "fleeting", json!("k"), "run-2:toolu_k").await;
+    assert!(again.replayed, "the expired publish's key is remembered");
+    assert_eq!(again.seq, first.seq);
+    assert_eq!(again.cursor, first.cursor);
+    assert_eq!(again.published_at, first.published_at);
+    assert_eq!(message_rows(&e.db, "fleeting").await, 0, "no new message");
+    let head = publish(&mut e.c, &p, "fleeting", json!("next")).await;
+    assert_eq!(head.seq, first.seq + 1, "the replay took no seq");
+
+    // After the retention the key is swept, and a repeat publishes anew.
+    sqlx::query("UPDATE channel_ops SET published_at = now() - interval '8 days'")
+        .execute(&e.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(store.sweep_ops(100).await.unwrap(), 1);
+    let late = publish_once(&mut e.c, &p, "fleeting", json!("k"), "run-2:toolu_k").await;
+    assert!(!late.replayed);
+    assert_eq!(late.seq, head.seq + 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

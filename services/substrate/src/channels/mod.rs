@@ -26,7 +26,8 @@ pub use store::{Acked, ChannelRecord, ChannelStore, MessageRecord, Part, Publish
 
 use rules::{AwaitMode, ChannelScope, Cursor, Partition};
 
-/// How often expired messages are swept, and how many one sweep deletes at most.
+/// How often expired messages (and old publish op keys) are swept, and how many one sweep
+/// deletes at most.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
 const SWEEP_BATCH: i64 = 10_000;
 
@@ -260,7 +261,8 @@ impl ChannelHub {
         self.store.list(tenant).await.map_err(db("channel list"))
     }
 
-    /// Publishes a JSON payload; with `op_key`, at most once per key and partition. Wakes the
+    /// Publishes a JSON payload; with `op_key`, at most once per key and partition within
+    /// [`store::OP_RETENTION_DAYS`] (even after the message was trimmed or expired). Wakes the
     /// partition's waiting readers after the commit.
     pub async fn publish(
         &self,
@@ -513,7 +515,8 @@ impl ChannelHub {
         }
     }
 
-    /// Deletes expired messages every [`SWEEP_EVERY`] until `stop`.
+    /// Deletes expired messages, and publish op keys older than
+    /// [`store::OP_RETENTION_DAYS`], every [`SWEEP_EVERY`] until `stop`.
     pub async fn sweep_until(&self, stop: tokio_util::sync::CancellationToken) {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -526,6 +529,11 @@ impl ChannelHub {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(deleted = n, "expired channel messages swept"),
                 Err(e) => tracing::warn!(error = %e, "channel sweep failed"),
+            }
+            match self.store.sweep_ops(SWEEP_BATCH).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(deleted = n, "old channel op keys swept"),
+                Err(e) => tracing::warn!(error = %e, "channel op key sweep failed"),
             }
         }
     }

@@ -1,7 +1,8 @@
-//! `ChannelStore`: channels, their partitions, messages and cursors in Postgres (`channels`,
-//! `channel_partitions`, `channel_messages`, `channel_cursors`). It reads and writes; the rules
-//! live in [`super::rules`] and [`super`]. Every query filters by `tenant_id` except the expiry
-//! sweep, which is maintenance over all tenants and returns nothing.
+//! `ChannelStore`: channels, their partitions, messages, cursors and publish op keys in Postgres
+//! (`channels`, `channel_partitions`, `channel_messages`, `channel_cursors`, `channel_ops`). It
+//! reads and writes; the rules live in [`super::rules`] and [`super`]. Every query filters by
+//! `tenant_id` except the expiry sweeps, which are maintenance over all tenants and return
+//! nothing.
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -9,6 +10,9 @@ use weft_core::TenantId;
 use weft_store::StoreError;
 
 use super::rules::{Bounds, ChannelScope, MAX_CHANNELS_PER_TENANT};
+
+/// How long a publish's `op_key` is remembered (a repeat within it is a replay), in days.
+pub const OP_RETENTION_DAYS: i32 = 7;
 
 /// A channel.
 #[derive(Clone, Debug, PartialEq)]
@@ -222,9 +226,12 @@ impl ChannelStore {
     }
 
     /// Appends a message in one transaction: takes the partition's next seq (locking its row, so
-    /// seqs follow commit order), returns the stored message instead when `op_key` was published
-    /// before, and trims the partition to the channel's `max_messages`. `None` when the channel
-    /// was deleted meanwhile.
+    /// seqs follow commit order), records `op_key` in `channel_ops` (or, when it was recorded
+    /// before, returns that publish's seq and time with `replayed`, even if its message was
+    /// trimmed or expired since), and trims the partition to the channel's `max_messages` (which
+    /// leaves `channel_ops` alone). The message row's own `op_key` column is no longer written
+    /// (`channel_ops` is the record; a message may outlive its key, ttl up to 30 days). `None`
+    /// when the channel was deleted meanwhile.
     pub async fn publish(
         &self,
         part: Part<'_>,
@@ -252,31 +259,23 @@ impl ChannelStore {
             Err(e) if is_fk_violation(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
+        let mut published_at: Option<OffsetDateTime> = None;
         if let Some(key) = op_key {
-            let earlier: Option<(i64, OffsetDateTime)> = sqlx::query_as(
-                "SELECT seq, published_at FROM channel_messages \
-                 WHERE tenant_id = $1 AND channel_id = $2 AND partition = $3 AND op_key = $4",
-            )
-            .bind(tenant)
-            .bind(part.channel)
-            .bind(part.partition)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some((seq, published_at)) = earlier {
-                // Rolls back the seq taken above.
-                tx.rollback().await?;
-                return Ok(Some(Published {
-                    seq,
-                    published_at,
-                    replayed: true,
-                }));
+            match claim_op(&mut tx, part, key, seq).await? {
+                Claim::New(at) => published_at = Some(at),
+                Claim::Replay(earlier) => {
+                    // Rolls back the seq taken above.
+                    tx.rollback().await?;
+                    return Ok(Some(earlier));
+                }
             }
         }
         let published_at: OffsetDateTime = sqlx::query_scalar(
             "INSERT INTO channel_messages \
-               (tenant_id, channel_id, partition, seq, payload, op_key, published_by, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8 * interval '1 second') \
+               (tenant_id, channel_id, partition, seq, payload, published_by, published_at, \
+                expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, COALESCE($8, now()), \
+                     COALESCE($8, now()) + $7 * interval '1 second') \
              RETURNING published_at",
         )
         .bind(tenant)
@@ -284,9 +283,9 @@ impl ChannelStore {
         .bind(part.partition)
         .bind(seq)
         .bind(payload)
-        .bind(op_key)
         .bind(published_by)
         .bind(channel.ttl_seconds)
+        .bind(published_at)
         .fetch_one(&mut *tx)
         .await?;
         let keep_after = seq - channel.max_messages;
@@ -437,4 +436,78 @@ impl ChannelStore {
         .await?;
         Ok(done.rows_affected())
     }
+
+    /// Deletes up to `limit` op keys of every tenant published more than
+    /// [`OP_RETENTION_DAYS`] ago; returns how many. Repeats of an older publish append anew.
+    pub async fn sweep_ops(&self, limit: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM channel_ops WHERE ctid IN \
+               (SELECT ctid FROM channel_ops \
+                WHERE published_at < now() - make_interval(days => $1) LIMIT $2)",
+        )
+        .bind(OP_RETENTION_DAYS)
+        .bind(limit)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// What [`claim_op`] found.
+enum Claim {
+    /// The key is new and now recorded with the publish's seq; the publish's time.
+    New(OffsetDateTime),
+    /// The key was recorded before: the original publish.
+    Replay(Published),
+}
+
+/// Records `key` for the publish taking `seq` in `part`, or returns the publish recorded under
+/// it. Race-safe: `ON CONFLICT DO NOTHING` lets one transaction win, the others read its row
+/// (after it committed; publishes to a partition are serialized by its row lock anyway). A
+/// recorded row vanishing between the two (the retention sweep) is retried.
+async fn claim_op(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    part: Part<'_>,
+    key: &str,
+    seq: i64,
+) -> Result<Claim, StoreError> {
+    let tenant = part.tenant.as_str();
+    for _ in 0..3 {
+        let claimed: Option<OffsetDateTime> = sqlx::query_scalar(
+            "INSERT INTO channel_ops (tenant_id, channel_id, partition, op_key, seq) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (tenant_id, channel_id, partition, op_key) DO NOTHING \
+             RETURNING published_at",
+        )
+        .bind(tenant)
+        .bind(part.channel)
+        .bind(part.partition)
+        .bind(key)
+        .bind(seq)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if let Some(at) = claimed {
+            return Ok(Claim::New(at));
+        }
+        let earlier: Option<(i64, OffsetDateTime)> = sqlx::query_as(
+            "SELECT seq, published_at FROM channel_ops \
+             WHERE tenant_id = $1 AND channel_id = $2 AND partition = $3 AND op_key = $4",
+        )
+        .bind(tenant)
+        .bind(part.channel)
+        .bind(part.partition)
+        .bind(key)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if let Some((seq, published_at)) = earlier {
+            return Ok(Claim::Replay(Published {
+                seq,
+                published_at,
+                replayed: true,
+            }));
+        }
+    }
+    Err(StoreError::Db(sqlx::Error::Protocol(
+        "channel op key neither recorded nor recordable".into(),
+    )))
 }
