@@ -30,7 +30,12 @@ impl Driver {
                 name: None,
             }));
         }
-        messages.extend(state.messages.iter().map(weft_proto::message_to_proto));
+        messages.extend(
+            state
+                .messages
+                .iter()
+                .map(|m| weft_proto::message_to_proto(&replayable(m).unwrap_or_else(|| m.clone()))),
+        );
         let tools = self
             .inner
             .tools
@@ -206,4 +211,63 @@ pub(crate) struct Turn {
     calls: BTreeMap<u32, (String, String, String)>,
     usage: Usage,
     finish: Option<FinishReason>,
+}
+
+/// `m` with every tool call whose arguments are not a JSON object sent back as `{}`, or `None`
+/// when it has none. A small model may write invalid JSON arguments; the transcript keeps them
+/// as written and the call's result says what was wrong, but providers refuse a conversation
+/// that carries them (llama.cpp's templates and the Messages API parse them), which would end
+/// the run at its next turn.
+fn replayable(m: &Message) -> Option<Message> {
+    let bad =
+        |json: &str| !serde_json::from_str::<serde_json::Value>(json).is_ok_and(|v| v.is_object());
+    if !m
+        .content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse { input_json, .. } if bad(input_json)))
+    {
+        return None;
+    }
+    let mut m = m.clone();
+    for b in &mut m.content {
+        if let ContentBlock::ToolUse { input_json, .. } = b
+            && bad(input_json)
+        {
+            "{}".clone_into(input_json);
+        }
+    }
+    Some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(args: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: "c".into(),
+            name: "Memory".into(),
+            input_json: args.into(),
+        }
+    }
+
+    #[test]
+    fn invalid_tool_arguments_are_replayed_as_an_empty_object() {
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![
+                call(r#"{"op": "set", "ttl_seconds?: 0}"#),
+                call(r#"{"op":"get"}"#),
+            ],
+            name: None,
+        };
+        let fixed = replayable(&m).expect("one call needs fixing");
+        assert_eq!(fixed.content[0], call("{}"));
+        assert_eq!(fixed.content[1], call(r#"{"op":"get"}"#));
+        let fine = Message {
+            content: vec![call(r#"{"op":"get"}"#)],
+            ..m
+        };
+        assert!(replayable(&fine).is_none());
+    }
 }

@@ -35,11 +35,12 @@ impl Tool for Channel {
         ToolSpec {
             name: self.name().into(),
             description: "Message channels shared with other agents and users. op=publish \
-                {channel, payload}; op=read {channel, cursor?, max?, wait_ms?} returns messages \
-                after your committed position (or after cursor), waiting up to wait_ms for one; \
-                op=ack {channel, cursor} commits your position; op=peek {channel, max?} shows the \
-                newest messages; op=await {channels, mode: any|all|at_least, n?, wait_ms} waits \
-                until channels have unread messages."
+                needs channel and payload. op=read needs channel (optional: cursor, max, \
+                wait_ms) and returns messages after your committed position (or after cursor), \
+                waiting up to wait_ms for one. op=ack needs channel and cursor and commits your \
+                position. op=peek needs channel (optional: max) and shows the newest messages. \
+                op=await needs channels and mode (any, all or at_least; optional: n, wait_ms) \
+                and waits until those channels have unread messages."
                 .into(),
             parameters: json!({
                 "type": "object",

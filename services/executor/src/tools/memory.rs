@@ -28,11 +28,12 @@ impl Tool for Memory {
         ToolSpec {
             name: self.name().into(),
             description: "Durable memory as JSON values by key. scope: run (this run), agent \
-                (every run of this agent), user (this user), tenant (everyone here). op=get \
-                {key}; op=set {key, value, ttl_seconds?, if_version?, embed?} (embed=true makes \
-                it findable by op=search); op=delete {key}; op=list {prefix?, cursor?, limit?}; \
-                op=incr {key, by?} adds to an integer; op=search {query, top_k?} finds embedded \
-                entries by meaning, best first with scores."
+                (every run of this agent), user (this user), tenant (everyone here). \
+                op=get needs key. op=set needs key and value (optional: ttl_seconds, \
+                if_version, embed; embed=true makes it findable by op=search). op=delete needs \
+                key. op=list takes optional prefix, cursor, limit. op=incr needs key (optional: \
+                by) and adds to an integer. op=search needs query (optional: top_k) and finds \
+                embedded entries by meaning, best first with scores."
                 .into(),
             parameters: json!({
                 "type": "object",
