@@ -219,8 +219,11 @@ pub(crate) struct Turn {
 /// that carries them (llama.cpp's templates and the Messages API parse them), which would end
 /// the run at its next turn.
 fn replayable(m: &Message) -> Option<Message> {
-    let bad =
-        |json: &str| !serde_json::from_str::<serde_json::Value>(json).is_ok_and(|v| v.is_object());
+    // Checked on every turn for every earlier call: validate without building a value.
+    let bad = |json: &str| {
+        !json.trim_start().starts_with('{')
+            || serde_json::from_str::<serde::de::IgnoredAny>(json).is_err()
+    };
     if !m
         .content
         .iter()
