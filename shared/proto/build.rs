@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("weft/v1/substrate.proto"),
         root.join("weft/v1/memory.proto"),
         root.join("weft/v1/channels.proto"),
+        root.join("weft/v1/mcp.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -81,6 +81,8 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         stop,
         seq: Mutex::new(0),
         children: Arc::new(Semaphore::new(1)),
+        mounted: tokio::sync::OnceCell::new(),
+        credentials: tokio::sync::OnceCell::new(),
     };
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();

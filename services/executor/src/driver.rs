@@ -61,6 +61,10 @@ pub(crate) struct Driver {
     pub(crate) seq: Mutex<i64>,
     /// Sub-runs live at once (`max_concurrent_children`).
     pub(crate) children: Arc<Semaphore>,
+    /// The run's MCP tools, listed at the first turn of this lease.
+    pub(crate) mounted: tokio::sync::OnceCell<Arc<crate::tools::mcp::Mount>>,
+    /// The run's credentials (from Redis), read on first use.
+    pub(crate) credentials: tokio::sync::OnceCell<Arc<std::collections::BTreeMap<String, String>>>,
 }
 
 /// Why the loop stopped early.
@@ -87,6 +91,66 @@ impl From<RunStoreError> for Stop {
 impl Driver {
     pub(crate) fn run_id(&self) -> RunId {
         self.lease.run.id
+    }
+
+    /// The run's credentials; none when Redis cannot be read (MCP calls needing one then say
+    /// which is missing).
+    pub(crate) async fn credentials(&self) -> Arc<std::collections::BTreeMap<String, String>> {
+        self.credentials
+            .get_or_init(|| async {
+                match self.inner.coord.credentials(self.run_id()).await {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the run's credentials could not be read");
+                        Arc::default()
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// The run's MCP tools (listed once per lease).
+    pub(crate) async fn mounted(&self, def: &AgentContent) -> Arc<crate::tools::mcp::Mount> {
+        self.mounted
+            .get_or_init(|| async { Arc::new(crate::tools::mcp::mount(self, def).await) })
+            .await
+            .clone()
+    }
+
+    /// The tool `name` if this run may call it: a built-in one in its spec, or a mounted MCP
+    /// tool (or, for a server that could not be listed, one that says why).
+    pub(crate) async fn tool_for(
+        &self,
+        def: &AgentContent,
+        name: &str,
+    ) -> Option<Arc<dyn crate::tools::Tool>> {
+        if let Some(t) = self.inner.tools.allowed(name, &self.spec.tools) {
+            return Some(t);
+        }
+        let (server, tool) = crate::tools::mcp::split(name)?;
+        if !def.mcp_servers.iter().any(|s| s == server)
+            || !crate::tools::mcp::permitted(&self.spec.tools, server, tool)
+        {
+            return None;
+        }
+        let mount = self.mounted(def).await;
+        if let Some(t) = mount.get(name) {
+            return Some(t);
+        }
+        mount.failed.get(server).map(|why| {
+            Arc::new(crate::tools::mcp::Unmounted {
+                name: name.to_owned(),
+                reason: format!("MCP server `{server}` is unavailable: {why}"),
+            }) as Arc<dyn crate::tools::Tool>
+        })
+    }
+
+    /// The specs of every tool the run may call: built-in, then MCP.
+    pub(crate) async fn tool_specs(&self, def: &AgentContent) -> Vec<weft_core::message::ToolSpec> {
+        let mut specs = self.inner.tools.specs_for(&self.spec.tools);
+        specs.extend(self.mounted(def).await.tools.iter().map(|t| t.spec()));
+        specs
     }
 
     pub(crate) async fn drive(mut self) -> Outcome {

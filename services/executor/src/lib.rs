@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// The transport to the substrate, for its other gRPC services (memory, channels, skills):
     /// `weft_proto::transport` builds their clients on it, with the message limit.
     pub substrate_transport: GrpcTransport,
+    /// The MCP bridge, for the tools of MCP servers.
+    pub mcp_bridge: GrpcTransport,
     pub jwt: InternalJwt,
     pub cfg: ExecutorConfig,
     pub admission_lease: Duration,
@@ -144,6 +146,7 @@ impl Executor {
         jwt: InternalJwt,
         router: GrpcTransport,
         substrate: GrpcTransport,
+        mcp_bridge: GrpcTransport,
     ) -> Result<Self, ExecutorError> {
         let pool = weft_store::connect(
             config.database.url.expose(),
@@ -165,6 +168,7 @@ impl Executor {
                 router: weft_proto::transport::router_client(router),
                 substrate: weft_proto::transport::substrate_client(substrate.clone()),
                 substrate_transport: substrate,
+                mcp_bridge,
                 jwt,
                 cfg: config.executor.clone(),
                 admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
@@ -297,13 +301,15 @@ impl weft_telemetry::boot::Service for ExecutorService {
             .map_err(|e| BootError::config(format!("executor.router_url: {e}")))?;
         let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
             .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
+        let mcp_bridge = weft_proto::transport::channel(&config.executor.mcp_bridge_url)
+            .map_err(|e| BootError::config(format!("executor.mcp_bridge_url: {e}")))?;
         if let Some(addr) = config.executor.metrics_listen {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| BootError::failed(format!("cannot serve metrics on {addr}: {e}")))?;
             tokio::spawn(weft_telemetry::serve_metrics(l, shutdown));
         }
-        Executor::connect(&config, jwt, router, substrate)
+        Executor::connect(&config, jwt, router, substrate, mcp_bridge)
             .await
             .map(Self)
             .map_err(|e| match e {

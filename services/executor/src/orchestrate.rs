@@ -66,7 +66,7 @@ impl Driver {
                 _ => {}
             }
             // Default-deny: only the run's own tools, and only those mounted here.
-            match self.inner.tools.allowed(&c.name, &self.spec.tools) {
+            match self.tool_for(def, &c.name).await {
                 None => {
                     let out = ToolOutput::error(format!(
                         "tool `{}` is not available to this run; available: {}",

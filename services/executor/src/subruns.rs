@@ -161,6 +161,15 @@ impl Driver {
             .map_err(|e| Stop::Infra(e.to_string()))?;
         let mut record = child;
         if !record.status.is_terminal() {
+            // A sub-run uses its parent's credentials (its MCP servers may need them).
+            let credentials = self.credentials().await;
+            if !credentials.is_empty() {
+                self.inner
+                    .coord
+                    .put_credentials(record.id, &credentials, 7 * 24 * 3600)
+                    .await
+                    .map_err(|e| Stop::Infra(e.to_string()))?;
+            }
             self.inner
                 .bus
                 .dispatch(&Dispatch {

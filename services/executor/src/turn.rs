@@ -37,9 +37,8 @@ impl Driver {
                 .map(|m| weft_proto::message_to_proto(&replayable(m).unwrap_or_else(|| m.clone()))),
         );
         let tools = self
-            .inner
-            .tools
-            .specs_for(&self.spec.tools)
+            .tool_specs(def)
+            .await
             .iter()
             .map(weft_proto::tool_to_proto)
             .collect();

@@ -47,6 +47,14 @@ impl DefRoute for Skills {
     const PATH: &'static str = "/v1/skills";
 }
 
+/// `/v1/mcp-servers`.
+pub struct McpServers;
+
+impl DefRoute for McpServers {
+    const KIND: v1::DefKind = v1::DefKind::McpServer;
+    const PATH: &'static str = "/v1/mcp-servers";
+}
+
 /// The routes of one kind.
 fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
     let at = |tail: &str| format!("{}{tail}", K::PATH);
@@ -63,7 +71,9 @@ fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
 /// The routes of every kind (agents, skills); mounted inside the bearer-authenticated native
 /// router.
 pub fn routes() -> axum::Router<AppState> {
-    def_routes::<Agents>().merge(def_routes::<Skills>())
+    def_routes::<Agents>()
+        .merge(def_routes::<Skills>())
+        .merge(def_routes::<McpServers>())
 }
 
 /// A substrate answer, with transport failures named after the substrate (the shared mapping

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod fuzzing;
 mod health;
 mod llm;
+mod mcp;
 mod memory;
 mod messages;
 mod openai;
@@ -80,6 +81,10 @@ pub struct AppState {
     /// Run streams open on this replica, per principal.
     pub streams: Arc<runs::StreamSlots>,
     request_timeout: Duration,
+    /// The MCP server face's settings (`/mcp`).
+    pub mcp: weft_config::McpServerFaceConfig,
+    /// Cancelled when the gateway stops (ends open MCP sessions).
+    pub shutdown: CancellationToken,
 }
 
 /// How the gateway reaches the router (and the other services it calls).
@@ -127,6 +132,8 @@ impl AppState {
                 config.gateway.max_streams_per_principal,
             )),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
+            mcp: config.mcp.clone(),
+            shutdown: CancellationToken::new(),
         }
     }
 
@@ -253,8 +260,19 @@ fn auth(state: &AppState, shape: Shape) -> BearerAuth {
     }
 }
 
-/// The HTTP routes. `max_body_bytes` caps every request body.
+/// The HTTP routes: the API, and weft's MCP server face at `/mcp` (which calls the API).
+/// `max_body_bytes` caps every request body.
 pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
+    let api = api_router(state.clone(), max_body_bytes);
+    if !state.mcp.enabled {
+        return api;
+    }
+    let face = mcp::routes(&state, api.clone());
+    api.merge(face)
+}
+
+/// The API routes (everything but `/mcp`).
+fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
     let openai = axum::Router::new()
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/embeddings", post(openai::embeddings))
@@ -424,6 +442,12 @@ pub async fn serve(
         writer_stop.clone(),
     ));
     tracing::info!("gateway serving");
+    let face_stop = state.shutdown.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        face_stop.cancel();
+    });
     let served = axum::serve(listener, router(state, max_body_bytes))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await;

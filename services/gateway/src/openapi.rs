@@ -3,7 +3,8 @@
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
 //! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
-//! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`), each
+//! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`, `openapi.mcp.json`),
+//! each
 //! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
 
 use std::sync::LazyLock;
@@ -15,7 +16,7 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 7] = [
+const FRAGMENTS: [&str; 8] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
@@ -23,6 +24,7 @@ const FRAGMENTS: [&str; 7] = [
     include_str!("../openapi.skills.json"),
     include_str!("../openapi.memory.json"),
     include_str!("../openapi.channels.json"),
+    include_str!("../openapi.mcp.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -103,6 +105,12 @@ mod tests {
             .map_err(|e| e.message)
     }
 
+    fn mcp_server_content(v: &Value) -> Result<(), String> {
+        <weft_core::mcp::McpServerContent as weft_core::def::DefContent>::from_json(v.clone())
+            .and_then(|c| c.validate())
+            .map_err(|e| e.message)
+    }
+
     fn skill_content(v: &Value) -> Result<(), String> {
         weft_core::skill::SkillContent::from_json(v.clone())
             .and_then(|c| c.validate())
@@ -140,6 +148,22 @@ mod tests {
                 reads::<crate::agents::VerifyBody>,
             ),
             ("/v1/skills/{name}", "put", skill_content),
+            ("/v1/mcp-servers/{name}", "put", mcp_server_content),
+            (
+                "/v1/mcp-servers/{name}/fork",
+                "post",
+                reads::<crate::agents::ForkBody>,
+            ),
+            (
+                "/v1/mcp-servers/{name}/activate",
+                "post",
+                reads::<crate::agents::ActivateBody>,
+            ),
+            (
+                "/v1/mcp-servers/verify",
+                "post",
+                reads::<crate::agents::VerifyBody>,
+            ),
             (
                 "/v1/skills/{name}/fork",
                 "post",

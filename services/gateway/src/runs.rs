@@ -339,7 +339,12 @@ pub async fn create_run_handler(
     };
     let (run, created) = create_run(&st, &p, body).await.map_err(ApiError::native)?;
     if let Some(slot) = slot {
-        return Ok(stream_response(st, run.id, 1, slot).into_response());
+        let mut resp = stream_response(st, run.id, 1, slot).into_response();
+        // The run's id before the first frame, so a client can cancel or re-attach at once.
+        if let Ok(v) = axum::http::HeaderValue::from_str(&run.id.to_string()) {
+            resp.headers_mut().insert("x-weft-run-id", v);
+        }
+        return Ok(resp);
     }
     let status = if created {
         StatusCode::CREATED
@@ -349,12 +354,40 @@ pub async fn create_run_handler(
     Ok((status, Json(run_json(&run))).into_response())
 }
 
+/// How long a run's credentials are kept (they are dropped when the run ends).
+const CREDENTIALS_TTL_SECS: u64 = 7 * 24 * 3600;
+
+/// `credentials`: at most 32, names as `${run.credentials.<name>}` references them, values
+/// non-empty and at most 8 KiB. Messages never quote a value.
+fn check_credentials(credentials: &BTreeMap<String, String>) -> std::result::Result<(), Error> {
+    if credentials.len() > 32 {
+        return Err(
+            Error::invalid("`credentials` may have at most 32 entries").with_param("credentials")
+        );
+    }
+    for (name, value) in credentials {
+        if !weft_core::mcp::is_credential_name(name) {
+            return Err(Error::invalid(format!(
+                "credential name `{name}` is not valid; use 1-64 characters of a-z, A-Z, 0-9, '_' and '-'"
+            ))
+            .with_param(format!("credentials.{name}")));
+        }
+        if value.is_empty() || value.len() > 8192 || value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err(Error::invalid(format!(
+                "credential `{name}` must be 1 to 8192 bytes of printable text"
+            ))
+            .with_param(format!("credentials.{name}")));
+        }
+    }
+    Ok(())
+}
+
 /// Resolves the agent, narrows, admits, inserts and dispatches. `false` = an existing run
 /// returned for a repeated idempotency key.
 pub async fn create_run(
     st: &AppState,
     p: &Principal,
-    body: CreateRun,
+    mut body: CreateRun,
 ) -> std::result::Result<(RunRecord, bool), Error> {
     if body.agent.is_empty() {
         return Err(
@@ -378,7 +411,8 @@ pub async fn create_run(
         ))
         .with_param("max_iterations"));
     }
-    let _ = &body.credentials;
+    let credentials = body.credentials.take().unwrap_or_default();
+    check_credentials(&credentials)?;
     let initial_input = match (body.input, body.messages) {
         (Some(_), Some(_)) => {
             return Err(
@@ -448,6 +482,19 @@ pub async fn create_run(
     );
     let id = RunId::new();
     admit(st, p, id).await?;
+    // Credentials live only in Redis, for the executor that takes the run; never in the run's
+    // record, its spec or its dispatch message.
+    if !credentials.is_empty()
+        && let Err(e) = st
+            .coord
+            .put_credentials(id, &credentials, CREDENTIALS_TTL_SECS)
+            .await
+    {
+        let _ = st.coord.release(&p.tenant, id).await;
+        return Err(Error::unavailable(format!(
+            "the run's credentials could not be kept (Redis: {e}); try again"
+        )));
+    }
     let mut initial_events = vec![
         RunEvent::RunStarted(RunStarted {
             agent: version.name.clone(),

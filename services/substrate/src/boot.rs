@@ -1,7 +1,7 @@
 //! Boot loading: the definitions an operator ships with a deployment — agents from a folder of
 //! `<name>.md` files (`substrate.agents_dir`) and from the config file (`substrate.agents`),
 //! skills from a folder of `<name>/SKILL.md` folders (`substrate.skills_dir`, read by
-//! [`crate::skills`]) — stored in `substrate.boot_tenant` through the same put path as the API.
+//! [`crate::skills`]), MCP servers from the config file (`substrate.mcp_servers`) — stored in `substrate.boot_tenant` through the same put path as the API.
 //! Loading is idempotent: unchanged definitions create no versions on restart. Everything is
 //! parsed and validated before anything is written, so one bad file stops start-up without half
 //! a load.
@@ -12,7 +12,8 @@ use serde_json::Value;
 use weft_config::SubstrateConfig;
 use weft_core::TenantId;
 use weft_core::agent::{AgentContent, parse_agent_markdown, validate_agent_name};
-use weft_core::def::DefKind;
+use weft_core::def::{DefContent as _, DefKind, validate_def_name};
+use weft_core::mcp::McpServerContent;
 
 use crate::SubstrateError;
 use crate::skills::{SkillFolder, read_skills_dir};
@@ -164,7 +165,26 @@ pub fn read_boot_skills(cfg: &SubstrateConfig) -> Result<Vec<SkillFolder>, Subst
     }
 }
 
-/// Loads the boot definitions of `cfg` (agents, then skills) into `cfg.boot_tenant`. Unchanged
+/// The MCP server definitions of `cfg.mcp_servers`, parsed and validated. `stdio` servers are
+/// allowed here: the config file is the operator's.
+pub fn read_boot_mcp_servers(
+    cfg: &SubstrateConfig,
+) -> Result<Vec<(String, McpServerContent)>, SubstrateError> {
+    cfg.mcp_servers
+        .iter()
+        .map(|(name, value)| {
+            let source = format!("substrate.mcp_servers.{name}");
+            validate_def_name(DefKind::McpServer, name).map_err(|e| boot_err(&source, &e))?;
+            let content = McpServerContent::from_json(value.clone())
+                .and_then(|c| c.validate().map(|()| c))
+                .map_err(|e| boot_err(&source, &e))?;
+            Ok((name.clone(), content))
+        })
+        .collect()
+}
+
+/// Loads the boot definitions of `cfg` (agents, skills, then MCP servers) into
+/// `cfg.boot_tenant`. Unchanged
 /// definitions keep their version; changed ones get a new version that becomes active.
 pub async fn load_boot_definitions(
     store: &DefStore,
@@ -174,7 +194,8 @@ pub async fn load_boot_definitions(
         .map_err(|e| SubstrateError::Boot(format!("substrate.boot_tenant: {}", e.message)))?;
     let defs = read_boot_definitions(cfg)?;
     let skills = read_boot_skills(cfg)?;
-    let mut loaded = Vec::with_capacity(defs.len() + skills.len());
+    let servers = read_boot_mcp_servers(cfg)?;
+    let mut loaded = Vec::with_capacity(defs.len() + skills.len() + servers.len());
     for d in defs {
         let out = agents::put_agent(store, &tenant, &d.name, &d.content, Some("boot"))
             .await
@@ -199,6 +220,20 @@ pub async fn load_boot_definitions(
             number: out.version.number,
             created: out.created,
             source: s.source,
+        });
+    }
+    for (name, content) in servers {
+        let source = format!("substrate.mcp_servers.{name}");
+        let out = defs::put(store, &tenant, &name, &content, Some("boot"))
+            .await
+            .map_err(|e| boot_err(&source, &e))?;
+        loaded.push(BootLoaded {
+            kind: DefKind::McpServer,
+            name,
+            version: out.version.hash,
+            number: out.version.number,
+            created: out.created,
+            source,
         });
     }
     if !loaded.is_empty() {

@@ -130,7 +130,8 @@ pub async fn put<C: DefContent>(
     store_content(store, tenant, name, content, Parent::Active, created_by).await
 }
 
-/// [`put`] with content as JSON text (a JSON object of content fields).
+/// [`put`] with content as JSON text (a JSON object of content fields): the API's path, so
+/// content only an operator may define ([`DefContent::operator_only`]) is refused.
 pub async fn put_json<C: DefContent>(
     store: &DefStore,
     tenant: &TenantId,
@@ -140,6 +141,9 @@ pub async fn put_json<C: DefContent>(
 ) -> Result<PutOutcome, Error> {
     validate_def_name(C::KIND, name)?;
     let content = C::from_json_str(content_json)?;
+    if let Some(why) = content.operator_only() {
+        return Err(Error::forbidden(why));
+    }
     put(store, tenant, name, &content, created_by).await
 }
 
@@ -309,6 +313,9 @@ pub async fn fork<C: DefContent>(
     };
     let content = C::from_json(merged).map_err(in_changes)?;
     content.validate().map_err(in_changes)?;
+    if let Some(why) = content.operator_only() {
+        return Err(Error::forbidden(why));
+    }
     store_content(
         store,
         tenant,

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
+use weft_core::mcp::McpServerContent;
 use weft_core::skill::SkillContent;
 use weft_core::{Error, Principal, Scope, TenantId};
 use weft_proto::v1;
@@ -123,8 +124,9 @@ fn kind(k: i32) -> Result<DefKind, Status> {
     match v1::DefKind::try_from(k) {
         Ok(v1::DefKind::Agent) => Ok(DefKind::Agent),
         Ok(v1::DefKind::Skill) => Ok(DefKind::Skill),
+        Ok(v1::DefKind::McpServer) => Ok(DefKind::McpServer),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
-            "`kind` is required: DEF_KIND_AGENT or DEF_KIND_SKILL",
+            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL or DEF_KIND_MCP_SERVER",
         )
         .with_param("kind")
         .into()),
@@ -147,6 +149,9 @@ async fn put_kind(
         DefKind::Skill => {
             defs::put_json::<SkillContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::McpServer => {
+            defs::put_json::<McpServerContent>(store, tenant, name, content_json, by).await
+        }
     }
 }
 
@@ -166,6 +171,10 @@ async fn fork_kind(
         }
         DefKind::Skill => {
             defs::fork::<SkillContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::McpServer => {
+            defs::fork::<McpServerContent>(store, tenant, name, from_version, changes_json, by)
+                .await
         }
     }
 }

@@ -1,4 +1,5 @@
 //! Every service of weft in one process: the router and the gateway, each on its own listener,
+//! the substrate, the executor and the MCP bridge (in-process),
 //! sharing one shutdown token. The gateway calls the router's gRPC service in-process (same
 //! contract, codec and JWT check, no socket hop); the router's own listener still serves other
 //! gRPC clients. `deploy/local/test.sh` runs the black-box suite against both this and separate
@@ -31,6 +32,8 @@ pub enum FleetError {
     Executor(#[from] weft_executor::ExecutorError),
     #[error("{0}")]
     Substrate(#[from] weft_substrate::SubstrateError),
+    #[error("{0}")]
+    McpBridge(#[from] weft_mcp_bridge::BridgeError),
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
     #[error("bootstrap token: {0}")]
@@ -129,6 +132,7 @@ impl Fleet {
             substrate.clone(),
         )
         .await?;
+        let bridge = weft_mcp_bridge::Bridge::new(&config, substrate.clone())?;
         let executor = if config.executor.embedded {
             Some(
                 weft_executor::Executor::connect(
@@ -136,6 +140,7 @@ impl Fleet {
                     jwt.clone(),
                     in_process(&routing, &jwt),
                     substrate,
+                    weft_proto::transport::in_process(bridge.grpc_service(jwt.clone())),
                 )
                 .await?,
             )
@@ -146,6 +151,7 @@ impl Fleet {
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(bridge.reap_until(shutdown.clone())));
         let stop = shutdown.clone();
         let substrate_jwt = jwt.clone();
         tasks.push(tokio::spawn(async move {

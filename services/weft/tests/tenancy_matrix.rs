@@ -135,6 +135,8 @@ struct Params {
     agent_hash: String,
     /// A's skill is named like A's agent (names are per kind).
     skill_hash: String,
+    /// A's MCP server definition is named like A's agent too.
+    mcp_hash: String,
     /// A tenant channel, and the cursor of a message in it.
     channel: String,
     cursor: String,
@@ -142,8 +144,9 @@ struct Params {
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 8] {
+    fn named(&self) -> [(&str, &'static str); 9] {
         [
+            (&self.mcp_hash, "<mcp_hash>"),
             (&self.cursor, "<cursor>"),
             (&self.channel, "<channel>"),
             (&self.agent_hash, "<agent_hash>"),
@@ -709,6 +712,80 @@ fn expectations() -> Vec<Entry> {
             Some(json!({"description": "an intruder's skill", "body": "an intruder's own skill"}))
         })
         .creates(),
+        // MCP server definitions: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/mcp-servers",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/mcp-servers/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/mcp-servers/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/mcp-servers/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.mcp_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's MCP server hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own MCP server hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/mcp-servers/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"description": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/mcp-servers/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/mcp-servers/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.mcp_hash}))),
+        // B may define a server of A's server's name in its own tenant; A's is checked unchanged.
+        entry(
+            Method::PUT,
+            "/v1/mcp-servers/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| {
+            Some(json!({"description": "an intruder's server", "url": "https://intruder.example/mcp"}))
+        })
+        .creates(),
     ]
 }
 
@@ -724,6 +801,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/mcp-servers/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/channels/") => p.channel.as_str(),
             ("interrupt_id", _) => INTERRUPT,
             // Memory routes name alice's run scope.
@@ -1083,6 +1161,20 @@ async fn set_up(f: &TestFleet) -> World {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     let skill_hash = v["version"].as_str().unwrap().to_owned();
+    let r = f
+        .http
+        .put(format!("{}/v1/mcp-servers/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("mcp-description-{canary}"),
+            "url": format!("https://mcp-{canary}.example/mcp"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let mcp_hash = v["version"].as_str().unwrap().to_owned();
 
     // alice's run waits for input: no executor touches it, so any change is an intruder's.
     let (s, run) = f
@@ -1179,6 +1271,7 @@ async fn set_up(f: &TestFleet) -> World {
         agent: agent.clone(),
         agent_hash: agent_hash.clone(),
         skill_hash: skill_hash.clone(),
+        mcp_hash: mcp_hash.clone(),
         channel: channel.clone(),
         cursor: cursor.clone(),
     };
@@ -1190,6 +1283,7 @@ async fn set_up(f: &TestFleet) -> World {
         agent: format!("ghost-{}", &ghost_hex[8..16]),
         agent_hash: format!("sha256:{ghost_hex}"),
         skill_hash: format!("sha256:{}", ghost_hex.chars().rev().collect::<String>()),
+        mcp_hash: format!("sha256:{}{}", &ghost_hex[32..], &ghost_hex[..32]),
         channel: format!("ghost-{}", &ghost_hex[16..24]),
         cursor: weft_substrate::channels::rules::Cursor {
             channel: 1 << 40,
@@ -1204,6 +1298,12 @@ async fn set_up(f: &TestFleet) -> World {
         secret("A's agent name", agent, &[OtherSubject]),
         secret("A's agent hash", agent_hash, &[OtherSubject]),
         secret("A's skill hash", skill_hash, &[OtherSubject]),
+        secret("A's MCP server hash", mcp_hash, &[OtherSubject]),
+        secret(
+            "A's MCP server URL",
+            format!("https://mcp-{canary}.example/mcp"),
+            &[OtherSubject],
+        ),
         secret(
             "A's skill body",
             format!("skill-body-{canary}"),
@@ -1492,6 +1592,24 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
     {
         failures.push(format!(
             "A's skill changed during the matrix: {s} {skill} {versions}"
+        ));
+    }
+    let (s, server) = f
+        .get(&format!("/v1/mcp-servers/{}", w.a.agent), &w.a_admin)
+        .await;
+    let (_, versions) = f
+        .get(
+            &format!("/v1/mcp-servers/{}/versions", w.a.agent),
+            &w.a_admin,
+        )
+        .await;
+    if s != 200
+        || server["version"] != w.a.mcp_hash.as_str()
+        || server["retired"] != false
+        || versions["data"].as_array().map_or(0, Vec::len) != 1
+    {
+        failures.push(format!(
+            "A's MCP server changed during the matrix: {s} {server} {versions}"
         ));
     }
 

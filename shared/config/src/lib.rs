@@ -41,6 +41,78 @@ pub struct Config {
     pub nats: NatsConfig,
     pub substrate: SubstrateConfig,
     pub executor: ExecutorConfig,
+    pub mcp_bridge: McpBridgeConfig,
+    pub mcp: McpServerFaceConfig,
+}
+
+/// The MCP bridge's client side: the session pool that mounts external MCP servers into runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpBridgeConfig {
+    /// Address the bridge's gRPC server listens on (`weft mcp-bridge`); `weft up` wires it
+    /// in-process.
+    pub listen: SocketAddr,
+    /// The substrate's gRPC URL (server definitions); ignored by `weft up`.
+    pub substrate_url: String,
+    /// The longest one tool call may take, in milliseconds (a definition's `timeout_ms` may
+    /// only lower it).
+    pub call_timeout_ms: u64,
+    /// How long connecting and listing tools may take, in milliseconds, retries included (a
+    /// server that boots late is retried within it).
+    pub connect_timeout_ms: u64,
+    /// The largest tool result handed back, in bytes; longer results are cut with a note.
+    pub max_result_bytes: usize,
+    /// Sessions kept open at once, across tenants and servers; the least recently used is
+    /// closed beyond it.
+    pub max_sessions: usize,
+    /// A session unused for this long is closed, in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// CIDRs a tenant-defined `http` server may resolve to although they are private or
+    /// loopback (as `executor.http_private_exempt`). Operator-declared servers (config) are
+    /// not checked.
+    pub private_exempt: Vec<String>,
+}
+
+impl Default for McpBridgeConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8790)),
+            substrate_url: "http://127.0.0.1:8789".into(),
+            call_timeout_ms: 60_000,
+            connect_timeout_ms: 15_000,
+            max_result_bytes: 256 * 1024,
+            max_sessions: 1024,
+            idle_timeout_ms: 300_000,
+            private_exempt: Vec::new(),
+        }
+    }
+}
+
+/// weft's own MCP server face, at `<gateway>/mcp`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerFaceConfig {
+    /// Whether the gateway serves `/mcp`.
+    pub enabled: bool,
+    /// `Host` values accepted (DNS-rebinding guard): hostnames or `host:port`. Empty = any.
+    /// The default accepts loopback names only; add the public hostname in a deployment.
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s accepted (`https://app.example.com:443`, `http://localhost:*`);
+    /// empty = `Origin` is not checked (the `Host` check still guards against DNS rebinding).
+    pub allowed_origins: Vec<String>,
+    /// How long an idle 2025-11-25 session is kept in the database, in seconds.
+    pub session_ttl_secs: u64,
+}
+
+impl Default for McpServerFaceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
+            session_ttl_secs: 24 * 3600,
+        }
+    }
 }
 
 /// The substrate: versioned definitions.
@@ -78,6 +150,9 @@ pub struct SubstrateConfig {
     /// Long-polls (channel reads and awaits with `wait_ms`) one substrate holds at once; more
     /// are answered 503 with `Retry-After`.
     pub max_channel_waiters: usize,
+    /// MCP server definitions loaded at boot into `boot_tenant`, by name, with the fields of
+    /// `PUT /v1/mcp-servers/{name}`. The only place a `stdio` server may be declared.
+    pub mcp_servers: BTreeMap<String, serde_json::Value>,
 }
 
 /// A channel declared in the config (`substrate.channels.<name>`).
@@ -109,6 +184,7 @@ impl Default for SubstrateConfig {
             memory_sweep_interval_ms: 30_000,
             channels: BTreeMap::new(),
             max_channel_waiters: 10_000,
+            mcp_servers: BTreeMap::new(),
         }
     }
 }
@@ -124,6 +200,8 @@ pub struct ExecutorConfig {
     pub router_url: String,
     /// The substrate's gRPC URL; ignored by `weft up`.
     pub substrate_url: String,
+    /// The MCP bridge's gRPC URL; ignored by `weft up`.
+    pub mcp_bridge_url: String,
     /// Where the standalone executor serves Prometheus `/metrics`; unset = nowhere.
     pub metrics_listen: Option<SocketAddr>,
     /// How long a lease on a run lasts without a heartbeat, in milliseconds. A dead executor's
@@ -158,6 +236,7 @@ impl Default for ExecutorConfig {
             embedded: true,
             router_url: "http://127.0.0.1:8788".into(),
             substrate_url: "http://127.0.0.1:8789".into(),
+            mcp_bridge_url: "http://127.0.0.1:8790".into(),
             metrics_listen: None,
             lease_ttl_ms: 15_000,
             heartbeat_ms: 3_000,
@@ -692,6 +771,23 @@ impl Config {
             return bad(format!(
                 "gateway.max_body_bytes must be at least 1024, got {}",
                 self.gateway.max_body_bytes
+            ));
+        }
+        let m = &self.mcp_bridge;
+        for (field, v) in [
+            ("call_timeout_ms", m.call_timeout_ms),
+            ("connect_timeout_ms", m.connect_timeout_ms),
+            ("idle_timeout_ms", m.idle_timeout_ms),
+            ("max_result_bytes", m.max_result_bytes as u64),
+            ("max_sessions", m.max_sessions as u64),
+        ] {
+            if v == 0 {
+                return bad(format!("mcp_bridge.{field} must be at least 1, got 0"));
+            }
+        }
+        if let Some(cidr) = m.private_exempt.iter().find(|c| !is_cidr(c)) {
+            return bad(format!(
+                "mcp_bridge.private_exempt: {cidr:?} is not a CIDR; write an address and a prefix length, like \"10.20.0.0/16\" or \"127.0.0.1/32\""
             ));
         }
         let e = &self.executor;

@@ -43,6 +43,12 @@ impl Keys {
         format!("{}:cancel:{run}", self.prefix)
     }
 
+    /// A run's credentials (`POST /v1/runs` `credentials`): a JSON object, kept only in Redis,
+    /// for the run's lifetime.
+    pub fn credentials(&self, run: RunId) -> String {
+        format!("{}:credentials:{run}", self.prefix)
+    }
+
     /// Pub/sub channel carrying [`Control`] messages to executors.
     pub fn control_channel(&self) -> String {
         format!("{}:control", self.prefix)
@@ -381,6 +387,47 @@ impl Coord {
             },
         )
         .await
+    }
+
+    /// Keeps a run's credentials for `ttl_secs` (they are never written to Postgres, NATS or a
+    /// log; Redis holds them so that whichever executor takes the run can use them).
+    pub async fn put_credentials(
+        &self,
+        run: RunId,
+        credentials: &std::collections::BTreeMap<String, String>,
+        ttl_secs: u64,
+    ) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let payload = serde_json::to_string(credentials).map_err(unavailable)?;
+        let _: () = c
+            .set_ex(self.keys.credentials(run), payload, ttl_secs.max(1))
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// A run's credentials (empty when it was given none, or they expired).
+    pub async fn credentials(
+        &self,
+        run: RunId,
+    ) -> Result<std::collections::BTreeMap<String, String>, CoordError> {
+        let mut c = self.conn().await?;
+        let v: Option<String> = c
+            .get(self.keys.credentials(run))
+            .await
+            .map_err(unavailable)?;
+        Ok(v.and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    /// Forgets a run's credentials (when it ends).
+    pub async fn drop_credentials(&self, run: RunId) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let _: i64 = c
+            .del(self.keys.credentials(run))
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     /// Tells the executor holding `run` that input is waiting.

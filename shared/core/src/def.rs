@@ -19,14 +19,16 @@ use crate::agent::sha256_ref;
 pub enum DefKind {
     Agent,
     Skill,
+    McpServer,
 }
 
 impl DefKind {
-    /// The stored form: `agent`, `skill`.
+    /// The stored form: `agent`, `skill`, `mcp_server`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
             DefKind::Skill => "skill",
+            DefKind::McpServer => "mcp_server",
         }
     }
 
@@ -35,6 +37,7 @@ impl DefKind {
         match self {
             DefKind::Agent => "agents",
             DefKind::Skill => "skills",
+            DefKind::McpServer => "mcp-servers",
         }
     }
 }
@@ -130,6 +133,12 @@ pub trait DefContent: Serialize + Sized + Send + Sync + 'static {
 
     /// The one-line description shown in listings.
     fn description(&self) -> &str;
+
+    /// Why a tenant may not define this content over the API (only an operator, in the config
+    /// file), or `None` when it may. Checked on every put and fork through the API.
+    fn operator_only(&self) -> Option<String> {
+        None
+    }
 
     /// [`DefContent::from_json`] for JSON text, such as a stored version's `content_json`.
     fn from_json_str(text: &str) -> Result<Self, Error> {

@@ -8,6 +8,7 @@ pub mod def;
 pub mod error;
 pub mod ids;
 pub mod limits;
+pub mod mcp;
 pub mod message;
 pub mod principal;
 pub mod ratelimit;

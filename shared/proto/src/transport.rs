@@ -87,6 +87,15 @@ pub fn channels_client(
         .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
 }
 
+/// An MCP bridge client over `t`, with the same message limit as [`router_client`].
+pub fn mcp_bridge_client(
+    t: GrpcTransport,
+) -> crate::v1::mcp_bridge_client::McpBridgeClient<GrpcTransport> {
+    crate::v1::mcp_bridge_client::McpBridgeClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
 /// A generated tonic server (with its interceptor) called in-process.
 pub fn in_process<S, B>(svc: S) -> GrpcTransport
 where

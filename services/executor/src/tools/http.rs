@@ -396,6 +396,12 @@ fn non_public_class(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// A resolver for any outbound client that must keep to `policy` at dial time (the MCP
+/// bridge's client for tenant-defined servers uses it too).
+pub fn guarded_resolver(policy: Arc<AddressPolicy>) -> Arc<dyn Resolve> {
+    Arc::new(GuardedResolver { policy })
+}
+
 /// The client's resolver: tokio's (the system's) lookup, refusing the name outright if any of
 /// its addresses is non-public, so a name cannot smuggle one in among public ones.
 struct GuardedResolver {

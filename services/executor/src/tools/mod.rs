@@ -15,6 +15,7 @@ pub mod channel;
 pub mod context;
 pub mod http;
 pub mod interruption;
+pub mod mcp;
 pub mod memory;
 pub mod skill;
 
@@ -295,8 +296,8 @@ impl Registry {
         }
     }
 
-    /// The specs of the tools a run may call, in a stable order; names not hosted here (MCP
-    /// tools, not mounted by this executor yet) are left out.
+    /// The specs of the built-in tools a run may call, in a stable order (MCP tools are
+    /// mounted per run: [`mcp::mount`]).
     pub fn specs_for(&self, allowed: &[String]) -> Vec<ToolSpec> {
         self.tools
             .iter()

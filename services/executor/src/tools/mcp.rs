@@ -1,0 +1,254 @@
+//! MCP tools: the tools of the external MCP servers a run's agent mounts (`mcp_servers`), as
+//! `mcp__<server>__<tool>`, called through the MCP bridge (`weft.v1.McpBridge`).
+//!
+//! Which tools a run sees: for each server in the agent's `mcp_servers`, the bridge's list
+//! (already narrowed by the server definition's `tools`), kept where the run's `tools` has a
+//! matching entry (`mcp__<server>__<tool>` or a glob of the tool part, `mcp__github__get_*`).
+//! The list is taken once per lease, at the first turn.
+//!
+//! The side-effect class comes from the tool's annotations: `readOnlyHint` → read-only,
+//! `idempotentHint` → idempotent (both re-run on resume), anything else effectful (an
+//! unfinished call becomes "outcome unknown"). Every failure — the server down, a timeout, the
+//! tool's own error — is a tool result with `is_error`, never a crashed run.
+//!
+//! Credentials (`POST /v1/runs` `credentials`) are read from Redis and sent to the bridge with
+//! each request; the bridge substitutes them into headers and redacts their values from what it
+//! hands back, so they reach neither the transcript nor the model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use weft_core::agent::AgentContent;
+use weft_core::mcp::glob_matches;
+use weft_core::message::ToolSpec;
+use weft_proto::v1;
+
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+use crate::driver::Driver;
+
+/// The prefix of every MCP tool name.
+pub const PREFIX: &str = "mcp__";
+
+/// `mcp__<server>__<tool>` split into (server, tool).
+pub fn split(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix(PREFIX)?.split_once("__")
+}
+
+/// Whether the run's `tools` entries let it use `server`'s `tool`.
+pub fn permitted(allowed: &[String], server: &str, tool: &str) -> bool {
+    allowed.iter().any(|a| match split(a) {
+        Some((s, pattern)) => s == server && glob_matches(pattern, tool),
+        None => false,
+    })
+}
+
+/// One mounted tool.
+pub struct McpTool {
+    name: String,
+    server: String,
+    tool: String,
+    spec: ToolSpec,
+    class: SideEffect,
+}
+
+impl McpTool {
+    fn from_info(server: &str, t: v1::McpToolInfo) -> Self {
+        let name = format!("{PREFIX}{server}__{}", t.name);
+        let parameters = serde_json::from_str::<Value>(&t.input_schema_json)
+            .ok()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        let class = if t.read_only {
+            SideEffect::ReadOnly
+        } else if t.idempotent {
+            SideEffect::Idempotent
+        } else {
+            SideEffect::Effectful
+        };
+        Self {
+            spec: ToolSpec {
+                name: name.clone(),
+                description: t.description,
+                parameters,
+            },
+            name,
+            server: server.to_owned(),
+            tool: t.name,
+            class,
+        }
+    }
+}
+
+/// What a run mounted: its MCP tools, and the servers that could not be listed (a call to one
+/// of their tools is answered with why).
+#[derive(Default)]
+pub struct Mount {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub failed: BTreeMap<String, String>,
+}
+
+impl Mount {
+    /// The mounted tool called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+}
+
+/// Lists the tools of the agent's MCP servers that the run may use.
+pub(crate) async fn mount(driver: &Driver, def: &AgentContent) -> Mount {
+    let mut out = Mount::default();
+    let allowed = &driver.spec.tools;
+    let servers: Vec<&String> = def
+        .mcp_servers
+        .iter()
+        .filter(|s| {
+            allowed
+                .iter()
+                .any(|a| split(a).is_some_and(|(server, _)| server == s.as_str()))
+        })
+        .collect();
+    if servers.is_empty() {
+        return out;
+    }
+    let credentials = driver.credentials().await;
+    let client = weft_proto::transport::mcp_bridge_client(driver.inner.mcp_bridge.clone());
+    for server in servers {
+        let msg = v1::McpListToolsRequest {
+            server: server.clone(),
+            credentials: credentials
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let listed = match driver.internal(msg) {
+            Ok(req) => client.clone().list_tools(req).await,
+            Err(e) => Err(tonic::Status::internal(e.message)),
+        };
+        match listed {
+            Ok(r) => {
+                for t in r.into_inner().tools {
+                    if permitted(allowed, server, &t.name) {
+                        out.tools.push(Arc::new(McpTool::from_info(server, t)));
+                    }
+                }
+            }
+            Err(s) => {
+                let e = weft_core::Error::from(&s);
+                tracing::warn!(server = %server, error = %e.message, "mcp server could not be mounted");
+                out.failed.insert(server.clone(), e.message);
+            }
+        }
+    }
+    out
+}
+
+/// A call to a tool of a server that could not be listed.
+pub struct Unmounted {
+    pub name: String,
+    pub reason: String,
+}
+
+impl Tool for Unmounted {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn side_effect(&self, _input: &Value) -> SideEffect {
+        // Nothing is called: safe to repeat.
+        SideEffect::ReadOnly
+    }
+
+    fn call<'a>(
+        &'a self,
+        _ctx: &'a ToolCtx<'a>,
+        _input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
+        Box::pin(async move { Ok(ToolOutput::error(self.reason.clone()).into()) })
+    }
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn side_effect(&self, _input: &Value) -> SideEffect {
+        self.class
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolCtx<'a>,
+        input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
+        Box::pin(async move {
+            let credentials = ctx.driver().credentials().await;
+            let msg = v1::McpCallToolRequest {
+                server: self.server.clone(),
+                tool: self.tool.clone(),
+                arguments_json: if input.is_object() {
+                    input.to_string()
+                } else {
+                    "{}".into()
+                },
+                credentials: credentials
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            };
+            let req = match ctx.internal(msg) {
+                Ok(r) => r,
+                Err(e) => return Err(Abort::infra(e.message)),
+            };
+            let mut client =
+                weft_proto::transport::mcp_bridge_client(ctx.inner().mcp_bridge.clone());
+            let out = match client.call_tool(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    ToolOutput {
+                        text: r.text,
+                        is_error: r.is_error,
+                    }
+                }
+                Err(s) => ToolOutput::error(format!(
+                    "MCP server `{}`: {}",
+                    self.server,
+                    weft_core::Error::from(&s).message
+                )),
+            };
+            Ok(ToolOutcome::Done(out))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_and_globs_decide() {
+        assert_eq!(
+            split("mcp__github__get_issue"),
+            Some(("github", "get_issue"))
+        );
+        assert_eq!(split("HTTP"), None);
+        let allowed = vec!["mcp__github__get_*".to_owned(), "Memory".to_owned()];
+        assert!(permitted(&allowed, "github", "get_issue"));
+        assert!(!permitted(&allowed, "github", "delete_repo"));
+        assert!(!permitted(&allowed, "gitlab", "get_issue"));
+    }
+}

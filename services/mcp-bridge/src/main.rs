@@ -1,0 +1,80 @@
+//! `weft-mcp-bridge`: the MCP bridge's client side as its own process (the executor reaches
+//! it at `executor.mcp_bridge_url`). weft's MCP server face is served by the gateway at `/mcp`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use weft_config::{CommonArgs, Config, Overrides};
+use weft_telemetry::boot::{BootError, Service, boot};
+
+/// The weft MCP bridge (gRPC): a pool of sessions to the MCP servers defined in the substrate,
+/// for the executor's runs. Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the fleet.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Address to listen on, e.g. 127.0.0.1:8790.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// The substrate's gRPC URL (overrides mcp_bridge.substrate_url).
+    #[arg(long)]
+    substrate_url: Option<String>,
+}
+
+struct Bridge {
+    listener: TcpListener,
+    bridge: weft_mcp_bridge::Bridge,
+    jwt: weft_auth::InternalJwt,
+}
+
+impl Service for Bridge {
+    type Args = ();
+
+    async fn connect(
+        config: Config,
+        (): (),
+        _shutdown: CancellationToken,
+    ) -> Result<Self, BootError> {
+        let secret = config
+            .required_jwt_secret("gateway")
+            .map_err(BootError::config)?;
+        let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
+        let substrate = weft_proto::transport::channel(&config.mcp_bridge.substrate_url)
+            .map_err(BootError::config)?;
+        let bridge = weft_mcp_bridge::Bridge::new(&config, substrate).map_err(BootError::config)?;
+        let listener = TcpListener::bind(config.mcp_bridge.listen)
+            .await
+            .map_err(|e| {
+                BootError::failed(format!(
+                    "cannot listen on {}: {e}",
+                    config.mcp_bridge.listen
+                ))
+            })?;
+        Ok(Self {
+            listener,
+            bridge,
+            jwt,
+        })
+    }
+
+    async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
+        weft_mcp_bridge::serve(self.listener, self.bridge, self.jwt, shutdown)
+            .await
+            .map_err(BootError::failed)
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut o = Overrides::default();
+    o.set("mcp_bridge", "listen", cli.listen).set(
+        "mcp_bridge",
+        "substrate_url",
+        cli.substrate_url.as_deref(),
+    );
+    boot::<Bridge>("weft-mcp-bridge", &cli.common, o, ()).await
+}

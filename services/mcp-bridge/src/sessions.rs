@@ -1,0 +1,75 @@
+//! Where the MCP server face keeps its 2025-11-25 sessions: Postgres, so that any gateway
+//! replica serves any session. rmcp keeps a live session in the memory of the replica that
+//! served it; on a replica that does not know a session id, it loads the stored initialize
+//! parameters from here and replays the handshake, and the client never notices. A session
+//! lives `mcp.session_ttl_secs` after its last store; expired rows are ignored and swept.
+
+use std::time::Duration;
+
+use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
+use sqlx::PgPool;
+
+/// The Postgres session store.
+#[derive(Clone, Debug)]
+pub struct PgSessionStore {
+    pool: PgPool,
+    ttl: Duration,
+}
+
+impl PgSessionStore {
+    pub fn new(pool: PgPool, ttl: Duration) -> Self {
+        Self { pool, ttl }
+    }
+
+    /// Deletes expired sessions; returns how many.
+    pub async fn sweep(&self) -> Result<u64, sqlx::Error> {
+        sqlx::query("DELETE FROM mcp_sessions WHERE expires_at < now()")
+            .execute(&self.pool)
+            .await
+            .map(|r| r.rows_affected())
+    }
+
+    fn ttl_secs(&self) -> f64 {
+        self.ttl.as_secs_f64()
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for PgSessionStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let row: Option<(serde_json::Value,)> =
+            sqlx::query_as("SELECT state FROM mcp_sessions WHERE id = $1 AND expires_at > now()")
+                .bind(session_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        match row {
+            Some((state,)) => Ok(Some(serde_json::from_value(state)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let state = serde_json::to_value(state)?;
+        sqlx::query(
+            "INSERT INTO mcp_sessions (id, state, expires_at) \
+             VALUES ($1, $2, now() + make_interval(secs => $3)) \
+             ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, expires_at = EXCLUDED.expires_at",
+        )
+        .bind(session_id)
+        .bind(state)
+        .bind(self.ttl_secs())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        sqlx::query("DELETE FROM mcp_sessions WHERE id = $1")
+            .bind(session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

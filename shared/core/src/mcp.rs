@@ -1,0 +1,435 @@
+//! An MCP server definition (API.md, "MCP"): an external MCP server whose tools runs may use as
+//! `mcp__<server>__<tool>`. Versioned and content-addressed like every definition
+//! ([`crate::def`]). Two transports:
+//!
+//! - `http` (streamable HTTP): a `url` and `headers`. A header value may reference a per-run
+//!   credential as `${run.credentials.<name>}`; the reference is what is stored and hashed, the
+//!   secret is substituted by the MCP bridge for each call and never stored.
+//! - `stdio`: a `command` with `args` and `env`, started by the bridge on weft's own hosts —
+//!   which is why only an operator may declare one (in the config file); the substrate refuses
+//!   one from a tenant.
+//!
+//! `tools` narrows what the server offers (names or globs of the tool part); empty = all.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Error;
+use crate::def::{DefContent, DefKind};
+
+/// Bounds enforced by [`McpServerContent::validate`].
+pub mod limits {
+    pub const DESCRIPTION_BYTES: usize = 4096;
+    pub const URL_BYTES: usize = 2048;
+    pub const HEADERS: usize = 32;
+    pub const HEADER_VALUE_BYTES: usize = 8192;
+    pub const ARGS: usize = 64;
+    pub const ARG_BYTES: usize = 4096;
+    pub const ENV: usize = 64;
+    pub const TOOLS: usize = 256;
+    /// `timeout_ms`: at most ten minutes.
+    pub const TIMEOUT_MS: u32 = 600_000;
+}
+
+/// How weft reaches the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpTransport {
+    /// Streamable HTTP.
+    #[default]
+    Http,
+    /// A child process speaking MCP on its standard input and output.
+    Stdio,
+}
+
+/// The content fields of an MCP server definition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerContent {
+    pub description: String,
+    pub transport: McpTransport,
+    /// `http`: the endpoint (`https://host/mcp`).
+    pub url: Option<String>,
+    /// `http`: headers sent with every request; values may hold `${run.credentials.<name>}`.
+    pub headers: BTreeMap<String, String>,
+    /// `stdio`: the program to start.
+    pub command: Option<String>,
+    /// `stdio`: its arguments.
+    pub args: Vec<String>,
+    /// `stdio`: its environment (added to a minimal one: `PATH`, `HOME`, `LANG`).
+    pub env: BTreeMap<String, String>,
+    /// The tools runs may see, by name or glob of the tool name (`get_*`); empty = every tool.
+    pub tools: Vec<String>,
+    /// The longest one call may take, in milliseconds (default: the bridge's
+    /// `mcp_bridge.call_timeout_ms`; never more than it).
+    pub timeout_ms: Option<u32>,
+}
+
+/// The credential names a header value references, in order (`${run.credentials.<name>}`), or
+/// an error naming the first malformed reference.
+pub fn credential_refs(value: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("has `${` without a closing `}`".into());
+        };
+        let inner = &after[..end];
+        let Some(name) = inner.strip_prefix("run.credentials.") else {
+            return Err(format!(
+                "references `${{{inner}}}`; only `${{run.credentials.<name>}}` is supported"
+            ));
+        };
+        if !is_credential_name(name) {
+            return Err(format!(
+                "references credential `{name}`; a credential name is 1-64 characters of a-z, A-Z, 0-9, '_' and '-'"
+            ));
+        }
+        out.push(name);
+        rest = &after[end + 1..];
+    }
+    Ok(out)
+}
+
+/// `[A-Za-z0-9_-]{1,64}`: the names callers give credentials in `POST /v1/runs`.
+pub fn is_credential_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Replaces every `${run.credentials.<name>}` in `value` with the credential's secret. An
+/// unknown credential is an error naming it.
+pub fn substitute_credentials(
+    value: &str,
+    credentials: &BTreeMap<String, String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${run.credentials.") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + "${run.credentials.".len()..];
+        let Some(end) = after.find('}') else {
+            return Err("a credential reference has no closing `}`".into());
+        };
+        let name = &after[..end];
+        match credentials.get(name) {
+            Some(secret) => out.push_str(secret),
+            None => {
+                return Err(format!(
+                    "this MCP server needs the credential `{name}`; pass it in the run's `credentials`"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Whether `tool` matches `pattern`, where `*` matches any run of characters.
+pub fn glob_matches(pattern: &str, tool: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == tool,
+        Some((head, tail)) => {
+            let Some(rest) = tool.strip_prefix(head) else {
+                return false;
+            };
+            // Try every split point for the remaining pattern.
+            (0..=rest.len())
+                .filter(|&i| rest.is_char_boundary(i))
+                .any(|i| glob_matches(tail, &rest[i..]))
+        }
+    }
+}
+
+fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
+    Error::invalid(message).with_param(param)
+}
+
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+impl McpServerContent {
+    /// Checks what types cannot; the error names the field.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.description.len() > limits::DESCRIPTION_BYTES {
+            return Err(bad(
+                "description",
+                format!(
+                    "`description` is {} bytes; at most {} are allowed",
+                    self.description.len(),
+                    limits::DESCRIPTION_BYTES
+                ),
+            ));
+        }
+        match self.transport {
+            McpTransport::Http => self.validate_http()?,
+            McpTransport::Stdio => self.validate_stdio()?,
+        }
+        if self.tools.len() > limits::TOOLS {
+            return Err(bad(
+                "tools",
+                format!(
+                    "`tools` has {} entries; at most {}",
+                    self.tools.len(),
+                    limits::TOOLS
+                ),
+            ));
+        }
+        for (i, t) in self.tools.iter().enumerate() {
+            let ok = !t.is_empty()
+                && t.len() <= 128
+                && t.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*' | b'/')
+                });
+            if !ok {
+                return Err(bad(
+                    format!("tools[{i}]"),
+                    format!(
+                        "`tools[{i}]` is `{t}`; name a tool of the server (`get_issue`) or a glob (`get_*`)"
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = self.timeout_ms
+            && !(1..=limits::TIMEOUT_MS).contains(&t)
+        {
+            return Err(bad(
+                "timeout_ms",
+                format!(
+                    "`timeout_ms` must be between 1 and {}, got {t}",
+                    limits::TIMEOUT_MS
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_http(&self) -> Result<(), Error> {
+        let Some(url) = self.url.as_deref() else {
+            return Err(bad(
+                "url",
+                "`url` is required for an `http` MCP server (its streamable HTTP endpoint, e.g. https://mcp.example.com/mcp)",
+            ));
+        };
+        let host = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
+            .unwrap_or_default();
+        if host.is_empty() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(bad(
+                "url",
+                format!("`url` must be an http:// or https:// URL with a host, got `{url}`"),
+            ));
+        }
+        if url.len() > limits::URL_BYTES {
+            return Err(bad(
+                "url",
+                format!("`url` is longer than {} bytes", limits::URL_BYTES),
+            ));
+        }
+        if self.command.is_some() || !self.args.is_empty() || !self.env.is_empty() {
+            return Err(bad(
+                "command",
+                "`command`, `args` and `env` belong to a `stdio` server; an `http` server has `url` and `headers`",
+            ));
+        }
+        if self.headers.len() > limits::HEADERS {
+            return Err(bad(
+                "headers",
+                format!("`headers` has more than {} entries", limits::HEADERS),
+            ));
+        }
+        for (name, value) in &self.headers {
+            let field = format!("headers.{name}");
+            if !is_header_name(name) {
+                return Err(bad(
+                    field,
+                    format!("`{name}` is not a valid HTTP header name"),
+                ));
+            }
+            let lower = name.to_ascii_lowercase();
+            if matches!(
+                lower.as_str(),
+                "host"
+                    | "content-length"
+                    | "content-type"
+                    | "accept"
+                    | "mcp-session-id"
+                    | "mcp-protocol-version"
+                    | "connection"
+                    | "transfer-encoding"
+            ) {
+                return Err(bad(
+                    field,
+                    format!("header `{name}` is set by weft's MCP client; remove it"),
+                ));
+            }
+            if value.len() > limits::HEADER_VALUE_BYTES
+                || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
+            {
+                return Err(bad(
+                    field,
+                    format!(
+                        "header `{name}` must be printable text of at most {} bytes",
+                        limits::HEADER_VALUE_BYTES
+                    ),
+                ));
+            }
+            credential_refs(value)
+                .map_err(|m| bad(format!("headers.{name}"), format!("header `{name}` {m}")))?;
+        }
+        Ok(())
+    }
+
+    fn validate_stdio(&self) -> Result<(), Error> {
+        let command = self.command.as_deref().unwrap_or_default();
+        if command.trim().is_empty() {
+            return Err(bad(
+                "command",
+                "`command` is required for a `stdio` MCP server (the program to start, e.g. `npx`)",
+            ));
+        }
+        if self.url.is_some() || !self.headers.is_empty() {
+            return Err(bad(
+                "url",
+                "`url` and `headers` belong to an `http` server; a `stdio` server has `command`, `args` and `env`",
+            ));
+        }
+        if self.args.len() > limits::ARGS || self.args.iter().any(|a| a.len() > limits::ARG_BYTES) {
+            return Err(bad(
+                "args",
+                format!(
+                    "`args` may have at most {} entries of {} bytes",
+                    limits::ARGS,
+                    limits::ARG_BYTES
+                ),
+            ));
+        }
+        if self.env.len() > limits::ENV {
+            return Err(bad(
+                "env",
+                format!("`env` has more than {} entries", limits::ENV),
+            ));
+        }
+        for name in self.env.keys() {
+            if name.is_empty() || name.contains('=') {
+                return Err(bad(
+                    format!("env.{name}"),
+                    format!("`{name}` is not a valid environment variable name"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the def offers `tool` (its `tools` narrowing; empty = every tool).
+    pub fn offers(&self, tool: &str) -> bool {
+        self.tools.is_empty() || self.tools.iter().any(|p| glob_matches(p, tool))
+    }
+}
+
+impl DefContent for McpServerContent {
+    const KIND: DefKind = DefKind::McpServer;
+
+    fn from_json(value: Value) -> Result<Self, Error> {
+        crate::def::from_json_fields("an MCP server definition", value)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        McpServerContent::validate(self)
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn operator_only(&self) -> Option<String> {
+        (self.transport == McpTransport::Stdio).then(|| {
+            "a `stdio` MCP server starts a program on weft's own hosts, so only an operator may declare one (in the config file, `substrate.mcp_servers`); define an `http` server with a `url` instead".to_owned()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn content(v: Value) -> Result<McpServerContent, Error> {
+        let c = McpServerContent::from_json(v)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn an_http_server_needs_a_url_and_takes_credential_references() {
+        let c = content(json!({
+            "transport": "http", "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer ${run.credentials.gh}"}, "tools": ["get_*"]
+        }))
+        .unwrap();
+        assert!(c.offers("get_issue"));
+        assert!(!c.offers("delete_repo"));
+        let e = content(json!({"transport": "http"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("url"));
+        let e =
+            content(json!({"url": "https://x/mcp", "headers": {"A": "${env.HOME}"}})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("headers.A"));
+        assert!(e.message.contains("run.credentials"), "{}", e.message);
+        let e = content(json!({"url": "file:///etc/passwd"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("url"));
+        let e = content(json!({"url": "https://x/mcp", "headers": {"Host": "y"}})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("headers.Host"));
+    }
+
+    #[test]
+    fn a_stdio_server_needs_a_command_and_no_url() {
+        content(json!({"transport": "stdio", "command": "python3", "args": ["s.py"]})).unwrap();
+        let e = content(json!({"transport": "stdio"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("command"));
+        let e = content(json!({"transport": "stdio", "command": "x", "url": "https://x/"}))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("url"));
+        let e = content(json!({"transport": "ftp"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("transport"));
+    }
+
+    #[test]
+    fn credentials_are_substituted_and_a_missing_one_is_named() {
+        let creds = BTreeMap::from([("gh".to_owned(), "s3cret".to_owned())]);
+        assert_eq!(
+            substitute_credentials("Bearer ${run.credentials.gh}!", &creds).unwrap(),
+            "Bearer s3cret!"
+        );
+        let e = substitute_credentials("${run.credentials.other}", &creds).unwrap_err();
+        assert!(e.contains("`other`"), "{e}");
+        assert_eq!(
+            credential_refs("a ${run.credentials.x} ${run.credentials.y}").unwrap(),
+            ["x", "y"]
+        );
+    }
+
+    #[test]
+    fn globs_match_runs_of_characters() {
+        assert!(glob_matches("*", "anything"));
+        assert!(glob_matches("get_*", "get_"));
+        assert!(glob_matches("*_issue", "get_issue"));
+        assert!(glob_matches("a*b*c", "aXbYc"));
+        assert!(!glob_matches("a*b*c", "aXbY"));
+        assert!(!glob_matches("get", "get_issue"));
+    }
+}
