@@ -835,6 +835,25 @@ pub fn http_service(
     Face,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
 > {
+    streamable(Face::new(upstream), cfg, Some(store), shutdown)
+}
+
+/// weft's transport and session layers around any MCP server handler: rmcp's streamable HTTP
+/// service with the face's `Host`/`Origin` rules and, when given, the Postgres session store.
+/// The gateway serves [`Face`] with it; the conformance suite's fixture server serves its
+/// fixture tools with the very same layers.
+pub fn streamable<S>(
+    handler: S,
+    cfg: &weft_config::McpServerFaceConfig,
+    store: Option<crate::sessions::PgSessionStore>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> rmcp::transport::StreamableHttpService<
+    S,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>
+where
+    S: ServerHandler + Clone + Send + 'static,
+{
     use rmcp::transport::StreamableHttpServerConfig;
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
@@ -845,7 +864,8 @@ pub fn http_service(
     if !cfg.allowed_origins.is_empty() {
         config = config.with_allowed_origins(cfg.allowed_origins.clone());
     }
-    config.session_store = Some(Arc::new(store));
-    let face = Face::new(upstream);
-    rmcp::transport::StreamableHttpService::new(move || Ok(face.clone()), Arc::default(), config)
+    if let Some(store) = store {
+        config.session_store = Some(Arc::new(store));
+    }
+    rmcp::transport::StreamableHttpService::new(move || Ok(handler.clone()), Arc::default(), config)
 }
