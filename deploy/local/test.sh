@@ -7,8 +7,8 @@
 #   3. cargo build --bins, then the black-box OpenAI compatibility suite (tests/compat, with the
 #      real `openai` Python package) against two arrangements:
 #        weft-up  one `weft up` process (gateway, router, substrate, executor), fresh database
-#        split    separate weft-router, weft-substrate, weft-executor and weft-gateway processes,
-#                 fresh database
+#        split    separate weft-router, weft-substrate, weft-mcp-bridge, weft-executor and two
+#                 weft-gateway replicas (MCP sessions cross them), fresh database
 #      Each arrangement gets its own NATS subject prefix and Redis key prefix. Both are configured
 #      (target/compat-logs/compat.toml) with the embedded mock provider and its aliases plus one
 #      provider per HTTP driver kind, `fake-<kind>` (alias `via-<kind>`), all pointing at one
@@ -305,6 +305,8 @@ run_pytest() {
     (($#)) || set -- tests/compat --ignore=tests/compat/test_real_llm.py
     echo "compat[$name]: running $1 against $url"
     WEFT_BASE_URL="$url/v1" WEFT_TOKEN="$token" WEFT_ARRANGEMENT="$name" \
+        WEFT_COMPAT_DATABASE="${COMPAT_DATABASE:-}" WEFT_COMPAT_LOGS="${COMPAT_LOG_FILES:-}" \
+        WEFT_GATEWAY2_URL="${COMPAT_GATEWAY2:-}" \
         WEFT_FAKE_UPSTREAM="$FAKE_UPSTREAM" WEFT_REQUIRE_FAKE_UPSTREAM=1 \
         timeout --foreground "$PYTEST_TIMEOUT" "$PY" -m pytest "$@" -p no:cacheprovider \
         -q -rfE --junitxml="$LOGS/pytest-$name.xml"
@@ -358,6 +360,17 @@ start_fake_upstream() {
         for kind in openai anthropic gemini deepseek ollama; do
             echo "via-$kind = [\"fake-$kind/m\"]"
         done
+        echo
+        echo "# The MCP fixture server over stdio: only an operator (this file) may declare one."
+        echo "[substrate.mcp_servers.fixture]"
+        echo 'transport = "stdio"'
+        echo 'description = "tests/mcp/fixture_server.py over stdio"'
+        echo "command = \"$PY\""
+        echo "args = [\"$ROOT/tests/mcp/fixture_server.py\", \"stdio\"]"
+        echo
+        echo "# The tests' HTTP MCP servers listen on loopback."
+        echo "[mcp_bridge]"
+        echo 'private_exempt = ["127.0.0.1/32"]'
     } >"$COMPAT_CONFIG"
 }
 
@@ -433,7 +446,8 @@ weft_up_arrangement() {
         echo "the ready file of weft up has no admin_token" >&2
         return 1
     fi
-    run_pytest "$name" "$READY_URL" "$READY_TOKEN" "$@" || status=$?
+    COMPAT_DATABASE=$db COMPAT_LOG_FILES=$log COMPAT_GATEWAY2="" \
+        run_pytest "$name" "$READY_URL" "$READY_TOKEN" "$@" || status=$?
     stop_all "$name:$pid" || status=1
     finish_arrangement "$status" "$log"
 }
@@ -446,10 +460,13 @@ compat_weft_up() {
 # (b) every service as its own process, sharing an internal JWT secret.
 compat_split() {
     local ports db url secret token rlog slog elog glog ready rpid spid epid gpid prefix status=0
-    local gport rport sport cfg=()
+    local gport rport sport bport g2port blog g2log g2ready bpid g2pid cfg=()
     mapfile -t cfg < <(config_args "$COMPAT_CONFIG")
-    ports=$(free_ports 3) || return 1
-    read -r gport rport sport <<<"$ports"
+    ports=$(free_ports 5) || return 1
+    read -r gport rport sport bport g2port <<<"$ports"
+    blog=$LOGS/split-mcp-bridge.log g2log=$LOGS/split-gateway2.log
+    g2ready=$LOGS/split-gateway2.ready.json
+    rm -f "$g2ready"
     prefix=compat$(rand_hex 4)
     db=weft_compat_$(rand_hex 6)
     url=postgres://postgres@127.0.0.1:5432/$db
@@ -481,8 +498,14 @@ compat_split() {
         "$BIN_DIR/weft-substrate" "${cfg[@]}" --listen "127.0.0.1:$sport" --database-url "$url"
     spid=$LAST_PID
     wait_port weft-substrate "$spid" "$slog" "$sport" || return 1
+    start_proc "$blog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        "$BIN_DIR/weft-mcp-bridge" "${cfg[@]}" --listen "127.0.0.1:$bport" \
+        --substrate-url "http://127.0.0.1:$sport"
+    bpid=$LAST_PID
+    wait_port weft-mcp-bridge "$bpid" "$blog" "$bport" || return 1
     start_proc "$elog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" WEFT_DATABASE__URL="$url" \
         WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
+        WEFT_EXECUTOR__MCP_BRIDGE_URL="http://127.0.0.1:$bport" \
         "$BIN_DIR/weft-executor" "${cfg[@]}" --router-url "http://127.0.0.1:$rport" \
         --substrate-url "http://127.0.0.1:$sport"
     epid=$LAST_PID
@@ -494,13 +517,29 @@ compat_split() {
         --database-url "$url" --ready-file "$ready"
     gpid=$LAST_PID
     wait_ready weft-gateway "$gpid" "$glog" "$ready" || {
-        finish_arrangement 1 "$rlog" "$slog" "$elog"
+        finish_arrangement 1 "$rlog" "$slog" "$elog" "$blog"
+        return 1
+    }
+    local url1=$READY_URL
+    # A second gateway replica on the same database: MCP sessions continue across replicas.
+    start_proc "$g2log" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        WEFT_GATEWAY__SUBSTRATE_URL="http://127.0.0.1:$sport" \
+        WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
+        "$BIN_DIR/weft-gateway" "${cfg[@]}" --listen "127.0.0.1:$g2port" \
+        --router-url "http://127.0.0.1:$rport" \
+        --database-url "$url" --ready-file "$g2ready"
+    g2pid=$LAST_PID
+    wait_ready weft-gateway-2 "$g2pid" "$g2log" "$g2ready" || {
+        finish_arrangement 1 "$rlog" "$slog" "$elog" "$blog" "$glog"
         return 1
     }
 
-    run_pytest split "$READY_URL" "$token" || status=$?
-    stop_all "weft-gateway:$gpid" "weft-executor:$epid" "weft-substrate:$spid" "weft-router:$rpid" || status=1
-    finish_arrangement "$status" "$glog" "$elog" "$slog" "$rlog"
+    COMPAT_DATABASE=$db COMPAT_LOG_FILES="$glog:$g2log:$elog:$slog:$rlog:$blog" \
+        COMPAT_GATEWAY2="http://127.0.0.1:$g2port" \
+        run_pytest split "$url1" "$token" || status=$?
+    stop_all "weft-gateway:$gpid" "weft-gateway-2:$g2pid" "weft-executor:$epid" \
+        "weft-mcp-bridge:$bpid" "weft-substrate:$spid" "weft-router:$rpid" || status=1
+    finish_arrangement "$status" "$glog" "$g2log" "$elog" "$blog" "$slog" "$rlog"
 }
 
 # --- the real-model tier (WEFT_REAL_LLM=1) -------------------------------------------------------

@@ -68,11 +68,18 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     };
     match st.resolver.resolve(&token).await {
         Ok(p) => {
+            let delete = req.method() == http::Method::DELETE;
             req.extensions_mut().insert(Caller {
                 principal: Some(p),
                 bearer: token,
             });
-            next.run(req).await
+            let mut resp = next.run(req).await;
+            // rmcp answers a session's DELETE with 202; clients (the Python SDK) expect 200 or
+            // 204 for a session that was closed.
+            if delete && resp.status() == http::StatusCode::ACCEPTED {
+                *resp.status_mut() = http::StatusCode::NO_CONTENT;
+            }
+            resp
         }
         Err(e) => unauthorized(e),
     }
