@@ -306,7 +306,7 @@ run_pytest() {
     echo "compat[$name]: running $1 against $url"
     WEFT_BASE_URL="$url/v1" WEFT_TOKEN="$token" WEFT_ARRANGEMENT="$name" \
         WEFT_COMPAT_DATABASE="${COMPAT_DATABASE:-}" WEFT_COMPAT_LOGS="${COMPAT_LOG_FILES:-}" \
-        WEFT_GATEWAY2_URL="${COMPAT_GATEWAY2:-}" \
+        WEFT_GATEWAY2_URL="${COMPAT_GATEWAY2:-}" WEFT_BIN_DIR="$BIN_DIR" \
         WEFT_FAKE_UPSTREAM="$FAKE_UPSTREAM" WEFT_REQUIRE_FAKE_UPSTREAM=1 \
         timeout --foreground "$PYTEST_TIMEOUT" "$PY" -m pytest "$@" -p no:cacheprovider \
         -q -rfE --junitxml="$LOGS/pytest-$name.xml"

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from mcp import ClientSession
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -254,6 +255,51 @@ def test_a_session_opened_on_one_gateway_continues_on_another(root_url, token):
     # A made-up session id is refused, not silently restored.
     ghost = _rpc(other, token, "tools/list", {}, 4, "ghost-" + secrets.token_hex(8))
     assert ghost.status_code == 404, ghost.text
+
+
+def _weft_bin():
+    bin_dir = os.environ.get("WEFT_BIN_DIR", "").strip() or str(ROOT / "target" / "debug")
+    path = Path(bin_dir) / "weft"
+    assert path.exists(), f"{path} is not built; run cargo build --bins"
+    return str(path)
+
+
+@contextlib.asynccontextmanager
+async def _stdio(upstream, token):
+    params = StdioServerParameters(
+        command=_weft_bin(), args=["mcp", "--upstream", upstream],
+        env={"WEFT_TOKEN": token, "PATH": os.environ.get("PATH", "")},
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def test_weft_mcp_over_stdio_forwards_to_the_fleet(root_url, token, http):
+    name = f"mcp-stdio-{secrets.token_hex(4)}"
+    _agent(http, name)
+
+    async def go():
+        async with _stdio(root_url, token) as s:
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert "spawn_run" in names and f"agent__{name}" in names, names
+            result = await s.call_tool(f"agent__{name}", {"input": '#mock {"reply": "via stdio"}'})
+            assert not result.is_error, result.content
+            assert result.content[0].text == "via stdio"
+
+    _run(go())
+
+
+def test_weft_mcp_says_clearly_when_the_fleet_is_unreachable(token):
+    async def go():
+        async with _stdio("http://127.0.0.1:9", token) as s:
+            result = await s.call_tool("list_agents", {})
+            assert result.is_error
+            text = result.content[0].text
+            assert "unreachable" in text and "127.0.0.1:9" in text, text
+
+    _run(go())
 
 
 # --- the client side: an agent using external MCP servers ----------------------------------------

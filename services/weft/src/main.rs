@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use weft_config::{CommonArgs, Overrides};
 
 use cmd::hash::HashCmd;
+use cmd::mcp::McpArgs;
 use cmd::router::RouterArgs;
 use cmd::token::TokenCmd;
 use cmd::up::UpArgs;
@@ -57,6 +58,10 @@ enum Cmd {
     /// Print the content hash a deployment will report for a definition file.
     #[command(subcommand)]
     Hash(HashCmd),
+    /// Serve weft's MCP tools on standard input/output for an MCP client that launches its
+    /// servers (Claude Desktop, Claude Code), forwarding to the fleet at --upstream with the
+    /// token in $WEFT_TOKEN.
+    Mcp(McpArgs),
 }
 
 #[tokio::main]
@@ -68,6 +73,7 @@ async fn main() -> ExitCode {
     match &cli.cmd {
         Cmd::Doctor => return cmd::doctor::run(&cli.common.shared, o).await,
         Cmd::Hash(h) => return cmd::hash::run(h),
+        Cmd::Mcp(a) => return cmd::mcp::run(a).await,
         Cmd::Up(a) => a.overrides(&mut o),
         Cmd::Router(a) => a.overrides(&mut o),
         Cmd::Migrate | Cmd::Token(_) | Cmd::Executor => {}
@@ -89,7 +95,7 @@ async fn main() -> ExitCode {
         Cmd::Token(t) => cmd::token::run(&config, t).await,
         Cmd::Executor => cmd::executor::run(config).await,
         Cmd::Router(_) => cmd::router::run(config).await,
-        Cmd::Doctor | Cmd::Hash(_) => ExitCode::SUCCESS,
+        Cmd::Doctor | Cmd::Hash(_) | Cmd::Mcp(_) => ExitCode::SUCCESS,
     }
 }
 

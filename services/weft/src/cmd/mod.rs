@@ -3,6 +3,7 @@
 pub mod doctor;
 pub mod executor;
 pub mod hash;
+pub mod mcp;
 pub mod migrate;
 pub mod router;
 pub mod token;
