@@ -305,14 +305,13 @@ def test_weft_mcp_says_clearly_when_the_fleet_is_unreachable(token):
 # --- the client side: an agent using external MCP servers ----------------------------------------
 
 
-@pytest.fixture()
-def http_fixture(tmp_path):
-    """tests/mcp/fixture_server.py over streamable HTTP, requiring `X-Api-Key: <secret>`."""
-    secret = "sk-" + secrets.token_hex(16)
-    port_file = tmp_path / "port"
+def _start_fixture(tmp_path, secret, port=0):
+    """tests/mcp/fixture_server.py over streamable HTTP on `port` (0: any), requiring
+    `X-Api-Key: <secret>`. Returns (process, port, log file)."""
+    port_file = tmp_path / f"port-{secrets.token_hex(4)}"
     log = tmp_path / "fixture.log"
     proc = subprocess.Popen(
-        [sys.executable, str(FIXTURE), "http", "--port", "0", "--port-file", str(port_file),
+        [sys.executable, str(FIXTURE), "http", "--port", str(port), "--port-file", str(port_file),
          "--require-header", f"X-Api-Key={secret}"],
         env={**os.environ, "FIXTURE_LOG": str(log)},
         stdout=subprocess.DEVNULL,
@@ -323,8 +322,49 @@ def http_fixture(tmp_path):
         assert proc.poll() is None, proc.stderr.read().decode()
         assert time.monotonic() < deadline, "the fixture MCP server did not start"
         time.sleep(0.05)
+    return proc, int(port_file.read_text().strip()), log
+
+
+@pytest.fixture()
+def http_fixture(tmp_path):
+    secret = "sk-" + secrets.token_hex(16)
+    proc, port, log = _start_fixture(tmp_path, secret)
     try:
-        yield f"http://127.0.0.1:{port_file.read_text().strip()}/mcp", secret, log
+        yield f"http://127.0.0.1:{port}/mcp", secret, log
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_session_the_server_lost_is_reopened(root_url, http, tmp_path):
+    """The MCP server restarts between two runs (its sessions are gone: 404 on the old id); the
+    bridge's pooled session recovers and the second run's call goes through."""
+    secret = "sk-" + secrets.token_hex(16)
+    proc, port, _ = _start_fixture(tmp_path, secret)
+    server = f"fixlost{secrets.token_hex(3)}"
+    name = f"mcp-lost-{secrets.token_hex(4)}"
+    try:
+        r = http.put(f"mcp-servers/{server}", json={
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers": {"X-Api-Key": "${run.credentials.k}"}})
+        assert r.status_code == 201, r.text
+        _agent(http, name, mcp_servers=[server], tools=[f"mcp__{server}__echo"])
+
+        def echo(text):
+            script = {"turns": [[{"name": f"mcp__{server}__echo", "input": {"text": text}}]],
+                      "reply": "done"}
+            r = http.post("runs", json={"agent": name, "input": "#mock " + json.dumps(script),
+                                        "credentials": {"k": secret}})
+            run_id = r.json()["run_id"]
+            assert _wait_run(http, run_id)["status"] == "succeeded"
+            return [e["data"] for e in _events(http, run_id) if e["kind"] == "tool_result"][0]
+
+        assert echo("before")["content"] == "before"
+        proc.terminate()
+        proc.wait(10)
+        proc, _, _ = _start_fixture(tmp_path, secret, port)
+        after = echo("after")
+        assert not after["is_error"] and after["content"] == "after", after
     finally:
         proc.terminate()
         proc.wait(10)

@@ -98,6 +98,9 @@ impl Driver {
     pub(crate) async fn credentials(&self) -> Arc<std::collections::BTreeMap<String, String>> {
         self.credentials
             .get_or_init(|| async {
+                if self.spec.credentials.is_empty() {
+                    return Arc::default();
+                }
                 match self.inner.coord.credentials(self.run_id()).await {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
@@ -520,6 +523,9 @@ impl Driver {
             .coord
             .release(&self.lease.run.tenant, self.run_id())
             .await;
+        if !self.spec.credentials.is_empty() {
+            let _ = self.inner.coord.drop_credentials(self.run_id()).await;
+        }
         if reason == StopReason::Cancelled {
             self.cascade_cancel().await;
         }

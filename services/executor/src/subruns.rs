@@ -77,7 +77,7 @@ impl Driver {
             self.spec.caller_allowed_hosts.as_deref(),
         )
         .patterns();
-        let spec = RunSpec::resolve(
+        let mut spec = RunSpec::resolve(
             &def,
             Narrowing {
                 allowed_hosts: Some(mine),
@@ -87,6 +87,8 @@ impl Driver {
                 ..Narrowing::default()
             },
         );
+        // A sub-run uses its parent's credentials.
+        spec.credentials = self.spec.credentials.clone();
         let child_id = RunId::new();
         let Some(took) = self.wait_for_slot(child_id).await? else {
             return Ok(json!({"agent": agent, "status": "cancelled"}));
@@ -162,8 +164,8 @@ impl Driver {
         let mut record = child;
         if !record.status.is_terminal() {
             // A sub-run uses its parent's credentials (its MCP servers may need them).
-            let credentials = self.credentials().await;
-            if !credentials.is_empty() {
+            if !self.spec.credentials.is_empty() {
+                let credentials = self.credentials().await;
                 self.inner
                     .coord
                     .put_credentials(record.id, &credentials, 7 * 24 * 3600)

@@ -480,6 +480,8 @@ pub async fn create_run(
             metadata: body.metadata.unwrap_or(Value::Null),
         },
     );
+    let mut spec = spec;
+    spec.credentials = credentials.keys().cloned().collect();
     let id = RunId::new();
     admit(st, p, id).await?;
     // Credentials live only in Redis, for the executor that takes the run; never in the run's

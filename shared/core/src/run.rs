@@ -410,6 +410,9 @@ pub struct RunSpec {
     pub channels: AgentChannels,
     /// The skills the run may load (the agent's `skills`).
     pub skills: Vec<String>,
+    /// The names of the credentials the run was given (`POST /v1/runs` `credentials`; the
+    /// values are never stored — they live in Redis for the run's lifetime).
+    pub credentials: Vec<String>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -473,6 +476,7 @@ impl RunSpec {
             memory_scopes: def.memory_scopes.clone(),
             channels,
             skills: def.skills.clone(),
+            credentials: Vec::new(),
         }
     }
 }
