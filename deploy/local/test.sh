@@ -307,6 +307,8 @@ run_pytest() {
     WEFT_BASE_URL="$url/v1" WEFT_TOKEN="$token" WEFT_ARRANGEMENT="$name" \
         WEFT_COMPAT_DATABASE="${COMPAT_DATABASE:-}" WEFT_COMPAT_LOGS="${COMPAT_LOG_FILES:-}" \
         WEFT_GATEWAY2_URL="${COMPAT_GATEWAY2:-}" WEFT_BIN_DIR="$BIN_DIR" \
+        WEFT_REQUIRE_INSPECTOR="$MCP_TOOLS_OK" WEFT_NODE24="${NODE24_BIN:+$NODE24_BIN/node}" \
+        WEFT_INSPECTOR="$MCP_INSPECTOR" \
         WEFT_FAKE_UPSTREAM="$FAKE_UPSTREAM" WEFT_REQUIRE_FAKE_UPSTREAM=1 \
         timeout --foreground "$PYTEST_TIMEOUT" "$PY" -m pytest "$@" -p no:cacheprovider \
         -q -rfE --junitxml="$LOGS/pytest-$name.xml"
@@ -542,6 +544,27 @@ compat_split() {
     finish_arrangement "$status" "$glog" "$g2log" "$elog" "$blog" "$slog" "$rlog"
 }
 
+# --- MCP: Node 24, the conformance suite, MCP Inspector ------------------------------------------
+
+MCP_TOOLS_OK=0 # set by mcp_tools: Node 24 and tests/mcp/node_modules are in place
+MCP_INSPECTOR=$ROOT/tests/mcp/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js
+
+# mcp_tools: Node 24 from PyPI (tests/mcp/node24.sh) and the pinned suite + Inspector
+# (tests/mcp/package-lock.json), installed once; `npm ci` again only when the lock changed.
+mcp_tools() {
+    # shellcheck source=tests/mcp/node24.sh
+    source "$ROOT/tests/mcp/node24.sh" || return 1
+    [[ -n ${NODE24_BIN:-} ]] || return 1
+    local stamp=$ROOT/tests/mcp/node_modules/.weft-lock-sha256 want
+    want=$(sha256sum "$ROOT/tests/mcp/package-lock.json" | cut -d' ' -f1)
+    if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+        npm24 ci --prefix "$ROOT/tests/mcp" --no-audit --no-fund --loglevel=error || return 1
+        echo "$want" >"$stamp"
+    fi
+    node24 --version
+    MCP_TOOLS_OK=1
+}
+
 # --- the real-model tier (WEFT_REAL_LLM=1) -------------------------------------------------------
 
 real_llm_sh() { WEFT_REAL_LLM_RUN_DIR=$REAL_LLM_RUN_DIR "$ROOT/deploy/local/real-llm.sh" "$@"; }
@@ -748,6 +771,7 @@ if ((!BUILD_OK)); then
 elif ! step "python venv (target/compat-venv)" make_venv; then
     skip "compat suite" "no venv"
 else
+    step "mcp tools (Node 24, conformance suite, Inspector)" mcp_tools || true
     step "compat: fake upstream (weft-fake-upstream)" start_fake_upstream || true
     step "compat: weft up" compat_weft_up || true
     teardown

@@ -444,3 +444,23 @@ def test_an_agent_uses_mcp_tools_over_stdio_and_http_and_the_credential_stays_se
     assert _wait_run(http, run_id)["status"] == "succeeded"
     results = [e["data"] for e in _events(http, run_id) if e["kind"] == "tool_result"]
     assert results[0]["is_error"] and "fixkey" in results[0]["content"], results
+
+
+def test_mcp_inspector_cli_lists_weft_tools(root_url, token, tmp_path):
+    """MCP Inspector's CLI (Node 24, pinned in tests/mcp/package-lock.json) lists weft's tools."""
+    node = os.environ.get("WEFT_NODE24", "").strip()
+    inspector = os.environ.get("WEFT_INSPECTOR", "").strip()
+    if not node or not inspector:
+        if os.environ.get("WEFT_REQUIRE_INSPECTOR") == "1":
+            pytest.fail("deploy/local/test.sh installed the MCP tools but set no WEFT_INSPECTOR")
+        pytest.skip("MCP Inspector is not installed (deploy/local/test.sh installs it)")
+    out = subprocess.run(
+        [node, inspector, "--cli", f"{root_url}/mcp", "--transport", "http",
+         "--method", "tools/list", "--header", f"Authorization: Bearer {token}"],
+        capture_output=True, text=True, timeout=120,
+        # The Inspector keeps state under $HOME: never the developer's.
+        env={**os.environ, "HOME": str(tmp_path), "PATH": f"{Path(node).parent}:{os.environ['PATH']}"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = {t["name"] for t in json.loads(out.stdout)["tools"]}
+    assert {"spawn_run", "get_run", "memory_get", "list_agents"} <= names, names
