@@ -464,3 +464,39 @@ def test_mcp_inspector_cli_lists_weft_tools(root_url, token, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     names = {t["name"] for t in json.loads(out.stdout)["tools"]}
     assert {"spawn_run", "get_run", "memory_get", "list_agents"} <= names, names
+
+
+def test_cancelling_an_agent_tool_call_cancels_the_run(root_url, token, http):
+    """An MCP cancellation of `agent__<name>` (the client gives up on the call) cancels the run."""
+    channel = f"mcp-wait-{secrets.token_hex(4)}"
+    r = http.put(f"channels/{channel}", json={"scope": "tenant"})
+    assert r.status_code in (200, 201), r.text
+    name = f"mcp-cancel-{secrets.token_hex(4)}"
+    _agent(http, name, tools=["Channel"], channels={"publish": [], "subscribe": [channel]})
+    # The run waits on a channel nobody writes to, so it runs until cancelled.
+    script = {"turns": [[{"name": "Channel",
+                          "input": {"op": "read", "channel": channel, "wait_ms": 30000}}]],
+              "reply": "done"}
+
+    async def go():
+        async with _mcp(root_url, token) as s:
+            call = asyncio.create_task(
+                s.call_tool(f"agent__{name}", {"input": "#mock " + json.dumps(script)})
+            )
+            deadline = time.monotonic() + 30
+            run_id = None
+            while run_id is None:
+                assert time.monotonic() < deadline, "the run did not start"
+                await asyncio.sleep(0.1)
+                runs = http.get("runs", params={"agent": name}).json()["runs"]
+                running = [x for x in runs if x["status"] == "running"]
+                if running:
+                    run_id = running[0]["run_id"]
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            return run_id
+
+    run_id = _run(go())
+    run = _wait_run(http, run_id)
+    assert run["status"] == "cancelled", run

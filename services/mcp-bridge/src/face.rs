@@ -598,6 +598,28 @@ impl Face {
                     }
                 }
                 "run_finished" => finished = Some(data.clone()),
+                // A parked run waits for someone: the call ends here and says how to go on.
+                "awaiting_input" => {
+                    let question = data["interrupt"]["question"].as_str();
+                    let mut result = CallToolResult::success(vec![ContentBlock::text(
+                        match question {
+                            Some(q) => format!(
+                                "the run is waiting for an answer to: {q} (answer with POST /v1/runs/{{id}}/interrupts/{{interrupt_id}})"
+                            ),
+                            None => format!(
+                                "the run is waiting for input (send it with the send_input tool): {}",
+                                texts.last().cloned().unwrap_or_default()
+                            ),
+                        },
+                    )]);
+                    result.structured_content = Some(json!({
+                        "run_id": run_id,
+                        "status": "awaiting_input",
+                        "interrupt": data["interrupt"],
+                        "final_text": texts.last(),
+                    }));
+                    return result;
+                }
                 "error" => {
                     return tool_error(format!("the run's stream failed: {}", frame["message"]));
                 }
