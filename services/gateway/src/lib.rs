@@ -267,7 +267,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
     if !state.mcp.enabled {
         return api;
     }
-    let face = mcp::routes(&state, api.clone());
+    let face = mcp::routes(&state, api.clone(), max_body_bytes);
     api.merge(face)
 }
 

@@ -94,18 +94,165 @@ fn unauthorized(e: Error) -> Response {
     r
 }
 
-/// `/mcp` over `api` (the rest of the gateway).
-pub fn routes(st: &AppState, api: axum::Router) -> axum::Router {
+/// How much of a non-JSON error body from rmcp is kept as the message.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// Speaks weft's error shape on `/mcp` too: a JSON body is checked for NUL like every native
+/// body (400 naming the field), and rmcp's plain-text HTTP errors (406 without the right
+/// `Accept`, 400 without a session id, …) become `{"error": {"code", "message"}}` with the same
+/// status. A body that is not a JSON-RPC message is a 400 (rmcp says 415).
+pub async fn weft_errors(State(max_body): State<usize>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, max_body).await else {
+        return ApiError(
+            Error::new(
+                weft_core::ErrorCode::PayloadTooLarge,
+                format!("the body is larger than gateway.max_body_bytes ({max_body})"),
+            ),
+            Shape::Native,
+        )
+        .into_response();
+    };
+    if let Err(e) = crate::extract::refuse_nul(&bytes) {
+        return ApiError(e, Shape::Native).into_response();
+    }
+    let mut parts = parts;
+    if parts.method == http::Method::POST
+        && let Err(e) = check_message(&bytes)
+    {
+        return ApiError(e, Shape::Native).into_response();
+    }
+    // A client that accepts anything (no `Accept`, or `*/*`) accepts what MCP answers with:
+    // rmcp insists on seeing the types named.
+    let accepts_any = parts
+        .headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.trim() == "*/*");
+    if accepts_any {
+        let named = if parts.method == http::Method::GET {
+            "text/event-stream"
+        } else {
+            "application/json, text/event-stream"
+        };
+        parts
+            .headers
+            .insert(http::header::ACCEPT, http::HeaderValue::from_static(named));
+    }
+    let resp = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b[..b.len().min(MAX_ERROR_TEXT)]).into_owned())
+        .unwrap_or_default();
+    let (status, code) = match status.as_u16() {
+        415 if text.contains("JSON-RPC") => (
+            http::StatusCode::BAD_REQUEST,
+            weft_core::ErrorCode::InvalidRequest,
+        ),
+        404 => (status, weft_core::ErrorCode::NotFound),
+        413 => (status, weft_core::ErrorCode::PayloadTooLarge),
+        415 => (status, weft_core::ErrorCode::UnsupportedMediaType),
+        s if s >= 500 => (status, weft_core::ErrorCode::Internal),
+        _ => (status, weft_core::ErrorCode::InvalidRequest),
+    };
+    let body = serde_json::json!({"error": {"code": code.as_str(), "message": text.trim()}});
+    let mut out = (status, axum::Json(body)).into_response();
+    for (name, value) in &parts.headers {
+        if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// Longest `method` and string `id` accepted.
+const MAX_NAME: usize = 256;
+
+/// The envelope of one JSON-RPC message, checked before rmcp sees it so that a malformed one is
+/// a 400 naming the field: an object with `"jsonrpc": "2.0"`, a string `method` (a request or a
+/// notification) or a `result`/`error` (an answer to the server), a string or integer `id`, and
+/// object `params`. Batches (arrays) were removed from MCP in 2025-06-18.
+pub(crate) fn check_message(bytes: &[u8]) -> Result<(), Error> {
+    let bad = |param: &str, msg: String| Err(Error::invalid(msg).with_param(param));
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        Error::invalid(format!(
+            "the body is not JSON ({e}); send one JSON-RPC message, e.g. {{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"initialize\", \"params\": {{…}}}}"
+        ))
+    })?;
+    let Some(m) = v.as_object() else {
+        return Err(Error::invalid(
+            "the body must be one JSON-RPC message (a JSON object); batches are not part of MCP",
+        ));
+    };
+    if m.get("jsonrpc").and_then(serde_json::Value::as_str) != Some("2.0") {
+        return bad("jsonrpc", "`jsonrpc` must be the string \"2.0\"".into());
+    }
+    match m.get("method") {
+        None if m.contains_key("result") || m.contains_key("error") => {}
+        None => {
+            return bad(
+                "method",
+                "`method` is required (or `result`/`error` in an answer to the server)".into(),
+            );
+        }
+        Some(serde_json::Value::String(s)) if !s.is_empty() && s.len() <= MAX_NAME => {}
+        Some(_) => {
+            return bad(
+                "method",
+                format!("`method` must be a string of 1 to {MAX_NAME} characters"),
+            );
+        }
+    }
+    match m.get("id") {
+        None | Some(serde_json::Value::Number(_)) => {}
+        Some(serde_json::Value::String(s)) if s.len() <= MAX_NAME => {}
+        Some(_) => {
+            return bad(
+                "id",
+                format!("`id` must be an integer or a string of at most {MAX_NAME} characters"),
+            );
+        }
+    }
+    if m.get("params").is_some_and(|p| !p.is_object()) {
+        return bad("params", "`params` must be an object".into());
+    }
+    Ok(())
+}
+
+/// `/mcp` over `api` (the rest of the gateway): POST (JSON-RPC messages), GET (a session's
+/// server-to-client stream) and DELETE (end a session).
+pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router {
     let upstream: Arc<dyn Upstream> = Arc::new(RouterUpstream(api));
     let store = weft_mcp_bridge::sessions::PgSessionStore::new(
         st.pool.clone(),
         std::time::Duration::from_secs(st.mcp.session_ttl_secs),
     );
     let face = weft_mcp_bridge::face::http_service(upstream, &st.mcp, store, st.shutdown.clone());
-    axum::Router::new()
-        .route_service("/mcp", face)
+    // The layers wrap the MCP service itself, not the method router: an unknown method is a
+    // 405 before any token is looked at, as on every other route.
+    let svc = tower::ServiceBuilder::new()
         .layer(axum::middleware::from_fn_with_state(
             st.clone(),
             authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(max_body, weft_errors))
+        .service(face);
+    axum::Router::new().route(
+        "/mcp",
+        axum::routing::post_service(svc.clone())
+            .get_service(svc.clone())
+            .delete_service(svc),
+    )
 }

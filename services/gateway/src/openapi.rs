@@ -111,6 +111,10 @@ mod tests {
             .map_err(|e| e.message)
     }
 
+    fn mcp_message(v: &Value) -> Result<(), String> {
+        crate::mcp::check_message(v.to_string().as_bytes()).map_err(|e| e.message)
+    }
+
     fn skill_content(v: &Value) -> Result<(), String> {
         weft_core::skill::SkillContent::from_json(v.clone())
             .and_then(|c| c.validate())
@@ -149,6 +153,7 @@ mod tests {
             ),
             ("/v1/skills/{name}", "put", skill_content),
             ("/v1/mcp-servers/{name}", "put", mcp_server_content),
+            ("/mcp", "post", mcp_message),
             (
                 "/v1/mcp-servers/{name}/fork",
                 "post",

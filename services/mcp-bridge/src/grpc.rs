@@ -102,6 +102,25 @@ impl BridgeService {
     }
 }
 
+impl BridgeService {
+    /// What every RPC starts from: the caller's tenant, the server's definition in it, and the
+    /// run's credentials.
+    async fn resolve<T>(
+        &self,
+        req: &Request<T>,
+        server: &str,
+        credentials: &HashMap<String, String>,
+    ) -> Result<(String, Def, BTreeMap<String, String>), Status> {
+        let p = principal(req)?;
+        let def = self.def(req, &p, server).await?;
+        let credentials = credentials
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok((p.tenant.to_string(), def, credentials))
+    }
+}
+
 fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
     req.extensions()
         .get::<Principal>()
@@ -196,15 +215,8 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
         &self,
         request: Request<v1::McpListToolsRequest>,
     ) -> Result<Response<v1::McpListToolsResponse>, Status> {
-        let p = principal(&request)?;
-        let def = self.def(&request, &p, &request.get_ref().server).await?;
         let r = request.get_ref();
-        let credentials: BTreeMap<String, String> = r
-            .credentials
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let tenant = p.tenant.to_string();
+        let (tenant, def, credentials) = self.resolve(&request, &r.server, &r.credentials).await?;
         let server = ServerRef {
             tenant: &tenant,
             name: &r.server,
@@ -236,14 +248,8 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
         &self,
         request: Request<v1::McpCallToolRequest>,
     ) -> Result<Response<v1::McpCallToolResponse>, Status> {
-        let p = principal(&request)?;
-        let def = self.def(&request, &p, &request.get_ref().server).await?;
         let r = request.get_ref();
-        let credentials: BTreeMap<String, String> = r
-            .credentials
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let (tenant, def, credentials) = self.resolve(&request, &r.server, &r.credentials).await?;
         if !def.content.offers(&r.tool) {
             return Ok(Response::new(v1::McpCallToolResponse {
                 text: format!(
@@ -265,7 +271,6 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
         let timeout = def.content.timeout_ms.map_or(self.call_timeout, |t| {
             self.call_timeout.min(Duration::from_millis(u64::from(t)))
         });
-        let tenant = p.tenant.to_string();
         let server = ServerRef {
             tenant: &tenant,
             name: &r.server,

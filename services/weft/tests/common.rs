@@ -292,3 +292,45 @@ pub fn peak_overlap(runs: &[Value], from: &str) -> i32 {
     }
     peak
 }
+
+/// A child process killed when dropped, so a failing test leaves nothing behind.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `weft executor` process working for `f` (leases of 2 s), with `extra` environment on top
+/// (e.g. `WEFT_EXECUTOR__MCP_BRIDGE_URL`).
+pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
+    let c = &f.config;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
+    cmd.arg("executor")
+        .env("WEFT_DATABASE__URL", c.database.url.expose())
+        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
+        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
+        .env(
+            "WEFT_AUTH__INTERNAL_JWT_SECRET",
+            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
+        )
+        .env(
+            "WEFT_EXECUTOR__ROUTER_URL",
+            format!("http://{}", f.fleet.router_addr),
+        )
+        .env(
+            "WEFT_EXECUTOR__SUBSTRATE_URL",
+            format!("http://{}", f.fleet.substrate_addr),
+        )
+        .env("WEFT_EXECUTOR__LEASE_TTL_MS", "2000")
+        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400")
+        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().unwrap())
+}

@@ -12,50 +12,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::TestFleet;
+use common::{Proc, TestFleet, executor_process};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-/// Kills the process when dropped, so a failing test leaves nothing behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn executor(f: &TestFleet) -> Proc {
-    let c = &f.config;
-    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .arg("executor")
-        .env("WEFT_DATABASE__URL", c.database.url.expose())
-        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
-        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
-        .env(
-            "WEFT_AUTH__INTERNAL_JWT_SECRET",
-            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
-        )
-        .env(
-            "WEFT_EXECUTOR__ROUTER_URL",
-            format!("http://{}", f.fleet.router_addr),
-        )
-        .env(
-            "WEFT_EXECUTOR__SUBSTRATE_URL",
-            format!("http://{}", f.fleet.substrate_addr),
-        )
-        .env("WEFT_EXECUTOR__LEASE_TTL_MS", "2000")
-        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400")
-        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    Proc(child)
+    executor_process(f, &[])
 }
 
 #[tokio::test]

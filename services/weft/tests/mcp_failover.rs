@@ -14,11 +14,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::TestFleet;
+use common::{Proc, TestFleet, executor_process};
 use futures::StreamExt as _;
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -28,16 +27,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-/// Kills the process when dropped, so a failing test leaves nothing behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// An MCP server whose two tools block until `release` turns true, recording each call.
 #[derive(Clone)]
@@ -82,33 +71,10 @@ impl ServerHandler for Blocker {
 }
 
 fn executor(f: &TestFleet, bridge: std::net::SocketAddr) -> Proc {
-    let c = &f.config;
-    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .arg("executor")
-        .env("WEFT_DATABASE__URL", c.database.url.expose())
-        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
-        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
-        .env(
-            "WEFT_AUTH__INTERNAL_JWT_SECRET",
-            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
-        )
-        .env(
-            "WEFT_EXECUTOR__ROUTER_URL",
-            format!("http://{}", f.fleet.router_addr),
-        )
-        .env(
-            "WEFT_EXECUTOR__SUBSTRATE_URL",
-            format!("http://{}", f.fleet.substrate_addr),
-        )
-        .env("WEFT_EXECUTOR__MCP_BRIDGE_URL", format!("http://{bridge}"))
-        .env("WEFT_EXECUTOR__LEASE_TTL_MS", "2000")
-        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400")
-        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    Proc(child)
+    executor_process(
+        f,
+        &[("WEFT_EXECUTOR__MCP_BRIDGE_URL", format!("http://{bridge}"))],
+    )
 }
 
 /// Waits (bounded) until `cond` holds.

@@ -271,6 +271,31 @@ fn expectations() -> Vec<Entry> {
         entry(get.clone(), "/readyz", Public, Native, PUBLIC),
         entry(get.clone(), "/metrics", Public, Native, PUBLIC),
         entry(get.clone(), "/v1/openapi.json", Public, Native, PUBLIC),
+        // weft's MCP server face: any valid token gets through to the MCP layer, which answers
+        // these bare requests (no body, no session) with its own protocol errors, in weft's
+        // shape. What each tool shows whom is tests/compat/test_mcp.py's (tenancy and scopes
+        // over real MCP sessions); the protocol is the MCP conformance suite's.
+        entry(
+            post.clone(),
+            "/mcp",
+            AnyToken,
+            Native,
+            [401, 401, 401, 400, 400, 400],
+        ),
+        entry(
+            get.clone(),
+            "/mcp",
+            AnyToken,
+            Native,
+            [401, 401, 401, 400, 400, 400],
+        ),
+        entry(
+            Method::DELETE,
+            "/mcp",
+            AnyToken,
+            Native,
+            [401, 401, 401, 400, 400, 400],
+        ),
         // The caller's own principal: any valid token.
         entry(
             get.clone(),

@@ -40,6 +40,7 @@ impl UpArgs {
 pub async fn run(config: weft_config::Config, args: UpArgs) -> ExitCode {
     let ready_file = args.ready_file;
     let token_file = config.bootstrap.token_file.clone();
+    let config_mcp_enabled = config.mcp.enabled;
     let fleet = match weft::Fleet::start(config).await {
         Ok(f) => f,
         Err(e) => return fail(e),
@@ -50,6 +51,9 @@ pub async fn run(config: weft_config::Config, args: UpArgs) -> ExitCode {
     let url = fleet.url();
     println!("weft is up");
     println!("url: {url}");
+    if config_mcp_enabled {
+        println!("mcp: {url}/mcp (streamable HTTP, the same bearer token; docs/mcp.md)");
+    }
     match &fleet.admin_token {
         Some(t) if fleet.minted && fleet.saved => println!(
             "admin token: {t}\n  (saved to {}; printed only now, on the start that minted it)",
