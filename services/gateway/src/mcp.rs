@@ -116,6 +116,9 @@ pub async fn weft_errors(State(max_body): State<usize>, req: Request, next: Next
     if let Err(e) = crate::extract::refuse_nul(&bytes) {
         return ApiError(e, Shape::Native).into_response();
     }
+    if let Err(e) = check_headers(&parts.headers) {
+        return ApiError(e, Shape::Native).into_response();
+    }
     let mut parts = parts;
     if parts.method == http::Method::POST
         && let Err(e) = check_message(&bytes)
@@ -177,6 +180,41 @@ pub async fn weft_errors(State(max_body): State<usize>, req: Request, next: Next
     out
 }
 
+/// The protocol revisions a client may name in `MCP-Protocol-Version`.
+const REVISIONS: [&str; 5] = [
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+
+/// `Mcp-Session-Id` (1-200 visible ASCII characters, as the protocol makes them) and
+/// `MCP-Protocol-Version` (a known revision), checked so that a malformed one is a 400 naming
+/// the header rather than a session lookup.
+fn check_headers(headers: &http::HeaderMap) -> Result<(), Error> {
+    if let Some(v) = headers.get("mcp-session-id") {
+        let b = v.as_bytes();
+        if b.is_empty() || b.len() > 200 || !b.iter().all(|c| (0x21..=0x7e).contains(c)) {
+            return Err(Error::invalid(
+                "`Mcp-Session-Id` must be 1 to 200 visible ASCII characters: the id the initialize answer gave",
+            )
+            .with_param("Mcp-Session-Id"));
+        }
+    }
+    if let Some(v) = headers.get("mcp-protocol-version") {
+        let known = v.to_str().is_ok_and(|v| REVISIONS.contains(&v));
+        if !known {
+            return Err(Error::invalid(format!(
+                "`MCP-Protocol-Version` must be one of {}",
+                REVISIONS.join(", ")
+            ))
+            .with_param("MCP-Protocol-Version"));
+        }
+    }
+    Ok(())
+}
+
 /// Longest `method` and string `id` accepted.
 const MAX_NAME: usize = 256;
 
@@ -216,7 +254,8 @@ pub(crate) fn check_message(bytes: &[u8]) -> Result<(), Error> {
         }
     }
     match m.get("id") {
-        None | Some(serde_json::Value::Number(_)) => {}
+        None => {}
+        Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => {}
         Some(serde_json::Value::String(s)) if s.len() <= MAX_NAME => {}
         Some(_) => {
             return bad(
@@ -225,8 +264,10 @@ pub(crate) fn check_message(bytes: &[u8]) -> Result<(), Error> {
             );
         }
     }
-    if m.get("params").is_some_and(|p| !p.is_object()) {
-        return bad("params", "`params` must be an object".into());
+    for field in ["params", "result", "error"] {
+        if m.get(field).is_some_and(|p| !p.is_object()) {
+            return bad(field, format!("`{field}` must be an object"));
+        }
     }
     Ok(())
 }

@@ -173,6 +173,7 @@ impl McpServerContent {
                 ),
             ));
         }
+        self.validate_bounds()?;
         match self.transport {
             McpTransport::Http => self.validate_http()?,
             McpTransport::Stdio => self.validate_stdio()?,
@@ -308,14 +309,22 @@ impl McpServerContent {
                 "`url` and `headers` belong to an `http` server; a `stdio` server has `command`, `args` and `env`",
             ));
         }
-        if self.args.len() > limits::ARGS || self.args.iter().any(|a| a.len() > limits::ARG_BYTES) {
+        Ok(())
+    }
+
+    /// The bounds of every list and map, whatever the transport (so an oversized entry is
+    /// named even where the field does not belong).
+    fn validate_bounds(&self) -> Result<(), Error> {
+        if self.args.len() > limits::ARGS {
             return Err(bad(
                 "args",
-                format!(
-                    "`args` may have at most {} entries of {} bytes",
-                    limits::ARGS,
-                    limits::ARG_BYTES
-                ),
+                format!("`args` may have at most {} entries", limits::ARGS),
+            ));
+        }
+        if let Some(i) = self.args.iter().position(|a| a.len() > limits::ARG_BYTES) {
+            return Err(bad(
+                format!("args[{i}]"),
+                format!("`args[{i}]` is longer than {} bytes", limits::ARG_BYTES),
             ));
         }
         if self.env.len() > limits::ENV {
