@@ -565,6 +565,21 @@ mcp_tools() {
     MCP_TOOLS_OK=1
 }
 
+# mcp_conformance: the official MCP conformance suite (0.1.16 for 2025-11-25, 0.2.0-alpha.12 for
+# --requirements 2025-11-25 and 2026-07-28) against weft's own MCP layers: the suite's fixtures on
+# weft_mcp_bridge::face::streamable with Postgres sessions, and the bridge's client
+# (tests/mcp/conformance.sh; expected failures with reasons in tests/mcp/expected-failures/).
+mcp_conformance() {
+    local db status=0
+    db=weft_mcp_conformance_$(rand_hex 6)
+    DATABASES+=("$db")
+    "${PG[@]}" -c "CREATE DATABASE \"$db\"" || return 1
+    WEFT_BIN_DIR="$BIN_DIR" WEFT_DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" \
+        timeout 900 "$ROOT/tests/mcp/conformance.sh" | tee "$LOGS/mcp-conformance.txt" || status=$?
+    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+    return "$status"
+}
+
 # --- the real-model tier (WEFT_REAL_LLM=1) -------------------------------------------------------
 
 real_llm_sh() { WEFT_REAL_LLM_RUN_DIR=$REAL_LLM_RUN_DIR "$ROOT/deploy/local/real-llm.sh" "$@"; }
@@ -742,6 +757,7 @@ summary() {
     fi
     if ((FAILED)); then echo "test.sh: FAILED"; else echo "test.sh: all steps passed"; fi
     if [[ -n $totals ]]; then echo "compat: $totals"; fi
+    if [[ -s $LOGS/mcp-conformance.txt ]]; then grep '^conformance ' "$LOGS/mcp-conformance.txt"; fi
     if compgen -G "$LOGS/security-*.json" >/dev/null; then security_totals 2>/dev/null || true; fi
     if [[ -n $REAL_LLM_TIMING ]]; then echo "real LLM tier: $REAL_LLM_TIMING"; fi
 }
@@ -772,6 +788,12 @@ elif ! step "python venv (target/compat-venv)" make_venv; then
     skip "compat suite" "no venv"
 else
     step "mcp tools (Node 24, conformance suite, Inspector)" mcp_tools || true
+    if ((MCP_TOOLS_OK)); then
+        step "mcp conformance (official suite vs weft's MCP layers)" mcp_conformance || true
+        teardown
+    else
+        skip "mcp conformance" "the MCP tooling is not installed"
+    fi
     step "compat: fake upstream (weft-fake-upstream)" start_fake_upstream || true
     step "compat: weft up" compat_weft_up || true
     teardown

@@ -46,10 +46,13 @@ struct Listener {
 
 impl ClientHandler for Listener {
     fn get_info(&self) -> ClientConfig {
+        // The newest revision that has an `initialize` handshake: servers negotiate down from
+        // it, and rmcp's default (2026-07-28) has no `initialize` at all.
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("weft-mcp-bridge", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

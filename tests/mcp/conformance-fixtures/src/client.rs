@@ -7,8 +7,9 @@
 //! `MCP_CONFORMANCE_SCENARIO`, may pass `MCP_CONFORMANCE_CONTEXT` (JSON; `toolCalls` names the
 //! calls to make) and appends the server's URL to the command line. Without `toolCalls` the
 //! client calls every tool listed, with arguments made from each tool's input schema (what a
-//! model would do with a tool it was given); `initialize` only opens the session, and
-//! `sse-retry` calls the scenario's `test_reconnection`.
+//! model would do with a tool it was given); `initialize` only opens the session, `sse-retry`
+//! calls the scenario's `test_reconnection`, and `json-schema-2020-12-preservation` hands the
+//! focal tool's schema, as the bridge received it, to the scenario's echo tool.
 //!
 //! The bridge's client answers server requests as the bridge does for unattended runs: it
 //! declares no sampling, elicitation or roots capability, declines elicitations, and
@@ -94,6 +95,17 @@ async fn run(url: String, scenario: &str, context: &Value) -> Result<(), String>
             match scenario {
                 "initialize" => Vec::new(),
                 "sse-retry" => vec![("test_reconnection".into(), Map::new())],
+                // Hand back the focal tool's schema as the bridge received it, to show what the
+                // bridge keeps of JSON Schema 2020-12 (it forwards these schemas to the model).
+                "json-schema-2020-12-preservation" => tools
+                    .iter()
+                    .filter(|t| t.name == "json_schema_2020_12_tool")
+                    .map(|t| {
+                        let mut args = Map::new();
+                        args.insert("schema".into(), Value::Object((*t.input_schema).clone()));
+                        ("json_schema_echo".to_owned(), args)
+                    })
+                    .collect(),
                 _ => tools
                     .iter()
                     .map(|t| (t.name.to_string(), arguments_for(&t.input_schema)))

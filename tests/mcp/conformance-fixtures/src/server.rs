@@ -205,6 +205,11 @@ fn tools() -> Vec<Value> {
             }),
         ),
         t(
+            "test_custom_header",
+            "Its `region` argument travels in the Mcp-Param-Region header too (SEP-2243)",
+            json!({"type": "object", "properties": {"region": {"type": "string", "description": "A region", "x-mcp-header": "Region"}}, "required": ["region"]}),
+        ),
+        t(
             "test_missing_capability",
             "Needs the client's sampling capability",
             empty_schema(),
@@ -553,6 +558,11 @@ impl Fixtures {
                 .await?,
             ),
             "json_schema_2020_12_tool" => done(text(format!("Received: {}", Value::Object(args)))),
+            // rmcp's transport checks the header against the body (via get_tool) before this runs.
+            "test_custom_header" => done(text(format!(
+                "region: {}",
+                args.get("region").and_then(Value::as_str).unwrap_or_default()
+            ))),
             "test_missing_capability" => {
                 if client_caps(&ctx).sampling.is_none() {
                     return Err(missing("sampling")?);
@@ -803,6 +813,15 @@ impl ServerHandler for Fixtures {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
+    /// The tool's definition, which the streamable HTTP transport uses to check SEP-2243
+    /// `Mcp-Param-*` headers against the arguments.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools()
+            .into_iter()
+            .find(|t| t["name"] == name)
+            .and_then(|t| de(t).ok())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -862,9 +881,9 @@ impl ServerHandler for Fixtures {
                 }
             },
         };
-        Ok(ReadResourceResponse::Complete(de::<ReadResourceResult>(
-            json!({"contents": [contents]}),
-        )?))
+        Ok(ReadResourceResponse::Complete(
+            result::<ReadResourceResult>(json!({"contents": [contents]}))?,
+        ))
     }
 
     async fn subscribe(
@@ -962,7 +981,7 @@ impl ServerHandler for Fixtures {
                 ));
             }
         };
-        Ok(GetPromptResponse::Complete(de::<GetPromptResult>(
+        Ok(GetPromptResponse::Complete(result::<GetPromptResult>(
             json!({"messages": messages}),
         )?))
     }
