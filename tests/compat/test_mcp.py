@@ -302,6 +302,26 @@ def test_weft_mcp_says_clearly_when_the_fleet_is_unreachable(token):
     _run(go())
 
 
+def test_a_session_is_honoured_only_for_the_principal_that_opened_it(root_url, token, http):
+    init = _rpc(root_url, token, "initialize", {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "compat", "version": "1"},
+    }, 1)
+    assert init.status_code == 200, init.text
+    session = init.headers["mcp-session-id"]
+    other = _mint(http, f"other-{secrets.token_hex(3)}", "mallory", ["runs:create", "runs:read"])
+    stolen = _rpc(root_url, other, "tools/list", {}, 2, session)
+    assert stolen.status_code == 404, stolen.text
+    gone = httpx.delete(f"{root_url}/mcp", headers={
+        "Authorization": f"Bearer {other}", "Mcp-Session-Id": session})
+    assert gone.status_code == 404, gone.text
+    # The owner's session is untouched.
+    _rpc(root_url, token, "notifications/initialized", {}, None, session)
+    mine = _rpc(root_url, token, "tools/list", {}, 3, session)
+    assert mine.status_code == 200, mine.text
+
+
 # --- the client side: an agent using external MCP servers ----------------------------------------
 
 

@@ -93,24 +93,30 @@ impl Driver {
         self.lease.run.id
     }
 
-    /// The run's credentials; none when Redis cannot be read (MCP calls needing one then say
+    /// The run's credentials (read from Redis once per lease); none when Redis cannot be read
+    /// right now — that is not kept, the next call reads again (MCP calls needing one then say
     /// which is missing).
     pub(crate) async fn credentials(&self) -> Arc<std::collections::BTreeMap<String, String>> {
-        self.credentials
-            .get_or_init(|| async {
-                if self.spec.credentials.is_empty() {
-                    return Arc::default();
-                }
-                match self.inner.coord.credentials(self.run_id()).await {
-                    Ok(c) => Arc::new(c),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the run's credentials could not be read");
-                        Arc::default()
-                    }
-                }
+        if self.spec.credentials.is_empty() {
+            return Arc::default();
+        }
+        let read = self
+            .credentials
+            .get_or_try_init(|| async {
+                self.inner
+                    .coord
+                    .credentials(self.run_id())
+                    .await
+                    .map(Arc::new)
             })
-            .await
-            .clone()
+            .await;
+        match read {
+            Ok(c) => c.clone(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the run's credentials could not be read");
+                Arc::default()
+            }
+        }
     }
 
     /// The run's MCP tools (listed once per lease).

@@ -166,6 +166,11 @@ impl Driver {
             // A sub-run uses its parent's credentials (its MCP servers may need them).
             if !self.spec.credentials.is_empty() {
                 let credentials = self.credentials().await;
+                if credentials.is_empty() {
+                    return Err(Stop::Infra(
+                        "the run's credentials could not be read for its sub-run".into(),
+                    ));
+                }
                 self.inner
                     .coord
                     .put_credentials(record.id, &credentials, 7 * 24 * 3600)

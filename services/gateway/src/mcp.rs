@@ -69,11 +69,55 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     match st.resolver.resolve(&token).await {
         Ok(p) => {
             let delete = req.method() == http::Method::DELETE;
+            let owner = format!("{}/{}", p.tenant, p.subject);
+            let store = session_store(&st);
+            let session = req
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            // A session is honoured only for the principal that opened it: for anyone else (or
+            // when its owner is not on record) it does not exist.
+            if let Some(id) = &session {
+                match store.owner(id).await {
+                    Ok(Some(o)) if o == owner => {}
+                    Ok(_) => {
+                        return ApiError(
+                            Error::not_found("no such MCP session; start one with `initialize`"),
+                            Shape::Native,
+                        )
+                        .into_response();
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "mcp session owner lookup failed");
+                        return ApiError(
+                            Error::unavailable("the session store is unavailable; try again"),
+                            Shape::Native,
+                        )
+                        .into_response();
+                    }
+                }
+            }
             req.extensions_mut().insert(Caller {
                 principal: Some(p),
                 bearer: token,
             });
             let mut resp = next.run(req).await;
+            // A new session: record its owner before the client can use its id.
+            if session.is_none()
+                && let Some(id) = resp
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                && let Err(e) = store.set_owner(id, &owner).await
+            {
+                tracing::error!(error = %e, "mcp session owner could not be recorded");
+                return ApiError(
+                    Error::unavailable("the session store is unavailable; try again"),
+                    Shape::Native,
+                )
+                .into_response();
+            }
             // rmcp answers a session's DELETE with 202; clients (the Python SDK) expect 200 or
             // 204 for a session that was closed.
             if delete && resp.status() == http::StatusCode::ACCEPTED {
@@ -272,13 +316,22 @@ pub(crate) fn check_message(bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+fn session_store(st: &AppState) -> weft_mcp_bridge::sessions::PgSessionStore {
+    weft_mcp_bridge::sessions::PgSessionStore::new(
+        st.pool.clone(),
+        std::time::Duration::from_secs(st.mcp.session_ttl_secs),
+    )
+}
+
 /// `/mcp` over `api` (the rest of the gateway): POST (JSON-RPC messages), GET (a session's
 /// server-to-client stream) and DELETE (end a session).
 pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router {
     let upstream: Arc<dyn Upstream> = Arc::new(RouterUpstream(api));
-    let store = weft_mcp_bridge::sessions::PgSessionStore::new(
-        st.pool.clone(),
-        std::time::Duration::from_secs(st.mcp.session_ttl_secs),
+    let store = session_store(st);
+    tokio::spawn(
+        store
+            .clone()
+            .sweep_until(std::time::Duration::from_secs(600), st.shutdown.clone()),
     );
     let face = weft_mcp_bridge::face::http_service(upstream, &st.mcp, store, st.shutdown.clone());
     // The layers wrap the MCP service itself, not the method router: an unknown method is a

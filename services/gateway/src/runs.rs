@@ -525,15 +525,23 @@ pub async fn create_run(
         idempotency_key: body.idempotency_key,
         initial_events,
     };
+    // Credentials kept for a run that then is not made (or is an earlier run) are dropped.
+    let forget = async || {
+        if !credentials.is_empty() {
+            let _ = st.coord.drop_credentials(id).await;
+        }
+    };
     let (run, created) = match st.runs.create(&new).await {
         Ok(r) => r,
         Err(e) => {
             let _ = st.coord.release(&p.tenant, id).await;
+            forget().await;
             return Err(store_err(e).0);
         }
     };
     if !created {
         let _ = st.coord.release(&p.tenant, id).await;
+        forget().await;
         return Ok((run, false));
     }
     let needs_work = run.status == RunStatus::Queued && new.initial_events.len() > 1;
@@ -549,6 +557,7 @@ pub async fn create_run(
             // Nothing will run it: end it rather than leave it queued forever.
             let _ = st.runs.cancel_unheld(run.id, Some("dispatch failed")).await;
             let _ = st.coord.release(&p.tenant, id).await;
+            forget().await;
             return Err(bus_err(&e).0);
         }
         metrics::counter!("weft_runs_created_total").increment(1);

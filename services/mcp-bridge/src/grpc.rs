@@ -162,12 +162,22 @@ fn tool_info(t: &Tool) -> v1::McpToolInfo {
     }
 }
 
-/// Replaces every credential value in `text` by a marker naming it.
+/// Replaces every credential value in `text` by a marker naming it: longest first (so a secret
+/// that extends another is not left half-replaced), and also as it appears JSON-escaped (inside
+/// a non-text block or structured content rendered as JSON).
 pub fn redact(text: &str, credentials: &BTreeMap<String, String>) -> String {
+    let mut secrets: Vec<(&String, &String)> =
+        credentials.iter().filter(|(_, v)| !v.is_empty()).collect();
+    secrets.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
     let mut out = text.to_owned();
-    for (name, secret) in credentials {
-        if !secret.is_empty() && out.contains(secret.as_str()) {
-            out = out.replace(secret.as_str(), &format!("[redacted: credential {name}]"));
+    for (name, secret) in secrets {
+        let marker = format!("[redacted: credential {name}]");
+        let escaped = serde_json::to_string(secret.as_str()).unwrap_or_default();
+        let escaped = escaped.trim_matches('"');
+        for form in [secret.as_str(), escaped] {
+            if !form.is_empty() && out.contains(form) {
+                out = out.replace(form, &marker);
+            }
         }
     }
     out
@@ -282,8 +292,12 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
             .call_tool(&server, &credentials, &r.tool, arguments, timeout)
             .await
         {
+            // Redacted before it is cut, so a secret across the cut cannot leave half of itself.
             Ok(result) => v1::McpCallToolResponse {
-                text: redact(&result_text(&result, self.max_result_bytes), &credentials),
+                text: cut(
+                    redact(&result_text(&result, usize::MAX), &credentials),
+                    self.max_result_bytes,
+                ),
                 is_error: result.is_error.unwrap_or(false),
             },
             // The call reached the server (or timed out there): the model sees the failure.
@@ -307,6 +321,20 @@ mod tests {
         assert_eq!(
             redact("Authorization: Bearer s3cr3t-token", &creds),
             "Authorization: Bearer [redacted: credential gh]"
+        );
+    }
+
+    #[test]
+    fn the_longer_secret_and_escaped_forms_are_redacted() {
+        let creds = BTreeMap::from([
+            ("a".to_owned(), "abc".to_owned()),
+            ("b".to_owned(), "abcdef".to_owned()),
+            ("q".to_owned(), "x\"y".to_owned()),
+        ]);
+        assert_eq!(redact("abcdef", &creds), "[redacted: credential b]");
+        assert_eq!(
+            redact(r#"{"k":"x\"y"}"#, &creds),
+            r#"{"k":"[redacted: credential q]"}"#
         );
     }
 

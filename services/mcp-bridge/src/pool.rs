@@ -142,7 +142,18 @@ impl Pool {
             {
                 return Ok(tools);
             }
-            match session.client.peer().list_all_tools().await {
+            let listed = tokio::time::timeout(
+                Duration::from_millis(self.inner.cfg.connect_timeout_ms),
+                session.client.peer().list_all_tools(),
+            )
+            .await
+            .map_err(|_| {
+                BridgeError::Server(format!(
+                    "MCP server `{}` did not list its tools within {} ms",
+                    server.name, self.inner.cfg.connect_timeout_ms
+                ))
+            })?;
+            match listed {
                 Ok(list) => {
                     let list = Arc::new(list);
                     if let Ok(mut t) = session.tools.lock() {
@@ -151,8 +162,8 @@ impl Pool {
                     return Ok(list);
                 }
                 Err(e) if attempt == 0 && session.client.is_closed() => {
-                    tracing::debug!(server = server.name, error = %e, "mcp session closed; reopening");
-                    self.drop_session(server, credentials);
+                    tracing::debug!(server = server.name, "mcp session closed; reopening");
+                    self.drop_session(server, credentials, &session).await;
                 }
                 Err(e) => {
                     return Err(BridgeError::Server(format!(
@@ -180,7 +191,7 @@ impl Pool {
     ) -> Result<rmcp::model::CallToolResult, BridgeError> {
         let mut session = self.session(server, credentials).await?;
         if session.client.is_closed() {
-            self.drop_session(server, credentials);
+            self.drop_session(server, credentials, &session).await;
             session = self.session(server, credentials).await?;
         }
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
@@ -188,7 +199,7 @@ impl Pool {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) => {
                 if session.client.is_closed() {
-                    self.drop_session(server, credentials);
+                    self.drop_session(server, credentials, &session).await;
                 }
                 Err(BridgeError::Call(format!(
                     "the call to `{tool}` on MCP server `{}` failed: {e}",
@@ -230,11 +241,28 @@ impl Pool {
         ))
     }
 
-    fn drop_session(&self, server: &ServerRef<'_>, credentials: &BTreeMap<String, String>) {
-        if let Ok((key, _)) = Self::key(server, credentials)
-            && let Ok(mut slots) = self.inner.slots.lock()
-        {
-            slots.remove(&key);
+    /// Forgets `dead` if its slot still holds it (a session another call already replaced
+    /// stays).
+    async fn drop_session(
+        &self,
+        server: &ServerRef<'_>,
+        credentials: &BTreeMap<String, String>,
+        dead: &Arc<Session>,
+    ) {
+        let Ok((key, _)) = Self::key(server, credentials) else {
+            return;
+        };
+        let slot = self
+            .inner
+            .slots
+            .lock()
+            .ok()
+            .and_then(|slots| slots.get(&key).cloned());
+        if let Some(slot) = slot {
+            let mut held = slot.session.lock().await;
+            if held.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+                *held = None;
+            }
         }
     }
 
@@ -245,6 +273,7 @@ impl Pool {
         credentials: &BTreeMap<String, String>,
     ) -> Result<Arc<Session>, BridgeError> {
         let (key, headers) = Self::key(server, credentials)?;
+        let now = self.now_ms();
         let slot = {
             let mut slots =
                 self.inner.slots.lock().map_err(|_| {
@@ -263,7 +292,7 @@ impl Pool {
             Arc::clone(slots.entry(key).or_insert_with(|| {
                 Arc::new(Slot {
                     session: tokio::sync::Mutex::new(None),
-                    last_used: AtomicU64::new(0),
+                    last_used: AtomicU64::new(now),
                 })
             }))
         };
@@ -288,14 +317,26 @@ impl Pool {
         let deadline = Instant::now() + Duration::from_millis(self.inner.cfg.connect_timeout_ms);
         let mut delay = Duration::from_millis(100);
         loop {
-            match self.open_once(server, &headers).await {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let opened = tokio::time::timeout(left, self.open_once(server, &headers))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BridgeError::Server(format!(
+                        "MCP server `{}` did not start a session within {} ms",
+                        server.name, self.inner.cfg.connect_timeout_ms
+                    )))
+                });
+            match opened {
                 Ok(s) => return Ok(s),
                 Err(e) => {
                     let now = Instant::now();
                     if now + delay >= deadline || matches!(e, BridgeError::Refused(_)) {
                         return Err(e);
                     }
-                    tracing::debug!(server = server.name, error = %e, "mcp server not reachable yet; retrying");
+                    tracing::debug!(
+                        server = server.name,
+                        "mcp server not reachable yet; retrying"
+                    );
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
@@ -376,25 +417,24 @@ impl Pool {
         })
     }
 
-    /// A URL whose host is an IP literal is checked here: the resolver never sees it.
+    /// A URL is parsed as the HTTP client will parse it, and a host that is an IP address (in
+    /// any spelling the URL standard accepts: `127.1`, `0x7f.1`, `2130706433`) is checked here,
+    /// since the guarded resolver never sees one. User info in the URL is refused.
     fn check_literal_address(&self, url: &str) -> Result<(), BridgeError> {
-        let host = url
-            .split_once("://")
-            .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default())
-            .unwrap_or_default();
-        let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-        let bare = if let Some(v6) = host.strip_prefix('[') {
-            v6.split(']').next().unwrap_or_default()
-        } else {
-            host.split(':').next().unwrap_or_default()
-        };
-        if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
-            self.inner
-                .policy
-                .check(ip, None)
-                .map_err(|_| BridgeError::Refused("refused: not an allowed address".into()))?;
+        let refused = || BridgeError::Refused("refused: not an allowed address".into());
+        let parsed = reqwest::Url::parse(url).map_err(|_| refused())?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(refused());
         }
-        Ok(())
+        let Some(host) = parsed.host_str() else {
+            return Err(refused());
+        };
+        // The parser has turned every IPv4 spelling into dotted form; IPv6 keeps its brackets.
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse::<std::net::IpAddr>() {
+            Ok(ip) => self.inner.policy.check(ip, None).map_err(|_| refused()),
+            Err(_) => Ok(()),
+        }
     }
 
     /// Closes sessions unused for `idle_timeout_ms`.

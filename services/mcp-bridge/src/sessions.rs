@@ -23,12 +23,54 @@ impl PgSessionStore {
         Self { pool, ttl }
     }
 
-    /// Deletes expired sessions; returns how many.
+    /// Deletes expired sessions and the owners of sessions gone for a day; returns how many
+    /// sessions.
     pub async fn sweep(&self) -> Result<u64, sqlx::Error> {
-        sqlx::query("DELETE FROM mcp_sessions WHERE expires_at < now()")
+        let n = sqlx::query("DELETE FROM mcp_sessions WHERE expires_at < now()")
             .execute(&self.pool)
+            .await?
+            .rows_affected();
+        sqlx::query(
+            "DELETE FROM mcp_session_owners o WHERE o.created_at < now() - interval '1 day' \
+             AND NOT EXISTS (SELECT 1 FROM mcp_sessions s WHERE s.id = o.id)",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(n)
+    }
+
+    /// Sweeps every `every` until `stop`.
+    pub async fn sweep_until(self, every: Duration, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {
+                    if let Err(e) = self.sweep().await {
+                        tracing::warn!(error = %e, "mcp session sweep failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records who opened `session_id` (the first record wins).
+    pub async fn set_owner(&self, session_id: &str, owner: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO mcp_session_owners (id, owner) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map(drop)
+    }
+
+    /// Who opened `session_id`, if anyone did.
+    pub async fn owner(&self, session_id: &str) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query_scalar("SELECT owner FROM mcp_session_owners WHERE id = $1")
+            .bind(session_id)
+            .fetch_optional(&self.pool)
             .await
-            .map(|r| r.rows_affected())
     }
 
     fn ttl_secs(&self) -> f64 {

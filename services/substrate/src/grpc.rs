@@ -318,6 +318,14 @@ impl SubstrateService {
         name: &str,
         version: &str,
     ) -> Result<v1::AgentSummary, Status> {
+        // Content only an operator may define cannot be brought back through the API either.
+        if kind == DefKind::McpServer {
+            let v = defs::get(&self.store, kind, &p.tenant, name, Some(version)).await?;
+            let content = McpServerContent::from_json_str(&v.content_json)?;
+            if let Some(why) = content.operator_only() {
+                return Err(Error::forbidden(why).into());
+            }
+        }
         defs::activate(&self.store, kind, &p.tenant, name, version)
             .await
             .map(summary_to_proto)

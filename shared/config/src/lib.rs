@@ -100,7 +100,7 @@ pub struct McpServerFaceConfig {
     /// Browser `Origin`s accepted (`https://app.example.com:443`, `http://localhost:*`);
     /// empty = `Origin` is not checked (the `Host` check still guards against DNS rebinding).
     pub allowed_origins: Vec<String>,
-    /// How long an idle 2025-11-25 session is kept in the database, in seconds.
+    /// How long a 2025-11-25 session is kept in the database after it was opened, in seconds.
     pub session_ttl_secs: u64,
 }
 

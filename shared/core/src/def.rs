@@ -60,6 +60,12 @@ pub fn validate_def_name(kind: DefKind, name: &str) -> Result<(), Error> {
         ))
         .with_param("name"));
     }
+    if kind == DefKind::McpServer && name.contains("__") {
+        return Err(Error::invalid(format!(
+            "MCP server name `{name}` contains `__`, which separates the parts of `mcp__<server>__<tool>`; use single `_` or `-`"
+        ))
+        .with_param("name"));
+    }
     if RESERVED_NAMES.contains(&name) {
         return Err(Error::invalid(format!(
             "{kind} name `{name}` is reserved (it is a route); choose another name"

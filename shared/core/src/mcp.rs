@@ -132,20 +132,28 @@ pub fn substitute_credentials(
     Ok(out)
 }
 
-/// Whether `tool` matches `pattern`, where `*` matches any run of characters.
+/// Whether `tool` matches `pattern`, where `*` matches any run of characters. Linear in the
+/// lengths (greedy with one backtrack point), never exponential whatever the pattern.
 pub fn glob_matches(pattern: &str, tool: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == tool,
-        Some((head, tail)) => {
-            let Some(rest) = tool.strip_prefix(head) else {
-                return false;
-            };
-            // Try every split point for the remaining pattern.
-            (0..=rest.len())
-                .filter(|&i| rest.is_char_boundary(i))
-                .any(|i| glob_matches(tail, &rest[i..]))
+    let (p, t) = (pattern.as_bytes(), tool.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
         }
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
@@ -440,5 +448,16 @@ mod tests {
         assert!(glob_matches("a*b*c", "aXbYc"));
         assert!(!glob_matches("a*b*c", "aXbY"));
         assert!(!glob_matches("get", "get_issue"));
+        // A pattern built to backtrack: answered at once, not in exponential time.
+        let long = "a".repeat(120);
+        assert!(!glob_matches("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", &long));
+        assert!(glob_matches("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*", &long));
+    }
+
+    #[test]
+    fn server_names_may_not_hold_the_separator() {
+        let e = crate::def::validate_def_name(DefKind::McpServer, "my__srv").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("name"));
+        crate::def::validate_def_name(DefKind::McpServer, "my_srv").unwrap();
     }
 }

@@ -28,6 +28,14 @@ use weft_proto::v1;
 use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
 use crate::driver::Driver;
 
+/// The longest the bridge may take to list a server's tools (it gives up on the server itself
+/// after `mcp_bridge.connect_timeout_ms`).
+const LIST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The longest one call through the bridge may take: above the largest `timeout_ms` a server
+/// definition may have (10 minutes), which the bridge enforces.
+const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(660);
+
 /// The prefix of every MCP tool name.
 pub const PREFIX: &str = "mcp__";
 
@@ -123,7 +131,11 @@ pub(crate) async fn mount(driver: &Driver, def: &AgentContent) -> Mount {
                 .collect(),
         };
         let listed = match driver.internal(msg) {
-            Ok(req) => client.clone().list_tools(req).await,
+            Ok(mut req) => {
+                // The bridge bounds connecting and listing itself; this bounds the bridge.
+                req.set_timeout(LIST_DEADLINE);
+                client.clone().list_tools(req).await
+            }
             Err(e) => Err(tonic::Status::internal(e.message)),
         };
         match listed {
@@ -210,10 +222,11 @@ impl Tool for McpTool {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
             };
-            let req = match ctx.internal(msg) {
+            let mut req = match ctx.internal(msg) {
                 Ok(r) => r,
                 Err(e) => return Err(Abort::infra(e.message)),
             };
+            req.set_timeout(CALL_DEADLINE);
             let mut client =
                 weft_proto::transport::mcp_bridge_client(ctx.inner().mcp_bridge.clone());
             let out = match client.call_tool(req).await {
