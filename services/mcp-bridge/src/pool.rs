@@ -161,7 +161,7 @@ impl Pool {
                     }
                     return Ok(list);
                 }
-                Err(e) if attempt == 0 && session.client.is_closed() => {
+                Err(_) if attempt == 0 && session.client.is_closed() => {
                     tracing::debug!(server = server.name, "mcp session closed; reopening");
                     self.drop_session(server, credentials, &session).await;
                 }
