@@ -1,5 +1,6 @@
-//! The command line: `upstream`, `chat`, `streams`, `compare`, `runs` and `parked`, and the
-//! small value parsers they share (durations such as `10s`/`500ms`, positive rates).
+//! The command line: `upstream`, `chat`, `streams`, `compare`, `runs`, `parked`, `memory`,
+//! `channels`, `mcp-server` and `mcp`, and the small value parsers they share (durations such
+//! as `10s`/`500ms`, positive rates).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +39,12 @@ pub enum Command {
     /// N publishers and M long-polling readers on channels: publish and delivery latency,
     /// ops/s, CPU per message.
     Channels(ChannelsArgs),
+    /// Serve a local MCP server (streamable HTTP at `/mcp`) with one fast read-only tool,
+    /// `echo {text}`, until Ctrl-C or SIGTERM.
+    McpServer(McpServerArgs),
+    /// Call the `echo` tool in a closed loop, on the MCP server directly or through weft's MCP
+    /// bridge (gRPC `CallTool`, as the executor calls it), and print a JSON report.
+    Mcp(McpArgs),
 }
 
 /// What the `runs` and `parked` scenarios share: where weft is and what to watch.
@@ -172,6 +179,88 @@ pub struct MemoryArgs {
     /// Percent of ops that are searches.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub search_pct: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct McpServerArgs {
+    /// Address to listen on; port 0 picks a free port (see `--ready-file`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Tokio worker threads (a multi-thread runtime).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Once serving, write `{"url": "http://…/mcp", "addr": "…"}` here.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Where the `mcp` scenario sends its calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpTarget {
+    /// The MCP server itself: one rmcp client session per worker.
+    Direct,
+    /// weft's MCP bridge: `weft.v1.McpBridge/CallTool` over gRPC with an internal JWT.
+    Bridge,
+    /// Profiling: the bridge's session pool (`weft_mcp_bridge::pool::Pool`) in this process,
+    /// calling the server at `--url` as the bridge does, without gRPC or definition lookups.
+    Pool,
+    /// Profiling: `CallTool` to the bridge with arguments that are not a JSON object, which it
+    /// refuses after the JWT check and the definition lookup, before the pool: the gRPC hop and
+    /// the bridge's front half, no MCP call.
+    BridgeHop,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// `direct`: an MCP session per worker to `--url`; `bridge`: gRPC `CallTool` to
+    /// `--bridge-url` for the server definition `--server`.
+    #[arg(long, value_enum)]
+    pub target: McpTarget,
+    /// The MCP server's streamable HTTP endpoint (`--target direct` and `pool`), e.g.
+    /// `http://127.0.0.1:8791/mcp`.
+    #[arg(long, required_if_eq_any([("target", "direct"), ("target", "pool")]))]
+    pub url: Option<String>,
+    /// The bridge's gRPC URL (`--target bridge`), e.g. `http://127.0.0.1:8790`.
+    #[arg(long, required_if_eq_any([("target", "bridge"), ("target", "bridge-hop")]))]
+    pub bridge_url: Option<String>,
+    /// The MCP server definition's name in `--tenant` (`--target bridge`).
+    #[arg(long, default_value = "bench")]
+    pub server: String,
+    /// The fleet's `auth.internal_jwt_secret`, to sign the internal JWT (prefer the env var:
+    /// argv is visible to `ps`).
+    #[arg(long, env = "WEFT_LOADTEST_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// The tenant the internal JWT names (the definition is looked up there).
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The subject the internal JWT names (a run's creator, for the executor).
+    #[arg(long, default_value = "weft-loadtest")]
+    pub subject: String,
+    /// Closed loop: this many workers, each making its next call when the last one finished.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// How long to measure, after the warm-up.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Calls made before measuring starts, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// The text sent to `echo` (each call appends ` <worker>:<n>` and checks it comes back).
+    #[arg(long, default_value = "hello from the load generator")]
+    pub text: String,
+    /// Deadline of one call; a call still running then counts as a `timeout` error.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Tokio worker threads for the generator (1: a current-thread runtime, one core at most).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Also write the report here (parent directories are created).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the single call made before the load to fail fast on a wrong URL, server name or
+    /// secret.
+    #[arg(long)]
+    pub no_preflight: bool,
 }
 
 #[derive(Debug, Args)]
@@ -591,5 +680,46 @@ mod tests {
         );
         assert!(parse(&["streams", "--url", "u", "--deltas", "0"]).is_err());
         assert!(parse(&["streams", "--url", "u", "--rounds", "0"]).is_err());
+    }
+
+    #[test]
+    fn mcp_targets_need_their_addresses() {
+        assert!(parse(&["mcp", "--target", "direct"]).is_err());
+        assert!(parse(&["mcp", "--target", "bridge", "--url", "http://h/mcp"]).is_err());
+        assert!(parse(&["mcp", "--target", "pool"]).is_err());
+        assert!(parse(&["mcp", "--target", "bridge-hop", "--url", "http://h/mcp"]).is_err());
+        let Command::Mcp(a) = parse(&["mcp", "--target", "direct", "--url", "http://h/mcp"])
+            .unwrap()
+            .command
+        else {
+            panic!("expected mcp");
+        };
+        assert_eq!(a.target, McpTarget::Direct);
+        assert_eq!(a.concurrency, 1);
+        assert_eq!(a.duration, Duration::from_secs(10));
+        assert_eq!(a.warmup, Duration::from_secs(2));
+        assert_eq!(a.tenant, "default");
+        assert_eq!(a.server, "bench");
+        let Command::Mcp(a) = parse(&[
+            "mcp",
+            "--target",
+            "bridge",
+            "--bridge-url",
+            "http://127.0.0.1:1",
+            "--server",
+            "s",
+            "--jwt-secret",
+            "x",
+            "--concurrency",
+            "8",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("expected mcp");
+        };
+        assert_eq!(a.target, McpTarget::Bridge);
+        assert_eq!(a.concurrency, 8);
+        assert_eq!(a.jwt_secret.as_deref(), Some("x"));
     }
 }

@@ -4,10 +4,11 @@
 //! many paced streams open and reports lost frames and inter-frame gaps, `compare` turns a
 //! direct and a through-weft report into what weft adds. `runs` drives agent runs through
 //! weft's runs API and `parked` measures what idle interactive runs cost; `memory` drives a
-//! set/get/search mix over the memory routes. `bench.sh`,
-//! weft's runs API and `parked` measures what idle interactive runs cost. `channels` drives
-//! publishers and long-polling readers on weft's channels. `bench.sh`,
-//! `streams-bench.sh` and `runs-bench.sh` next to this crate run the whole benchmarks.
+//! set/get/search mix over the memory routes; `channels` drives publishers and long-polling
+//! readers on weft's channels. `mcp-server` serves a local MCP server with one `echo` tool and
+//! `mcp` calls it directly or through weft's MCP bridge. `bench.sh`, `streams-bench.sh`,
+//! `runs-bench.sh`, `memory-bench.sh`, `channels-bench.sh` and `mcp-bench.sh` next to this
+//! crate run the whole benchmarks.
 
 mod api;
 mod channels;
@@ -15,6 +16,8 @@ mod chat;
 mod cli;
 mod client;
 mod compare;
+mod mcp;
+mod mcp_server;
 mod memory;
 mod paced;
 mod parked;
@@ -68,6 +71,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Parked(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(parked::run(&args))?;
             emit(&report, args.weft.out.as_deref())
+        }
+        Command::McpServer(args) => runtime(args.threads, true)?.block_on(mcp_server::run(&args)),
+        Command::Mcp(args) => {
+            let report = runtime(args.threads, false)?.block_on(mcp::run(&args))?;
+            emit(&report, args.out.as_deref())
         }
         Command::Memory(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(memory::run(&args))?;

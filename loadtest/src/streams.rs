@@ -499,7 +499,7 @@ fn start_offset(k: u32, ramp: Duration) -> Duration {
 }
 
 /// CPU time (user + system) of this process so far, from `/proc/self/stat`.
-fn cpu_seconds() -> Option<f64> {
+pub(crate) fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name (field 2) may contain spaces; the fields after it are plain numbers.
     let rest = &stat[stat.rfind(')')? + 1..];

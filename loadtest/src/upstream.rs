@@ -77,7 +77,7 @@ fn write_ready(path: &Path, base_url: &str, addr: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))
 }
 
-async fn shutdown_signal() -> anyhow::Result<()> {
+pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("install the SIGTERM handler")?;
     tokio::select! {
