@@ -92,3 +92,15 @@ for stream in streams:
 sys.exit(1 if failed else 0)
 PY
 }
+
+# start_weft_up: `weft up` with $TMP/weft.toml on $WEFT_PORT / $ROUTER_PORT against database $DB,
+# logging to $TMP/weft.log; waits for its ready file and sets WEFT_PID and WEFT_URL.
+start_weft_up() {
+    (cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
+        --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
+        --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
+        --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
+    WEFT_PID=$!
+    wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
+    WEFT_URL=$(jq -r .url "$TMP/weft.json")
+}

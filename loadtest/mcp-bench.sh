@@ -175,13 +175,7 @@ log_level = "warn"
 token_file = "$TMP/admin-token"
 TOML
 
-(cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
-    --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
-    --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
-    --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
-WEFT_PID=$!
-wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
-WEFT_URL=$(jq -r .url "$TMP/weft.json")
+start_weft_up
 WEFT_TOKEN=$(jq -r '.admin_token // empty' "$TMP/weft.json")
 [[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token"
 log "weft at $WEFT_URL, substrate at 127.0.0.1:$SUBSTRATE_PORT (pid $WEFT_PID)"
