@@ -13,9 +13,9 @@
 # Everything it starts is stopped, and its database, NATS streams and Redis keys removed, on exit.
 #
 # Knobs (environment): DURATION (10s), WARMUP (2s), CONCURRENCY ("1 8"), PAIRS (1),
-# EXTRA_TARGETS ("": e.g. "pool bridge-hop", profiling runs after each pair), GEN_THREADS (1),
-# SERVER_THREADS (1), RESULTS, SKIP_BUILD (0), WEFT_BIN, BRIDGE_BIN, PGHOST, PGPORT, PGUSER,
-# NATS_HOST, NATS_PORT, REDIS_URL.
+# EXTRA_TARGETS ("", or some of "pool bridge-hop bridge-in-process": profiling runs after each
+# pair), GEN_THREADS (1), SERVER_THREADS (1), RESULTS, SKIP_BUILD (0), WEFT_BIN, BRIDGE_BIN,
+# PGHOST, PGPORT, PGUSER, NATS_HOST, NATS_PORT, REDIS_URL.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -221,6 +221,9 @@ run_one() {
     case $target in
         direct | pool) target_args=(--url "$SERVER_URL") ;;
         bridge | bridge-hop) target_args=(--bridge-url "$BRIDGE_URL" --server bench --tenant default) ;;
+        bridge-in-process)
+            target_args=(--substrate-url "http://127.0.0.1:$SUBSTRATE_PORT" --server bench --tenant default)
+            ;;
         *) die "unknown target $target" ;;
     esac
     read -r m0 _ i0 < <(cpu_ticks_idle)
@@ -324,7 +327,7 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 1000 | round / 1000
     done
     if [[ -n $EXTRA_TARGETS ]]; then
         echo
-        echo "Profiling runs (same sitting, after each pair): \`pool\` = the bridge's session pool in the generator's process (the bridge's MCP half, no gRPC); \`bridge-hop\` = \`CallTool\` refused after the JWT check and the definition lookup (the gRPC hop and the bridge's front half, no MCP call)."
+        echo "Profiling runs (same sitting, after each pair): \`pool\` = the bridge's session pool in the generator's process (the bridge's MCP half, no gRPC); \`bridge-hop\` = \`CallTool\` refused after the JWT check and the definition lookup (the gRPC hop and the bridge's front half, no MCP call); \`bridge-in-process\` = the bridge in the generator's process called through the in-process transport, as \`weft up\` runs it (its CPU counts as the generator's)."
         echo
         echo "| workers | pair | target | calls/s | p50 | p90 | p99 | bridge CPU µs/call | server CPU µs/call | generator CPU µs/call | errors |"
         echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -208,6 +208,10 @@ pub enum McpTarget {
     /// refuses after the JWT check and the definition lookup, before the pool: the gRPC hop and
     /// the bridge's front half, no MCP call.
     BridgeHop,
+    /// The bridge as `weft up` runs it: `weft_mcp_bridge::Bridge` in this process, its gRPC
+    /// service called in-process (`weft_proto::transport::in_process`, no socket), reading
+    /// definitions from the substrate at `--substrate-url`.
+    BridgeInProcess,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +227,13 @@ pub struct McpArgs {
     /// The bridge's gRPC URL (`--target bridge`), e.g. `http://127.0.0.1:8790`.
     #[arg(long, required_if_eq_any([("target", "bridge"), ("target", "bridge-hop")]))]
     pub bridge_url: Option<String>,
+    /// The substrate's gRPC URL (`--target bridge-in-process`), e.g. `http://127.0.0.1:8789`.
+    #[arg(long, required_if_eq("target", "bridge-in-process"))]
+    pub substrate_url: Option<String>,
+    /// For `--target bridge-in-process`: CIDRs the in-process bridge may call although private
+    /// (its `mcp_bridge.private_exempt`).
+    #[arg(long, default_value = "127.0.0.1/32")]
+    pub private_exempt: Vec<String>,
     /// The MCP server definition's name in `--tenant` (`--target bridge`).
     #[arg(long, default_value = "bench")]
     pub server: String,
@@ -687,6 +698,7 @@ mod tests {
         assert!(parse(&["mcp", "--target", "direct"]).is_err());
         assert!(parse(&["mcp", "--target", "bridge", "--url", "http://h/mcp"]).is_err());
         assert!(parse(&["mcp", "--target", "pool"]).is_err());
+        assert!(parse(&["mcp", "--target", "bridge-in-process"]).is_err());
         assert!(parse(&["mcp", "--target", "bridge-hop", "--url", "http://h/mcp"]).is_err());
         let Command::Mcp(a) = parse(&["mcp", "--target", "direct", "--url", "http://h/mcp"])
             .unwrap()

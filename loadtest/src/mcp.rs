@@ -20,6 +20,11 @@
 //!   a tool error after checking the JWT and looking the definition up, before the pool: the gRPC
 //!   hop and the bridge's front half, no MCP call. That answer counts as the success.
 //!
+//! And `--target bridge-in-process` measures the arrangement `weft up` runs: the bridge in the
+//! caller's process (here the generator's), its gRPC service called through
+//! `weft_proto::transport::in_process` (same codec and JWT check, no socket), with definitions
+//! read from `--substrate-url`.
+//!
 //! A call succeeds when it answers the exact text sent (`<--text> <worker>:<n>`) and is no tool
 //! error. Latency is from sending the call to its result. Time is a warm-up (calls made, not
 //! recorded, but counted in `calls_incl_warmup` so a script can divide a process's CPU time over
@@ -228,9 +233,10 @@ impl Caller {
 #[derive(Debug, Serialize)]
 pub struct McpReport {
     pub scenario: &'static str,
-    /// `direct`, `bridge`, `pool` or `bridge-hop`.
+    /// `direct`, `bridge`, `pool`, `bridge-hop` or `bridge-in-process`.
     pub target: &'static str,
-    /// The MCP server's URL (direct, pool) or the bridge's (bridge, bridge-hop).
+    /// The MCP server's URL (direct, pool), the bridge's (bridge, bridge-hop) or the
+    /// substrate's (bridge-in-process).
     pub url: String,
     /// The server definition called through the bridge.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -309,6 +315,23 @@ fn pool_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<PoolCaller>> {
     }))
 }
 
+/// `--target bridge-in-process`: the transport `weft up` gives its executor, to a bridge living
+/// in this process.
+fn in_process_bridge(args: &McpArgs, secret: &str) -> anyhow::Result<GrpcTransport> {
+    let substrate_url = args
+        .substrate_url
+        .as_deref()
+        .context("--target bridge-in-process needs --substrate-url")?;
+    let mut config = weft_config::Config::default();
+    config.mcp_bridge.private_exempt = args.private_exempt.clone();
+    let substrate =
+        weft_proto::transport::channel(substrate_url).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bridge = weft_mcp_bridge::Bridge::new(&config, substrate)
+        .map_err(|e| anyhow::anyhow!("the in-process bridge: {e}"))?;
+    let jwt = weft_auth::InternalJwt::from_secret(secret.as_bytes());
+    Ok(weft_proto::transport::in_process(bridge.grpc_service(jwt)))
+}
+
 fn bridge_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<BridgeCaller>> {
     let secret = args
         .jwt_secret
@@ -316,7 +339,11 @@ fn bridge_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<BridgeCaller>>
         .filter(|s| !s.is_empty())
         .context("--target bridge needs --jwt-secret (or WEFT_LOADTEST_JWT_SECRET): the fleet's auth.internal_jwt_secret")?;
     let tenant = TenantId::parse(&args.tenant).map_err(|e| anyhow::anyhow!(e.message))?;
-    let transport = weft_proto::transport::channel(url).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let transport = if args.target == McpTarget::BridgeInProcess {
+        in_process_bridge(args, secret)?
+    } else {
+        weft_proto::transport::channel(url).map_err(|e| anyhow::anyhow!("{e}"))?
+    };
     Ok(Arc::new(BridgeCaller {
         transport,
         jwt: weft_auth::InternalJwt::from_secret(secret.as_bytes()),
@@ -359,11 +386,16 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
                 .collect();
             (callers, url)
         }
-        McpTarget::Bridge | McpTarget::BridgeHop => {
-            let url = args
-                .bridge_url
-                .clone()
-                .context("--target bridge needs --bridge-url")?;
+        McpTarget::Bridge | McpTarget::BridgeHop | McpTarget::BridgeInProcess => {
+            let url = if args.target == McpTarget::BridgeInProcess {
+                args.substrate_url
+                    .clone()
+                    .context("--target bridge-in-process needs --substrate-url")?
+            } else {
+                args.bridge_url
+                    .clone()
+                    .context("--target bridge needs --bridge-url")?
+            };
             let b = bridge_caller(args, &url)?;
             let callers = (0..args.concurrency)
                 .map(|_| Caller::Bridge(b.clone()))
@@ -460,8 +492,11 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
         scenario: "mcp",
         target: target_name(args.target),
         url,
-        server: matches!(args.target, McpTarget::Bridge | McpTarget::BridgeHop)
-            .then(|| args.server.clone()),
+        server: matches!(
+            args.target,
+            McpTarget::Bridge | McpTarget::BridgeHop | McpTarget::BridgeInProcess
+        )
+        .then(|| args.server.clone()),
         tool: ECHO,
         concurrency: args.concurrency,
         sessions: if args.target == McpTarget::Direct {
@@ -492,5 +527,6 @@ fn target_name(t: McpTarget) -> &'static str {
         McpTarget::Bridge => "bridge",
         McpTarget::Pool => "pool",
         McpTarget::BridgeHop => "bridge-hop",
+        McpTarget::BridgeInProcess => "bridge-in-process",
     }
 }
