@@ -43,6 +43,71 @@ pub struct Config {
     pub executor: ExecutorConfig,
     pub mcp_bridge: McpBridgeConfig,
     pub mcp: McpServerFaceConfig,
+    pub ingress: IngressConfig,
+}
+
+/// The ingress: the schedule ticker and the webhook receiver.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngressConfig {
+    /// Whether `weft up` runs the scheduler in its own process (set false when schedules are
+    /// fired by separate `weft-ingress` processes). The gateway serves the webhook receiver
+    /// either way.
+    pub embedded: bool,
+    /// Address `weft-ingress` serves the webhook receiver (`POST /v1/_webhooks/...`) and
+    /// `/healthz` on; `weft up` serves the receiver on the gateway instead.
+    pub listen: SocketAddr,
+    /// The substrate's gRPC URL (definitions, memory, channels); ignored by `weft up`.
+    pub substrate_url: String,
+    /// How often each replica looks for due schedules, in milliseconds.
+    pub tick_ms: u64,
+    /// Schedules claimed per transaction.
+    pub claim_batch: u32,
+    /// Slots one schedule may fire per tick (the rest follow on the next tick).
+    pub max_fires_per_tick: u32,
+    /// A slot at most this late (ms) is on time and always fires; older slots were missed
+    /// (downtime) and follow the schedule's `catch_up_max`.
+    pub misfire_grace_ms: u64,
+    /// A fire claimed but not made into a run within this long (ms) is taken over by another
+    /// replica (its own replica died between claim and dispatch).
+    pub reclaim_after_ms: u64,
+    /// Attempts to make a fire's run before it is recorded as failed.
+    pub max_fire_attempts: u32,
+    /// Runs made at once by one replica.
+    pub dispatch_concurrency: usize,
+    /// How often stale claims and finished runs' `on_complete` actions are looked for (ms).
+    pub sweep_ms: u64,
+    /// Accepted webhook delivery ids are remembered (replays answered) for this many days.
+    pub delivery_retention_days: u32,
+    /// Verdicts kept per webhook for `GET /v1/webhooks/{name}/deliveries`.
+    pub triage_keep: u32,
+    /// A webhook's `secret_env` must start with this prefix (so a tenant cannot point its
+    /// webhook at another of the operator's secrets).
+    pub secret_env_prefix: String,
+    /// The longest a substrate call may take, in seconds.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        Self {
+            embedded: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8791)),
+            substrate_url: "http://127.0.0.1:8789".into(),
+            tick_ms: 250,
+            claim_batch: 64,
+            max_fires_per_tick: 10,
+            misfire_grace_ms: 5_000,
+            reclaim_after_ms: 5_000,
+            max_fire_attempts: 10,
+            dispatch_concurrency: 32,
+            sweep_ms: 1_000,
+            delivery_retention_days: 7,
+            triage_keep: 50,
+            secret_env_prefix: "WEFT_WEBHOOK_".into(),
+            request_timeout_secs: 10,
+        }
+    }
 }
 
 /// The MCP bridge's client side: the session pool that mounts external MCP servers into runs.
@@ -153,6 +218,12 @@ pub struct SubstrateConfig {
     /// MCP server definitions loaded at boot into `boot_tenant`, by name, with the fields of
     /// `PUT /v1/mcp-servers/{name}`. The only place a `stdio` server may be declared.
     pub mcp_servers: BTreeMap<String, serde_json::Value>,
+    /// Schedule definitions loaded at boot into `boot_tenant`, by name, with the fields of
+    /// `PUT /v1/schedules/{name}`.
+    pub schedules: BTreeMap<String, serde_json::Value>,
+    /// Webhook definitions loaded at boot into `boot_tenant`, by name, with the fields of
+    /// `PUT /v1/webhooks/{name}`.
+    pub webhooks: BTreeMap<String, serde_json::Value>,
 }
 
 /// A channel declared in the config (`substrate.channels.<name>`).
@@ -185,6 +256,8 @@ impl Default for SubstrateConfig {
             channels: BTreeMap::new(),
             max_channel_waiters: 10_000,
             mcp_servers: BTreeMap::new(),
+            schedules: BTreeMap::new(),
+            webhooks: BTreeMap::new(),
         }
     }
 }

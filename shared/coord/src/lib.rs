@@ -64,6 +64,11 @@ impl Keys {
         format!("{}:provider-slots:{provider}", self.prefix)
     }
 
+    /// The last verdicts of one webhook (newest first), for triage.
+    pub fn webhook_triage(&self, tenant: &TenantId, webhook: &str) -> String {
+        format!("{}:webhook-triage:{tenant}:{webhook}", self.prefix)
+    }
+
     /// One quota counter: `scope` names who it limits (`tenant:<t>`, `subject:<t>:<s>`,
     /// `token:<id>`), `metric` what (`rpm`, `tpm`, `tpd`), `window` which fixed window.
     pub fn quota(&self, scope: &str, metric: &str, window: u64) -> String {
@@ -355,6 +360,36 @@ impl Coord {
                 retry_after: Duration::from_millis(u64::try_from(num(2)).unwrap_or(0).max(1)),
             }
         })
+    }
+
+    /// Prepends `entry` to the list at `key`, keeping the newest `keep` for `ttl`.
+    pub async fn push_recent(
+        &self,
+        key: &str,
+        entry: &str,
+        keep: u32,
+        ttl: Duration,
+    ) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let keep = isize::try_from(keep.max(1)).unwrap_or(isize::MAX);
+        let ttl = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let _: () = redis::pipe()
+            .lpush(key, entry)
+            .ignore()
+            .ltrim(key, 0, keep - 1)
+            .ignore()
+            .expire(key, ttl)
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// The list at `key`, newest first.
+    pub async fn recent(&self, key: &str) -> Result<Vec<String>, CoordError> {
+        let mut c = self.conn().await?;
+        c.lrange(key, 0, -1).await.map_err(unavailable)
     }
 
     /// Adds `delta` to each counter still in its window (reconciling a reservation).

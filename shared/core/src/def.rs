@@ -20,15 +20,21 @@ pub enum DefKind {
     Agent,
     Skill,
     McpServer,
+    /// An inbound webhook ([`crate::webhook`]).
+    Webhook,
+    /// A cron schedule ([`crate::schedule`]).
+    Schedule,
 }
 
 impl DefKind {
-    /// The stored form: `agent`, `skill`, `mcp_server`.
+    /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
             DefKind::Skill => "skill",
             DefKind::McpServer => "mcp_server",
+            DefKind::Webhook => "webhook",
+            DefKind::Schedule => "schedule",
         }
     }
 
@@ -38,6 +44,8 @@ impl DefKind {
             DefKind::Agent => "agents",
             DefKind::Skill => "skills",
             DefKind::McpServer => "mcp-servers",
+            DefKind::Webhook => "webhooks",
+            DefKind::Schedule => "schedules",
         }
     }
 }

@@ -13,9 +13,11 @@ pub mod message;
 pub mod principal;
 pub mod ratelimit;
 pub mod run;
+pub mod schedule;
 pub mod skill;
 pub mod storable;
 pub mod usage;
+pub mod webhook;
 
 pub use error::{Error, ErrorCode};
 pub use ids::{RunId, TenantId, TokenId};

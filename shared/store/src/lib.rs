@@ -2,6 +2,7 @@
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
 mod runs;
+mod schedules;
 mod tokens;
 pub mod usage;
 
@@ -14,6 +15,10 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunFilter, RunRecord, RunStore,
     RunStoreError,
+};
+pub use schedules::{
+    Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
+    ScheduleRow, ScheduleStore,
 };
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
