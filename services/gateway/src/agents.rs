@@ -55,6 +55,22 @@ impl DefRoute for McpServers {
     const PATH: &'static str = "/v1/mcp-servers";
 }
 
+/// `/v1/schedules`.
+pub struct Schedules;
+
+impl DefRoute for Schedules {
+    const KIND: v1::DefKind = v1::DefKind::Schedule;
+    const PATH: &'static str = "/v1/schedules";
+}
+
+/// `/v1/webhooks`.
+pub struct Webhooks;
+
+impl DefRoute for Webhooks {
+    const KIND: v1::DefKind = v1::DefKind::Webhook;
+    const PATH: &'static str = "/v1/webhooks";
+}
+
 /// The routes of one kind.
 fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
     let at = |tail: &str| format!("{}{tail}", K::PATH);
@@ -74,6 +90,8 @@ pub fn routes() -> axum::Router<AppState> {
     def_routes::<Agents>()
         .merge(def_routes::<Skills>())
         .merge(def_routes::<McpServers>())
+        .merge(def_routes::<Schedules>())
+        .merge(def_routes::<Webhooks>())
 }
 
 /// A substrate answer, with transport failures named after the substrate (the shared mapping

@@ -10,6 +10,7 @@ pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod ingress;
 mod llm;
 mod mcp;
 mod memory;
@@ -74,6 +75,10 @@ pub struct AppState {
     pub runs: RunStore,
     pub bus: Bus,
     pub coord: Coord,
+    /// Starts runs (`POST /v1/runs`, and the schedule and webhook routes).
+    pub launcher: weft_launch::Launcher,
+    /// Schedules and the webhook receiver (`/v1/_webhooks/...`).
+    pub ingress: weft_ingress::Ingress,
     /// Runs one tenant may have admitted at once.
     pub tenant_max_runs: u32,
     /// How long an admission slot lasts unless renewed.
@@ -111,6 +116,17 @@ impl AppState {
         let runs = RunStore::new(pool.clone());
         // Install the metrics recorder before the first request records anything.
         let _ = weft_telemetry::prometheus();
+        let launcher = weft_launch::Launcher {
+            runs: runs.clone(),
+            bus: bus.clone(),
+            coord: coord.clone(),
+            jwt: jwt.clone(),
+            substrate: weft_proto::transport::substrate_client(substrate.clone()),
+            tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
+            admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
+            request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
+            agents: None,
+        };
         Self {
             resolver: TokenResolver::new(
                 tokens.clone(),
@@ -118,10 +134,17 @@ impl AppState {
             ),
             tokens,
             pool,
-            jwt,
+            jwt: jwt.clone(),
             router: weft_proto::transport::router_client(router),
             memory: weft_proto::transport::memory_client(substrate.clone()),
             channels: weft_proto::transport::channels_client(substrate.clone()),
+            launcher: launcher.clone(),
+            ingress: weft_ingress::Ingress::new(
+                weft_ingress::door_launcher(launcher),
+                substrate.clone(),
+                config.ingress.clone(),
+                weft_ingress::replica_name("gateway"),
+            ),
             substrate: weft_proto::transport::substrate_client(substrate),
             runs,
             bus,
@@ -295,6 +318,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(usage::routes())
         .merge(memory::routes())
         .merge(channels::routes())
+        .merge(ingress::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,
@@ -314,6 +338,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(openai)
         .merge(anthropic)
         .merge(native)
+        .merge(ingress::receiver())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -3,9 +3,9 @@
 //!
 //! The document is `openapi.json` plus fragments of route families kept in their own files
 //! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
-//! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`, `openapi.mcp.json`),
-//! each
-//! `{"paths": …, "components": {"schemas": …}}`, merged once on first use.
+//! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`, `openapi.mcp.json`,
+//! `openapi.ingress.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
+//! first use.
 
 use std::sync::LazyLock;
 
@@ -16,7 +16,7 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 8] = [
+const FRAGMENTS: [&str; 9] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
@@ -25,6 +25,7 @@ const FRAGMENTS: [&str; 8] = [
     include_str!("../openapi.memory.json"),
     include_str!("../openapi.channels.json"),
     include_str!("../openapi.mcp.json"),
+    include_str!("../openapi.ingress.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.
@@ -111,6 +112,18 @@ mod tests {
             .map_err(|e| e.message)
     }
 
+    fn schedule_content(v: &Value) -> Result<(), String> {
+        <weft_core::schedule::ScheduleContent as weft_core::def::DefContent>::from_json(v.clone())
+            .and_then(|c| c.validate())
+            .map_err(|e| e.message)
+    }
+
+    fn webhook_content(v: &Value) -> Result<(), String> {
+        <weft_core::webhook::WebhookContent as weft_core::def::DefContent>::from_json(v.clone())
+            .and_then(|c| c.validate())
+            .map_err(|e| e.message)
+    }
+
     fn mcp_message(v: &Value) -> Result<(), String> {
         crate::mcp::check_message(v.to_string().as_bytes()).map_err(|e| e.message)
     }
@@ -168,6 +181,43 @@ mod tests {
                 "/v1/mcp-servers/verify",
                 "post",
                 reads::<crate::agents::VerifyBody>,
+            ),
+            ("/v1/schedules/{name}", "put", schedule_content),
+            (
+                "/v1/schedules/{name}/fork",
+                "post",
+                reads::<crate::agents::ForkBody>,
+            ),
+            (
+                "/v1/schedules/{name}/activate",
+                "post",
+                reads::<crate::agents::ActivateBody>,
+            ),
+            (
+                "/v1/schedules/verify",
+                "post",
+                reads::<crate::agents::VerifyBody>,
+            ),
+            ("/v1/webhooks/{name}", "put", webhook_content),
+            (
+                "/v1/webhooks/{name}/fork",
+                "post",
+                reads::<crate::agents::ForkBody>,
+            ),
+            (
+                "/v1/webhooks/{name}/activate",
+                "post",
+                reads::<crate::agents::ActivateBody>,
+            ),
+            (
+                "/v1/webhooks/verify",
+                "post",
+                reads::<crate::agents::VerifyBody>,
+            ),
+            (
+                "/v1/webhooks/{name}/test",
+                "post",
+                reads::<crate::ingress::TestBody>,
             ),
             (
                 "/v1/skills/{name}/fork",
@@ -327,9 +377,18 @@ mod tests {
     #[test]
     fn fragments_merge_into_the_document() {
         let doc: Value = serde_json::from_str(&merge(OPENAPI_JSON, &FRAGMENTS).unwrap()).unwrap();
-        for path in ["/v1/tokens", "/v1/agents", "/v1/agents/{name}/fork"] {
+        for path in [
+            "/v1/tokens",
+            "/v1/agents",
+            "/v1/agents/{name}/fork",
+            "/v1/schedules/{name}/run-now",
+            "/v1/webhooks/{name}/test",
+        ] {
             assert!(doc["paths"].get(path).is_some(), "{path}");
         }
+        // The webhook receiver is signed per definition, not bearer-authenticated.
+        let receiver = &doc["paths"]["/v1/_webhooks/{tenant}/{name}"]["post"];
+        assert_eq!(receiver["security"], serde_json::json!([]), "{receiver}");
         for schema in ["Error", "AgentContent", "AgentVersion"] {
             assert!(
                 doc["components"]["schemas"].get(schema).is_some(),

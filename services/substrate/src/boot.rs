@@ -12,8 +12,10 @@ use serde_json::Value;
 use weft_config::SubstrateConfig;
 use weft_core::TenantId;
 use weft_core::agent::{AgentContent, parse_agent_markdown, validate_agent_name};
-use weft_core::def::{DefContent as _, DefKind, validate_def_name};
+use weft_core::def::{DefContent, DefKind, validate_def_name};
 use weft_core::mcp::McpServerContent;
+use weft_core::schedule::ScheduleContent;
+use weft_core::webhook::WebhookContent;
 
 use crate::SubstrateError;
 use crate::skills::{SkillFolder, read_skills_dir};
@@ -165,22 +167,60 @@ pub fn read_boot_skills(cfg: &SubstrateConfig) -> Result<Vec<SkillFolder>, Subst
     }
 }
 
-/// The MCP server definitions of `cfg.mcp_servers`, parsed and validated. `stdio` servers are
-/// allowed here: the config file is the operator's.
-pub fn read_boot_mcp_servers(
-    cfg: &SubstrateConfig,
-) -> Result<Vec<(String, McpServerContent)>, SubstrateError> {
-    cfg.mcp_servers
-        .iter()
+/// The definitions of kind `T` in the config map `section` (`substrate.<section>.<name>`),
+/// parsed and validated.
+fn read_boot_map<T: DefContent>(
+    map: &std::collections::BTreeMap<String, serde_json::Value>,
+    section: &str,
+) -> Result<Vec<(String, T)>, SubstrateError> {
+    map.iter()
         .map(|(name, value)| {
-            let source = format!("substrate.mcp_servers.{name}");
-            validate_def_name(DefKind::McpServer, name).map_err(|e| boot_err(&source, &e))?;
-            let content = McpServerContent::from_json(value.clone())
+            let source = format!("substrate.{section}.{name}");
+            validate_def_name(T::KIND, name).map_err(|e| boot_err(&source, &e))?;
+            let content = T::from_json(value.clone())
                 .and_then(|c| c.validate().map(|()| c))
                 .map_err(|e| boot_err(&source, &e))?;
             Ok((name.clone(), content))
         })
         .collect()
+}
+
+/// The MCP server definitions of `cfg.mcp_servers`, parsed and validated. `stdio` servers are
+/// allowed here: the config file is the operator's.
+pub fn read_boot_mcp_servers(
+    cfg: &SubstrateConfig,
+) -> Result<Vec<(String, McpServerContent)>, SubstrateError> {
+    read_boot_map(&cfg.mcp_servers, "mcp_servers")
+}
+
+/// Puts each `(name, content)` of `section` into `tenant` through the API's put path.
+async fn put_boot_map<T: DefContent>(
+    store: &DefStore,
+    tenant: &TenantId,
+    section: &str,
+    items: Vec<(String, T)>,
+    loaded: &mut Vec<BootLoaded>,
+) -> Result<(), SubstrateError> {
+    for (name, content) in items {
+        let source = format!("substrate.{section}.{name}");
+        let out = defs::put(store, tenant, &name, &content, Some("boot"))
+            .await
+            .map_err(|e| boot_err(&source, &e))?;
+        if T::KIND == DefKind::Schedule {
+            defs::sync_schedule(store, tenant, &name)
+                .await
+                .map_err(|e| boot_err(&source, &e))?;
+        }
+        loaded.push(BootLoaded {
+            kind: T::KIND,
+            name,
+            version: out.version.hash,
+            number: out.version.number,
+            created: out.created,
+            source,
+        });
+    }
+    Ok(())
 }
 
 /// Loads the boot definitions of `cfg` (agents, skills, then MCP servers) into
@@ -222,20 +262,11 @@ pub async fn load_boot_definitions(
             source: s.source,
         });
     }
-    for (name, content) in servers {
-        let source = format!("substrate.mcp_servers.{name}");
-        let out = defs::put(store, &tenant, &name, &content, Some("boot"))
-            .await
-            .map_err(|e| boot_err(&source, &e))?;
-        loaded.push(BootLoaded {
-            kind: DefKind::McpServer,
-            name,
-            version: out.version.hash,
-            number: out.version.number,
-            created: out.created,
-            source,
-        });
-    }
+    put_boot_map(store, &tenant, "mcp_servers", servers, &mut loaded).await?;
+    let schedules: Vec<(String, ScheduleContent)> = read_boot_map(&cfg.schedules, "schedules")?;
+    put_boot_map(store, &tenant, "schedules", schedules, &mut loaded).await?;
+    let webhooks: Vec<(String, WebhookContent)> = read_boot_map(&cfg.webhooks, "webhooks")?;
+    put_boot_map(store, &tenant, "webhooks", webhooks, &mut loaded).await?;
     if !loaded.is_empty() {
         tracing::info!(
             tenant = %tenant,

@@ -405,6 +405,41 @@ pub async fn verify(
         .map_err(db("verifying a definition hash"))
 }
 
+/// Makes the live row of schedule `name` (`schedules`) follow its active version: a new version
+/// starts from its next slot after now; a retired definition stops firing. Called after every
+/// put, fork, retire and activate of a schedule, and at boot.
+pub async fn sync_schedule(store: &DefStore, tenant: &TenantId, name: &str) -> Result<(), Error> {
+    use weft_core::schedule::ScheduleContent;
+    let schedules = weft_store::ScheduleStore::new(store.pool().clone());
+    let active = match get(store, DefKind::Schedule, tenant, name, None).await {
+        Ok(v) if !v.retired => Some(v),
+        Ok(_) => None,
+        Err(e) if e.code == weft_core::ErrorCode::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let Some(v) = active else {
+        return schedules
+            .retire(tenant, name, "definition retired")
+            .await
+            .map_err(db("retiring a schedule"));
+    };
+    let content = ScheduleContent::from_json_str(&v.content_json)?;
+    let next = content
+        .compile()?
+        .next_after(time::OffsetDateTime::now_utc());
+    schedules
+        .upsert_def(
+            tenant,
+            name,
+            &v.hash,
+            &v.content_json,
+            content.enabled,
+            next,
+        )
+        .await
+        .map_err(db("updating a schedule"))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

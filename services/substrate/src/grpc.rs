@@ -13,7 +13,9 @@ use tracing::Instrument as _;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
 use weft_core::mcp::McpServerContent;
+use weft_core::schedule::ScheduleContent;
 use weft_core::skill::SkillContent;
+use weft_core::webhook::WebhookContent;
 use weft_core::{Error, Principal, Scope, TenantId};
 use weft_proto::v1;
 
@@ -125,8 +127,10 @@ fn kind(k: i32) -> Result<DefKind, Status> {
         Ok(v1::DefKind::Agent) => Ok(DefKind::Agent),
         Ok(v1::DefKind::Skill) => Ok(DefKind::Skill),
         Ok(v1::DefKind::McpServer) => Ok(DefKind::McpServer),
+        Ok(v1::DefKind::Schedule) => Ok(DefKind::Schedule),
+        Ok(v1::DefKind::Webhook) => Ok(DefKind::Webhook),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
-            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL or DEF_KIND_MCP_SERVER",
+            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE or DEF_KIND_WEBHOOK",
         )
         .with_param("kind")
         .into()),
@@ -152,6 +156,12 @@ async fn put_kind(
         DefKind::McpServer => {
             defs::put_json::<McpServerContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::Schedule => {
+            defs::put_json::<ScheduleContent>(store, tenant, name, content_json, by).await
+        }
+        DefKind::Webhook => {
+            defs::put_json::<WebhookContent>(store, tenant, name, content_json, by).await
+        }
     }
 }
 
@@ -175,6 +185,12 @@ async fn fork_kind(
         DefKind::McpServer => {
             defs::fork::<McpServerContent>(store, tenant, name, from_version, changes_json, by)
                 .await
+        }
+        DefKind::Schedule => {
+            defs::fork::<ScheduleContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::Webhook => {
+            defs::fork::<WebhookContent>(store, tenant, name, from_version, changes_json, by).await
         }
     }
 }
@@ -238,10 +254,17 @@ impl SubstrateService {
         content_json: &str,
     ) -> Result<v1::PutAgentResponse, Status> {
         let by = created_by(p);
-        put_kind(&self.store, kind, &p.tenant, name, content_json, Some(&by))
-            .await
-            .map(put_to_proto)
-            .map_err(Status::from)
+        let out = put_kind(&self.store, kind, &p.tenant, name, content_json, Some(&by)).await?;
+        self.follow(kind, &p.tenant, name).await?;
+        Ok(put_to_proto(out))
+    }
+
+    /// Keeps the live state of a schedule in step with its active version.
+    async fn follow(&self, kind: DefKind, tenant: &TenantId, name: &str) -> Result<(), Status> {
+        if kind == DefKind::Schedule {
+            crate::defs::sync_schedule(&self.store, tenant, name).await?;
+        }
+        Ok(())
     }
 
     async fn get(
@@ -285,7 +308,7 @@ impl SubstrateService {
         changes_json: &str,
     ) -> Result<v1::PutAgentResponse, Status> {
         let by = created_by(p);
-        fork_kind(
+        let out = fork_kind(
             &self.store,
             kind,
             &p.tenant,
@@ -294,9 +317,9 @@ impl SubstrateService {
             changes_json,
             Some(&by),
         )
-        .await
-        .map(put_to_proto)
-        .map_err(Status::from)
+        .await?;
+        self.follow(kind, &p.tenant, name).await?;
+        Ok(put_to_proto(out))
     }
 
     async fn retire(
@@ -305,10 +328,9 @@ impl SubstrateService {
         kind: DefKind,
         name: &str,
     ) -> Result<v1::AgentSummary, Status> {
-        defs::retire(&self.store, kind, &p.tenant, name)
-            .await
-            .map(summary_to_proto)
-            .map_err(Status::from)
+        let out = defs::retire(&self.store, kind, &p.tenant, name).await?;
+        self.follow(kind, &p.tenant, name).await?;
+        Ok(summary_to_proto(out))
     }
 
     async fn activate(
@@ -326,10 +348,9 @@ impl SubstrateService {
                 return Err(Error::forbidden(why).into());
             }
         }
-        defs::activate(&self.store, kind, &p.tenant, name, version)
-            .await
-            .map(summary_to_proto)
-            .map_err(Status::from)
+        let out = defs::activate(&self.store, kind, &p.tenant, name, version).await?;
+        self.follow(kind, &p.tenant, name).await?;
+        Ok(summary_to_proto(out))
     }
 
     async fn verify(
