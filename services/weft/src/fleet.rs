@@ -1,5 +1,5 @@
 //! Every service of weft in one process: the router and the gateway, each on its own listener,
-//! the substrate, the executor and the MCP bridge (in-process),
+//! the substrate, the executor, the MCP bridge and the ingress's scheduler (in-process),
 //! sharing one shutdown token. The gateway calls the router's gRPC service in-process (same
 //! contract, codec and JWT check, no socket hop); the router's own listener still serves other
 //! gRPC clients. `deploy/local/test.sh` runs the black-box suite against both this and separate
@@ -169,6 +169,14 @@ impl Fleet {
                 stop.cancel();
             }
         }));
+        // The scheduler ticks in-process (the gateway serves the webhook receiver); with
+        // `ingress.embedded = false`, separate `weft-ingress` processes fire the schedules.
+        if config.ingress.embedded {
+            tasks.push(tokio::spawn(weft_ingress::scheduler::run(
+                state.ingress.clone(),
+                shutdown.child_token(),
+            )));
+        }
         if let Some(executor) = executor {
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {

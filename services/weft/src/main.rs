@@ -52,6 +52,10 @@ enum Cmd {
     /// Run only a run executor, against the router and substrate at executor.router_url and
     /// executor.substrate_url (needs auth.internal_jwt_secret shared with them).
     Executor,
+    /// Run only an ingress replica: the schedule ticker, and the webhook receiver on
+    /// ingress.listen, against the substrate at ingress.substrate_url (needs
+    /// auth.internal_jwt_secret shared with the fleet). Run several: each fire happens once.
+    Ingress,
     /// Run only the provider router (gRPC on router.listen; needs auth.internal_jwt_secret
     /// shared with the gateway and executors).
     Router(RouterArgs),
@@ -76,7 +80,7 @@ async fn main() -> ExitCode {
         Cmd::Mcp(a) => return cmd::mcp::run(a).await,
         Cmd::Up(a) => a.overrides(&mut o),
         Cmd::Router(a) => a.overrides(&mut o),
-        Cmd::Migrate | Cmd::Token(_) | Cmd::Executor => {}
+        Cmd::Migrate | Cmd::Token(_) | Cmd::Executor | Cmd::Ingress => {}
     }
     let config = match cli.common.shared.load(o) {
         Ok(c) => c,
@@ -94,6 +98,9 @@ async fn main() -> ExitCode {
         Cmd::Migrate => cmd::migrate::run(&config).await,
         Cmd::Token(t) => cmd::token::run(&config, t).await,
         Cmd::Executor => cmd::executor::run(config).await,
+        Cmd::Ingress => {
+            weft_telemetry::boot::run::<weft_ingress::IngressService>("weft", config, ()).await
+        }
         Cmd::Router(_) => cmd::router::run(config).await,
         Cmd::Doctor | Cmd::Hash(_) | Cmd::Mcp(_) => ExitCode::SUCCESS,
     }

@@ -137,6 +137,9 @@ struct Params {
     skill_hash: String,
     /// A's MCP server definition is named like A's agent too.
     mcp_hash: String,
+    /// A's schedule and webhook definitions are named like A's agent too.
+    schedule_hash: String,
+    webhook_hash: String,
     /// A tenant channel, and the cursor of a message in it.
     channel: String,
     cursor: String,
@@ -144,9 +147,11 @@ struct Params {
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 9] {
+    fn named(&self) -> [(&str, &'static str); 11] {
         [
             (&self.mcp_hash, "<mcp_hash>"),
+            (&self.schedule_hash, "<schedule_hash>"),
+            (&self.webhook_hash, "<webhook_hash>"),
             (&self.cursor, "<cursor>"),
             (&self.channel, "<channel>"),
             (&self.agent_hash, "<agent_hash>"),
@@ -189,6 +194,10 @@ struct Entry {
     body: Body,
     /// A success creates something, so its body is not compared with the ghost request's.
     creates: bool,
+    /// The route tells anyone, by design, whether A's resource exists: a ghost gets this status
+    /// (an opaque error) instead of A's answer. Only the webhook receiver, which answers an
+    /// unsigned delivery to a webhook that exists 401 and one to a webhook that does not 404.
+    existence_visible: Option<u16>,
     check: Check,
 }
 
@@ -208,6 +217,7 @@ fn entry(
         query: |_| String::new(),
         body: |_| None,
         creates: false,
+        existence_visible: None,
         check: |_, _| Ok(()),
     }
 }
@@ -223,6 +233,10 @@ impl Entry {
     }
     fn creates(mut self) -> Self {
         self.creates = true;
+        self
+    }
+    fn existence_visible(mut self, ghost_status: u16) -> Self {
+        self.existence_visible = Some(ghost_status);
         self
     }
     fn check(mut self, c: Check) -> Self {
@@ -241,6 +255,9 @@ const TENANT_READ: [u16; 6] = [401, 401, 401, 403, 404, 200];
 const TENANT_WRITE: [u16; 6] = [401, 401, 401, 403, 404, 403];
 /// A call or a listing with no resource of A in it: every holder of the scope gets its own.
 const OWN_DATA: [u16; 6] = [401, 401, 401, 403, 200, 200];
+/// The webhook receiver takes no bearer token (each delivery is signed): an unsigned delivery to
+/// A's webhook is refused alike whoever sends it, whatever token it carries.
+const UNSIGNED: [u16; 6] = [401, 401, 401, 401, 401, 401];
 
 fn chat_body(_: &Params) -> Option<Value> {
     Some(json!({"model": "mock-1", "messages": [{"role": "user", "content": "hi"}]}))
@@ -811,6 +828,228 @@ fn expectations() -> Vec<Entry> {
             Some(json!({"description": "an intruder's server", "url": "https://intruder.example/mcp"}))
         })
         .creates(),
+        // Schedule definitions: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/schedules",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/schedules/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/schedules/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/schedules/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.schedule_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's schedule hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own schedule hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"input": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.schedule_hash}))),
+        // A schedule's live state: its definition's readers; the operations: its admins. No
+        // identity here is A's admin, so none of them fires, pauses or retires A's schedule
+        // (checked afterwards); B finds no schedule of that name until it puts its own, last.
+        entry(
+            Method::GET,
+            "/v1/schedules/{name}/state",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/pause",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/resume",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/schedules/{name}/run-now",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::DELETE,
+            "/v1/schedules/{name}",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        // Webhook definitions: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/webhooks",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/webhooks/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/webhooks/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/webhooks/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.webhook_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's webhook hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own webhook hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/webhooks/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"description": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/webhooks/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/webhooks/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.webhook_hash}))),
+        // Triage and dry runs: A's admins only (they show what senders sent and whether it
+        // verified against A's secret).
+        entry(
+            Method::GET,
+            "/v1/webhooks/{name}/deliveries",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/webhooks/{name}/test",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| {
+            let signature = format!("sha256={}", "0".repeat(64));
+            Some(json!({"headers": {"x-hub-signature-256": signature}, "body": "{}"}))
+        }),
+        // The receiver: no bearer token, so every identity is a stranger with an unsigned
+        // delivery to A's webhook. That a webhook exists is visible by design (404 otherwise).
+        entry(
+            Method::POST,
+            "/v1/_webhooks/{tenant}/{name}",
+            Public,
+            Native,
+            UNSIGNED,
+        )
+        .body(|_| Some(json!({"issue": {"title": "an intruder's delivery"}})))
+        .existence_visible(404),
+        // B may define a schedule and a webhook of A's names in its own tenant; A's are checked
+        // unchanged. B's schedule fires far in the future, like A's.
+        entry(
+            Method::PUT,
+            "/v1/schedules/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|p| {
+            Some(json!({"cron": "0 0 1 1 *", "agent": p.agent, "input": "an intruder's schedule"}))
+        })
+        .creates(),
+        entry(
+            Method::PUT,
+            "/v1/webhooks/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|p| {
+            Some(json!({
+                "description": "an intruder's webhook",
+                "agent": p.agent,
+                "signature": "github",
+                "secret_env": "WEFT_WEBHOOK_MATRIX",
+            }))
+        })
+        .creates(),
     ]
 }
 
@@ -827,6 +1066,11 @@ fn fill(template: &str, p: &Params) -> String {
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/mcp-servers/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/schedules/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/webhooks/") => p.agent.as_str(),
+            // The receiver: A's webhook.
+            ("tenant", t) if t.starts_with("/v1/_webhooks/") => p.tenant.as_str(),
+            ("name", t) if t.starts_with("/v1/_webhooks/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/channels/") => p.channel.as_str(),
             ("interrupt_id", _) => INTERRUPT,
             // Memory routes name alice's run scope.
@@ -1200,6 +1444,40 @@ async fn set_up(f: &TestFleet) -> World {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     let mcp_hash = v["version"].as_str().unwrap().to_owned();
+    // A schedule of A's agent that fires only on 1 January, so never during the matrix, and a
+    // webhook starting A's agent. The webhook's secret is never set: no delivery can verify.
+    let r = f
+        .http
+        .put(format!("{}/v1/schedules/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("schedule-description-{canary}"),
+            "cron": "0 0 1 1 *",
+            "agent": agent,
+            "input": format!("schedule-input-{canary}"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let schedule_hash = v["version"].as_str().unwrap().to_owned();
+    let r = f
+        .http
+        .put(format!("{}/v1/webhooks/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("webhook-description-{canary}"),
+            "signature": "github",
+            "secret_env": "WEFT_WEBHOOK_MATRIX",
+            "agent": agent,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let webhook_hash = v["version"].as_str().unwrap().to_owned();
 
     // alice's run waits for input: no executor touches it, so any change is an intruder's.
     let (s, run) = f
@@ -1297,6 +1575,8 @@ async fn set_up(f: &TestFleet) -> World {
         agent_hash: agent_hash.clone(),
         skill_hash: skill_hash.clone(),
         mcp_hash: mcp_hash.clone(),
+        schedule_hash: schedule_hash.clone(),
+        webhook_hash: webhook_hash.clone(),
         channel: channel.clone(),
         cursor: cursor.clone(),
     };
@@ -1309,6 +1589,8 @@ async fn set_up(f: &TestFleet) -> World {
         agent_hash: format!("sha256:{ghost_hex}"),
         skill_hash: format!("sha256:{}", ghost_hex.chars().rev().collect::<String>()),
         mcp_hash: format!("sha256:{}{}", &ghost_hex[32..], &ghost_hex[..32]),
+        schedule_hash: format!("sha256:{}{}", &ghost_hex[16..], &ghost_hex[..16]),
+        webhook_hash: format!("sha256:{}{}", &ghost_hex[48..], &ghost_hex[..48]),
         channel: format!("ghost-{}", &ghost_hex[16..24]),
         cursor: weft_substrate::channels::rules::Cursor {
             channel: 1 << 40,
@@ -1324,6 +1606,18 @@ async fn set_up(f: &TestFleet) -> World {
         secret("A's agent hash", agent_hash, &[OtherSubject]),
         secret("A's skill hash", skill_hash, &[OtherSubject]),
         secret("A's MCP server hash", mcp_hash, &[OtherSubject]),
+        secret("A's schedule hash", schedule_hash, &[OtherSubject]),
+        secret("A's webhook hash", webhook_hash, &[OtherSubject]),
+        secret(
+            "A's schedule input",
+            format!("schedule-input-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's webhook description",
+            format!("webhook-description-{canary}"),
+            &[OtherSubject],
+        ),
         secret(
             "A's MCP server URL",
             format!("https://mcp-{canary}.example/mcp"),
@@ -1559,13 +1853,26 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
             {
                 oracle_checks += 1;
                 let g = send(&f, e.method.clone(), &ghost_url, token, ghost_body.as_ref()).await;
-                let same_body = (e.creates && (200..300).contains(&a.status))
-                    || w.a.normalise(&a.text) == w.ghost.normalise(&g.text);
-                if g.status != a.status || !same_body {
-                    failures.push(format!(
-                        "{case}: an existence oracle: about A's resource {} {}, about a ghost {} {}",
-                        a.status, a.text, g.status, g.text
-                    ));
+                if let Some(status) = e.existence_visible {
+                    // Visible by design: the ghost gets its own status, with an opaque error
+                    // that names nothing of the request.
+                    let opaque = check_shape(e.shape, g.status, &g).is_ok()
+                        && w.ghost.normalise(&g.text) == g.text;
+                    if g.status != status || !opaque {
+                        failures.push(format!(
+                            "{case}: about a ghost {} {}, expected an opaque {status}",
+                            g.status, g.text
+                        ));
+                    }
+                } else {
+                    let same_body = (e.creates && (200..300).contains(&a.status))
+                        || w.a.normalise(&a.text) == w.ghost.normalise(&g.text);
+                    if g.status != a.status || !same_body {
+                        failures.push(format!(
+                            "{case}: an existence oracle: about A's resource {} {}, about a ghost {} {}",
+                            a.status, a.text, g.status, g.text
+                        ));
+                    }
                 }
             }
         }
@@ -1635,6 +1942,56 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
     {
         failures.push(format!(
             "A's MCP server changed during the matrix: {s} {server} {versions}"
+        ));
+    }
+    for (kind, hash) in [
+        ("schedules", &w.a.schedule_hash),
+        ("webhooks", &w.a.webhook_hash),
+    ] {
+        let (s, def) = f
+            .get(&format!("/v1/{kind}/{}", w.a.agent), &w.a_admin)
+            .await;
+        let (_, versions) = f
+            .get(&format!("/v1/{kind}/{}/versions", w.a.agent), &w.a_admin)
+            .await;
+        if s != 200
+            || def["version"] != hash.as_str()
+            || def["retired"] != false
+            || versions["data"].as_array().map_or(0, Vec::len) != 1
+        {
+            failures.push(format!(
+                "A's {kind} definition changed during the matrix: {s} {def} {versions}"
+            ));
+        }
+    }
+    // Nobody paused, retired or fired A's schedule.
+    let (s, state) = f
+        .get(&format!("/v1/schedules/{}/state", w.a.agent), &w.a_admin)
+        .await;
+    if s != 200
+        || state["paused"] != false
+        || state["retired"] != false
+        || state["fire_count"] != 0
+        || state["next_fire_at"].is_null()
+    {
+        failures.push(format!(
+            "A's schedule changed state during the matrix: {s} {state}"
+        ));
+    }
+    // Every delivery to A's webhook was refused as unsigned; none started anything.
+    let (s, deliveries) = f
+        .get(
+            &format!("/v1/webhooks/{}/deliveries", w.a.agent),
+            &w.a_admin,
+        )
+        .await;
+    let verdicts: Vec<&Value> = deliveries["data"]
+        .as_array()
+        .map(|d| d.iter().map(|e| &e["verdict"]).collect())
+        .unwrap_or_default();
+    if s != 200 || verdicts.is_empty() || verdicts.iter().any(|v| *v != "unauthorized") {
+        failures.push(format!(
+            "A's webhook took a delivery during the matrix: {s} {deliveries}"
         ));
     }
 
