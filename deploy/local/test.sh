@@ -40,6 +40,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
 export CI=true
 exec 0</dev/null # no stdin: nothing here may prompt
+# Signing secrets of the webhooks tests/compat/test_webhooks.py defines: the receiver reads each
+# from the environment variable its definition's `secret_env` names (test values, not secrets).
+export WEFT_WEBHOOK_TEST_STD=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+export WEFT_WEBHOOK_TEST_GH="It's a Secret to Everybody"
+export WEFT_WEBHOOK_TEST_STRIPE=whsec_stripe_test_secret_0123456789
+export WEFT_WEBHOOK_TEST_SLACK=8f742231b10e8888abcd99yyyzzz85a5
+export WEFT_WEBHOOK_TEST_HMAC=bare-hmac-secret
 
 # shellcheck source=deploy/local/deps.sh
 source deploy/local/deps.sh
@@ -462,10 +469,10 @@ compat_weft_up() {
 # (b) every service as its own process, sharing an internal JWT secret.
 compat_split() {
     local ports db url secret token rlog slog elog glog ready rpid spid epid gpid prefix status=0
-    local gport rport sport bport g2port blog g2log g2ready bpid g2pid cfg=()
+    local gport rport sport bport g2port iport blog g2log g2ready bpid g2pid ilog ipid cfg=()
     mapfile -t cfg < <(config_args "$COMPAT_CONFIG")
-    ports=$(free_ports 5) || return 1
-    read -r gport rport sport bport g2port <<<"$ports"
+    ports=$(free_ports 6) || return 1
+    read -r gport rport sport bport g2port iport <<<"$ports"
     blog=$LOGS/split-mcp-bridge.log g2log=$LOGS/split-gateway2.log
     g2ready=$LOGS/split-gateway2.ready.json
     rm -f "$g2ready"
@@ -511,6 +518,14 @@ compat_split() {
         "$BIN_DIR/weft-executor" "${cfg[@]}" --router-url "http://127.0.0.1:$rport" \
         --substrate-url "http://127.0.0.1:$sport"
     epid=$LAST_PID
+    # The scheduler as its own replica (the gateways serve the webhook receiver).
+    ilog=$LOGS/split-ingress.log
+    start_proc "$ilog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
+        WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
+        "$BIN_DIR/weft-ingress" "${cfg[@]}" --listen "127.0.0.1:$iport" \
+        --substrate-url "http://127.0.0.1:$sport" --database-url "$url"
+    ipid=$LAST_PID
+    wait_port weft-ingress "$ipid" "$ilog" "$iport" || return 1
     start_proc "$glog" env WEFT_AUTH__INTERNAL_JWT_SECRET="$secret" \
         WEFT_GATEWAY__SUBSTRATE_URL="http://127.0.0.1:$sport" \
         WEFT_NATS__PREFIX="$prefix" WEFT_REDIS__PREFIX="$prefix" \
@@ -536,12 +551,13 @@ compat_split() {
         return 1
     }
 
-    COMPAT_DATABASE=$db COMPAT_LOG_FILES="$glog:$g2log:$elog:$slog:$rlog:$blog" \
+    COMPAT_DATABASE=$db COMPAT_LOG_FILES="$glog:$g2log:$elog:$slog:$rlog:$blog:$ilog" \
         COMPAT_GATEWAY2="http://127.0.0.1:$g2port" \
         run_pytest split "$url1" "$token" || status=$?
     stop_all "weft-gateway:$gpid" "weft-gateway-2:$g2pid" "weft-executor:$epid" \
-        "weft-mcp-bridge:$bpid" "weft-substrate:$spid" "weft-router:$rpid" || status=1
-    finish_arrangement "$status" "$glog" "$g2log" "$elog" "$blog" "$slog" "$rlog"
+        "weft-ingress:$ipid" "weft-mcp-bridge:$bpid" "weft-substrate:$spid" \
+        "weft-router:$rpid" || status=1
+    finish_arrangement "$status" "$glog" "$g2log" "$elog" "$ilog" "$blog" "$slog" "$rlog"
 }
 
 # --- MCP: Node 24, the conformance suite, MCP Inspector ------------------------------------------
