@@ -1,5 +1,5 @@
 //! The command line: `upstream`, `chat`, `streams`, `compare`, `runs`, `parked`, `memory`,
-//! `channels`, `mcp-server` and `mcp`, and the small value parsers they share (durations such
+//! `channels`, `mcp-server`, `mcp` and `webhooks`, and the small value parsers they share (durations such
 //! as `10s`/`500ms`, positive rates).
 
 use std::net::SocketAddr;
@@ -45,6 +45,9 @@ pub enum Command {
     /// Call the `echo` tool in a closed loop, on the MCP server directly or through weft's MCP
     /// bridge (gRPC `CallTool`, as the executor calls it), and print a JSON report.
     Mcp(McpArgs),
+    /// Deliver GitHub-signed webhooks to weft's receiver (`POST /v1/_webhooks/{tenant}/{name}`)
+    /// in a closed loop and print a JSON report: deliveries/s and latency of the 202s.
+    Webhooks(WebhooksArgs),
 }
 
 /// What the `runs` and `parked` scenarios share: where weft is and what to watch.
@@ -179,6 +182,46 @@ pub struct MemoryArgs {
     /// Percent of ops that are searches.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub search_pct: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhooksArgs {
+    /// weft's base URL (a trailing `/v1` is accepted).
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    pub url: String,
+    /// The tenant in the receiver's path (`default` for the admin's tenant under `weft up`).
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The webhook definition's name; it must use `"signature": "github"`.
+    #[arg(long, default_value = "bench-run")]
+    pub webhook: String,
+    /// The signing secret: the value of the env var the definition's `secret_env` names on
+    /// weft's side (prefer the env var: argv is visible to `ps`).
+    #[arg(long, env = "WEFT_LOADTEST_WEBHOOK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Closed loop: this many workers, each sending its next delivery when the last one was
+    /// answered.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: u32,
+    /// How long to measure, after the warm-up.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Deliveries sent before measuring starts, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Deadline of one delivery; one still unanswered then counts as a `timeout` failure.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Tokio worker threads for the generator (1: a current-thread runtime, one core at most).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Also write the report here (parent directories are created).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the single delivery sent before the load to fail fast on a wrong URL, webhook or
+    /// secret.
+    #[arg(long)]
+    pub no_preflight: bool,
 }
 
 #[derive(Debug, Args)]
@@ -691,6 +734,22 @@ mod tests {
         );
         assert!(parse(&["streams", "--url", "u", "--deltas", "0"]).is_err());
         assert!(parse(&["streams", "--url", "u", "--rounds", "0"]).is_err());
+    }
+
+    #[test]
+    fn webhooks_defaults() {
+        let Command::Webhooks(a) = parse(&["webhooks", "--secret", "s"]).unwrap().command else {
+            panic!("expected webhooks");
+        };
+        assert_eq!(
+            (a.tenant.as_str(), a.webhook.as_str()),
+            ("default", "bench-run")
+        );
+        assert_eq!(a.concurrency, 16);
+        assert_eq!(a.duration, Duration::from_secs(10));
+        assert_eq!(a.warmup, Duration::from_secs(2));
+        assert_eq!(a.secret.as_deref(), Some("s"));
+        assert!(parse(&["webhooks", "--concurrency", "0"]).is_err());
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! weft's runs API and `parked` measures what idle interactive runs cost; `memory` drives a
 //! set/get/search mix over the memory routes; `channels` drives publishers and long-polling
 //! readers on weft's channels. `mcp-server` serves a local MCP server with one `echo` tool and
-//! `mcp` calls it directly or through weft's MCP bridge. `bench.sh`, `streams-bench.sh`,
-//! `runs-bench.sh`, `memory-bench.sh`, `channels-bench.sh` and `mcp-bench.sh` next to this
-//! crate run the whole benchmarks.
+//! `mcp` calls it directly or through weft's MCP bridge; `webhooks` delivers signed webhooks to
+//! weft's receiver. `bench.sh`, `streams-bench.sh`, `runs-bench.sh`, `memory-bench.sh`,
+//! `channels-bench.sh`, `mcp-bench.sh` and `webhooks-bench.sh` next to this crate run the whole
+//! benchmarks.
 
 mod api;
 mod channels;
@@ -27,6 +28,7 @@ mod runs;
 mod sse;
 mod streams;
 mod upstream;
+mod webhooks;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -80,6 +82,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Memory(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(memory::run(&args))?;
             emit(&report, args.weft.out.as_deref())
+        }
+        Command::Webhooks(args) => {
+            let report = runtime(args.threads, false)?.block_on(webhooks::run(&args))?;
+            emit(&report, args.out.as_deref())
         }
     }
 }
