@@ -30,9 +30,6 @@ use tokio::time::Instant;
 use crate::api::Api;
 use crate::cli::ChannelsArgs;
 
-/// The kernel's clock ticks per second for `/proc` CPU times.
-const USER_HZ: f64 = 100.0;
-
 /// A latency distribution in microseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Dist {
@@ -132,31 +129,6 @@ fn elapsed_us(since: Instant) -> u64 {
 
 fn channel_name(args: &ChannelsArgs, i: u32) -> String {
     format!("{}-{i}", args.prefix)
-}
-
-/// Busy and total jiffies of the machine, from the `cpu` line of `/proc/stat`.
-fn machine_busy_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal …: busy = all but idle and iowait.
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3)? + v.get(4)?;
-    Some((total - idle) as f64 / USER_HZ)
-}
-
-/// CPU seconds (user + system) of process `pid`.
-fn process_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / USER_HZ)
 }
 
 async fn setup(sh: &Shared, args: &ChannelsArgs) -> anyhow::Result<Vec<String>> {
@@ -316,17 +288,19 @@ pub async fn run(args: &ChannelsArgs) -> anyhow::Result<ChannelsReport> {
         tasks.push(tokio::spawn(publisher(sh.clone(), shared_args.clone(), id)));
     }
     tokio::time::sleep(args.warmup).await;
-    let cpu0 = args.server_pid.and_then(process_seconds);
-    let machine0 = machine_busy_seconds();
+    let cpu0 = args.server_pid.and_then(crate::cpu::process_seconds);
+    let machine0 = crate::cpu::machine_busy_seconds();
     sh.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(args.duration).await;
     sh.measuring.store(false, Ordering::Relaxed);
     let wall = started.elapsed().as_secs_f64();
     let cpu = cpu0
-        .zip(args.server_pid.and_then(process_seconds))
+        .zip(args.server_pid.and_then(crate::cpu::process_seconds))
         .map(|(a, b)| b - a);
-    let machine = machine0.zip(machine_busy_seconds()).map(|(a, b)| b - a);
+    let machine = machine0
+        .zip(crate::cpu::machine_busy_seconds())
+        .map(|(a, b)| b - a);
     sh.stop.store(true, Ordering::Relaxed);
     // Readers may be in a long-poll: give them their wait, then stop them.
     let grace = Duration::from_millis(u64::from(args.wait_ms) + 2000);

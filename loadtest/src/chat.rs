@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::cli::ChatArgs;
 use crate::client::{Target, TargetSpec};
-use crate::report::{ErrorKind, Load, Recorder, Report, RunInfo};
+use crate::report::{ErrorKind, Load, Recorder, Report, RunInfo, ServerCost};
 
 /// Tokio's timer has millisecond ticks and, on a busy or virtual machine, fires one to two
 /// milliseconds after the deadline. The open loop therefore wakes this much before a request's
@@ -110,6 +110,18 @@ pub async fn run(args: &ChatArgs) -> anyhow::Result<Report> {
         end: t0 + args.warmup + args.duration,
         max_requests: args.max_requests,
     };
+    // The servers' CPU at the start of the measured window, read while the load runs.
+    let pids = args.server_pids.clone();
+    if !pids.is_empty() && crate::cpu::processes_seconds(&pids).is_none() {
+        anyhow::bail!("--server-pid {pids:?}: cannot read /proc/<pid>/stat (is it running?)");
+    }
+    let cpu_at_start = tokio::spawn({
+        let pids = pids.clone();
+        async move {
+            tokio::time::sleep_until(plan.measure_start).await;
+            crate::cpu::processes_seconds(&pids)
+        }
+    });
     let recorder = match load {
         Load::Concurrency(c) => closed_loop(&target, plan, c).await?,
         Load::Rate {
@@ -118,7 +130,19 @@ pub async fn run(args: &ChatArgs) -> anyhow::Result<Report> {
         } => open_loop(&target, plan, per_second, max_in_flight).await?,
     };
     let window = Instant::now().saturating_duration_since(plan.measure_start);
-    Ok(Report::new(&info, &recorder, window))
+    let cpu_at_end = crate::cpu::processes_seconds(&pids);
+    let mut report = Report::new(&info, &recorder, window);
+    if !pids.is_empty()
+        && let (Ok(Some(a)), Some(b)) = (cpu_at_start.await, cpu_at_end)
+    {
+        report.server = Some(ServerCost::new(
+            &pids,
+            b - a,
+            report.requests,
+            window.as_secs_f64(),
+        ));
+    }
+    Ok(report)
 }
 
 async fn closed_loop(target: &Arc<Target>, plan: Plan, workers: u32) -> anyhow::Result<Recorder> {

@@ -430,6 +430,11 @@ pub struct StreamsArgs {
     /// or an upstream that does not pace.
     #[arg(long)]
     pub no_preflight: bool,
+    /// The process(es) being measured (under `weft up`, weft's pid; split, the gateway's and the
+    /// router's): their CPU time (user + system, from `/proc/<pid>/stat`) over the whole run (warm-up rounds too)
+    /// goes into the report, per frame forwarded, next to their memory. Repeat for several.
+    #[arg(long = "server-pid")]
+    pub server_pids: Vec<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -486,6 +491,11 @@ pub struct ChatArgs {
     /// Skip the single request sent before the run to fail fast on a wrong URL, model or token.
     #[arg(long)]
     pub no_preflight: bool,
+    /// The process(es) being measured (under `weft up`, weft's pid; split, the gateway's and the
+    /// router's): their CPU time (user + system, from `/proc/<pid>/stat`) over the measured part
+    /// goes into the report, per request, next to their memory. Repeat for several.
+    #[arg(long = "server-pid")]
+    pub server_pids: Vec<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -52,6 +52,9 @@ pub struct Comparison {
     pub through_errors: u64,
     /// Why the two runs may not be comparable (different load, stream mode, errors).
     pub warnings: Vec<String>,
+    /// The through run's server CPU and memory, when it was given `--server-pid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub through_server: Option<crate::report::ServerCost>,
 }
 
 pub fn compare(direct: &Report, through: &Report) -> anyhow::Result<Comparison> {
@@ -90,6 +93,7 @@ pub fn compare(direct: &Report, through: &Report) -> anyhow::Result<Comparison> 
         direct_errors: direct.errors,
         through_errors: through.errors,
         warnings,
+        through_server: through.server.clone(),
     })
 }
 
@@ -150,6 +154,12 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         c.through_latency_us.p50,
         c.through_latency_us.p99,
     );
+    if let Some(s) = &c.through_server {
+        eprintln!(
+            "server CPU: {} µs per request ({}% of a core), RSS {} KiB",
+            s.cpu_us_per_request, s.cpu_pct, s.rss_kib
+        );
+    }
     for w in &c.warnings {
         eprintln!("warning: {w}");
     }
@@ -188,6 +198,7 @@ mod tests {
             latency_us: Some(s.clone()),
             ttfb_us: Some(s),
             send_lag_us: None,
+            server: None,
         }
     }
 

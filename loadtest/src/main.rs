@@ -17,6 +17,7 @@ mod chat;
 mod cli;
 mod client;
 mod compare;
+mod cpu;
 mod mcp;
 mod mcp_server;
 mod memory;

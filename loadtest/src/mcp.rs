@@ -368,7 +368,7 @@ fn bridge_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<BridgeCaller>>
 }
 
 pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
-    let cpu0 = crate::streams::cpu_seconds();
+    let cpu0 = crate::cpu::self_seconds();
     let (callers, url) = match args.target {
         McpTarget::Direct => {
             let url = args.url.clone().context("--target direct needs --url")?;
@@ -479,7 +479,7 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
     }
     let window = Instant::now().saturating_duration_since(measure_start);
     let cpu = cpu0
-        .zip(crate::streams::cpu_seconds())
+        .zip(crate::cpu::self_seconds())
         .map(|(a, b)| (b - a).max(0.0));
     let rec = shared
         .lock()

@@ -260,6 +260,51 @@ pub struct Report {
     /// generator itself could not keep up and the run measured the generator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_lag_us: Option<Summary>,
+    /// With `--server-pid`: what the measured process(es) spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerCost>,
+}
+
+/// CPU and memory of the measured server process(es) over a run's measured window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerCost {
+    pub pids: Vec<u32>,
+    /// User + system CPU seconds of all `pids` over the window (10 ms resolution).
+    pub cpu_s: f64,
+    /// `cpu_s` per measured request (successes and errors), in microseconds.
+    pub cpu_us_per_request: f64,
+    /// `cpu_s` over the window's wall time, in percent of one core.
+    pub cpu_pct: f64,
+    /// Resident memory of all `pids` at the end, and their summed peaks, in KiB.
+    pub rss_kib: u64,
+    pub hwm_kib: u64,
+}
+
+impl ServerCost {
+    /// `cpu_s` from two readings, spread over `units` (requests or frames) and `wall_s`.
+    pub fn new(pids: &[u32], cpu_s: f64, units: u64, wall_s: f64) -> Self {
+        let (rss_kib, hwm_kib) = pids
+            .iter()
+            .filter_map(|p| crate::rss::read_opt(Some(*p)))
+            .fold((0, 0), |(r, h), m| (r + m.rss_kib, h + m.hwm_kib));
+        let round1 = |x: f64| (x * 10.0).round() / 10.0;
+        Self {
+            pids: pids.to_vec(),
+            cpu_s: (cpu_s * 100.0).round() / 100.0,
+            cpu_us_per_request: if units > 0 {
+                round1(cpu_s * 1e6 / units as f64)
+            } else {
+                0.0
+            },
+            cpu_pct: if wall_s > 0.0 {
+                round1(cpu_s / wall_s * 100.0)
+            } else {
+                0.0
+            },
+            rss_kib,
+            hwm_kib,
+        }
+    }
 }
 
 impl Report {
@@ -295,6 +340,7 @@ impl Report {
             latency_us: Summary::of(&rec.latency),
             ttfb_us: Summary::of(&rec.ttfb),
             send_lag_us: rate.and_then(|_| Summary::of(&rec.send_lag)),
+            server: None,
         }
     }
 }

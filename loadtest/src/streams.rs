@@ -54,9 +54,6 @@ const TIMEOUT_SLACK: Duration = Duration::from_secs(30);
 /// The preflight stream: a few deltas, quickly.
 const PREFLIGHT_DELTAS: u32 = 3;
 const PREFLIGHT_GAP_MS: u64 = 1;
-/// The kernel's clock ticks per second for `/proc/<pid>/stat` CPU times (`USER_HZ`, 100 on
-/// Linux whatever the kernel's internal tick rate).
-const USER_HZ: f64 = 100.0;
 
 /// A distribution in microseconds (HDR histogram, 3 significant digits).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,6 +139,10 @@ pub struct StreamsReport {
     pub generator_cpu_s: Option<f64>,
     /// `generator_cpu_s` over the run's wall time, in percent of one core.
     pub generator_cpu_pct: Option<f64>,
+    /// With `--server-pid`: the server's CPU over the whole run; `cpu_us_per_request` is per
+    /// frame received (warm-up rounds included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::report::ServerCost>,
 }
 
 /// One SSE chunk, as much of it as the check reads.
@@ -398,6 +399,8 @@ struct Ctx {
     length: Length,
     timeout: Duration,
     tally: Mutex<Tally>,
+    /// Frames received by every stream, warm-up rounds included (for the server's CPU per frame).
+    all_frames: std::sync::atomic::AtomicU64,
 }
 
 /// Runs one stream to its end, filling `log`; the caller bounds it with the deadline, so what
@@ -479,6 +482,8 @@ async fn worker(ctx: Arc<Ctx>, delay: Duration) {
         let from = Instant::now();
         let outcome = timed_stream(&ctx.target, ctx.timeout, &mut log).await;
         let failed = outcome.is_err();
+        ctx.all_frames
+            .fetch_add(log.received, std::sync::atomic::Ordering::Relaxed);
         if measured && let Ok(mut tally) = ctx.tally.lock() {
             tally.record(&log, outcome, from, Instant::now());
         }
@@ -496,18 +501,6 @@ async fn worker(ctx: Arc<Ctx>, delay: Duration) {
 fn start_offset(k: u32, ramp: Duration) -> Duration {
     const INVERSE_GOLDEN_RATIO: f64 = 0.618_033_988_749_895;
     ramp.mul_f64((f64::from(k) * INVERSE_GOLDEN_RATIO).fract())
-}
-
-/// CPU time (user + system) of this process so far, from `/proc/self/stat`.
-pub(crate) fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may contain spaces; the fields after it are plain numbers.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12th and 13th after the name.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / USER_HZ)
 }
 
 fn target(args: &StreamsArgs, prompt: &str) -> anyhow::Result<Target> {
@@ -578,6 +571,7 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<StreamsReport> {
         length,
         timeout,
         tally: Mutex::new(Tally::new()?),
+        all_frames: std::sync::atomic::AtomicU64::new(0),
     });
     eprintln!(
         "streams: {} concurrent streams of {} deltas {} ms apart against {}, {} after {} warm-up round(s)",
@@ -591,7 +585,12 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<StreamsReport> {
         },
         args.warmup_rounds,
     );
-    let cpu0 = cpu_seconds();
+    let pids = &args.server_pids;
+    let server0 = crate::cpu::processes_seconds(pids);
+    if !pids.is_empty() && server0.is_none() {
+        anyhow::bail!("--server-pid {pids:?}: cannot read /proc/<pid>/stat (is it running?)");
+    }
+    let cpu0 = crate::cpu::self_seconds();
     let t0 = Instant::now();
     let mut workers = JoinSet::new();
     for k in 0..args.concurrency {
@@ -601,12 +600,21 @@ pub async fn run(args: &StreamsArgs) -> anyhow::Result<StreamsReport> {
         done.context("a stream worker failed")?;
     }
     let wall = t0.elapsed();
-    let cpu = cpu0.zip(cpu_seconds()).map(|(a, b)| b - a);
+    let cpu = cpu0.zip(crate::cpu::self_seconds()).map(|(a, b)| b - a);
+    let server = server0
+        .zip(crate::cpu::processes_seconds(pids))
+        .filter(|_| !pids.is_empty())
+        .map(|(a, b)| {
+            let frames = ctx.all_frames.load(std::sync::atomic::Ordering::Relaxed);
+            crate::report::ServerCost::new(pids, b - a, frames, wall.as_secs_f64())
+        });
     let tally = ctx
         .tally
         .lock()
         .map_err(|_| anyhow::anyhow!("the tally lock was poisoned"))?;
-    Ok(report(args, length, ramp, &tally, cpu, wall))
+    let mut r = report(args, length, ramp, &tally, cpu, wall);
+    r.server = server;
+    Ok(r)
 }
 
 fn round(x: f64, places: i32) -> f64 {
@@ -669,6 +677,7 @@ fn report(
         generator_cpu_pct: cpu
             .filter(|_| !wall.is_zero())
             .map(|c| round(c / wall.as_secs_f64() * 100.0, 1)),
+        server: None,
     }
 }
 

@@ -30,8 +30,8 @@ use tokio::time::Instant;
 
 use crate::api::{base_url, snippet};
 use crate::cli::WebhooksArgs;
+use crate::cpu::self_seconds as cpu_seconds;
 use crate::report::{Failure, Failures, Summary, histogram, micros};
-use crate::streams::cpu_seconds;
 
 /// After a failure a worker waits this long before its next delivery, so a refusing server
 /// is not hammered by a tight loop of instant errors.

@@ -1,8 +1,11 @@
 //! Quotas and usage around one call: the reservation taken before the upstream is called (exact
 //! under concurrency: one atomic Lua charge over every applicable counter), its reconciliation
 //! with real usage afterwards, the fleet-wide provider concurrency slot, and the usage record
-//! published to JetStream when the call ends — awaited before the caller sees the end, so a
-//! crash after the call loses no record.
+//! sent to JetStream when the call ends: written to the NATS socket before the caller sees the
+//! end, acknowledged after (and published again if the ack does not come), so the caller does
+//! not wait a JetStream round trip and a crash after the answer loses no record (the window of
+//! loss is a NATS server that dies before storing a record it received, or a lost connection
+//! while a record sits in the socket; see docs/architecture.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,6 +17,9 @@ use weft_core::message::{ContentBlock, Usage};
 use weft_core::{Error, ErrorCode, Principal, UsageRecord, ratelimit};
 
 use crate::types::ChatRequest;
+
+/// How long a call's end waits for its usage record to be written to NATS.
+const SEND_USAGE_WITHIN: Duration = Duration::from_secs(1);
 
 /// The router's connections to Redis (quotas, provider slots) and NATS (usage records).
 #[derive(Clone)]
@@ -316,14 +322,17 @@ impl Ledger {
         }
     }
 
-    /// Ends the call: publishes its record (awaiting JetStream's ack), reconciles the
-    /// reservation and gives the provider slot back. `outcome` is `ok` or an error code.
+    /// Ends the call: sends its usage record to NATS and returns once it is written to the
+    /// connection's socket; JetStream's ack, the quota reconciliation and the provider slot's
+    /// release follow on a spawned task, off the caller's path. `outcome` is `ok` or an error
+    /// code.
     pub async fn finish(&mut self, outcome: &str) {
         if let Some(i) = self.inner.take() {
-            // Spawned and then awaited: the caller still sees the end only after the record is
-            // published, but a caller that goes away meanwhile cannot cancel the accounting.
+            // Spawned, so a caller that goes away meanwhile cannot cancel the accounting.
             let outcome = outcome.to_owned();
-            let _ = tokio::spawn(async move { i.finish(&outcome).await }).await;
+            let (sent, on_sent) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move { i.finish(&outcome, Some(sent)).await });
+            let _ = on_sent.await;
         }
     }
 
@@ -352,7 +361,7 @@ impl Drop for Ledger {
         if let Some(i) = self.inner.take() {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(async move { i.finish("cancelled").await });
+                    rt.spawn(async move { i.finish("cancelled", None).await });
                 }
                 Err(_) => tracing::error!(
                     provider = %i.provider,
@@ -367,8 +376,28 @@ impl Drop for Ledger {
 }
 
 impl LedgerInner {
-    async fn finish(self, outcome: &str) {
+    /// Sends the record (then signals `sent`), reconciles the reservation, gives the slot back
+    /// and finally waits for JetStream's ack, publishing again if it did not come.
+    async fn finish(self, outcome: &str, sent: Option<tokio::sync::oneshot::Sender<()>>) {
         let usage = self.usage.unwrap_or_default();
+        let rec = (!self.provider.is_empty()).then(|| self.record(outcome, usage));
+        let ack = match &rec {
+            // Bounded: while NATS is unreachable the caller gets its answer after this long and
+            // the record is retried below (the same id, so it is stored once).
+            Some(rec) => Some(
+                tokio::time::timeout(SEND_USAGE_WITHIN, self.deps.bus.send_usage(rec))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(weft_bus::BusError::Nats(format!(
+                            "not written to NATS within {SEND_USAGE_WITHIN:?}"
+                        )))
+                    }),
+            ),
+            None => None,
+        };
+        if let Some(sent) = sent {
+            let _ = sent.send(());
+        }
         let actual = usage.total_tokens;
         // Without reported usage (none, or all zeros) the reservation stands: an upstream that
         // reports none must not slip past a budget.
@@ -389,14 +418,32 @@ impl LedgerInner {
         {
             tracing::warn!(error = %e, "provider slot release failed; it lapses with its lease");
         }
-        if self.provider.is_empty() {
+        let (Some(rec), Some(ack)) = (rec, ack) else {
             return;
+        };
+        match ack {
+            Ok(ack) => match ack.stored().await {
+                Ok(()) => {
+                    metrics::counter!("weft_router_usage_published_total").increment(1);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a usage record was not acknowledged; publishing it again");
+                    publish(&self.deps.bus, &rec).await;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "sending a usage record failed; publishing it again");
+                publish(&self.deps.bus, &rec).await;
+            }
         }
+    }
+
+    fn record(&self, outcome: &str, usage: Usage) -> UsageRecord {
         let price = self
             .cfg
             .prices
             .get(&format!("{}/{}", self.provider, self.model));
-        let rec = UsageRecord {
+        UsageRecord {
             id: uuid::Uuid::now_v7(),
             at_ms: i64::try_from(
                 SystemTime::now()
@@ -418,8 +465,7 @@ impl LedgerInner {
             latency_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             cost_usd: cost(price, &usage),
             outcome: outcome.to_owned(),
-        };
-        publish(&self.deps.bus, &rec).await;
+        }
     }
 }
 

@@ -44,9 +44,8 @@ async fn wait_for_port(port: u16) {
     }
 }
 
-#[tokio::test]
-async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finished_usage() {
-    let f = TestFleet::start().await;
+/// A `weft router` process of `f`'s deployment with the mock models `mock-1` and `slow`.
+async fn start_router(f: &TestFleet) -> (Proc, u16) {
     let c = &f.config;
     let dir = std::env::temp_dir().join(format!("{}-router", f.db.name));
     std::fs::create_dir_all(&dir).unwrap();
@@ -76,8 +75,19 @@ async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finishe
             .unwrap(),
     );
     wait_for_port(port).await;
+    (router, port)
+}
 
-    // A gateway of this deployment that reaches the router over the network.
+/// A gateway of `f`'s deployment that reaches the router on `port` over the network; its URL.
+async fn start_gateway(
+    f: &TestFleet,
+    port: u16,
+    stop: &tokio_util::sync::CancellationToken,
+) -> (
+    String,
+    tokio::task::JoinHandle<Result<(), weft_gateway::GatewayError>>,
+) {
+    let c = &f.config;
     let mut gc = c.clone();
     gc.gateway.router_url = format!("http://127.0.0.1:{port}");
     gc.gateway.substrate_url = format!("http://{}", f.fleet.substrate_addr);
@@ -91,8 +101,35 @@ async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finishe
             .expose()
             .as_bytes(),
     );
-    let stop = tokio_util::sync::CancellationToken::new();
     let gateway = tokio::spawn(weft_gateway::run(listener, gc, jwt, stop.clone()));
+    (url, gateway)
+}
+
+/// Waits until `tenant` has `want` chat rows with outcome `ok` in `usage` (or 20 s passed).
+async fn usage_rows(f: &TestFleet, tenant: &str, want: i64) -> i64 {
+    let pool = sqlx::PgPool::connect(&f.db.url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM usage WHERE tenant_id = $1 AND kind = 'chat' AND outcome = 'ok'",
+        )
+        .bind(tenant)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n >= want || Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finished_usage() {
+    let f = TestFleet::start().await;
+    let (router, port) = start_router(&f).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (url, gateway) = start_gateway(&f, port, &stop).await;
 
     let (s, t) = f.mint(&f.admin, "acme", &["llm:call"]).await;
     assert_eq!(s, 201, "{t}");
@@ -145,21 +182,12 @@ async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finishe
     );
 
     // Every completed call's record reaches the table (written by the gateways' usage writer).
+    assert_eq!(
+        usage_rows(&f, "acme", 3).await,
+        3,
+        "usage rows of the completed calls"
+    );
     let pool = sqlx::PgPool::connect(&f.db.url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let count = loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM usage WHERE tenant_id = 'acme' AND kind = 'chat' AND outcome = 'ok'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if n >= 3 || Instant::now() > deadline {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(count, 3, "usage rows of the completed calls");
     let (input, output): (i64, i64) = sqlx::query_as(
         "SELECT sum(input_tokens)::bigint, sum(output_tokens)::bigint FROM usage WHERE tenant_id = 'acme'",
     )
@@ -168,6 +196,45 @@ async fn killing_the_router_mid_stream_ends_the_stream_cleanly_and_keeps_finishe
     .unwrap();
     assert!(input > 0 && output > 0);
 
+    stop.cancel();
+    let _ = gateway.await;
+    f.stop().await;
+}
+
+/// Usage records leave the caller's path (acknowledged by JetStream after the answer is sent),
+/// but a router killed the instant its last answer arrived still leaves every record.
+#[tokio::test]
+async fn a_router_killed_right_after_answering_keeps_every_usage_record() {
+    let f = TestFleet::start().await;
+    let (mut router, port) = start_router(&f).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (url, gateway) = start_gateway(&f, port, &stop).await;
+    let (s, t) = f.mint(&f.admin, "kill9", &["llm:call"]).await;
+    assert_eq!(s, 201, "{t}");
+    let token = t["token"].as_str().unwrap().to_owned();
+    const CALLS: i64 = 200;
+    let calls = (0..CALLS).map(|i| {
+        f.http
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(&token)
+            .json(&json!({
+                "model": "mock-1",
+                "messages": [{"role": "user", "content": format!("call {i}")}],
+            }))
+            .send()
+    });
+    let answers = futures::future::join_all(calls).await;
+    // SIGKILL at once: no drain, no chance to finish acks in flight.
+    router.0.kill().unwrap();
+    router.0.wait().unwrap();
+    for r in answers {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    assert_eq!(
+        usage_rows(&f, "kill9", CALLS).await,
+        CALLS,
+        "every answered call has its usage row"
+    );
     stop.cancel();
     let _ = gateway.await;
     f.stop().await;

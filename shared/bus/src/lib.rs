@@ -125,6 +125,16 @@ pub const USAGE_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long the writer may hold a usage record without acking it before JetStream redelivers it.
 pub const USAGE_ACK_WAIT: Duration = Duration::from_secs(30);
 
+/// JetStream's answer to a usage record sent with [`Bus::send_usage`].
+pub struct UsageAck(jetstream::context::PublishAckFuture);
+
+impl UsageAck {
+    /// Waits until JetStream has stored the record (or refused it).
+    pub async fn stored(self) -> Result<(), BusError> {
+        self.0.await.map(|_| ()).map_err(nats_err)
+    }
+}
+
 /// A connection to NATS with weft's names.
 #[derive(Clone, Debug)]
 pub struct Bus {
@@ -250,6 +260,27 @@ impl Bus {
             }
             Err(e) => Err(nats_err(e)),
         }
+    }
+
+    /// Sends one usage record without waiting for JetStream to store it: once this returns, the
+    /// message is written to the NATS connection's socket (so this process dying now does not
+    /// lose it; the kernel still sends it). The returned [`UsageAck`] says whether JetStream
+    /// stored it; on an error the caller publishes again with [`Bus::publish_usage`] (the same
+    /// message id, so a record that did arrive is stored once).
+    pub async fn send_usage(&self, rec: &UsageRecord) -> Result<UsageAck, BusError> {
+        let payload = bytes::Bytes::from(serde_json::to_vec(rec).map_err(nats_err)?);
+        let ack = self
+            .js
+            .send_publish(
+                self.names.usage_subject(),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload)
+                    .message_id(rec.id.to_string()),
+            )
+            .await
+            .map_err(nats_err)?;
+        self.client.flush().await.map_err(nats_err)?;
+        Ok(UsageAck(ack))
     }
 
     /// The usage writers' shared durable pull consumer (explicit acks, redelivery after
