@@ -37,6 +37,7 @@ use weft_bus::Bus;
 use weft_config::Config;
 use weft_coord::Coord;
 use weft_core::{Error, Principal};
+use weft_proto::router_api::{ChatEvents, DirectRouter};
 use weft_proto::v1;
 use weft_proto::v1::router_client::RouterClient;
 use weft_proto::v1::substrate_client::SubstrateClient;
@@ -66,6 +67,9 @@ pub struct AppState {
     pub resolver: TokenResolver,
     pub jwt: InternalJwt,
     router: RouterClient<RouterTransport>,
+    /// The router in this process (`weft up`), for chat calls without gRPC; `None` when it runs
+    /// elsewhere.
+    direct_router: Option<Arc<dyn DirectRouter>>,
     /// The substrate (definitions), over gRPC.
     pub substrate: SubstrateClient<RouterTransport>,
     /// The substrate's memory service, over the same transport.
@@ -136,6 +140,7 @@ impl AppState {
             pool,
             jwt: jwt.clone(),
             router: weft_proto::transport::router_client(router),
+            direct_router: None,
             memory: weft_proto::transport::memory_client(substrate.clone()),
             channels: weft_proto::transport::channels_client(substrate.clone()),
             launcher: launcher.clone(),
@@ -158,6 +163,14 @@ impl AppState {
             mcp: config.mcp.clone(),
             shutdown: CancellationToken::new(),
         }
+    }
+
+    /// Chat calls go to this router in the same process, without gRPC (the other router calls
+    /// still use the transport given to [`AppState::new`]).
+    #[must_use]
+    pub fn with_direct_router(mut self, router: Arc<dyn DirectRouter>) -> Self {
+        self.direct_router = Some(router);
+        self
     }
 
     /// A router request carrying the principal's internal JWT and the trace context.
@@ -202,13 +215,33 @@ impl AppState {
         p: &Principal,
         msg: v1::ChatRequest,
     ) -> Result<RouterChat, Error> {
+        if let Some(direct) = &self.direct_router {
+            return match tokio::time::timeout(self.request_timeout, direct.chat(p, msg)).await {
+                Ok(Ok(reply)) => {
+                    let mut headers = axum::http::HeaderMap::new();
+                    for (name, value) in reply.headers {
+                        if let Ok(v) = axum::http::HeaderValue::try_from(value) {
+                            headers.insert(name, v);
+                        }
+                    }
+                    Ok(RouterChat {
+                        events: reply.events,
+                        headers,
+                    })
+                }
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(self.timeout_error()),
+            };
+        }
         let req = self.internal(p, msg)?;
         let mut client = self.router.clone();
         match tokio::time::timeout(self.request_timeout, client.chat(req)).await {
             Ok(Ok(resp)) => {
                 let headers = rate_limit_headers(resp.metadata());
                 Ok(RouterChat {
-                    events: resp.into_inner(),
+                    events: Box::pin(futures::StreamExt::map(resp.into_inner(), |r| {
+                        r.map_err(|s| from_status(&s))
+                    })),
                     headers,
                 })
             }
@@ -258,7 +291,7 @@ impl AppState {
 /// An accepted chat call: the router's event stream, and the response headers it decided before
 /// the first byte (`x-ratelimit-*`), to copy onto the HTTP response.
 pub struct RouterChat {
-    pub events: tonic::Streaming<v1::ChatEvent>,
+    pub events: ChatEvents,
     pub headers: axum::http::HeaderMap,
 }
 

@@ -27,7 +27,7 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
 use weft_core::{Error, ErrorCode, Principal, Scope};
 use weft_proto::v1;
 
-use crate::error::{ApiError, Shape, from_status};
+use crate::error::{ApiError, Shape};
 use crate::extract::NativeJson;
 use crate::{AppState, RouterChat};
 
@@ -682,7 +682,7 @@ pub(crate) fn ended_early() -> Error {
 
 /// Reads the router's stream to its end and assembles the answer.
 pub(crate) async fn collect(
-    events: &mut tonic::Streaming<v1::ChatEvent>,
+    events: &mut weft_proto::router_api::ChatEvents,
 ) -> std::result::Result<Collected, Error> {
     let mut machine = Blocks::default();
     let mut out = Collected {
@@ -696,7 +696,7 @@ pub(crate) async fn collect(
     let mut finished = false;
     let mut steps = Vec::new();
     while let Some(ev) = events.next().await {
-        let ev = ev.map_err(|s| from_status(&s))?;
+        let ev = ev?;
         machine.step(ev, &mut steps);
         for step in steps.drain(..) {
             match step {
@@ -889,7 +889,7 @@ pub async fn chat_handler(
 
 /// The native SSE events for the router's stream.
 fn stream_events(
-    mut events: tonic::Streaming<v1::ChatEvent>,
+    mut events: weft_proto::router_api::ChatEvents,
 ) -> impl Stream<Item = std::result::Result<Event, Infallible>> {
     channel_stream(move |tx| async move {
         let mut machine = Blocks::default();
@@ -899,10 +899,8 @@ fn stream_events(
         while let Some(item) = events.next().await {
             let ev = match item {
                 Ok(ev) => ev,
-                Err(s) => {
-                    let _ = tx
-                        .send(sse_event("error", &from_status(&s).native_body()))
-                        .await;
+                Err(e) => {
+                    let _ = tx.send(sse_event("error", &e.native_body())).await;
                     return;
                 }
             };

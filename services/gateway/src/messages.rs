@@ -41,7 +41,7 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
 use weft_core::{Error, Principal};
 use weft_proto::v1;
 
-use crate::error::{ApiError, Shape, anthropic_body, from_status};
+use crate::error::{ApiError, Shape, anthropic_body};
 use crate::extract::OpenAiJson;
 use crate::llm::{
     Assembled, Blocks, Delta, Start, Step, channel_stream, collect, ended_early, header,
@@ -747,7 +747,7 @@ pub async fn messages_handler(
 
 /// Anthropic's SSE events for the router's stream.
 fn stream_events(
-    mut events: tonic::Streaming<v1::ChatEvent>,
+    mut events: weft_proto::router_api::ChatEvents,
     requested: String,
 ) -> impl Stream<Item = std::result::Result<Event, Infallible>> {
     channel_stream(move |tx| async move {
@@ -769,10 +769,8 @@ fn stream_events(
         while let Some(item) = events.next().await {
             let ev = match item {
                 Ok(ev) => ev,
-                Err(s) => {
-                    let _ = tx
-                        .send(sse_event("error", &anthropic_body(&from_status(&s))))
-                        .await;
+                Err(e) => {
+                    let _ = tx.send(sse_event("error", &anthropic_body(&e))).await;
                     return;
                 }
             };

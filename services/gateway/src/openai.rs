@@ -18,7 +18,7 @@ use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
 
-use crate::error::{ApiError, from_status};
+use crate::error::ApiError;
 use crate::extract::{OpenAiJson, ValidJson};
 use crate::{AppState, RouterChat};
 
@@ -441,7 +441,7 @@ pub async fn chat_completions(
     }
     let mut acc = Assembled::default();
     while let Some(ev) = events.next().await {
-        let ev = ev.map_err(|s| ApiError::openai(from_status(&s)))?;
+        let ev = ev.map_err(ApiError::openai)?;
         acc.apply(ev);
     }
     Ok((limits, axum::Json(acc.into_completion(&requested_model))).into_response())
@@ -518,7 +518,7 @@ impl Assembled {
 }
 
 fn sse(
-    mut events: tonic::Streaming<v1::ChatEvent>,
+    mut events: weft_proto::router_api::ChatEvents,
     requested: String,
     include_usage: bool,
 ) -> Sse<impl Stream<Item = std::result::Result<Event, Infallible>>> {
@@ -541,8 +541,7 @@ fn sse(
         while let Some(item) = events.next().await {
             let ev = match item {
                 Ok(ev) => ev,
-                Err(s) => {
-                    let e = from_status(&s);
+                Err(e) => {
                     let _ = tx
                         .send(Event::default().data(e.openai_body().to_string()))
                         .await;

@@ -7,6 +7,7 @@ use futures::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 use weft_core::{Error, Principal};
+use weft_proto::router_api::{ChatReply, DirectRouter};
 use weft_proto::v1;
 
 use crate::routing::Routing;
@@ -128,6 +129,51 @@ pub fn event_to_proto(e: ChatEvent) -> v1::ChatEvent {
 
 type ChatStream = Pin<Box<dyn Stream<Item = Result<v1::ChatEvent, Status>> + Send>>;
 
+fn chat_span(p: &Principal) -> tracing::Span {
+    tracing::info_span!("router.chat", tenant = %p.tenant, model = tracing::field::Empty)
+}
+
+/// One chat call for `p`, as both faces serve it: the gRPC service (after its JWT check) and
+/// the in-process [`Direct`] router.
+async fn accept_chat(
+    routing: &Arc<Routing>,
+    p: &Principal,
+    req: v1::ChatRequest,
+    span: tracing::Span,
+) -> Result<ChatReply, Error> {
+    let req = chat_request_from_proto(req)?;
+    span.record("model", req.model.as_str());
+    let accepted = routing.chat_as(p, req).instrument(span).await?;
+    Ok(ChatReply {
+        events: Box::pin(accepted.events.map(|r| r.map(event_to_proto))),
+        headers: accepted.headers,
+    })
+}
+
+/// The router for a caller in the same process (`weft up`'s gateway): no protobuf encoding,
+/// no JWT, no HTTP/2; the same routing, limits and accounting as the gRPC service.
+pub struct Direct {
+    routing: Arc<Routing>,
+}
+
+impl Direct {
+    pub fn new(routing: Arc<Routing>) -> Self {
+        Self { routing }
+    }
+}
+
+impl DirectRouter for Direct {
+    fn chat<'a>(
+        &'a self,
+        p: &'a Principal,
+        req: v1::ChatRequest,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<ChatReply, Error>> + Send + 'a>> {
+        // A child of the caller's current span, as the gRPC face's is of the caller's context.
+        let span = chat_span(p);
+        Box::pin(accept_chat(&self.routing, p, req, span))
+    }
+}
+
 #[tonic::async_trait]
 impl v1::router_server::Router for RouterService {
     type ChatStream = ChatStream;
@@ -137,21 +183,12 @@ impl v1::router_server::Router for RouterService {
         request: Request<v1::ChatRequest>,
     ) -> Result<Response<ChatStream>, Status> {
         let p = principal(&request)?;
-        let span =
-            tracing::info_span!("router.chat", tenant = %p.tenant, model = tracing::field::Empty);
+        let span = chat_span(&p);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
-        let req = chat_request_from_proto(request.into_inner())?;
-        span.record("model", req.model.as_str());
-        let routing = self.routing.clone();
-        let accepted = async move { routing.chat_as(&p, req).await }
-            .instrument(span)
-            .await?;
-        let mut resp = Response::new(Box::pin(
-            accepted
-                .events
-                .map(|r| r.map(event_to_proto).map_err(Status::from)),
-        ) as ChatStream);
-        for (name, value) in accepted.headers {
+        let reply = accept_chat(&self.routing, &p, request.into_inner(), span).await?;
+        let mut resp =
+            Response::new(Box::pin(reply.events.map(|r| r.map_err(Status::from))) as ChatStream);
+        for (name, value) in reply.headers {
             if let Ok(v) = value.parse() {
                 resp.metadata_mut().insert(name, v);
             }

@@ -1,8 +1,9 @@
 //! Every service of weft in one process: the router and the gateway, each on its own listener,
 //! the substrate, the executor, the MCP bridge and the ingress's scheduler (in-process),
-//! sharing one shutdown token. The gateway calls the router's gRPC service in-process (same
-//! contract, codec and JWT check, no socket hop); the router's own listener still serves other
-//! gRPC clients. `deploy/local/test.sh` runs the black-box suite against both this and separate
+//! sharing one shutdown token. The gateway's chat calls reach the router directly
+//! ([`weft_router::grpc::Direct`]: no protobuf encoding, JWT or HTTP/2); its other router calls
+//! go through the router's gRPC service in-process (same contract, codec and JWT check, no
+//! socket hop). The router's own listener still serves other gRPC clients. `deploy/local/test.sh` runs the black-box suite against both this and separate
 //! processes.
 
 use std::net::SocketAddr;
@@ -125,13 +126,18 @@ impl Fleet {
         .await?;
         let substrate =
             weft_proto::transport::in_process(weft_substrate::grpc_service(&parts, jwt.clone()));
+        // Chat calls reach the router directly (no gRPC); embeddings and the model list go
+        // through its gRPC service in-process.
         let state = weft_gateway::connect(
             &config,
             jwt.clone(),
             in_process(&routing, &jwt),
             substrate.clone(),
         )
-        .await?;
+        .await?
+        .with_direct_router(std::sync::Arc::new(weft_router::grpc::Direct::new(
+            routing.clone(),
+        )));
         let bridge = weft_mcp_bridge::Bridge::new(&config, substrate.clone())?;
         let executor = if config.executor.embedded {
             Some(

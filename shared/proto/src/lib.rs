@@ -11,6 +11,7 @@ pub mod v1 {
 }
 
 mod convert;
+pub mod router_api;
 pub mod transport;
 
 pub use convert::*;
