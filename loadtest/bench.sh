@@ -30,6 +30,7 @@ MAX_ERROR_RATIO=${MAX_ERROR_RATIO:-0.001}
 GEN_THREADS=${GEN_THREADS:-1}
 UPSTREAM_THREADS=${UPSTREAM_THREADS:-1}
 SKIP_BUILD=${SKIP_BUILD:-0}
+SKIP_RATES=${SKIP_RATES:-0}
 PGHOST=${PGHOST:-127.0.0.1}
 PGPORT=${PGPORT:-5432}
 PGUSER=${PGUSER:-postgres}
@@ -134,8 +135,9 @@ done
     --substrate-listen "127.0.0.1:$SUBSTRATE_PORT" \
     --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
     --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
-PIDS+=("$!")
-wait_for_json "$TMP/weft.json" "$!" "weft up" 120
+WEFT_PID=$!
+PIDS+=("$WEFT_PID")
+wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
 WEFT_URL="$(jq -r .url "$TMP/weft.json")/v1"
 WEFT_TOKEN=${WEFT_BENCH_TOKEN:-$(jq -r '.admin_token // empty' "$TMP/weft.json")}
 [[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token and WEFT_BENCH_TOKEN is not set"
@@ -151,7 +153,7 @@ chat_run() {
     # Explicit status handling: errexit does not apply when the caller is an `if` condition.
     if [[ $target == weft ]]; then
         WEFT_LOADTEST_TOKEN="$WEFT_TOKEN" "$LT" chat --url "$WEFT_URL" --model bench \
-            --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
+            --threads "$GEN_THREADS" --server-pid "$WEFT_PID" --out "$out" "$@" >/dev/null || rc=$?
     else
         env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$DIRECT_URL" --model bench-model \
             --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
@@ -173,6 +175,8 @@ pair() {
 # CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
 read -r TICKS0 STEAL0 < <(cpu_ticks)
+# weft's resident memory once started, before any load.
+IDLE_RSS_KIB=$(awk '/^VmRSS:/{print $2}' "/proc/$WEFT_PID/status")
 
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
 pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
@@ -234,8 +238,15 @@ search() {
     fi
 }
 
-search weft
-search direct
+if [[ $SKIP_RATES == 1 ]]; then
+    for target in weft direct; do
+        jq -n --arg target "$target" '{target: $target, rate: null, tried: [], skipped: true}' \
+            >"$STAGING/max-rps-$target.json"
+    done
+else
+    search weft
+    search direct
+fi
 
 # --- summary ---------------------------------------------------------------------------------
 read -r TICKS1 STEAL1 < <(cpu_ticks)
@@ -247,11 +258,12 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     --argjson p99_limit_us "$P99_LIMIT_US" --argjson max_error_ratio "$MAX_ERROR_RATIO" \
     --argjson gen_threads "$GEN_THREADS" --argjson upstream_threads "$UPSTREAM_THREADS" \
     --argjson steal_pct "$STEAL_PCT" --argjson attempts "$RATE_ATTEMPTS" \
+    --argjson idle_rss_kib "${IDLE_RSS_KIB:-null}" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, rates: $rates, p99_limit_us: $p99_limit_us,
       max_error_ratio: $max_error_ratio, generator_threads: $gen_threads,
       upstream_threads: $upstream_threads, rate_attempts: $attempts,
-      cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
+      cpu_steal_pct: $steal_pct, weft_idle_rss_kib: $idle_rss_kib}' >"$STAGING/machine.json"
 
 {
     echo "## weft gateway benchmark, $DATE"
@@ -260,14 +272,16 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     echo
     echo "Latencies in µs; *added* = through weft − direct at the same percentile."
     echo
-    echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | weft rps | weft errors |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "weft's CPU (user + system of the weft process over the measured window) per request, and its resident memory: $((IDLE_RSS_KIB / 1024)) MiB idle."
+    echo
+    echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | weft rps | weft errors | weft CPU µs/req | weft RSS MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for name in c1 c64 stream-c1; do
         jq -r --arg name "$name" --slurpfile w "$STAGING/weft-$name.json" \
-            '"| \($name) | \(.direct_latency_us.p50) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.direct_latency_us.p99) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($w[0].rps) | \($w[0].errors) |"' \
+            '"| \($name) | \(.direct_latency_us.p50) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.direct_latency_us.p99) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($w[0].rps) | \($w[0].errors) | \($w[0].server.cpu_us_per_request // "n/a") | \(($w[0].server.rss_kib // 0) / 1024 | floor) |"' \
             "$STAGING/compare-$name.json"
     done
-    jq -r '"| stream-c1 time to first byte | | | \(.added_ttfb_us.p50 // "n/a") | | | \(.added_ttfb_us.p99 // "n/a") | | |"' \
+    jq -r '"| stream-c1 time to first byte | | | \(.added_ttfb_us.p50 // "n/a") | | | \(.added_ttfb_us.p99 // "n/a") | | | | |"' \
         "$STAGING/compare-stream-c1.json"
     echo
     echo "Highest fixed rate with p99 < $((P99_LIMIT_US / 1000)) ms and errors ≤ $MAX_ERROR_RATIO:"

@@ -443,17 +443,21 @@ async fn trace_request(req: Request, next: Next) -> Response {
 }
 
 async fn record_metrics(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    static ROUTES: std::sync::LazyLock<weft_telemetry::handles::RouteMetrics> =
+        std::sync::LazyLock::new(|| {
+            weft_telemetry::handles::RouteMetrics::new(
+                "weft_gateway_request_seconds",
+                "weft_gateway_requests_total",
+            )
+        });
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let start = Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::histogram!("weft_gateway_request_seconds", "route" => route.clone())
-        .record(start.elapsed().as_secs_f64());
-    metrics::counter!("weft_gateway_requests_total", "route" => route, "status" => status)
-        .increment(1);
+    ROUTES.record(
+        route.as_ref().map_or("unmatched", MatchedPath::as_str),
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
     resp
 }
 

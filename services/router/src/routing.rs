@@ -46,6 +46,23 @@ pub struct Routing {
     deps: Option<Deps>,
     /// (provider, model) → cooling down until.
     cooling: Mutex<HashMap<(String, String), Instant>>,
+    /// Each provider's metric handles, made on first use.
+    provider_metrics: weft_telemetry::handles::Keyed<ProviderMetrics>,
+}
+
+/// The per-call metrics of one provider.
+struct ProviderMetrics {
+    accept_seconds: metrics::Histogram,
+    calls_ok: metrics::Counter,
+}
+
+impl ProviderMetrics {
+    fn new(provider: &str) -> Self {
+        Self {
+            accept_seconds: metrics::histogram!("weft_router_upstream_accept_seconds", "provider" => provider.to_owned()),
+            calls_ok: metrics::counter!("weft_router_calls_total", "provider" => provider.to_owned(), "outcome" => "ok"),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -129,6 +146,7 @@ impl Routing {
                 .collect(),
             deps: None,
             cooling: Mutex::new(HashMap::new()),
+            provider_metrics: weft_telemetry::handles::Keyed::default(),
         })
     }
 
@@ -238,12 +256,14 @@ impl Routing {
             return;
         }
         if let Ok(mut cooling) = self.cooling.lock() {
-            let key = (c.provider.clone(), c.model.clone());
             if healthy {
-                cooling.remove(&key);
+                // The common case, a healthy answer with nothing cooling: no key to build.
+                if !cooling.is_empty() {
+                    cooling.retain(|(p, m), _| !(*p == c.provider && *m == c.model));
+                }
             } else {
                 cooling.insert(
-                    key,
+                    (c.provider.clone(), c.model.clone()),
                     Instant::now() + Duration::from_secs(self.cfg.cooldown_secs),
                 );
             }
@@ -344,10 +364,11 @@ impl Routing {
             match accepted {
                 Ok(stream) => {
                     self.mark(&c, true);
-                    metrics::histogram!("weft_router_upstream_accept_seconds", "provider" => c.provider.clone())
-                        .record(started.elapsed().as_secs_f64());
-                    metrics::counter!("weft_router_calls_total", "provider" => c.provider.clone(), "outcome" => "ok")
-                        .increment(1);
+                    let m = self
+                        .provider_metrics
+                        .get(&c.provider, || ProviderMetrics::new(&c.provider));
+                    m.accept_seconds.record(started.elapsed().as_secs_f64());
+                    m.calls_ok.increment(1);
                     let fallbacks_n = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
                     let chosen = ChatEvent::ProviderChosen {
                         provider: c.provider,

@@ -9,6 +9,7 @@
 //! prompts, completions, tool results or tokens.
 
 pub mod boot;
+pub mod handles;
 
 use std::sync::OnceLock;
 
