@@ -31,6 +31,10 @@ GEN_THREADS=${GEN_THREADS:-1}
 UPSTREAM_THREADS=${UPSTREAM_THREADS:-1}
 SKIP_BUILD=${SKIP_BUILD:-0}
 SKIP_RATES=${SKIP_RATES:-0}
+# PROFILE=1: `perf record` weft during the measured window of the c64 run and split its CPU by
+# stage (loadtest/perf-stages.py) into stages-c64.md. DURATION and WARMUP in whole seconds then.
+PROFILE=${PROFILE:-0}
+PERF_FREQ=${PERF_FREQ:-999}
 PGHOST=${PGHOST:-127.0.0.1}
 PGPORT=${PGPORT:-5432}
 PGUSER=${PGUSER:-postgres}
@@ -151,12 +155,28 @@ chat_run() {
     shift 2
     local out="$STAGING/$name.json" rc=0
     # Explicit status handling: errexit does not apply when the caller is an `if` condition.
+    local perf_pid=""
+    if [[ $PROFILE == 1 && $name == weft-c64 ]]; then
+        # PERF_CALLGRAPH="--call-graph dwarf,16384" unwinds without frame pointers (heavier).
+        # shellcheck disable=SC2086
+        (sleep "${WARMUP%s}" && exec perf record -e cpu-clock -F "$PERF_FREQ" ${PERF_CALLGRAPH:--g} -p "$WEFT_PID" \
+            -o "$TMP/perf.data" -- sleep "${DURATION%s}") >/dev/null 2>&1 &
+        perf_pid=$!
+    fi
     if [[ $target == weft ]]; then
         WEFT_LOADTEST_TOKEN="$WEFT_TOKEN" "$LT" chat --url "$WEFT_URL" --model bench \
             --threads "$GEN_THREADS" --server-pid "$WEFT_PID" --out "$out" "$@" >/dev/null || rc=$?
     else
         env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$DIRECT_URL" --model bench-model \
             --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
+    fi
+    if [[ -n $perf_pid ]]; then
+        wait "$perf_pid" || true
+        perf script -i "$TMP/perf.data" 2>/dev/null \
+            | python3 "$ROOT/loadtest/perf-stages.py" --freq "$PERF_FREQ" --requests "$(jq .requests "$out")" \
+                >"$STAGING/stages-c64.md" || log "perf-stages failed; no stage split"
+        # PERF_DATA=FILE keeps the raw profile (for `perf report -i FILE`).
+        [[ -z ${PERF_DATA:-} ]] || cp "$TMP/perf.data" "$PERF_DATA"
     fi
     sleep 1
     return "$rc"

@@ -59,9 +59,21 @@ pub enum GatewayError {
     Serve(#[from] std::io::Error),
 }
 
-/// Everything a handler needs. Cheap to clone.
+/// Everything a handler needs. Cheap to clone (one reference count): axum clones the state for
+/// every request and every middleware that takes it.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<State>);
+
+impl std::ops::Deref for AppState {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+pub struct State {
     pub pool: PgPool,
     pub tokens: TokenStore,
     pub resolver: TokenResolver,
@@ -131,7 +143,7 @@ impl AppState {
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             agents: None,
         };
-        Self {
+        Self(Arc::new(State {
             resolver: TokenResolver::new(
                 tokens.clone(),
                 Duration::from_millis(config.gateway.token_cache_ttl_ms),
@@ -162,14 +174,19 @@ impl AppState {
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             mcp: config.mcp.clone(),
             shutdown: CancellationToken::new(),
-        }
+        }))
     }
 
     /// Chat calls go to this router in the same process, without gRPC (the other router calls
     /// still use the transport given to [`AppState::new`]).
     #[must_use]
+    ///
+    /// # Panics
+    /// When the state was already cloned (call it while building the state).
     pub fn with_direct_router(mut self, router: Arc<dyn DirectRouter>) -> Self {
-        self.direct_router = Some(router);
+        #[expect(clippy::expect_used, reason = "a wiring mistake, caught by every test")]
+        let state = Arc::get_mut(&mut self.0).expect("with_direct_router before any clone");
+        state.direct_router = Some(router);
         self
     }
 

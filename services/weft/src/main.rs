@@ -3,6 +3,12 @@
 
 mod cmd;
 
+/// mimalloc instead of glibc's malloc: under load glibc spent a quarter of weft's CPU in
+/// `malloc_consolidate` and friends (hyper's per-read buffers are "large" requests that
+/// consolidate the fast bins each time); see docs/performance.md.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};

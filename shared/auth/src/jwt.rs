@@ -39,12 +39,17 @@ const CACHE_LIMIT: usize = 10_000;
 /// first: the cache is keyed by the whole token string.
 #[derive(Clone)]
 pub struct InternalJwt {
-    enc: EncodingKey,
-    dec: DecodingKey,
-    validation: Validation,
+    /// Shared, so a clone (one per request where a handler's state is cloned) allocates nothing.
+    keys: Arc<Keys>,
     ttl: Duration,
     signed: Arc<Mutex<HashMap<Principal, (String, u64)>>>,
     verified: Arc<Mutex<HashMap<String, (Principal, u64)>>>,
+}
+
+struct Keys {
+    enc: EncodingKey,
+    dec: DecodingKey,
+    validation: Validation,
 }
 
 impl std::fmt::Debug for InternalJwt {
@@ -69,9 +74,11 @@ impl InternalJwt {
         validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
         validation.leeway = 5;
         Self {
-            enc: EncodingKey::from_secret(secret),
-            dec: DecodingKey::from_secret(secret),
-            validation,
+            keys: Arc::new(Keys {
+                enc: EncodingKey::from_secret(secret),
+                dec: DecodingKey::from_secret(secret),
+                validation,
+            }),
             ttl,
             signed: Arc::default(),
             verified: Arc::default(),
@@ -109,7 +116,7 @@ impl InternalJwt {
             iat: now,
             exp: now + self.ttl.as_secs().max(1),
         };
-        encode(&Header::new(Algorithm::HS256), &claims, &self.enc).map_err(|e| {
+        encode(&Header::new(Algorithm::HS256), &claims, &self.keys.enc).map_err(|e| {
             tracing::error!(error = %e, "signing internal jwt failed");
             Error::internal()
         })
@@ -124,7 +131,7 @@ impl InternalJwt {
         {
             return Ok(p.clone());
         }
-        let data = decode::<Claims>(token, &self.dec, &self.validation).map_err(|e| {
+        let data = decode::<Claims>(token, &self.keys.dec, &self.keys.validation).map_err(|e| {
             Error::unauthenticated(format!("internal token rejected: {}", e.kind_name()))
         })?;
         let exp = data.claims.exp;
@@ -230,7 +237,7 @@ mod tests {
             iat: now - 120,
             exp: now - 60,
         };
-        let t = encode(&Header::new(Algorithm::HS256), &claims, &j.enc).unwrap();
+        let t = encode(&Header::new(Algorithm::HS256), &claims, &j.keys.enc).unwrap();
         assert!(j.verify(&t).unwrap_err().message.contains("expired"));
     }
 }
