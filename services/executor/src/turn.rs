@@ -3,14 +3,12 @@
 //! live), and the whole turn — assistant message, tool calls, usage and the run's progress —
 //! committed together.
 
-use std::collections::BTreeMap;
-
 use futures::StreamExt as _;
 use weft_core::agent::AgentContent;
-use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
+use weft_core::chat::{Answer, Assembler, ChatEvent, ChatRequest, Sampling};
+use weft_core::message::{ContentBlock, Message, Role};
 use weft_core::run::{AssistantMessage, ProviderChosen, ProviderFallback, RunEvent, ToolCallEvent};
 use weft_core::{Error, ErrorCode};
-use weft_proto::v1;
 
 use crate::driver::{Driver, Stop, parse_input};
 use crate::machine::LoopState;
@@ -24,30 +22,25 @@ impl Driver {
     ) -> Result<Result<(), Error>, Stop> {
         let mut messages = Vec::with_capacity(state.messages.len() + 1);
         if !def.system_prompt.is_empty() {
-            messages.push(weft_proto::message_to_proto(&Message {
+            messages.push(Message {
                 role: Role::System,
                 content: vec![ContentBlock::text(def.system_prompt.clone())],
                 name: None,
-            }));
+            });
         }
         messages.extend(
             state
                 .messages
                 .iter()
-                .map(|m| weft_proto::message_to_proto(&replayable(m).unwrap_or_else(|| m.clone()))),
+                .map(|m| replayable(m).unwrap_or_else(|| m.clone())),
         );
-        let tools = self
-            .tool_specs(def)
-            .await
-            .iter()
-            .map(weft_proto::tool_to_proto)
-            .collect();
+        let tools = self.tool_specs(def).await;
         let s = &self.spec.sampling;
-        let req = v1::ChatRequest {
+        let req = ChatRequest {
             model: self.spec.model.clone(),
             messages,
             tools,
-            sampling: Some(v1::Sampling {
+            sampling: Sampling {
                 temperature: s.temperature,
                 top_p: s.top_p,
                 max_tokens: self.spec.max_tokens,
@@ -55,7 +48,7 @@ impl Driver {
                 seed: s.seed,
                 presence_penalty: None,
                 frequency_penalty: None,
-            }),
+            },
             stream: true,
             ..Default::default()
         };
@@ -71,37 +64,27 @@ impl Driver {
             Err(TurnError::Model(e)) => return Ok(Err(e)),
             Err(TurnError::Stop(s)) => return Err(s),
         };
-        let mut content = Vec::new();
-        if !turn.text.is_empty() {
-            content.push(ContentBlock::text(turn.text));
-        }
-        let mut calls = Vec::new();
-        for (id, name, args) in turn.calls.into_values() {
-            calls.push(RunEvent::ToolCall(ToolCallEvent {
-                id: id.clone(),
-                name: name.clone(),
-                input: parse_input(&args),
-            }));
-            content.push(ContentBlock::ToolUse {
-                id,
-                name,
-                input_json: args,
-            });
-        }
+        // The answer's blocks in the order the model produced them: reasoning (kept, with its
+        // signature, for providers that want it back), text, tool calls.
+        let calls: Vec<RunEvent> = turn
+            .tool_calls()
+            .map(|(id, name, args)| {
+                RunEvent::ToolCall(ToolCallEvent {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    input: parse_input(args),
+                })
+            })
+            .collect();
         let message = Message {
             role: Role::Assistant,
-            content,
+            content: turn.blocks,
             name: None,
         };
         let mut events = Vec::new();
         events.push(RunEvent::AssistantMessage(AssistantMessage {
             message,
-            finish_reason: Some(
-                turn.finish
-                    .unwrap_or(FinishReason::Stop)
-                    .as_openai()
-                    .to_owned(),
-            ),
+            finish_reason: Some(turn.finish.as_openai().to_owned()),
         }));
         events.extend(calls);
         events.push(RunEvent::Usage(turn.usage));
@@ -119,73 +102,58 @@ impl Driver {
     }
 
     /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router
-    /// picks a candidate (so a watcher knows an executor is on the turn), text deltas go out live.
-    async fn stream_turn(&self, req: v1::ChatRequest, last_seq: i64) -> Result<Turn, TurnError> {
+    /// picks a candidate (so a watcher knows an executor is on the turn), text deltas go out live,
+    /// and the answer is assembled by the chat contract's one assembler (a stream that ends
+    /// before its finish fails the turn).
+    async fn stream_turn(&self, req: ChatRequest, last_seq: i64) -> Result<Answer, TurnError> {
         let mut last_seq = last_seq;
-        let r = self.internal(req)?;
+        let r = self.internal(weft_proto::chat_request_to_proto(req))?;
         let mut client = self.inner.router.clone();
         let mut stream = client
             .chat(r)
             .await
             .map_err(|s| Error::from(&s))?
             .into_inner();
-        let mut turn = Turn::default();
+        let mut acc = Assembler::default();
         while let Some(ev) = stream.next().await {
             let ev = ev.map_err(|s| Error::from(&s))?;
-            match ev.event {
-                Some(v1::chat_event::Event::ProviderChosen(p)) => {
+            let Some(ev) = weft_proto::event_from_proto(ev) else {
+                continue;
+            };
+            match &ev {
+                ChatEvent::ProviderChosen {
+                    provider,
+                    model,
+                    fallbacks,
+                } => {
                     let chosen = RunEvent::ProviderChosen(ProviderChosen {
-                        provider: p.provider,
-                        model: p.model,
-                        fallbacks: p.fallbacks,
+                        provider: provider.clone(),
+                        model: model.clone(),
+                        fallbacks: *fallbacks,
                     });
                     self.persist(None, vec![chosen])
                         .await
                         .map_err(TurnError::Stop)?;
                     last_seq = *self.seq.lock().await - 1;
                 }
-                Some(v1::chat_event::Event::TextDelta(t)) => {
-                    self.live_delta(last_seq, &t.text).await;
-                    turn.text.push_str(&t.text);
-                }
-                Some(v1::chat_event::Event::ToolCallStart(t)) => {
-                    let e = turn.calls.entry(t.index).or_default();
-                    e.0 = t.id;
-                    e.1 = t.name;
-                }
-                Some(v1::chat_event::Event::ToolCallDelta(t)) => {
-                    turn.calls
-                        .entry(t.index)
-                        .or_default()
-                        .2
-                        .push_str(&t.arguments);
-                }
-                Some(v1::chat_event::Event::Usage(u)) => {
-                    turn.usage = weft_proto::usage_from_proto(u)
-                }
-                Some(v1::chat_event::Event::Finish(f)) => {
-                    turn.finish = Some(weft_proto::finish_from_proto(f.reason));
-                }
-                Some(v1::chat_event::Event::ProviderFallback(f)) => {
+                ChatEvent::Fallback(f) => {
                     let failed = RunEvent::ProviderFallback(ProviderFallback {
-                        provider: f.provider,
-                        model: f.model,
-                        code: f.code,
-                        message: f.message,
+                        provider: f.provider.clone(),
+                        model: f.model.clone(),
+                        code: f.code.clone(),
+                        message: f.message.clone(),
                     });
                     self.persist(None, vec![failed])
                         .await
                         .map_err(TurnError::Stop)?;
                     last_seq = *self.seq.lock().await - 1;
                 }
-                Some(
-                    v1::chat_event::Event::ReasoningDelta(_)
-                    | v1::chat_event::Event::ReasoningSignature(_),
-                )
-                | None => {}
+                ChatEvent::TextDelta(t) => self.live_delta(last_seq, t).await,
+                _ => {}
             }
+            acc.push(ev);
         }
-        Ok(turn)
+        Ok(acc.finish()?)
     }
 }
 
@@ -201,15 +169,6 @@ impl From<Error> for TurnError {
     fn from(e: Error) -> Self {
         Self::Model(e)
     }
-}
-
-#[derive(Default)]
-pub(crate) struct Turn {
-    text: String,
-    /// By index: (id, name, arguments).
-    calls: BTreeMap<u32, (String, String, String)>,
-    usage: Usage,
-    finish: Option<FinishReason>,
 }
 
 /// `m` with every tool call whose arguments are not a JSON object sent back as `{}`, or `None`

@@ -11,7 +11,7 @@ use weft_proto::router_api::{ChatReply, DirectRouter};
 use weft_proto::v1;
 
 use crate::routing::Routing;
-use crate::types::{ChatEvent, ChatRequest, EmbedRequest, Sampling};
+use crate::types::ChatRequest;
 
 pub struct RouterService {
     routing: Arc<Routing>,
@@ -30,103 +30,6 @@ fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
         .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
 }
 
-fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
-}
-
-fn json_field(s: &str, field: &str) -> Result<Option<serde_json::Value>, Error> {
-    if s.is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_str(s)
-        .map(Some)
-        .map_err(|_| Error::invalid(format!("`{field}` is not valid JSON")).with_param(field))
-}
-
-/// The domain request for a proto request.
-pub fn chat_request_from_proto(r: v1::ChatRequest) -> Result<ChatRequest, Error> {
-    let mut messages = Vec::with_capacity(r.messages.len());
-    for (i, m) in r.messages.into_iter().enumerate() {
-        messages.push(weft_proto::message_from_proto(m).ok_or_else(|| {
-            Error::invalid(format!("messages[{i}].role is missing"))
-                .with_param(format!("messages[{i}].role"))
-        })?);
-    }
-    let extra = match json_field(&r.extra_json, "extra")? {
-        Some(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    let s = r.sampling.unwrap_or_default();
-    Ok(ChatRequest {
-        tool_choice: json_field(&r.tool_choice_json, "tool_choice")?,
-        response_format: json_field(&r.response_format_json, "response_format")?,
-        model: r.model,
-        messages,
-        tools: r
-            .tools
-            .into_iter()
-            .map(weft_proto::tool_from_proto)
-            .collect(),
-        sampling: Sampling {
-            temperature: s.temperature,
-            top_p: s.top_p,
-            max_tokens: s.max_tokens,
-            stop: s.stop,
-            seed: s.seed,
-            presence_penalty: s.presence_penalty,
-            frequency_penalty: s.frequency_penalty,
-        },
-        user: non_empty(r.user),
-        extra,
-        provider_hint: r.provider_hint,
-        tier_hint: r.tier_hint,
-        stream: r.stream,
-    })
-}
-
-/// The proto event for a domain event.
-pub fn event_to_proto(e: ChatEvent) -> v1::ChatEvent {
-    use v1::chat_event::Event;
-    let event = match e {
-        ChatEvent::ProviderChosen {
-            provider,
-            model,
-            fallbacks,
-        } => Event::ProviderChosen(v1::ProviderChosen {
-            provider,
-            model,
-            fallbacks,
-        }),
-        ChatEvent::TextDelta(text) => Event::TextDelta(v1::TextDelta { text }),
-        ChatEvent::ReasoningDelta(text) => Event::ReasoningDelta(v1::ReasoningDelta { text }),
-        ChatEvent::ReasoningSignature(signature) => {
-            Event::ReasoningSignature(v1::ReasoningSignature { signature })
-        }
-        ChatEvent::Fallback {
-            provider,
-            model,
-            code,
-            message,
-        } => Event::ProviderFallback(v1::ProviderFallback {
-            provider,
-            model,
-            code,
-            message,
-        }),
-        ChatEvent::ToolCallStart { index, id, name } => {
-            Event::ToolCallStart(v1::ToolCallStart { index, id, name })
-        }
-        ChatEvent::ToolCallDelta { index, arguments } => {
-            Event::ToolCallDelta(v1::ToolCallDelta { index, arguments })
-        }
-        ChatEvent::Usage(u) => Event::Usage(weft_proto::usage_to_proto(u)),
-        ChatEvent::Finish(f) => Event::Finish(v1::Finish {
-            reason: weft_proto::finish_to_proto(f) as i32,
-        }),
-    };
-    v1::ChatEvent { event: Some(event) }
-}
-
 type ChatStream = Pin<Box<dyn Stream<Item = Result<v1::ChatEvent, Status>> + Send>>;
 
 fn chat_span(p: &Principal) -> tracing::Span {
@@ -138,14 +41,13 @@ fn chat_span(p: &Principal) -> tracing::Span {
 async fn accept_chat(
     routing: &Arc<Routing>,
     p: &Principal,
-    req: v1::ChatRequest,
+    req: ChatRequest,
     span: tracing::Span,
 ) -> Result<ChatReply, Error> {
-    let req = chat_request_from_proto(req)?;
     span.record("model", req.model.as_str());
     let accepted = routing.chat_as(p, req).instrument(span).await?;
     Ok(ChatReply {
-        events: Box::pin(accepted.events.map(|r| r.map(event_to_proto))),
+        events: Box::pin(accepted.events),
         headers: accepted.headers,
     })
 }
@@ -166,7 +68,7 @@ impl DirectRouter for Direct {
     fn chat<'a>(
         &'a self,
         p: &'a Principal,
-        req: v1::ChatRequest,
+        req: ChatRequest,
     ) -> Pin<Box<dyn std::future::Future<Output = Result<ChatReply, Error>> + Send + 'a>> {
         // A child of the caller's current span, as the gRPC face's is of the caller's context.
         let span = chat_span(p);
@@ -185,9 +87,12 @@ impl v1::router_server::Router for RouterService {
         let p = principal(&request)?;
         let span = chat_span(&p);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
-        let reply = accept_chat(&self.routing, &p, request.into_inner(), span).await?;
-        let mut resp =
-            Response::new(Box::pin(reply.events.map(|r| r.map_err(Status::from))) as ChatStream);
+        let req = weft_proto::chat_request_from_proto(request.into_inner())?;
+        let reply = accept_chat(&self.routing, &p, req, span).await?;
+        let events = reply
+            .events
+            .map(|r| r.map(weft_proto::event_to_proto).map_err(Status::from));
+        let mut resp = Response::new(Box::pin(events) as ChatStream);
         for (name, value) in reply.headers {
             if let Ok(v) = value.parse() {
                 resp.metadata_mut().insert(name, v);
@@ -203,15 +108,7 @@ impl v1::router_server::Router for RouterService {
         let p = principal(&request)?;
         let span = tracing::info_span!("router.embed", tenant = %p.tenant);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
-        let r = request.into_inner();
-        let req = EmbedRequest {
-            model: r.model,
-            input: r.input,
-            dimensions: r.dimensions,
-            user: non_empty(r.user),
-            provider_hint: r.provider_hint,
-            tier_hint: r.tier_hint,
-        };
+        let req = weft_proto::embed_request_from_proto(request.into_inner());
         let (res, headers) = self.routing.embed_as(&p, &req).instrument(span).await?;
         let mut resp = Response::new(v1::EmbedResponse {
             provider: res.provider,

@@ -15,7 +15,7 @@ use weft_core::{Error, ErrorCode, Principal};
 use crate::RouterError;
 use crate::accounting::{self, Deps, Ledger, LimitHeaders};
 use crate::providers::{Driver, EventStream, ProviderError};
-use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
+use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult, Fallback};
 
 /// One place a request may go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -616,12 +616,12 @@ impl Routing {
 }
 
 fn fallback_event(c: &Candidate, e: &Error) -> ChatEvent {
-    ChatEvent::Fallback {
+    ChatEvent::Fallback(Fallback {
         provider: c.provider.clone(),
         model: c.model.clone(),
         code: e.code.as_str().to_owned(),
         message: e.message.clone(),
-    }
+    })
 }
 
 /// The driver's events with the call accounted when they end: the usage is noted, and before
@@ -745,7 +745,7 @@ mod tests {
         let mut s = r.chat(&req).await.unwrap();
         assert!(matches!(
             s.next().await.unwrap().unwrap(),
-            ChatEvent::Fallback { provider, model, code, .. }
+            ChatEvent::Fallback(Fallback { provider, model, code, .. })
                 if provider == "m2" && model == "flaky" && code == "upstream_error"
         ));
         assert_eq!(

@@ -466,10 +466,9 @@ fn complete(name: &str, what: &str, outcome: Outcome) -> (Vec<ChatEvent>, Usage,
         "{name}: {what}: Usage must come before Finish: {events:?}"
     );
     assert!(
-        !events.iter().any(|e| matches!(
-            e,
-            ChatEvent::ProviderChosen { .. } | ChatEvent::Fallback { .. }
-        )),
+        !events
+            .iter()
+            .any(|e| matches!(e, ChatEvent::ProviderChosen { .. } | ChatEvent::Fallback(_))),
         "{name}: {what}: drivers never emit ProviderChosen or Fallback: {events:?}"
     );
     (events, usage, finish)

@@ -196,7 +196,7 @@ async fn a_500_before_the_first_byte_falls_back_to_the_next_candidate() {
     );
     let ev = events(&r, &request("chain", true)).await;
     assert!(
-        matches!(&ev[0], Ok(ChatEvent::Fallback { provider, code, .. }) if provider == "bad" && code == "upstream_error"),
+        matches!(&ev[0], Ok(ChatEvent::Fallback(weft_router::types::Fallback { provider, code, .. })) if provider == "bad" && code == "upstream_error"),
         "{ev:?}"
     );
     assert!(
@@ -368,7 +368,7 @@ async fn a_stream_that_fails_before_its_first_event_falls_back() {
     );
     let ev = events(&r, &request("chain", true)).await;
     assert!(
-        matches!(&ev[0], Ok(ChatEvent::Fallback { provider, .. }) if provider == "bad"),
+        matches!(&ev[0], Ok(ChatEvent::Fallback(weft_router::types::Fallback { provider, .. })) if provider == "bad"),
         "{ev:?}"
     );
     assert_eq!(text(&ev), "echo: hello world");

@@ -4,6 +4,7 @@
 
 pub mod acl;
 pub mod agent;
+pub mod chat;
 pub mod def;
 pub mod error;
 pub mod ids;

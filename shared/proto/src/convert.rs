@@ -1,5 +1,7 @@
 //! Conversions between generated prost types and `weft-core` domain types.
 
+use weft_core::Error;
+use weft_core::chat::{ChatEvent, ChatRequest, EmbedRequest, Fallback, Sampling};
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 
 use crate::v1;
@@ -159,6 +161,186 @@ pub fn finish_from_proto(f: i32) -> FinishReason {
     }
 }
 
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn json_field(s: &str, field: &str) -> Result<Option<serde_json::Value>, Error> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(s)
+        .map(Some)
+        .map_err(|_| Error::invalid(format!("`{field}` is not valid JSON")).with_param(field))
+}
+
+/// The proto request for a chat turn (the gRPC hop to a router in another process).
+pub fn chat_request_to_proto(r: ChatRequest) -> v1::ChatRequest {
+    let json_str = |v: Option<serde_json::Value>| v.map(|v| v.to_string()).unwrap_or_default();
+    let s = r.sampling;
+    v1::ChatRequest {
+        model: r.model,
+        messages: r.messages.iter().map(message_to_proto).collect(),
+        tools: r.tools.iter().map(tool_to_proto).collect(),
+        tool_choice_json: json_str(r.tool_choice),
+        sampling: Some(v1::Sampling {
+            temperature: s.temperature,
+            top_p: s.top_p,
+            max_tokens: s.max_tokens,
+            stop: s.stop,
+            seed: s.seed,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+        }),
+        response_format_json: json_str(r.response_format),
+        user: r.user.unwrap_or_default(),
+        extra_json: if r.extra.is_empty() {
+            String::new()
+        } else {
+            serde_json::Value::Object(r.extra).to_string()
+        },
+        provider_hint: r.provider_hint,
+        tier_hint: r.tier_hint,
+        stream: r.stream,
+    }
+}
+
+/// The chat turn a proto request asks for; a 400 naming the field when it is malformed.
+pub fn chat_request_from_proto(r: v1::ChatRequest) -> Result<ChatRequest, Error> {
+    let mut messages = Vec::with_capacity(r.messages.len());
+    for (i, m) in r.messages.into_iter().enumerate() {
+        messages.push(message_from_proto(m).ok_or_else(|| {
+            Error::invalid(format!("messages[{i}].role is missing"))
+                .with_param(format!("messages[{i}].role"))
+        })?);
+    }
+    let extra = match json_field(&r.extra_json, "extra")? {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let s = r.sampling.unwrap_or_default();
+    Ok(ChatRequest {
+        tool_choice: json_field(&r.tool_choice_json, "tool_choice")?,
+        response_format: json_field(&r.response_format_json, "response_format")?,
+        model: r.model,
+        messages,
+        tools: r.tools.into_iter().map(tool_from_proto).collect(),
+        sampling: Sampling {
+            temperature: s.temperature,
+            top_p: s.top_p,
+            max_tokens: s.max_tokens,
+            stop: s.stop,
+            seed: s.seed,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+        },
+        user: non_empty(r.user),
+        extra,
+        provider_hint: r.provider_hint,
+        tier_hint: r.tier_hint,
+        stream: r.stream,
+    })
+}
+
+/// The proto event for a chat event.
+pub fn event_to_proto(e: ChatEvent) -> v1::ChatEvent {
+    use v1::chat_event::Event;
+    let event = match e {
+        ChatEvent::ProviderChosen {
+            provider,
+            model,
+            fallbacks,
+        } => Event::ProviderChosen(v1::ProviderChosen {
+            provider,
+            model,
+            fallbacks,
+        }),
+        ChatEvent::TextDelta(text) => Event::TextDelta(v1::TextDelta { text }),
+        ChatEvent::ReasoningDelta(text) => Event::ReasoningDelta(v1::ReasoningDelta { text }),
+        ChatEvent::ReasoningSignature(signature) => {
+            Event::ReasoningSignature(v1::ReasoningSignature { signature })
+        }
+        ChatEvent::Fallback(Fallback {
+            provider,
+            model,
+            code,
+            message,
+        }) => Event::ProviderFallback(v1::ProviderFallback {
+            provider,
+            model,
+            code,
+            message,
+        }),
+        ChatEvent::ToolCallStart { index, id, name } => {
+            Event::ToolCallStart(v1::ToolCallStart { index, id, name })
+        }
+        ChatEvent::ToolCallDelta { index, arguments } => {
+            Event::ToolCallDelta(v1::ToolCallDelta { index, arguments })
+        }
+        ChatEvent::Usage(u) => Event::Usage(usage_to_proto(u)),
+        ChatEvent::Finish(f) => Event::Finish(v1::Finish {
+            reason: finish_to_proto(f) as i32,
+        }),
+    };
+    v1::ChatEvent { event: Some(event) }
+}
+
+/// The chat event a proto event carries; `None` for an empty one (nothing to act on).
+pub fn event_from_proto(e: v1::ChatEvent) -> Option<ChatEvent> {
+    use v1::chat_event::Event;
+    Some(match e.event? {
+        Event::ProviderChosen(c) => ChatEvent::ProviderChosen {
+            provider: c.provider,
+            model: c.model,
+            fallbacks: c.fallbacks,
+        },
+        Event::TextDelta(t) => ChatEvent::TextDelta(t.text),
+        Event::ReasoningDelta(t) => ChatEvent::ReasoningDelta(t.text),
+        Event::ReasoningSignature(s) => ChatEvent::ReasoningSignature(s.signature),
+        Event::ProviderFallback(f) => ChatEvent::Fallback(Fallback {
+            provider: f.provider,
+            model: f.model,
+            code: f.code,
+            message: f.message,
+        }),
+        Event::ToolCallStart(s) => ChatEvent::ToolCallStart {
+            index: s.index,
+            id: s.id,
+            name: s.name,
+        },
+        Event::ToolCallDelta(d) => ChatEvent::ToolCallDelta {
+            index: d.index,
+            arguments: d.arguments,
+        },
+        Event::Usage(u) => ChatEvent::Usage(usage_from_proto(u)),
+        Event::Finish(f) => ChatEvent::Finish(finish_from_proto(f.reason)),
+    })
+}
+
+/// The proto request for an embedding call.
+pub fn embed_request_to_proto(r: EmbedRequest) -> v1::EmbedRequest {
+    v1::EmbedRequest {
+        model: r.model,
+        input: r.input,
+        dimensions: r.dimensions,
+        user: r.user.unwrap_or_default(),
+        provider_hint: r.provider_hint,
+        tier_hint: r.tier_hint,
+    }
+}
+
+/// The embedding call a proto request asks for.
+pub fn embed_request_from_proto(r: v1::EmbedRequest) -> EmbedRequest {
+    EmbedRequest {
+        model: r.model,
+        input: r.input,
+        dimensions: r.dimensions,
+        user: non_empty(r.user),
+        provider_hint: r.provider_hint,
+        tier_hint: r.tier_hint,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +386,66 @@ mod tests {
             parameters,
         };
         assert_eq!(tool_from_proto(tool_to_proto(&t)), t);
+    }
+
+    #[test]
+    fn chat_requests_and_events_round_trip_through_proto() {
+        let mut extra = serde_json::Map::new();
+        extra.insert("top_k".into(), serde_json::json!(5));
+        let r = ChatRequest {
+            model: "m".into(),
+            messages: vec![Message {
+                role: Role::User,
+                content: vec![ContentBlock::text("hi")],
+                name: None,
+            }],
+            tools: vec![],
+            tool_choice: Some(serde_json::json!("auto")),
+            sampling: Sampling {
+                temperature: Some(0.5),
+                stop: vec!["x".into()],
+                ..Sampling::default()
+            },
+            response_format: None,
+            user: Some("u".into()),
+            extra,
+            provider_hint: Some("p".into()),
+            tier_hint: None,
+            stream: true,
+        };
+        assert_eq!(
+            chat_request_from_proto(chat_request_to_proto(r.clone())).unwrap(),
+            r
+        );
+        for e in [
+            ChatEvent::ProviderChosen {
+                provider: "p".into(),
+                model: "m".into(),
+                fallbacks: 1,
+            },
+            ChatEvent::Fallback(Fallback {
+                provider: "q".into(),
+                model: "n".into(),
+                code: "upstream_error".into(),
+                message: "down".into(),
+            }),
+            ChatEvent::TextDelta("a".into()),
+            ChatEvent::ReasoningDelta("r".into()),
+            ChatEvent::ReasoningSignature("s".into()),
+            ChatEvent::ToolCallStart {
+                index: 1,
+                id: "c".into(),
+                name: "f".into(),
+            },
+            ChatEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{}".into(),
+            },
+            ChatEvent::Usage(Usage::new(1, 2)),
+            ChatEvent::Finish(FinishReason::Length),
+        ] {
+            assert_eq!(event_from_proto(event_to_proto(e.clone())), Some(e));
+        }
     }
 
     #[test]

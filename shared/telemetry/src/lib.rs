@@ -64,6 +64,9 @@ pub fn init(
             .with_service_name(service)
             .build(),
     );
+    // Spans become OpenTelemetry spans (and carry a trace context across the gRPC hop) only when
+    // they are exported: building an OTel span for every tracing span costs allocations on
+    // every request, for nothing when no collector receives them.
     if let Some(endpoint) = &cfg.otlp_endpoint {
         use opentelemetry_otlp::WithExportConfig as _;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -74,7 +77,10 @@ pub fn init(
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service));
+    let otel = cfg
+        .otlp_endpoint
+        .is_some()
+        .then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)));
     let fmt = match cfg.log_format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)

@@ -378,13 +378,14 @@ impl Fold for StreamState {
             self.done = true;
             return Ok(());
         }
-        if let Some(m) = serde_json::from_str::<Value>(data)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-        {
-            return Err(Fault::Upstream(m));
+        // Parsed once: an error object, or a chunk.
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return Err(Fault::Malformed);
+        };
+        if let Some(m) = v["error"]["message"].as_str() {
+            return Err(Fault::Upstream(m.to_owned()));
         }
-        let ok = self.on_chunk(data);
+        let ok = self.on_chunk(&v);
         out.extend(self.pending.drain(..));
         if ok { Ok(()) } else { Err(Fault::Malformed) }
     }
@@ -405,11 +406,8 @@ impl Fold for StreamState {
 }
 
 impl StreamState {
-    /// Applies one `data:` payload; `false` when it is not a chunk.
-    fn on_chunk(&mut self, data: &str) -> bool {
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return false;
-        };
+    /// Applies one parsed `data:` payload; `false` when it is not a chunk.
+    fn on_chunk(&mut self, v: &Value) -> bool {
         if let Some(u) = parse_usage(&v["usage"]) {
             self.usage = Some(u);
         }
@@ -464,6 +462,12 @@ impl StreamState {
             }
         }
         true
+    }
+
+    /// [`Self::on_chunk`] for a payload as text (`false` when it is not JSON).
+    #[cfg(test)]
+    fn on_text(&mut self, data: &str) -> bool {
+        serde_json::from_str::<Value>(data).is_ok_and(|v| self.on_chunk(&v))
     }
 
     fn finish(&mut self) {
@@ -547,13 +551,13 @@ mod tests {
     #[test]
     fn stream_chunks_fold_into_events() {
         let mut s = StreamState::default();
-        assert!(s.on_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":"he"}}]}"#));
-        assert!(s.on_chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a"}}]}}]}"#));
-        assert!(s.on_chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\":1}"}}]},"finish_reason":"tool_calls"}]}"#));
-        assert!(s.on_chunk(
+        assert!(s.on_text(r#"{"choices":[{"delta":{"role":"assistant","content":"he"}}]}"#));
+        assert!(s.on_text(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a"}}]}}]}"#));
+        assert!(s.on_text(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\":1}"}}]},"finish_reason":"tool_calls"}]}"#));
+        assert!(s.on_text(
             r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#
         ));
-        assert!(!s.on_chunk("{nope"));
+        assert!(!s.on_text("{nope"));
         s.finish();
         let ev: Vec<_> = s.pending.drain(..).collect();
         assert_eq!(ev[0], ChatEvent::TextDelta("he".into()));
