@@ -5,10 +5,13 @@
 
 mod agents;
 mod channels;
+mod dialect;
 pub mod error;
 pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(test)]
+mod golden_tests;
 mod health;
 mod ingress;
 mod llm;
@@ -230,7 +233,7 @@ impl AppState {
     pub async fn router_chat(
         &self,
         p: &Principal,
-        msg: v1::ChatRequest,
+        msg: weft_core::chat::ChatRequest,
     ) -> Result<RouterChat, Error> {
         if let Some(direct) = &self.direct_router {
             return match tokio::time::timeout(self.request_timeout, direct.chat(p, msg)).await {
@@ -250,15 +253,20 @@ impl AppState {
                 Err(_) => Err(self.timeout_error()),
             };
         }
-        let req = self.internal(p, msg)?;
+        let req = self.internal(p, weft_proto::chat_request_to_proto(msg))?;
         let mut client = self.router.clone();
         match tokio::time::timeout(self.request_timeout, client.chat(req)).await {
             Ok(Ok(resp)) => {
                 let headers = rate_limit_headers(resp.metadata());
+                // Empty events (none are sent) carry nothing and are skipped.
+                let events = futures::StreamExt::filter_map(resp.into_inner(), |r| {
+                    std::future::ready(match r {
+                        Ok(ev) => weft_proto::event_from_proto(ev).map(Ok),
+                        Err(s) => Some(Err(from_status(&s))),
+                    })
+                });
                 Ok(RouterChat {
-                    events: Box::pin(futures::StreamExt::map(resp.into_inner(), |r| {
-                        r.map_err(|s| from_status(&s))
-                    })),
+                    events: Box::pin(events),
                     headers,
                 })
             }

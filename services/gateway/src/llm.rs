@@ -3,33 +3,38 @@
 //! `reasoning`), answered as JSON or as SSE (`provider_fallback`, `provider_chosen`,
 //! `content_block_start` / `_delta` / `_stop`, `message_delta`, `done`).
 //!
-//! It also holds what the block-based front doors share (this route and the Anthropic-compatible
-//! `/v1/messages`): [`Blocks`] turns the router's flat event stream into numbered content blocks,
-//! opened and closed in order, and [`collect`] assembles a whole answer from them.
+//! It also holds what the front doors share: [`collect`] reads a whole answer with the chat
+//! contract's one assembler, and the block-based doors (this route and the Anthropic-compatible
+//! `/v1/messages`) number the router's flat events into content blocks with
+//! `weft_core::chat::Blocks`.
 //!
 //! The native API is strict: an unknown field is a 400 that names it. Request fields weft does
 //! not model go in `extra`, which is forwarded to the provider as is.
 
-use std::convert::Infallible;
 use std::time::Duration;
+
+use futures::StreamExt as _;
 
 use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures::{Stream, StreamExt as _};
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
+use weft_core::chat::{
+    Answer, Assembler, Blocks, ChatEvent, ChatRequest, Delta, Fallback, Sampling, Start, Step,
+};
+use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, ErrorCode, Principal, Scope};
-use weft_proto::v1;
+use weft_proto::router_api::ChatEvents;
 
 use crate::error::{ApiError, Shape};
 use crate::extract::NativeJson;
-use crate::{AppState, RouterChat};
+
+use crate::AppState;
+use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -266,12 +271,12 @@ pub(crate) fn schema_or_empty(s: Option<Value>) -> Value {
 }
 
 /// The router's OpenAI-style `tool_choice` for the native one.
-fn tool_choice_json(
+fn tool_choice(
     choice: Option<Value>,
-    tools: &[v1::ToolSpec],
-) -> std::result::Result<String, Error> {
+    tools: &[ToolSpec],
+) -> std::result::Result<Option<Value>, Error> {
     let Some(choice) = choice else {
-        return Ok(String::new());
+        return Ok(None);
     };
     let bad = || {
         Error::invalid(format!(
@@ -280,12 +285,10 @@ fn tool_choice_json(
         .with_param("tool_choice")
     };
     match &choice {
-        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-            Ok(choice.to_string())
-        }
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(Some(choice)),
         Value::Object(o) if o.len() == 2 && o.get("type") == Some(&json!("tool")) => {
             let name = o.get("name").and_then(Value::as_str).ok_or_else(bad)?;
-            named_tool_choice(name, tools, "tool_choice.name")
+            named_tool_choice(name, tools, "tool_choice.name").map(Some)
         }
         _ => Err(bad()),
     }
@@ -294,16 +297,16 @@ fn tool_choice_json(
 /// `{"type":"function","function":{"name"}}` for a tool the request offers.
 pub(crate) fn named_tool_choice(
     name: &str,
-    tools: &[v1::ToolSpec],
+    tools: &[ToolSpec],
     param: &str,
-) -> std::result::Result<String, Error> {
+) -> std::result::Result<Value, Error> {
     if !tools.iter().any(|t| t.name == name) {
         return Err(invalid_at(
             param,
             format!("names tool {name:?}, which is not among the request's `tools`"),
         ));
     }
-    Ok(json!({"type": "function", "function": {"name": name}}).to_string())
+    Ok(json!({"type": "function", "function": {"name": name}}))
 }
 
 /// A nested block of a tool result: text or an image.
@@ -414,10 +417,10 @@ fn to_message(i: usize, m: LlmMessage) -> std::result::Result<Message, Error> {
 }
 
 /// Validates the request and converts it to the router's contract.
-pub(crate) fn to_proto(
+pub(crate) fn to_chat(
     r: LlmChatRequest,
     headers: &HeaderMap,
-) -> std::result::Result<v1::ChatRequest, Error> {
+) -> std::result::Result<ChatRequest, Error> {
     if r.model.trim().is_empty() {
         return Err(Error::invalid(
             "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
@@ -456,24 +459,24 @@ pub(crate) fn to_proto(
                 format!("must be a JSON schema object, got {p}"),
             ));
         }
-        tools.push(weft_proto::tool_to_proto(&ToolSpec {
+        tools.push(ToolSpec {
             name: t.name,
             description: t.description,
             parameters: schema_or_empty(t.parameters),
-        }));
+        });
     }
     let mut messages = Vec::with_capacity(r.messages.len());
     for (i, m) in r.messages.into_iter().enumerate() {
-        messages.push(weft_proto::message_to_proto(&to_message(i, m)?));
+        messages.push(to_message(i, m)?);
     }
-    let tool_choice_json = tool_choice_json(r.tool_choice, &tools)?;
+    let tool_choice = tool_choice(r.tool_choice, &tools)?;
     let s = r.sampling;
-    Ok(v1::ChatRequest {
+    Ok(ChatRequest {
         model: r.model,
         messages,
         tools,
-        tool_choice_json,
-        sampling: Some(v1::Sampling {
+        tool_choice,
+        sampling: Sampling {
             temperature: s.temperature,
             top_p: s.top_p,
             max_tokens: s.max_tokens,
@@ -481,272 +484,27 @@ pub(crate) fn to_proto(
             seed: s.seed,
             presence_penalty: s.presence_penalty,
             frequency_penalty: s.frequency_penalty,
-        }),
-        response_format_json: r.response_format.map(|v| v.to_string()).unwrap_or_default(),
-        user: r.user.unwrap_or_default(),
-        extra_json: if r.extra.is_empty() {
-            String::new()
-        } else {
-            Value::Object(r.extra).to_string()
         },
+        response_format: r.response_format,
+        // An empty id is no id (as over the gRPC hop).
+        user: r.user.filter(|u| !u.is_empty()),
+        extra: r.extra,
         provider_hint: header(headers, "x-weft-provider"),
         tier_hint: header(headers, "x-weft-tier"),
         stream: r.stream,
     })
 }
 
-// --- from events to content blocks ----------------------------------------------------------------
+// --- answers -------------------------------------------------------------------------------------
 
-/// How a content block begins.
-pub(crate) enum Start {
-    Text,
-    Reasoning,
-    ToolUse { id: String, name: String },
-}
-
-/// A piece of a content block.
-pub(crate) enum Delta {
-    Text(String),
-    Reasoning(String),
-    /// The provider's signature over the reasoning (it replaces any earlier one).
-    Signature(String),
-    /// A piece of a tool call's JSON arguments.
-    InputJson(String),
-}
-
-/// One thing the router's stream said, in block terms.
-pub(crate) enum Step {
-    Fallback(v1::ProviderFallback),
-    Chosen(v1::ProviderChosen),
-    Start {
-        index: u32,
-        start: Start,
-    },
-    Delta {
-        index: u32,
-        delta: Delta,
-    },
-    Stop {
-        index: u32,
-    },
-    Usage(v1::Usage),
-    /// Always after the last block's `Stop`.
-    Finish(FinishReason),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Open {
-    Text,
-    Reasoning,
-    ToolUse,
-}
-
-/// Numbers the blocks of an answer as the router's events arrive: a block is opened when its
-/// first piece comes, and closed when a piece of another kind (or the finish) comes, so at most
-/// one block is open at a time and the indexes follow the order of the answer.
-///
-/// A provider that interleaves the arguments of parallel tool calls sends a piece for a call
-/// whose block is already closed; it is reported against that block's index all the same (the
-/// assembled answer is right; a stream then has a delta after that block's stop).
-#[derive(Default)]
-pub(crate) struct Blocks {
-    open: Option<(u32, Open)>,
-    next: u32,
-    /// (the router's tool-call index, block index) of each tool call so far.
-    calls: Vec<(u32, u32)>,
-    last_reasoning: Option<u32>,
-}
-
-impl Blocks {
-    fn close(&mut self, out: &mut Vec<Step>) {
-        if let Some((index, _)) = self.open.take() {
-            out.push(Step::Stop { index });
-        }
-    }
-
-    fn start(&mut self, kind: Open, start: Start, out: &mut Vec<Step>) -> u32 {
-        self.close(out);
-        let index = self.next;
-        self.next += 1;
-        self.open = Some((index, kind));
-        out.push(Step::Start { index, start });
-        index
-    }
-
-    /// The open block of `kind`, opening one when the open block is of another kind.
-    fn ensure(&mut self, kind: Open, start: fn() -> Start, out: &mut Vec<Step>) -> u32 {
-        match self.open {
-            Some((i, k)) if k == kind => i,
-            _ => self.start(kind, start(), out),
-        }
-    }
-
-    /// Translates one router event into steps.
-    pub(crate) fn step(&mut self, ev: v1::ChatEvent, out: &mut Vec<Step>) {
-        use v1::chat_event::Event as E;
-        match ev.event {
-            Some(E::ProviderFallback(f)) => out.push(Step::Fallback(f)),
-            Some(E::ProviderChosen(c)) => out.push(Step::Chosen(c)),
-            Some(E::TextDelta(t)) if !t.text.is_empty() => {
-                let index = self.ensure(Open::Text, || Start::Text, out);
-                out.push(Step::Delta {
-                    index,
-                    delta: Delta::Text(t.text),
-                });
-            }
-            Some(E::ReasoningDelta(t)) if !t.text.is_empty() => {
-                let index = self.ensure(Open::Reasoning, || Start::Reasoning, out);
-                self.last_reasoning = Some(index);
-                out.push(Step::Delta {
-                    index,
-                    delta: Delta::Reasoning(t.text),
-                });
-            }
-            Some(E::ReasoningSignature(s)) => {
-                let index = match (self.open, self.last_reasoning) {
-                    (Some((i, Open::Reasoning)), _) | (_, Some(i)) => i,
-                    _ => self.start(Open::Reasoning, Start::Reasoning, out),
-                };
-                self.last_reasoning = Some(index);
-                out.push(Step::Delta {
-                    index,
-                    delta: Delta::Signature(s.signature),
-                });
-            }
-            Some(E::ToolCallStart(s)) => {
-                let index = self.start(
-                    Open::ToolUse,
-                    Start::ToolUse {
-                        id: s.id,
-                        name: s.name,
-                    },
-                    out,
-                );
-                self.calls.push((s.index, index));
-            }
-            Some(E::ToolCallDelta(d)) if !d.arguments.is_empty() => {
-                match self.calls.iter().rev().find(|c| c.0 == d.index) {
-                    Some(&(_, index)) => out.push(Step::Delta {
-                        index,
-                        delta: Delta::InputJson(d.arguments),
-                    }),
-                    None => tracing::warn!(
-                        call = d.index,
-                        "tool-call arguments arrived before the call started; dropped"
-                    ),
-                }
-            }
-            Some(E::Usage(u)) => out.push(Step::Usage(u)),
-            Some(E::Finish(f)) => {
-                self.close(out);
-                out.push(Step::Finish(weft_proto::finish_from_proto(f.reason)));
-            }
-            // Empty pieces open no block.
-            Some(E::TextDelta(_) | E::ReasoningDelta(_) | E::ToolCallDelta(_)) | None => {}
-        }
-    }
-}
-
-/// A block of an assembled answer.
-pub(crate) enum Assembled {
-    Text(String),
-    Reasoning {
-        text: String,
-        signature: Option<String>,
-    },
-    ToolUse {
-        id: String,
-        name: String,
-        /// The arguments as the model produced them (JSON text, possibly invalid).
-        input_json: String,
-    },
-}
-
-/// A whole answer, read from the router's stream.
-pub(crate) struct Collected {
-    pub provider: String,
-    pub model: String,
-    pub fallbacks: Vec<v1::ProviderFallback>,
-    pub blocks: Vec<Assembled>,
-    pub usage: v1::Usage,
-    pub finish: FinishReason,
-}
-
-/// The error for a stream that ended without its finish.
-pub(crate) fn ended_early() -> Error {
-    Error::new(
-        ErrorCode::UpstreamError,
-        "the provider's answer ended before it was complete; retry the request",
-    )
-}
-
-/// Reads the router's stream to its end and assembles the answer.
-pub(crate) async fn collect(
-    events: &mut weft_proto::router_api::ChatEvents,
-) -> std::result::Result<Collected, Error> {
-    let mut machine = Blocks::default();
-    let mut out = Collected {
-        provider: String::new(),
-        model: String::new(),
-        fallbacks: Vec::new(),
-        blocks: Vec::new(),
-        usage: v1::Usage::default(),
-        finish: FinishReason::Stop,
-    };
-    let mut finished = false;
-    let mut steps = Vec::new();
+/// Reads the router's stream to its end and assembles the answer (the chat contract's one
+/// [`Assembler`]); an error when the stream fails or ends before its finish.
+pub(crate) async fn collect(events: &mut ChatEvents) -> std::result::Result<Answer, Error> {
+    let mut acc = Assembler::default();
     while let Some(ev) = events.next().await {
-        let ev = ev?;
-        machine.step(ev, &mut steps);
-        for step in steps.drain(..) {
-            match step {
-                Step::Fallback(f) => out.fallbacks.push(f),
-                Step::Chosen(c) => {
-                    out.provider = c.provider;
-                    out.model = c.model;
-                }
-                Step::Start { start, .. } => out.blocks.push(match start {
-                    Start::Text => Assembled::Text(String::new()),
-                    Start::Reasoning => Assembled::Reasoning {
-                        text: String::new(),
-                        signature: None,
-                    },
-                    Start::ToolUse { id, name } => Assembled::ToolUse {
-                        id,
-                        name,
-                        input_json: String::new(),
-                    },
-                }),
-                Step::Delta { index, delta } => {
-                    let block = usize::try_from(index)
-                        .ok()
-                        .and_then(|i| out.blocks.get_mut(i));
-                    match (block, delta) {
-                        (Some(Assembled::Text(t)), Delta::Text(d))
-                        | (Some(Assembled::Reasoning { text: t, .. }), Delta::Reasoning(d))
-                        | (Some(Assembled::ToolUse { input_json: t, .. }), Delta::InputJson(d)) => {
-                            t.push_str(&d);
-                        }
-                        (Some(Assembled::Reasoning { signature, .. }), Delta::Signature(s)) => {
-                            *signature = Some(s);
-                        }
-                        _ => {}
-                    }
-                }
-                Step::Stop { .. } => {}
-                Step::Usage(u) => out.usage = u,
-                Step::Finish(f) => {
-                    out.finish = f;
-                    finished = true;
-                }
-            }
-        }
+        acc.push(ev?);
     }
-    if finished {
-        Ok(out)
-    } else {
-        Err(ended_early())
-    }
+    acc.finish()
 }
 
 /// A tool call's arguments as a JSON object (`{}` for none); an error naming the tool when the
@@ -767,25 +525,6 @@ pub(crate) fn tool_input(name: &str, input_json: &str) -> std::result::Result<Va
     }
 }
 
-/// A stream fed by a task through a bounded channel; the task stops when the client goes away
-/// (its next send fails).
-pub(crate) fn channel_stream<F, Fut>(
-    f: F,
-) -> impl Stream<Item = std::result::Result<Event, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(32);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
-}
-
-/// An SSE event named `name` with a JSON body.
-pub(crate) fn sse_event(name: &str, data: &Value) -> Event {
-    Event::default().event(name).data(data.to_string())
-}
-
 // --- the handler ----------------------------------------------------------------------------------
 
 #[derive(Serialize)]
@@ -797,8 +536,8 @@ struct UsageOut {
     cache_write_tokens: u64,
 }
 
-impl From<v1::Usage> for UsageOut {
-    fn from(u: v1::Usage) -> Self {
+impl From<Usage> for UsageOut {
+    fn from(u: Usage) -> Self {
         Self {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
@@ -809,7 +548,7 @@ impl From<v1::Usage> for UsageOut {
     }
 }
 
-fn fallback_json(f: &v1::ProviderFallback) -> Value {
+fn fallback_json(f: &Fallback) -> Value {
     json!({"provider": f.provider, "model": f.model, "code": f.code, "message": f.message})
 }
 
@@ -822,17 +561,17 @@ fn finish_name(f: FinishReason) -> &'static str {
     }
 }
 
-fn block_json(b: Assembled) -> std::result::Result<Value, Error> {
+fn block_json(b: ContentBlock) -> std::result::Result<Value, Error> {
     Ok(match b {
-        Assembled::Text(text) => json!({"type": "text", "text": text}),
-        Assembled::Reasoning { text, signature } => {
+        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+        ContentBlock::Reasoning { text, signature } => {
             let mut v = json!({"type": "reasoning", "text": text});
             if let Some(s) = signature {
                 v["signature"] = Value::String(s);
             }
             v
         }
-        Assembled::ToolUse {
+        ContentBlock::ToolUse {
             id,
             name,
             input_json,
@@ -840,6 +579,8 @@ fn block_json(b: Assembled) -> std::result::Result<Value, Error> {
             let input = tool_input(&name, &input_json)?;
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         }
+        // An answer holds only text, reasoning and tool calls.
+        ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => Value::Null,
     })
 }
 
@@ -858,209 +599,116 @@ pub async fn chat_handler(
     let body = body
         .map_err(|ApiError(e, _)| ApiError::native(strict(e)))?
         .0;
-    let req = to_proto(body, &headers).map_err(ApiError::native)?;
-    let stream = req.stream;
-    let RouterChat {
-        mut events,
-        headers: limits,
-    } = st.router_chat(&p, req).await.map_err(ApiError::native)?;
-    if stream {
-        let sse = Sse::new(stream_events(events)).keep_alive(KeepAlive::new().interval(KEEPALIVE));
-        return Ok((limits, sse).into_response());
-    }
-    let c = collect(&mut events).await.map_err(ApiError::native)?;
-    let content = c
-        .blocks
-        .into_iter()
-        .map(block_json)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(ApiError::native)?;
-    let body = json!({
-        "id": response_id(),
-        "provider": c.provider,
-        "model": c.model,
-        "fallbacks": c.fallbacks.iter().map(fallback_json).collect::<Vec<_>>(),
-        "message": {"role": "assistant", "content": content},
-        "finish_reason": finish_name(c.finish),
-        "usage": UsageOut::from(c.usage),
-    });
-    Ok((limits, axum::Json(body)).into_response())
+    let req = to_chat(body, &headers).map_err(ApiError::native)?;
+    serve(&st, &p, req, Native::new(response_id())).await
 }
 
-/// The native SSE events for the router's stream.
-fn stream_events(
-    mut events: weft_proto::router_api::ChatEvents,
-) -> impl Stream<Item = std::result::Result<Event, Infallible>> {
-    channel_stream(move |tx| async move {
-        let mut machine = Blocks::default();
-        let mut usage = v1::Usage::default();
-        let mut finished = false;
-        let mut steps = Vec::new();
-        while let Some(item) = events.next().await {
-            let ev = match item {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let _ = tx.send(sse_event("error", &e.native_body())).await;
-                    return;
+/// weft's native format: the answer as content blocks, the stream as `provider_*`,
+/// `content_block_*`, `message_delta` and `done` events.
+#[derive(Clone, Default)]
+pub(crate) struct Native {
+    id: String,
+    blocks: Blocks,
+    steps: Vec<Step>,
+    usage: Usage,
+}
+
+impl Native {
+    pub(crate) fn new(id: String) -> Self {
+        Self {
+            id,
+            ..Self::default()
+        }
+    }
+}
+
+impl Dialect for Native {
+    const SHAPE: Shape = Shape::Native;
+    const KEEPALIVE: KeepAlive = KeepAlive::Comment(KEEPALIVE);
+
+    fn answer(self, a: Answer) -> std::result::Result<String, Error> {
+        let content = a
+            .blocks
+            .into_iter()
+            .map(block_json)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        to_json(&json!({
+            "id": self.id,
+            "provider": a.provider,
+            "model": a.model,
+            "fallbacks": a.fallbacks.iter().map(fallback_json).collect::<Vec<_>>(),
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": finish_name(a.finish),
+            "usage": UsageOut::from(a.usage),
+        }))
+    }
+
+    fn event(&mut self, ev: ChatEvent, out: &mut Sse) {
+        self.blocks.step(ev, &mut self.steps);
+        for step in self.steps.drain(..) {
+            match step {
+                Step::Fallback(f) => out.json(Some("provider_fallback"), &fallback_json(&f)),
+                Step::Chosen {
+                    provider, model, ..
+                } => out.json(
+                    Some("provider_chosen"),
+                    &json!({"provider": provider, "model": model}),
+                ),
+                Step::Start { index, start } => {
+                    let block = match start {
+                        Start::Text => json!({"type": "text"}),
+                        Start::Reasoning => json!({"type": "reasoning"}),
+                        Start::ToolUse { id, name } => {
+                            json!({"type": "tool_use", "id": id, "name": name})
+                        }
+                    };
+                    out.json(
+                        Some("content_block_start"),
+                        &json!({"index": index, "block": block}),
+                    );
                 }
-            };
-            machine.step(ev, &mut steps);
-            for step in steps.drain(..) {
-                let out = match step {
-                    Step::Fallback(f) => sse_event("provider_fallback", &fallback_json(&f)),
-                    Step::Chosen(c) => sse_event(
-                        "provider_chosen",
-                        &json!({"provider": c.provider, "model": c.model}),
-                    ),
-                    Step::Start { index, start } => {
-                        let block = match start {
-                            Start::Text => json!({"type": "text"}),
-                            Start::Reasoning => json!({"type": "reasoning"}),
-                            Start::ToolUse { id, name } => {
-                                json!({"type": "tool_use", "id": id, "name": name})
-                            }
-                        };
-                        sse_event(
-                            "content_block_start",
-                            &json!({"index": index, "block": block}),
-                        )
-                    }
-                    Step::Delta { index, delta } => {
-                        let delta = match delta {
-                            Delta::Text(t) => json!({"type": "text_delta", "text": t}),
-                            Delta::Reasoning(t) => json!({"type": "reasoning_delta", "text": t}),
-                            Delta::Signature(s) => {
-                                json!({"type": "signature_delta", "signature": s})
-                            }
-                            Delta::InputJson(j) => {
-                                json!({"type": "input_json_delta", "partial_json": j})
-                            }
-                        };
-                        sse_event(
-                            "content_block_delta",
-                            &json!({"index": index, "delta": delta}),
-                        )
-                    }
-                    Step::Stop { index } => {
-                        sse_event("content_block_stop", &json!({"index": index}))
-                    }
-                    Step::Usage(u) => {
-                        usage = u;
-                        continue;
-                    }
-                    Step::Finish(f) => {
-                        finished = true;
-                        sse_event(
-                            "message_delta",
-                            &json!({"finish_reason": finish_name(f), "usage": UsageOut::from(usage)}),
-                        )
-                    }
-                };
-                if tx.send(out).await.is_err() {
-                    return;
+                Step::Delta { index, delta } => {
+                    let delta = match delta {
+                        Delta::Text(t) => json!({"type": "text_delta", "text": t}),
+                        Delta::Reasoning(t) => json!({"type": "reasoning_delta", "text": t}),
+                        Delta::Signature(s) => json!({"type": "signature_delta", "signature": s}),
+                        Delta::InputJson(j) => {
+                            json!({"type": "input_json_delta", "partial_json": j})
+                        }
+                    };
+                    out.json(
+                        Some("content_block_delta"),
+                        &json!({"index": index, "delta": delta}),
+                    );
                 }
+                Step::Stop { index } => {
+                    out.json(Some("content_block_stop"), &json!({"index": index}));
+                }
+                Step::Usage(u) => self.usage = u,
+                Step::Finish(f) => out.json(
+                    Some("message_delta"),
+                    &json!({"finish_reason": finish_name(f), "usage": UsageOut::from(self.usage)}),
+                ),
             }
         }
-        let last = if finished {
-            sse_event("done", &json!({}))
+    }
+
+    fn end(&mut self, finished: bool, out: &mut Sse) {
+        if finished {
+            out.json(Some("done"), &json!({}));
         } else {
-            sse_event("error", &ended_early().native_body())
-        };
-        let _ = tx.send(last).await;
-    })
+            self.error(&weft_core::chat::ended_early(), out);
+        }
+    }
+
+    fn error(&mut self, e: &Error, out: &mut Sse) {
+        out.json(Some("error"), &e.native_body());
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ev(e: v1::chat_event::Event) -> v1::ChatEvent {
-        v1::ChatEvent { event: Some(e) }
-    }
-
-    fn shape(steps: &[Step]) -> Vec<String> {
-        steps
-            .iter()
-            .map(|s| match s {
-                Step::Fallback(_) => "fallback".into(),
-                Step::Chosen(_) => "chosen".into(),
-                Step::Start { index, start } => format!(
-                    "start {index} {}",
-                    match start {
-                        Start::Text => "text",
-                        Start::Reasoning => "reasoning",
-                        Start::ToolUse { .. } => "tool_use",
-                    }
-                ),
-                Step::Delta { index, .. } => format!("delta {index}"),
-                Step::Stop { index } => format!("stop {index}"),
-                Step::Usage(_) => "usage".into(),
-                Step::Finish(_) => "finish".into(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn blocks_open_and_close_in_order() {
-        use v1::chat_event::Event as E;
-        let mut m = Blocks::default();
-        let mut out = Vec::new();
-        for e in [
-            E::ProviderChosen(v1::ProviderChosen::default()),
-            E::ReasoningDelta(v1::ReasoningDelta { text: "hm".into() }),
-            E::ReasoningSignature(v1::ReasoningSignature {
-                signature: "sig".into(),
-            }),
-            E::TextDelta(v1::TextDelta { text: "".into() }),
-            E::TextDelta(v1::TextDelta { text: "a".into() }),
-            E::TextDelta(v1::TextDelta { text: "b".into() }),
-            E::ToolCallStart(v1::ToolCallStart {
-                index: 0,
-                id: "c0".into(),
-                name: "f".into(),
-            }),
-            E::ToolCallDelta(v1::ToolCallDelta {
-                index: 0,
-                arguments: "{}".into(),
-            }),
-            E::ToolCallStart(v1::ToolCallStart {
-                index: 1,
-                id: "c1".into(),
-                name: "g".into(),
-            }),
-            E::ToolCallDelta(v1::ToolCallDelta {
-                index: 0,
-                arguments: " ".into(),
-            }),
-            E::Usage(v1::Usage::default()),
-            E::Finish(v1::Finish { reason: 3 }),
-        ] {
-            m.step(ev(e), &mut out);
-        }
-        assert_eq!(
-            shape(&out),
-            [
-                "chosen",
-                "start 0 reasoning",
-                "delta 0",
-                "delta 0",
-                "stop 0",
-                "start 1 text",
-                "delta 1",
-                "delta 1",
-                "stop 1",
-                "start 2 tool_use",
-                "delta 2",
-                "stop 2",
-                "start 3 tool_use",
-                // A late piece of call 0 still goes to its block.
-                "delta 2",
-                "usage",
-                "stop 3",
-                "finish",
-            ]
-        );
-    }
 
     #[test]
     fn unknown_fields_are_named_with_their_path() {

@@ -25,29 +25,26 @@
 //! stream's `message_start` carries zero usage, since weft learns usage at the end; the real
 //! numbers come in `message_delta.usage`, which the SDKs merge into the final message.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
+use weft_core::chat::{
+    Answer, Blocks, ChatEvent, ChatRequest, Delta, Sampling, Start, Step, ended_early,
+};
+use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, Principal};
-use weft_proto::v1;
 
+use crate::AppState;
+use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
 use crate::error::{ApiError, Shape, anthropic_body};
 use crate::extract::OpenAiJson;
-use crate::llm::{
-    Assembled, Blocks, Delta, Start, Step, channel_stream, collect, ended_early, header,
-    named_tool_choice, range, sse_event, tool_input,
-};
-use crate::{AppState, RouterChat};
+use crate::llm::{header, named_tool_choice, range, tool_input};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -571,10 +568,10 @@ fn check_fields(r: &MessagesRequest) -> std::result::Result<(), Error> {
 }
 
 /// Validates the request and converts it to the router's contract.
-pub(crate) fn to_proto(
+pub(crate) fn to_chat(
     r: MessagesRequest,
     headers: &HeaderMap,
-) -> std::result::Result<v1::ChatRequest, Error> {
+) -> std::result::Result<ChatRequest, Error> {
     if r.model.trim().is_empty() {
         return Err(Error::invalid(
             "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
@@ -590,21 +587,18 @@ pub(crate) fn to_proto(
     };
     check_fields(&r)?;
     let messages = to_messages(r.system, r.messages)?;
-    let tools: Vec<v1::ToolSpec> = to_tools(r.tools)?
-        .iter()
-        .map(weft_proto::tool_to_proto)
-        .collect();
+    let tools = to_tools(r.tools)?;
     let mut extra = r.extra;
-    let tool_choice_json = match r.tool_choice {
-        None | Some(Value::Null) => String::new(),
+    let tool_choice = match r.tool_choice {
+        None | Some(Value::Null) => None,
         Some(v) => {
             let (json, no_parallel) = match typed::<ToolChoiceIn>(v, "tool_choice")? {
                 ToolChoiceIn::Auto {
                     disable_parallel_tool_use,
-                } => (json!("auto").to_string(), disable_parallel_tool_use),
+                } => (json!("auto"), disable_parallel_tool_use),
                 ToolChoiceIn::Any {
                     disable_parallel_tool_use,
-                } => (json!("required").to_string(), disable_parallel_tool_use),
+                } => (json!("required"), disable_parallel_tool_use),
                 ToolChoiceIn::Tool {
                     name,
                     disable_parallel_tool_use,
@@ -612,12 +606,12 @@ pub(crate) fn to_proto(
                     named_tool_choice(&name, &tools, "tool_choice.name")?,
                     disable_parallel_tool_use,
                 ),
-                ToolChoiceIn::None => (json!("none").to_string(), None),
+                ToolChoiceIn::None => (json!("none"), None),
             };
             if no_parallel == Some(true) {
                 extra.insert("parallel_tool_calls".into(), Value::Bool(false));
             }
-            json
+            Some(json)
         }
     };
     if let Some(k) = r.top_k {
@@ -627,12 +621,12 @@ pub(crate) fn to_proto(
         extra.insert("thinking".into(), t);
     }
     let stream = r.stream.unwrap_or(false);
-    Ok(v1::ChatRequest {
+    Ok(ChatRequest {
         model: r.model,
-        messages: messages.iter().map(weft_proto::message_to_proto).collect(),
+        messages,
         tools,
-        tool_choice_json,
-        sampling: Some(v1::Sampling {
+        tool_choice,
+        sampling: Sampling {
             temperature: r.temperature,
             top_p: r.top_p,
             max_tokens: Some(max_tokens),
@@ -640,14 +634,11 @@ pub(crate) fn to_proto(
             seed: None,
             presence_penalty: None,
             frequency_penalty: None,
-        }),
-        response_format_json: String::new(),
-        user: r.metadata.and_then(|m| m.user_id).unwrap_or_default(),
-        extra_json: if extra.is_empty() {
-            String::new()
-        } else {
-            Value::Object(extra).to_string()
         },
+        response_format: None,
+        // An empty id is no id (as over the gRPC hop).
+        user: r.metadata.and_then(|m| m.user_id).filter(|u| !u.is_empty()),
+        extra,
         provider_hint: header(headers, "x-weft-provider"),
         tier_hint: header(headers, "x-weft-tier"),
         stream,
@@ -670,7 +661,7 @@ fn stop_reason(f: FinishReason) -> &'static str {
 }
 
 /// Anthropic's usage: `input_tokens` counts only the uncached input.
-fn usage_json(u: &v1::Usage) -> Value {
+fn usage_json(u: &Usage) -> Value {
     json!({
         "input_tokens": u.prompt_tokens.saturating_sub(u.cache_read_tokens).saturating_sub(u.cache_write_tokens),
         "output_tokens": u.completion_tokens,
@@ -679,13 +670,13 @@ fn usage_json(u: &v1::Usage) -> Value {
     })
 }
 
-fn content_json(b: Assembled) -> std::result::Result<Value, Error> {
+fn content_json(b: ContentBlock) -> std::result::Result<Value, Error> {
     Ok(match b {
-        Assembled::Text(text) => json!({"type": "text", "text": text}),
-        Assembled::Reasoning { text, signature } => {
+        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+        ContentBlock::Reasoning { text, signature } => {
             json!({"type": "thinking", "thinking": text, "signature": signature.unwrap_or_default()})
         }
-        Assembled::ToolUse {
+        ContentBlock::ToolUse {
             id,
             name,
             input_json,
@@ -693,6 +684,8 @@ fn content_json(b: Assembled) -> std::result::Result<Value, Error> {
             let input = tool_input(&name, &input_json)?;
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         }
+        // An answer holds only text, reasoning and tool calls.
+        ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => Value::Null,
     })
 }
 
@@ -712,135 +705,131 @@ pub async fn messages_handler(
     headers: HeaderMap,
     body: std::result::Result<OpenAiJson<MessagesRequest>, ApiError>,
 ) -> Result<Response> {
-    let req = to_proto(anthropic(body)?, &headers).map_err(ApiError::anthropic)?;
-    let requested = req.model.clone();
-    let stream = req.stream;
-    let RouterChat {
-        mut events,
-        headers: limits,
-    } = st.router_chat(&p, req).await.map_err(ApiError::anthropic)?;
-    if stream {
-        let ping = Event::default().event("ping").data(r#"{"type":"ping"}"#);
-        let sse = Sse::new(stream_events(events, requested))
-            .keep_alive(KeepAlive::new().interval(PING).event(ping));
-        return Ok((limits, sse).into_response());
-    }
-    let c = collect(&mut events).await.map_err(ApiError::anthropic)?;
-    let content = c
-        .blocks
-        .into_iter()
-        .map(content_json)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(ApiError::anthropic)?;
-    let body = json!({
-        "id": message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": requested,
-        "content": content,
-        "stop_reason": stop_reason(c.finish),
-        "stop_sequence": null,
-        "usage": usage_json(&c.usage),
-    });
-    Ok((limits, axum::Json(body)).into_response())
+    let req = to_chat(anthropic(body)?, &headers).map_err(ApiError::anthropic)?;
+    let dialect = Anthropic::new(message_id(), req.model.clone());
+    serve(&st, &p, req, dialect).await
 }
 
-/// Anthropic's SSE events for the router's stream.
-fn stream_events(
-    mut events: weft_proto::router_api::ChatEvents,
+/// Anthropic's Messages format: the `message` object, or its stream from `message_start` to
+/// `message_stop`.
+#[derive(Clone)]
+pub(crate) struct Anthropic {
+    id: String,
+    /// The model asked for: Anthropic's answer names it (not the one the router chose).
     requested: String,
-) -> impl Stream<Item = std::result::Result<Event, Infallible>> {
-    channel_stream(move |tx| async move {
+    blocks: Blocks,
+    steps: Vec<Step>,
+    usage: Usage,
+}
+
+impl Anthropic {
+    pub(crate) fn new(id: String, requested: String) -> Self {
+        Self {
+            id,
+            requested,
+            blocks: Blocks::default(),
+            steps: Vec::new(),
+            usage: Usage::default(),
+        }
+    }
+}
+
+impl Dialect for Anthropic {
+    const SHAPE: Shape = Shape::Anthropic;
+    const KEEPALIVE: KeepAlive = KeepAlive::Event(PING, "ping", r#"{"type":"ping"}"#);
+
+    fn answer(self, a: Answer) -> std::result::Result<String, Error> {
+        let content = a
+            .blocks
+            .into_iter()
+            .map(content_json)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        to_json(&json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.requested,
+            "content": content,
+            "stop_reason": stop_reason(a.finish),
+            "stop_sequence": null,
+            "usage": usage_json(&a.usage),
+        }))
+    }
+
+    fn open(&mut self, out: &mut Sse) {
         let start = json!({
             "type": "message_start",
             "message": {
-                "id": message_id(), "type": "message", "role": "assistant", "model": requested,
+                "id": self.id, "type": "message", "role": "assistant", "model": self.requested,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": usage_json(&v1::Usage::default()),
+                "usage": usage_json(&Usage::default()),
             },
         });
-        if tx.send(sse_event("message_start", &start)).await.is_err() {
-            return;
-        }
-        let mut machine = Blocks::default();
-        let mut usage = v1::Usage::default();
-        let mut finished = false;
-        let mut steps = Vec::new();
-        while let Some(item) = events.next().await {
-            let ev = match item {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let _ = tx.send(sse_event("error", &anthropic_body(&e))).await;
-                    return;
+        out.json(Some("message_start"), &start);
+    }
+
+    fn event(&mut self, ev: ChatEvent, out: &mut Sse) {
+        self.blocks.step(ev, &mut self.steps);
+        for step in self.steps.drain(..) {
+            match step {
+                Step::Fallback(_) | Step::Chosen { .. } => {}
+                Step::Usage(u) => self.usage = u,
+                Step::Start { index, start } => {
+                    let block = match start {
+                        Start::Text => json!({"type": "text", "text": ""}),
+                        Start::Reasoning => {
+                            json!({"type": "thinking", "thinking": "", "signature": ""})
+                        }
+                        Start::ToolUse { id, name } => {
+                            json!({"type": "tool_use", "id": id, "name": name, "input": {}})
+                        }
+                    };
+                    out.json(
+                        Some("content_block_start"),
+                        &json!({"type": "content_block_start", "index": index, "content_block": block}),
+                    );
                 }
-            };
-            machine.step(ev, &mut steps);
-            for step in steps.drain(..) {
-                let out = match step {
-                    Step::Fallback(_) | Step::Chosen(_) => continue,
-                    Step::Usage(u) => {
-                        usage = u;
-                        continue;
-                    }
-                    Step::Start { index, start } => {
-                        let block = match start {
-                            Start::Text => json!({"type": "text", "text": ""}),
-                            Start::Reasoning => {
-                                json!({"type": "thinking", "thinking": "", "signature": ""})
-                            }
-                            Start::ToolUse { id, name } => {
-                                json!({"type": "tool_use", "id": id, "name": name, "input": {}})
-                            }
-                        };
-                        sse_event(
-                            "content_block_start",
-                            &json!({"type": "content_block_start", "index": index, "content_block": block}),
-                        )
-                    }
-                    Step::Delta { index, delta } => {
-                        let delta = match delta {
-                            Delta::Text(t) => json!({"type": "text_delta", "text": t}),
-                            Delta::Reasoning(t) => json!({"type": "thinking_delta", "thinking": t}),
-                            Delta::Signature(s) => {
-                                json!({"type": "signature_delta", "signature": s})
-                            }
-                            Delta::InputJson(j) => {
-                                json!({"type": "input_json_delta", "partial_json": j})
-                            }
-                        };
-                        sse_event(
-                            "content_block_delta",
-                            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-                        )
-                    }
-                    Step::Stop { index } => sse_event(
-                        "content_block_stop",
-                        &json!({"type": "content_block_stop", "index": index}),
-                    ),
-                    Step::Finish(f) => {
-                        finished = true;
-                        sse_event(
-                            "message_delta",
-                            &json!({
-                                "type": "message_delta",
-                                "delta": {"stop_reason": stop_reason(f), "stop_sequence": null},
-                                "usage": usage_json(&usage),
-                            }),
-                        )
-                    }
-                };
-                if tx.send(out).await.is_err() {
-                    return;
+                Step::Delta { index, delta } => {
+                    let delta = match delta {
+                        Delta::Text(t) => json!({"type": "text_delta", "text": t}),
+                        Delta::Reasoning(t) => json!({"type": "thinking_delta", "thinking": t}),
+                        Delta::Signature(s) => json!({"type": "signature_delta", "signature": s}),
+                        Delta::InputJson(j) => {
+                            json!({"type": "input_json_delta", "partial_json": j})
+                        }
+                    };
+                    out.json(
+                        Some("content_block_delta"),
+                        &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+                    );
                 }
+                Step::Stop { index } => out.json(
+                    Some("content_block_stop"),
+                    &json!({"type": "content_block_stop", "index": index}),
+                ),
+                Step::Finish(f) => out.json(
+                    Some("message_delta"),
+                    &json!({
+                        "type": "message_delta",
+                        "delta": {"stop_reason": stop_reason(f), "stop_sequence": null},
+                        "usage": usage_json(&self.usage),
+                    }),
+                ),
             }
         }
-        let last = if finished {
-            sse_event("message_stop", &json!({"type": "message_stop"}))
+    }
+
+    fn end(&mut self, finished: bool, out: &mut Sse) {
+        if finished {
+            out.json(Some("message_stop"), &json!({"type": "message_stop"}));
         } else {
-            sse_event("error", &anthropic_body(&ended_early()))
-        };
-        let _ = tx.send(last).await;
-    })
+            self.error(&ended_early(), out);
+        }
+    }
+
+    fn error(&mut self, e: &Error, out: &mut Sse) {
+        out.json(Some("error"), &anthropic_body(e));
+    }
 }
 
 // --- count_tokens ---------------------------------------------------------------------------------
@@ -896,7 +885,7 @@ pub async fn count_tokens_handler(
     // except that `max_tokens` may be left out.
     let mut check = r.clone();
     check.max_tokens.get_or_insert(1);
-    to_proto(check, &HeaderMap::new()).map_err(ApiError::anthropic)?;
+    to_chat(check, &HeaderMap::new()).map_err(ApiError::anthropic)?;
     let messages = to_messages(r.system, r.messages).map_err(ApiError::anthropic)?;
     let tools = to_tools(r.tools).map_err(ApiError::anthropic)?;
     Ok(axum::Json(json!({"input_tokens": estimate_tokens(&messages, &tools)})).into_response())
@@ -982,15 +971,14 @@ mod tests {
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
             "messages": [{"role": "user", "content": "x"}],
         }));
-        let p = to_proto(r, &HeaderMap::new()).unwrap();
-        let s = p.sampling.unwrap();
+        let p = to_chat(r, &HeaderMap::new()).unwrap();
+        let s = p.sampling;
         assert_eq!(s.max_tokens, Some(64));
         assert_eq!(s.stop, ["END"]);
-        assert_eq!(p.user, "u1");
-        assert_eq!(p.tool_choice_json, r#""required""#);
-        let extra: Value = serde_json::from_str(&p.extra_json).unwrap();
+        assert_eq!(p.user.as_deref(), Some("u1"));
+        assert_eq!(p.tool_choice, Some(json!("required")));
         assert_eq!(
-            extra,
+            Value::Object(p.extra),
             json!({"top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024},
                    "service_tier": "auto", "parallel_tool_calls": false})
         );
@@ -1030,7 +1018,7 @@ mod tests {
             ),
         ];
         for (body, param) in cases {
-            let e = to_proto(parse(body.clone()), &HeaderMap::new()).unwrap_err();
+            let e = to_chat(parse(body.clone()), &HeaderMap::new()).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
             assert!(e.message.contains(param), "{}", e.message);
         }
@@ -1038,7 +1026,7 @@ mod tests {
 
     #[test]
     fn usage_excludes_cached_input_and_tokens_are_estimated() {
-        let u = v1::Usage {
+        let u = Usage {
             prompt_tokens: 100,
             completion_tokens: 7,
             total_tokens: 107,

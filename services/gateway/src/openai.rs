@@ -2,25 +2,26 @@
 //! `/v1/models`. Requests are validated and converted to the router's contract here; answers
 //! are assembled in OpenAI's exact wire format. No run row is written on this path.
 
-use std::convert::Infallible;
+use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec};
+use weft_core::chat::{Answer, ChatEvent, ChatRequest, Sampling};
+use weft_core::message::{ContentBlock, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
+use weft_wire::openai;
 
-use crate::error::ApiError;
+use crate::AppState;
+use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
+use crate::error::{ApiError, Shape};
 use crate::extract::{OpenAiJson, ValidJson};
-use crate::{AppState, RouterChat};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -297,11 +298,11 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Validates the request and converts it to the router's contract.
-pub(crate) fn to_proto(
+/// Validates the request and converts it to the chat contract.
+pub(crate) fn to_chat(
     r: ChatCompletionRequest,
     headers: &HeaderMap,
-) -> std::result::Result<(v1::ChatRequest, bool, bool), Error> {
+) -> std::result::Result<(ChatRequest, bool, bool), Error> {
     if r.model.trim().is_empty() {
         return Err(Error::invalid(
             "`model` must not be empty; GET /v1/models lists the models you can use",
@@ -346,14 +347,14 @@ pub(crate) fn to_proto(
                     .with_param(format!("tools[{i}].function.name")),
             );
         }
-        tools.push(weft_proto::tool_to_proto(&ToolSpec {
+        tools.push(ToolSpec {
             name: t.function.name,
             description: t.function.description,
             parameters: t.function.parameters.map_or_else(
                 || json!({"type": "object", "properties": {}}),
                 Value::Object,
             ),
-        }));
+        });
     }
     let include_usage = r.stream_options.as_ref().is_some_and(|o| o.include_usage);
     let stop = match r.stop {
@@ -361,18 +362,13 @@ pub(crate) fn to_proto(
         Some(Stop::One(s)) => vec![s],
         Some(Stop::Many(v)) => v,
     };
-    let json_str = |v: Option<Value>| v.map(|v| v.to_string()).unwrap_or_default();
-    let req = v1::ChatRequest {
+    let req = ChatRequest {
         model: r.model,
-        messages: r
-            .messages
-            .into_iter()
-            .map(to_message)
-            .map(|m| weft_proto::message_to_proto(&m))
-            .collect(),
+        messages: r.messages.into_iter().map(to_message).collect(),
         tools,
-        tool_choice_json: json_str(r.tool_choice),
-        sampling: Some(v1::Sampling {
+        // `null` is no choice (as over the gRPC hop).
+        tool_choice: r.tool_choice.filter(|v| !v.is_null()),
+        sampling: Sampling {
             temperature: r.temperature,
             top_p: r.top_p,
             // Both names mean the same cap; the newer one wins when both are sent.
@@ -381,14 +377,11 @@ pub(crate) fn to_proto(
             seed: r.seed,
             presence_penalty: r.presence_penalty,
             frequency_penalty: r.frequency_penalty,
-        }),
-        response_format_json: json_str(r.response_format.map(Value::Object)),
-        user: r.user.unwrap_or_default(),
-        extra_json: if r.extra.is_empty() {
-            String::new()
-        } else {
-            Value::Object(r.extra).to_string()
         },
+        response_format: r.response_format.map(Value::Object),
+        // An empty id is no id (as over the gRPC hop).
+        user: r.user.filter(|u| !u.is_empty()),
+        extra: r.extra,
         provider_hint: header(headers, "x-weft-provider"),
         tier_hint: header(headers, "x-weft-tier"),
         stream: r.stream,
@@ -430,185 +423,174 @@ pub async fn chat_completions(
     headers: HeaderMap,
     ValidJson(body): OpenAiJson<ChatCompletionRequest>,
 ) -> Result<Response> {
-    let (req, stream, include_usage) = to_proto(body, &headers).map_err(ApiError::openai)?;
-    let requested_model = req.model.clone();
-    let RouterChat {
-        mut events,
-        headers: limits,
-    } = st.router_chat(&p, req).await.map_err(ApiError::openai)?;
-    if stream {
-        return Ok((limits, sse(events, requested_model, include_usage)).into_response());
-    }
-    let mut acc = Assembled::default();
-    while let Some(ev) = events.next().await {
-        let ev = ev.map_err(ApiError::openai)?;
-        acc.apply(ev);
-    }
-    Ok((limits, axum::Json(acc.into_completion(&requested_model))).into_response())
+    let (req, _, include_usage) = to_chat(body, &headers).map_err(ApiError::openai)?;
+    let dialect = OpenAi::new(req.model.clone(), include_usage);
+    serve(&st, &p, req, dialect).await
 }
 
-/// A non-streamed answer, assembled from events.
-#[derive(Default)]
-struct Assembled {
-    provider: String,
+fn usage_out(u: Usage) -> openai::Usage {
+    openai::Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+    }
+}
+
+/// OpenAI's Chat Completions format: one call's `chat.completion`, or its
+/// `chat.completion.chunk`s ending in `[DONE]`.
+#[derive(Clone)]
+pub(crate) struct OpenAi {
+    id: String,
+    created: u64,
+    /// The model asked for, then the one the router chose.
     model: String,
-    text: String,
-    reasoning: String,
-    /// (id, name, arguments) by index.
-    calls: Vec<(u32, String, String, String)>,
-    usage: Option<v1::Usage>,
-    finish: Option<FinishReason>,
-}
-
-impl Assembled {
-    fn apply(&mut self, ev: v1::ChatEvent) {
-        use v1::chat_event::Event as E;
-        match ev.event {
-            Some(E::ProviderChosen(c)) => {
-                self.provider = c.provider;
-                self.model = c.model;
-            }
-            Some(E::TextDelta(t)) => self.text.push_str(&t.text),
-            Some(E::ReasoningDelta(t)) => self.reasoning.push_str(&t.text),
-            Some(E::ToolCallStart(s)) => self.calls.push((s.index, s.id, s.name, String::new())),
-            Some(E::ToolCallDelta(d)) => {
-                if let Some(c) = self.calls.iter_mut().find(|c| c.0 == d.index) {
-                    c.3.push_str(&d.arguments);
-                }
-            }
-            Some(E::Usage(u)) => self.usage = Some(u),
-            Some(E::Finish(f)) => self.finish = Some(weft_proto::finish_from_proto(f.reason)),
-            Some(E::ProviderFallback(_) | E::ReasoningSignature(_)) | None => {}
-        }
-    }
-
-    fn into_completion(self, requested: &str) -> Value {
-        let tool_calls: Vec<Value> = self
-            .calls
-            .iter()
-            .map(|(_, id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
-            .collect();
-        let mut message = json!({
-            "role": "assistant",
-            "content": if self.text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(self.text) },
-            "refusal": null,
-        });
-        if !tool_calls.is_empty() {
-            message["tool_calls"] = Value::Array(tool_calls);
-        }
-        if !self.reasoning.is_empty() {
-            message["reasoning_content"] = Value::String(self.reasoning);
-        }
-        let u = self.usage.unwrap_or_default();
-        json!({
-            "id": completion_id(),
-            "object": "chat.completion",
-            "created": unix_now(),
-            "model": if self.model.is_empty() { requested.to_owned() } else { self.model },
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "finish_reason": self.finish.unwrap_or(FinishReason::Stop).as_openai(),
-                "logprobs": null,
-            }],
-            "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens},
-            "system_fingerprint": format!("weft/{}", self.provider),
-        })
-    }
-}
-
-fn sse(
-    mut events: weft_proto::router_api::ChatEvents,
-    requested: String,
     include_usage: bool,
-) -> Sse<impl Stream<Item = std::result::Result<Event, Infallible>>> {
-    use v1::chat_event::Event as E;
-    let id = completion_id();
-    let created = unix_now();
-    let stream = async_stream(move |tx| async move {
-        let mut model = requested;
-        let mut usage: Option<v1::Usage> = None;
-        let chunk = |model: &str, delta: Value, finish: Option<&str>| {
-            let mut c = json!({
-                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
-            });
-            if include_usage {
-                c["usage"] = Value::Null;
-            }
-            Event::default().data(c.to_string())
-        };
-        while let Some(item) = events.next().await {
-            let ev = match item {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let _ = tx
-                        .send(Event::default().data(e.openai_body().to_string()))
-                        .await;
-                    return;
-                }
-            };
-            let out = match ev.event {
-                Some(E::ProviderChosen(c)) => {
-                    model = c.model;
-                    Some(chunk(
-                        &model,
-                        json!({"role": "assistant", "content": ""}),
-                        None,
-                    ))
-                }
-                Some(E::TextDelta(t)) => Some(chunk(&model, json!({"content": t.text}), None)),
-                Some(E::ReasoningDelta(t)) => {
-                    Some(chunk(&model, json!({"reasoning_content": t.text}), None))
-                }
-                Some(E::ToolCallStart(s)) => Some(chunk(
-                    &model,
-                    json!({"tool_calls": [{"index": s.index, "id": s.id, "type": "function", "function": {"name": s.name, "arguments": ""}}]}),
-                    None,
-                )),
-                Some(E::ToolCallDelta(d)) => Some(chunk(
-                    &model,
-                    json!({"tool_calls": [{"index": d.index, "function": {"arguments": d.arguments}}]}),
-                    None,
-                )),
-                Some(E::Usage(u)) => {
-                    usage = Some(u);
-                    None
-                }
-                Some(E::Finish(f)) => {
-                    let reason = weft_proto::finish_from_proto(f.reason).as_openai();
-                    Some(chunk(&model, json!({}), Some(reason)))
-                }
-                Some(E::ProviderFallback(_) | E::ReasoningSignature(_)) | None => None,
-            };
-            if let Some(ev) = out
-                && tx.send(ev).await.is_err()
-            {
-                return;
-            }
-        }
-        if include_usage {
-            let u = usage.unwrap_or_default();
-            let last = json!({
-                "id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens},
-            });
-            let _ = tx.send(Event::default().data(last.to_string())).await;
-        }
-        let _ = tx.send(Event::default().data("[DONE]")).await;
-    });
-    Sse::new(stream)
+    usage: Usage,
 }
 
-/// A stream fed by a task through a bounded channel (the task stops when the client goes away).
-fn async_stream<F, Fut>(f: F) -> impl Stream<Item = std::result::Result<Event, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(32);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+impl OpenAi {
+    fn new(requested: String, include_usage: bool) -> Self {
+        Self::with_id(completion_id(), unix_now(), requested, include_usage)
+    }
+
+    pub(crate) fn with_id(
+        id: String,
+        created: u64,
+        requested: String,
+        include_usage: bool,
+    ) -> Self {
+        Self {
+            id,
+            created,
+            model: requested,
+            include_usage,
+            usage: Usage::default(),
+        }
+    }
+
+    fn chunk(&self, out: &mut Sse, delta: openai::ChunkDelta<'_>, finish: Option<&str>) {
+        let c = openai::ChatCompletionChunk::one(
+            &self.id,
+            self.created,
+            &self.model,
+            delta,
+            finish,
+            self.include_usage,
+        );
+        out.json(None, &c);
+    }
+}
+
+impl Dialect for OpenAi {
+    const SHAPE: Shape = Shape::OpenAi;
+    const KEEPALIVE: KeepAlive = KeepAlive::None;
+
+    fn answer(self, a: Answer) -> std::result::Result<String, Error> {
+        let tool_calls: Vec<openai::ToolCall<'_>> = a
+            .tool_calls()
+            .map(|(id, name, args)| openai::ToolCall::whole(id, name, args))
+            .collect();
+        let text = a.text();
+        let reasoning = a.reasoning();
+        let fingerprint = format!("weft/{}", a.provider);
+        let c = openai::ChatCompletion {
+            id: Cow::Borrowed(&self.id),
+            object: Cow::Borrowed(openai::COMPLETION),
+            created: self.created,
+            model: Cow::Borrowed(if a.model.is_empty() {
+                &self.model
+            } else {
+                &a.model
+            }),
+            choices: vec![openai::Choice {
+                index: 0,
+                message: openai::AssistantMessage {
+                    role: Cow::Borrowed("assistant"),
+                    // `null` when the answer is only tool calls.
+                    content: (!text.is_empty() || tool_calls.is_empty())
+                        .then_some(Cow::Borrowed(text.as_str())),
+                    refusal: None,
+                    tool_calls,
+                    reasoning_content: (!reasoning.is_empty())
+                        .then_some(Cow::Borrowed(reasoning.as_str())),
+                },
+                finish_reason: Some(Cow::Borrowed(a.finish.as_openai())),
+                logprobs: None,
+            }],
+            usage: Some(usage_out(a.usage)),
+            system_fingerprint: Some(Cow::Borrowed(&fingerprint)),
+        };
+        to_json(&c)
+    }
+
+    fn event(&mut self, ev: ChatEvent, out: &mut Sse) {
+        let delta = openai::ChunkDelta::default;
+        match ev {
+            ChatEvent::ProviderChosen { model, .. } => {
+                self.model = model;
+                let d = openai::ChunkDelta {
+                    role: Some(Cow::Borrowed("assistant")),
+                    content: Some(Cow::Borrowed("")),
+                    ..delta()
+                };
+                self.chunk(out, d, None);
+            }
+            ChatEvent::TextDelta(t) => {
+                let d = openai::ChunkDelta {
+                    content: Some(Cow::Borrowed(&t)),
+                    ..delta()
+                };
+                self.chunk(out, d, None);
+            }
+            ChatEvent::ReasoningDelta(t) => {
+                let d = openai::ChunkDelta {
+                    reasoning_content: Some(Cow::Borrowed(&t)),
+                    ..delta()
+                };
+                self.chunk(out, d, None);
+            }
+            ChatEvent::ToolCallStart { index, id, name } => {
+                let d = openai::ChunkDelta {
+                    tool_calls: vec![openai::ToolCall::start(index, &id, &name)],
+                    ..delta()
+                };
+                self.chunk(out, d, None);
+            }
+            ChatEvent::ToolCallDelta { index, arguments } => {
+                let d = openai::ChunkDelta {
+                    tool_calls: vec![openai::ToolCall::arguments(index, &arguments)],
+                    ..delta()
+                };
+                self.chunk(out, d, None);
+            }
+            ChatEvent::Usage(u) => self.usage = u,
+            ChatEvent::Finish(f) => self.chunk(out, delta(), Some(f.as_openai())),
+            ChatEvent::Fallback(_) | ChatEvent::ReasoningSignature(_) => {}
+        }
+    }
+
+    fn end(&mut self, finished: bool, out: &mut Sse) {
+        if !finished {
+            // The answer is incomplete: an error, and no `[DONE]` (a client must not take what
+            // it has as the whole answer).
+            self.error(&weft_core::chat::ended_early(), out);
+            return;
+        }
+        if self.include_usage {
+            let last = openai::ChatCompletionChunk::usage(
+                &self.id,
+                self.created,
+                &self.model,
+                usage_out(self.usage),
+            );
+            out.json(None, &last);
+        }
+        out.raw(None, "[DONE]");
+    }
+
+    fn error(&mut self, e: &Error, out: &mut Sse) {
+        out.json(None, &e.openai_body());
+    }
 }
 
 #[derive(Deserialize)]
