@@ -74,6 +74,20 @@ scored() {
     cat "$file"
 }
 
+# failing_checks DIR SCENARIO: the checks of SCENARIO's newest result under DIR that did not
+# pass, one a line with its message and details (to tell a timing race from a real failure).
+failing_checks() {
+    local checks
+    checks=$(ls -d "$1/$2"-*/checks.json 2>/dev/null | tail -n 1)
+    [ -n "$checks" ] || return 0
+    python3 - "$checks" <<'PY'
+import json, sys
+for c in json.load(open(sys.argv[1])):
+    if c.get("status") in ("FAILURE", "WARNING"):
+        print(f"    {c['status']} {c['id']}: {c.get('errorMessage', '')} {json.dumps(c.get('details', {}))[:400]}")
+PY
+}
+
 # summarize LOG VERSION ROLE REQS RC [SCORED]: the run's one line (SCORED: a file naming the
 # scenarios that count; default all); on failure, what was unexpected.
 summarize() {
@@ -94,6 +108,9 @@ summarize() {
         echo "  FAILED (exit $rc); log: $log" >&2
         awk '/^(Unexpected failures|Stale baseline entries)/ { p = 1; print "  " $0; next }
              p && /^  / { print "  " $0; next } p { p = 0 }' "$clean" >&2
+        # What each unexpected scenario failed on (its checks.json under the run's -o dir).
+        awk '/^Unexpected failures/ { p = 1; next } p && /^  +✗ / { print $2; next } p { p = 0 }' "$clean" \
+            | while read -r scenario; do failing_checks "${log%.log}" "$scenario"; done >&2
         if ! grep -qE '^(Unexpected failures|Stale baseline entries)' "$clean"; then
             tail -n 15 "$clean" | sed 's/^/  | /' >&2
         fi
