@@ -121,24 +121,25 @@ async fn gather(
     }
 }
 
-/// Stores a batch and settles every message of it: acked once stored, terminated when it can
-/// never be stored, handed back (nak) when the database failed. `false` when the database failed.
+/// Stores the records of a batch of messages (each message carries one record or a batch of
+/// them) and settles every message: acked once all its records are stored or dropped as
+/// unstorable, terminated when none of it can ever be stored, handed back (nak) when the
+/// database failed. `false` when the database failed.
 async fn write(store: &UsageStore, batch: Vec<jetstream::Message>, backoff: &Backoff) -> bool {
     let mut good = Vec::with_capacity(batch.len());
     for m in batch {
         match decode(&m) {
-            Ok(rec) => good.push((m, rec)),
-            Err(why) => {
-                tracing::error!(stream_seq = ?seq(&m), error = %why, "dropping a malformed usage record");
-                metrics::counter!("weft_usage_records_malformed_total").increment(1);
-                settle(&m, AckKind::Term).await;
-            }
+            Some(recs) => good.push((m, recs)),
+            None => settle(&m, AckKind::Term).await,
         }
     }
-    if good.is_empty() {
+    let records: Vec<UsageRecord> = good.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+    if records.is_empty() {
+        for (m, _) in &good {
+            settle(m, AckKind::Ack).await;
+        }
         return true;
     }
-    let records: Vec<UsageRecord> = good.iter().map(|(_, r)| r.clone()).collect();
     match store.insert_batch(&records).await {
         Ok(written) => {
             count_written(written, records.len());
@@ -151,26 +152,27 @@ async fn write(store: &UsageStore, batch: Vec<jetstream::Message>, backoff: &Bac
             // One record the database refuses fails the whole statement; find it by writing
             // the records one at a time.
             tracing::warn!(error = %e, records = records.len(), "a usage batch was refused; writing its records one by one");
-            for (i, (m, rec)) in good.iter().enumerate() {
-                match store.insert_batch(std::slice::from_ref(rec)).await {
-                    Ok(written) => {
-                        count_written(written, 1);
-                        settle(m, AckKind::Ack).await;
-                    }
-                    Err(e) if is_poison(&e) => {
-                        tracing::error!(record = %rec.id, error = %e, "dropping a usage record the database refuses");
-                        metrics::counter!("weft_usage_records_malformed_total").increment(1);
-                        settle(m, AckKind::Term).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "writing usage records failed; they will be redelivered");
-                        metrics::counter!("weft_usage_write_errors_total").increment(1);
-                        for (m, _) in &good[i..] {
-                            settle(m, AckKind::Nak(Some(backoff.delay))).await;
+            for (i, (m, recs)) in good.iter().enumerate() {
+                for rec in recs {
+                    match store.insert_batch(std::slice::from_ref(rec)).await {
+                        Ok(written) => count_written(written, 1),
+                        Err(e) if is_poison(&e) => {
+                            tracing::error!(record = %rec.id, error = %e, "dropping a usage record the database refuses");
+                            metrics::counter!("weft_usage_records_malformed_total").increment(1);
                         }
-                        return false;
+                        Err(e) => {
+                            // Records of this message already stored are absorbed by the
+                            // primary key when it comes back.
+                            tracing::warn!(error = %e, "writing usage records failed; they will be redelivered");
+                            metrics::counter!("weft_usage_write_errors_total").increment(1);
+                            for (m, _) in &good[i..] {
+                                settle(m, AckKind::Nak(Some(backoff.delay))).await;
+                            }
+                            return false;
+                        }
                     }
                 }
+                settle(m, AckKind::Ack).await;
             }
             true
         }
@@ -185,12 +187,26 @@ async fn write(store: &UsageStore, batch: Vec<jetstream::Message>, backoff: &Bac
     }
 }
 
-fn decode(m: &jetstream::Message) -> std::result::Result<UsageRecord, String> {
-    let rec = weft_bus::decode_usage(&m.payload).map_err(|e| e.to_string())?;
-    match unstorable(&rec) {
-        Some(why) => Err(format!("record {}: {why}", rec.id)),
-        None => Ok(rec),
-    }
+/// The storable records of a message; a record that can never be stored is logged and counted
+/// as malformed and left out. `None` when the payload is no usage message at all.
+fn decode(m: &jetstream::Message) -> Option<Vec<UsageRecord>> {
+    let mut recs = match weft_bus::decode_usage(&m.payload) {
+        Ok(recs) => recs,
+        Err(e) => {
+            tracing::error!(stream_seq = ?seq(m), error = %e, "dropping a malformed usage message");
+            metrics::counter!("weft_usage_records_malformed_total").increment(1);
+            return None;
+        }
+    };
+    recs.retain(|rec| match unstorable(rec) {
+        Some(why) => {
+            tracing::error!(stream_seq = ?seq(m), record = %rec.id, error = %why, "dropping a malformed usage record");
+            metrics::counter!("weft_usage_records_malformed_total").increment(1);
+            false
+        }
+        None => true,
+    });
+    Some(recs)
 }
 
 fn seq(m: &jetstream::Message) -> Option<u64> {

@@ -1,8 +1,9 @@
 //! Quotas and usage around one call: the reservation taken before the upstream is called (exact
 //! under concurrency: one atomic Lua charge over every applicable counter), its reconciliation
 //! with real usage afterwards, the fleet-wide provider concurrency slot, and the usage record
-//! sent to JetStream when the call ends: written to the NATS socket before the caller sees the
-//! end, acknowledged after (and published again if the ack does not come), so the caller does
+//! sent to JetStream when the call ends, batched with the records of calls that end at the same
+//! time ([`UsageSender`]): written to the NATS socket before the caller sees the end,
+//! acknowledged after (and published again if the ack does not come), so the caller does
 //! not wait a JetStream round trip and a crash after the answer loses no record (the window of
 //! loss is a NATS server that dies before storing a record it received, or a lost connection
 //! while a record sits in the socket; see docs/architecture.md).
@@ -20,12 +21,108 @@ use crate::types::ChatRequest;
 
 /// How long a call's end waits for its usage record to be written to NATS.
 const SEND_USAGE_WITHIN: Duration = Duration::from_secs(1);
+/// The most records one usage message carries (~400 bytes each, far below NATS's 1 MiB limit).
+const USAGE_BATCH_MAX: usize = 256;
 
 /// The router's connections to Redis (quotas, provider slots) and NATS (usage records).
 #[derive(Clone)]
 pub struct Deps {
     pub coord: Coord,
-    pub bus: Bus,
+    pub usage: UsageSender,
+}
+
+impl Deps {
+    /// Starts the usage sender on `bus` (a task of the current runtime).
+    pub fn new(coord: Coord, bus: Bus) -> Self {
+        Self {
+            coord,
+            usage: UsageSender::spawn(bus),
+        }
+    }
+}
+
+/// A usage record on its way, and who waits for it to reach the NATS socket.
+type Pending = (UsageRecord, Option<tokio::sync::oneshot::Sender<()>>);
+
+/// Sends usage records to JetStream in batches, a group flush at a time: while one batch is
+/// being written to the NATS socket, the records of the calls that end meanwhile queue up and
+/// go out together as the next message (one publish, one flush, one ack for all of them; a
+/// lone call is a batch of one, so nothing waits for company). Each caller is released once
+/// its batch is in the socket; the ack is awaited after, on a spawned task, and a batch that
+/// is not acknowledged is published again under the same message id.
+#[derive(Clone)]
+pub struct UsageSender {
+    bus: Bus,
+    tx: tokio::sync::mpsc::UnboundedSender<Pending>,
+}
+
+impl UsageSender {
+    pub fn spawn(bus: Bus) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(send_batches(bus.clone(), rx));
+        Self { bus, tx }
+    }
+
+    /// Queues `rec`; `sent` is signalled once it is written to the NATS socket. Should the
+    /// sender task be gone (its runtime shutting down), the record is published on its own.
+    pub fn send(&self, rec: UsageRecord, sent: Option<tokio::sync::oneshot::Sender<()>>) {
+        if let Err(tokio::sync::mpsc::error::SendError((rec, sent))) = self.tx.send((rec, sent)) {
+            let bus = self.bus.clone();
+            tokio::spawn(async move {
+                publish(&bus, &rec.id.to_string(), std::slice::from_ref(&rec)).await;
+                if let Some(sent) = sent {
+                    let _ = sent.send(());
+                }
+            });
+        }
+    }
+}
+
+/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), writes it as one
+/// message and flushes, releases the callers, and leaves the ack to a spawned task.
+async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
+    let mut queued = Vec::with_capacity(USAGE_BATCH_MAX);
+    while rx.recv_many(&mut queued, USAGE_BATCH_MAX).await > 0 {
+        let (recs, waiters): (Vec<UsageRecord>, Vec<_>) = queued.drain(..).unzip();
+        // The batch's message id: the first record's (unique, and what a batch of one has
+        // always been sent under).
+        let id = recs[0].id.to_string();
+        // Bounded: while NATS is unreachable the callers get their answers after this long and
+        // the batch is retried below (the same id, so it is stored once).
+        let sent = tokio::time::timeout(SEND_USAGE_WITHIN, async {
+            let ack = bus.send_usage_batch(&id, &recs).await?;
+            bus.flush().await?;
+            Ok::<_, weft_bus::BusError>(ack)
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(weft_bus::BusError::Nats(format!(
+                "not written to NATS within {SEND_USAGE_WITHIN:?}"
+            )))
+        });
+        for sent in waiters.into_iter().flatten() {
+            let _ = sent.send(());
+        }
+        let bus = bus.clone();
+        tokio::spawn(async move {
+            let n = recs.len() as u64;
+            match sent {
+                Ok(ack) => match ack.stored().await {
+                    Ok(()) => {
+                        metrics::counter!("weft_router_usage_published_total").increment(n);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, records = n, "a usage batch was not acknowledged; publishing it again");
+                        publish(&bus, &id, &recs).await;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, records = n, "sending a usage batch failed; publishing it again");
+                    publish(&bus, &id, &recs).await;
+                }
+            }
+        });
+    }
 }
 
 /// The headers a caller gets with an accepted call (`x-ratelimit-*`).
@@ -322,9 +419,10 @@ impl Ledger {
         }
     }
 
-    /// Ends the call: sends its usage record to NATS and returns once it is written to the
-    /// connection's socket; JetStream's ack, the quota reconciliation and the provider slot's
-    /// release follow on a spawned task, off the caller's path. `outcome` is `ok` or an error
+    /// Ends the call: hands its usage record to the [`UsageSender`] and returns once it is
+    /// written to the NATS connection's socket (or after [`SEND_USAGE_WITHIN`], the sender
+    /// retrying); JetStream's ack, the quota reconciliation and the provider slot's release
+    /// follow off the caller's path. `outcome` is `ok` or an error
     /// code.
     pub async fn finish(&mut self, outcome: &str) {
         if let Some(i) = self.inner.take() {
@@ -332,7 +430,8 @@ impl Ledger {
             let outcome = outcome.to_owned();
             let (sent, on_sent) = tokio::sync::oneshot::channel();
             tokio::spawn(async move { i.finish(&outcome, Some(sent)).await });
-            let _ = on_sent.await;
+            // Bounded: a batch stuck behind an unreachable NATS is retried by the sender.
+            let _ = tokio::time::timeout(SEND_USAGE_WITHIN, on_sent).await;
         }
     }
 
@@ -376,27 +475,16 @@ impl Drop for Ledger {
 }
 
 impl LedgerInner {
-    /// Sends the record (then signals `sent`), reconciles the reservation, gives the slot back
-    /// and finally waits for JetStream's ack, publishing again if it did not come.
+    /// Hands the record to the usage sender (which signals `sent` once it is in the NATS
+    /// socket, and sees to JetStream's ack), reconciles the reservation and gives the slot back.
     async fn finish(self, outcome: &str, sent: Option<tokio::sync::oneshot::Sender<()>>) {
         let usage = self.usage.unwrap_or_default();
-        let rec = (!self.provider.is_empty()).then(|| self.record(outcome, usage));
-        let ack = match &rec {
-            // Bounded: while NATS is unreachable the caller gets its answer after this long and
-            // the record is retried below (the same id, so it is stored once).
-            Some(rec) => Some(
-                tokio::time::timeout(SEND_USAGE_WITHIN, self.deps.bus.send_usage(rec))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(weft_bus::BusError::Nats(format!(
-                            "not written to NATS within {SEND_USAGE_WITHIN:?}"
-                        )))
-                    }),
-            ),
-            None => None,
-        };
-        if let Some(sent) = sent {
-            let _ = sent.send(());
+        if self.provider.is_empty() {
+            if let Some(sent) = sent {
+                let _ = sent.send(());
+            }
+        } else {
+            self.deps.usage.send(self.record(outcome, usage), sent);
         }
         let actual = usage.total_tokens;
         // Without reported usage (none, or all zeros) the reservation stands: an upstream that
@@ -417,24 +505,6 @@ impl LedgerInner {
             && let Err(e) = self.deps.coord.give_slot(key, member).await
         {
             tracing::warn!(error = %e, "provider slot release failed; it lapses with its lease");
-        }
-        let (Some(rec), Some(ack)) = (rec, ack) else {
-            return;
-        };
-        match ack {
-            Ok(ack) => match ack.stored().await {
-                Ok(()) => {
-                    metrics::counter!("weft_router_usage_published_total").increment(1);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "a usage record was not acknowledged; publishing it again");
-                    publish(&self.deps.bus, &rec).await;
-                }
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "sending a usage record failed; publishing it again");
-                publish(&self.deps.bus, &rec).await;
-            }
         }
     }
 
@@ -469,13 +539,13 @@ impl LedgerInner {
     }
 }
 
-/// Publishes a usage record, retrying briefly; a record that cannot be published is logged
-/// whole so it can be recovered from the logs.
-pub async fn publish(bus: &Bus, rec: &UsageRecord) {
+/// Publishes a batch of usage records under message id `id`, retrying briefly; records that
+/// cannot be published are logged whole so they can be recovered from the logs.
+async fn publish(bus: &Bus, id: &str, recs: &[UsageRecord]) {
     for attempt in 0..3u32 {
-        match bus.publish_usage(rec).await {
+        match bus.publish_usage_batch(id, recs).await {
             Ok(()) => {
-                metrics::counter!("weft_router_usage_published_total").increment(1);
+                metrics::counter!("weft_router_usage_published_total").increment(recs.len() as u64);
                 return;
             }
             Err(e) => {
@@ -484,8 +554,10 @@ pub async fn publish(bus: &Bus, rec: &UsageRecord) {
             }
         }
     }
-    metrics::counter!("weft_router_usage_lost_total").increment(1);
-    tracing::error!(record = %serde_json::to_string(rec).unwrap_or_default(), "usage record not published");
+    metrics::counter!("weft_router_usage_lost_total").increment(recs.len() as u64);
+    for rec in recs {
+        tracing::error!(record = %serde_json::to_string(rec).unwrap_or_default(), "usage record not published");
+    }
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub async fn connect(config: &Config) -> Result<Arc<Routing>, RouterError> {
         .await
         .map_err(|e| RouterError::Config(format!("nats usage stream: {e}")))?;
     Ok(Arc::new(
-        Routing::from_config(&config.router)?.with_deps(accounting::Deps { coord, bus }),
+        Routing::from_config(&config.router)?.with_deps(accounting::Deps::new(coord, bus)),
     ))
 }
 

@@ -356,12 +356,20 @@ async fn a_record_is_stored_once_and_malformed_ones_do_not_block() {
     bus.client().flush().await.unwrap();
     let after = record(&c, at);
     bus.publish_usage(&after).await.unwrap();
+    // A batch (what a router sends when calls end together) with a record the table cannot
+    // hold: the other two are stored, the bad one is dropped, and the batch does not come back.
+    let (b1, b2) = (record(&c, at), record(&c, at));
+    let mut bad = record(&c, at);
+    bad.subject = "nul\0here".into();
+    bus.publish_usage_batch(&b1.id.to_string(), &[b1.clone(), bad.clone(), b2.clone()])
+        .await
+        .unwrap();
 
-    let body = until(&f, "/v1/usage", &acme, |b| total_requests(b) == 2).await;
-    assert_eq!(body["data"][0]["input_tokens"], 10);
-    // Both ids are stored once each, and nothing else.
-    assert_eq!(rows(&f).await, 2);
-    for id in [twice.id, after.id] {
+    let body = until(&f, "/v1/usage", &acme, |b| total_requests(b) == 4).await;
+    assert_eq!(body["data"][0]["input_tokens"], 20);
+    // Every good id is stored once, and nothing else.
+    assert_eq!(rows(&f).await, 4);
+    for id in [twice.id, after.id, b1.id, b2.id] {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM usage WHERE id = $1")
             .bind(id)
             .fetch_one(&f.db.pool)
@@ -499,8 +507,57 @@ async fn publishing_creates_a_missing_stream_and_names_the_record() {
     let consumer = bus.usage_consumer().await.unwrap();
     let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
     let m = futures::StreamExt::next(&mut batch).await.unwrap().unwrap();
-    assert_eq!(weft_bus::decode_usage(&m.payload).unwrap(), rec);
+    assert_eq!(
+        weft_bus::decode_usage(&m.payload).unwrap(),
+        vec![rec.clone()]
+    );
     let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
     assert_eq!(id.map(|v| v.as_str().to_owned()), Some(rec.id.to_string()));
     m.ack().await.unwrap();
+}
+
+/// Records queued while the router's usage sender is busy go out together: one JetStream
+/// message for the lot (one publish, one flush, one ack), every caller released once it is in
+/// the socket, and every record stored. On a current-thread runtime the sender cannot run
+/// until the test yields, so all ten are queued before its first batch.
+#[tokio::test(flavor = "current_thread")]
+async fn records_that_end_together_travel_as_one_batch() {
+    let f = TestFleet::start().await;
+    let acme = token(&f, "acme", &["tenant:admin"]).await;
+    let bus = bus(&f).await;
+    let js = async_nats::jetstream::new(bus.client().clone());
+    let messages = || async {
+        js.get_stream(bus.names().usage_stream())
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages
+    };
+    let before = messages().await;
+    let sender = weft_router::accounting::UsageSender::spawn(bus.clone());
+    let c = Call {
+        tenant: "acme",
+        provider: "mock",
+        model: "m1",
+        input: 1,
+        output: 1,
+        cost: 0.0,
+    };
+    let at = now_ms() - 1000;
+    let sent: Vec<_> = (0..10)
+        .map(|_| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            sender.send(record(&c, at), Some(tx));
+            rx
+        })
+        .collect();
+    for rx in sent {
+        rx.await.expect("every caller is released");
+    }
+    until(&f, "/v1/usage", &acme, |b| total_requests(b) == 10).await;
+    assert_eq!(rows(&f).await, 10);
+    assert_eq!(messages().await - before, 1, "ten records, one message");
 }

@@ -125,7 +125,7 @@ pub const USAGE_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long the writer may hold a usage record without acking it before JetStream redelivers it.
 pub const USAGE_ACK_WAIT: Duration = Duration::from_secs(30);
 
-/// JetStream's answer to a usage record sent with [`Bus::send_usage`].
+/// JetStream's answer to a usage batch sent with [`Bus::send_usage_batch`].
 pub struct UsageAck(jetstream::context::PublishAckFuture);
 
 impl UsageAck {
@@ -238,17 +238,29 @@ impl Bus {
 
     /// Publishes one usage record and waits for JetStream to store it: once this returns `Ok`,
     /// the record survives a crash of this process. The record id is the message id, so a
-    /// retried publish is stored once. When the stream is missing (a router started before any
-    /// gateway made it), it is created and the publish retried once.
+    /// retried publish is stored once.
     pub async fn publish_usage(&self, rec: &UsageRecord) -> Result<(), BusError> {
-        let payload = bytes::Bytes::from(serde_json::to_vec(rec).map_err(nats_err)?);
-        let id = rec.id.to_string();
+        self.publish_usage_batch(&rec.id.to_string(), std::slice::from_ref(rec))
+            .await
+    }
+
+    /// Publishes a batch of usage records as one message (see [`encode_usage_batch`]) and waits
+    /// for JetStream to store it. `id` is the message id: publishing the same batch again under
+    /// it stores it once (and the table's primary key absorbs a copy after the duplicate
+    /// window). When the stream is missing (a router started before any gateway made it), it
+    /// is created and the publish retried once.
+    pub async fn publish_usage_batch(
+        &self,
+        id: &str,
+        recs: &[UsageRecord],
+    ) -> Result<(), BusError> {
+        let payload = encode_usage_batch(recs)?;
         let publish = || {
             self.js.send_publish(
                 self.names.usage_subject(),
                 jetstream::message::PublishMessage::build()
                     .payload(payload.clone())
-                    .message_id(&id),
+                    .message_id(id),
             )
         };
         let stored = || async { publish().await?.await.map(|_| ()) };
@@ -262,25 +274,33 @@ impl Bus {
         }
     }
 
-    /// Sends one usage record without waiting for JetStream to store it: once this returns, the
-    /// message is written to the NATS connection's socket (so this process dying now does not
-    /// lose it; the kernel still sends it). The returned [`UsageAck`] says whether JetStream
-    /// stored it; on an error the caller publishes again with [`Bus::publish_usage`] (the same
-    /// message id, so a record that did arrive is stored once).
-    pub async fn send_usage(&self, rec: &UsageRecord) -> Result<UsageAck, BusError> {
-        let payload = bytes::Bytes::from(serde_json::to_vec(rec).map_err(nats_err)?);
+    /// Queues a batch of usage records (one message, id `id`) on the NATS connection without
+    /// waiting for JetStream to store it; [`Bus::flush`] then writes it to the socket (so this
+    /// process dying afterwards does not lose it; the kernel still sends it). The returned
+    /// [`UsageAck`] says whether JetStream stored it; on an error the caller publishes again
+    /// with [`Bus::publish_usage_batch`] under the same id.
+    pub async fn send_usage_batch(
+        &self,
+        id: &str,
+        recs: &[UsageRecord],
+    ) -> Result<UsageAck, BusError> {
+        let payload = encode_usage_batch(recs)?;
         let ack = self
             .js
             .send_publish(
                 self.names.usage_subject(),
                 jetstream::message::PublishMessage::build()
                     .payload(payload)
-                    .message_id(rec.id.to_string()),
+                    .message_id(id),
             )
             .await
             .map_err(nats_err)?;
-        self.client.flush().await.map_err(nats_err)?;
         Ok(UsageAck(ack))
+    }
+
+    /// Writes everything queued on the NATS connection to its socket.
+    pub async fn flush(&self) -> Result<(), BusError> {
+        self.client.flush().await.map_err(nats_err)
     }
 
     /// The usage writers' shared durable pull consumer (explicit acks, redelivery after
@@ -379,14 +399,67 @@ pub fn decode_dispatch(payload: &[u8]) -> Option<Dispatch> {
     serde_json::from_slice(payload).ok()
 }
 
-/// Decodes a usage record from a JetStream message payload.
-pub fn decode_usage(payload: &[u8]) -> Result<UsageRecord, serde_json::Error> {
-    serde_json::from_slice(payload)
+/// A usage message's payload: one record as a JSON object, or a batch as a JSON array of them.
+/// One record is sent as a bare object, what every weft before batching sent and its writers
+/// read.
+pub fn encode_usage_batch(recs: &[UsageRecord]) -> Result<bytes::Bytes, BusError> {
+    match recs {
+        [one] => serde_json::to_vec(one),
+        many => serde_json::to_vec(many),
+    }
+    .map(bytes::Bytes::from)
+    .map_err(nats_err)
+}
+
+/// Decodes a usage message's payload: one record (a JSON object) or a batch (an array).
+pub fn decode_usage(payload: &[u8]) -> Result<Vec<UsageRecord>, serde_json::Error> {
+    // By the first byte, not `#[serde(untagged)]`, which would hide the record's own error.
+    match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(payload),
+        _ => serde_json::from_slice::<UsageRecord>(payload).map(|r| vec![r]),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(n: u64) -> UsageRecord {
+        UsageRecord {
+            id: serde_json::from_str(&format!("\"00000000-0000-7000-8000-{n:012}\"")).unwrap(),
+            at_ms: 1,
+            tenant: "acme".into(),
+            subject: "svc".into(),
+            token_id: None,
+            kind: "chat".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            requested_model: "m".into(),
+            input_tokens: n,
+            output_tokens: n,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            latency_ms: 1,
+            cost_usd: 0.0,
+            outcome: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn usage_payloads_carry_one_record_or_a_batch() {
+        let one = vec![record(1)];
+        let payload = encode_usage_batch(&one).unwrap();
+        assert_eq!(
+            payload[0], b'{',
+            "one record is a bare object, as before batching"
+        );
+        assert_eq!(decode_usage(&payload).unwrap(), one);
+        let many = vec![record(1), record(2), record(3)];
+        let payload = encode_usage_batch(&many).unwrap();
+        assert_eq!(decode_usage(&payload).unwrap(), many);
+        let err = decode_usage(b"{\"id\": 1}").unwrap_err().to_string();
+        assert!(err.contains("invalid type"), "{err}");
+    }
 
     #[test]
     fn names_share_the_prefix() {
