@@ -34,7 +34,6 @@ use axum::routing::{delete, get, post};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use weft_auth::{BearerAuth, InternalJwt, TokenResolver};
 use weft_bus::Bus;
 use weft_config::Config;
@@ -404,11 +403,8 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
-        .layer(middleware::from_fn(record_metrics))
         .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes))
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(middleware::from_fn(trace_request))
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(middleware::from_fn(observe))
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -447,27 +443,13 @@ async fn method_not_allowed(req: Request) -> Response {
     r
 }
 
-/// One span per request with its id, method and route — never a body or a header value.
-async fn trace_request(req: Request, next: Next) -> Response {
-    let rid = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let span = tracing::info_span!("http", request_id = %rid, method = %req.method(), route = tracing::field::Empty, status = tracing::field::Empty);
-    if let Some(m) = req.extensions().get::<MatchedPath>() {
-        span.record("route", m.as_str());
-    }
-    let resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
-    span.record("status", resp.status().as_u16());
-    if resp.status().is_server_error() {
-        span.in_scope(|| tracing::warn!("request failed"));
-    }
-    resp
-}
+const X_REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
 
-async fn record_metrics(req: Request, next: Next) -> Response {
+/// What every request gets, in one layer (one future, not four): its `x-request-id` (the
+/// caller's, or a new UUID) on the request and on the response; one span with the id, method,
+/// route and status — never a body or a header value — and a warning for a 5xx; and the
+/// per-route request metrics.
+async fn observe(mut req: Request, next: Next) -> Response {
     static ROUTES: std::sync::LazyLock<weft_telemetry::handles::RouteMetrics> =
         std::sync::LazyLock::new(|| {
             weft_telemetry::handles::RouteMetrics::new(
@@ -475,14 +457,36 @@ async fn record_metrics(req: Request, next: Next) -> Response {
                 "weft_gateway_requests_total",
             )
         });
-    let route = req.extensions().get::<MatchedPath>().cloned();
     let start = Instant::now();
-    let resp = next.run(req).await;
-    ROUTES.record(
-        route.as_ref().map_or("unmatched", MatchedPath::as_str),
-        resp.status().as_u16(),
-        start.elapsed().as_secs_f64(),
+    let rid = match req.headers().get(X_REQUEST_ID) {
+        Some(v) => v.clone(),
+        None => {
+            let mut buf = uuid::Uuid::encode_buffer();
+            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+            // A UUID is always a valid header value.
+            let v = axum::http::HeaderValue::from_str(id)
+                .unwrap_or(axum::http::HeaderValue::from_static("-"));
+            req.headers_mut().insert(X_REQUEST_ID, v.clone());
+            v
+        }
+    };
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "http",
+        request_id = rid.to_str().unwrap_or_default(),
+        method = %req.method(),
+        route,
+        status = tracing::field::Empty
     );
+    let mut resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    let status = resp.status();
+    ROUTES.record(route, status.as_u16(), start.elapsed().as_secs_f64());
+    span.record("status", status.as_u16());
+    if status.is_server_error() {
+        span.in_scope(|| tracing::warn!("request failed"));
+    }
+    resp.headers_mut().entry(X_REQUEST_ID).or_insert(rid);
     resp
 }
 

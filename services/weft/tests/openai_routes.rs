@@ -33,6 +33,35 @@ async fn a_completion_answers_with_usage_and_a_request_id() {
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["content"], "echo: hi");
     assert!(body["usage"]["total_tokens"].as_u64().unwrap() > 0);
+
+    // A caller's own request id is kept, on a success and on an error alike; without one, each
+    // request gets a fresh UUID.
+    for (model, status) in [("mock-1", 200), ("no-such-model", 404)] {
+        let r = f
+            .http
+            .post(format!("{}/v1/chat/completions", f.url))
+            .bearer_auth(&f.admin)
+            .header("x-request-id", "caller-trace-42")
+            .json(&chat(model, json!("hi")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{model}");
+        assert_eq!(r.headers()["x-request-id"], "caller-trace-42", "{model}");
+    }
+    let ids: Vec<String> =
+        futures::future::join_all((0..2).map(|_| f.http.get(format!("{}/healthz", f.url)).send()))
+            .await
+            .into_iter()
+            .map(|r| {
+                r.unwrap().headers()["x-request-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+    assert_ne!(ids[0], ids[1]);
+    assert!(uuid::Uuid::parse_str(&ids[0]).is_ok(), "{}", ids[0]);
 }
 
 #[tokio::test]
