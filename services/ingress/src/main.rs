@@ -1,6 +1,11 @@
 //! `weft-ingress`: the scheduler and the webhook receiver as their own process. Run as many as
 //! you like against one database: each fire happens once (docs/ingress.md).
 
+/// mimalloc, as in the `weft` binary (glibc's malloc cost a quarter of the CPU under load;
+/// see docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -100,7 +100,10 @@ impl Upstream {
     /// POSTs JSON `body`, retrying 429/5xx and connection failures with backoff (honouring
     /// `Retry-After` up to `max_retry_after_secs`) until a 2xx arrives.
     pub async fn post(&self, url: &str, body: &Value) -> Result<reqwest::Response, ProviderError> {
-        let body = serde_json::to_vec(body).map_err(|_| ProviderError::fatal(Error::internal()))?;
+        // Bytes: a retry re-sends the same buffer (a reference count, not a copy).
+        let body = bytes::Bytes::from(
+            serde_json::to_vec(body).map_err(|_| ProviderError::fatal(Error::internal()))?,
+        );
         let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
         let mut attempt: u32 = 0;
         loop {
