@@ -30,8 +30,10 @@ use weft_store::{GroupBy, StoreError, UsageRow, UsageStore};
 use crate::AppState;
 use crate::error::ApiError;
 
-/// The most records one insert carries.
+/// The most messages one pull takes (a message carries one record or up to 256).
 const BATCH_MAX: usize = 500;
+/// The most records one insert statement carries.
+const INSERT_MAX: usize = 1_000;
 /// How long the writer waits for more records once the first of a batch arrived.
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// The writer's backoff after a failure, doubling up to the cap.
@@ -121,76 +123,87 @@ async fn gather(
     }
 }
 
-/// Stores the records of a batch of messages (each message carries one record or a batch of
-/// them) and settles every message: acked once all its records are stored or dropped as
-/// unstorable, terminated when none of it can ever be stored, handed back (nak) when the
-/// database failed. `false` when the database failed.
+/// Stores the records of a batch of messages (each message carries one record or several),
+/// at most [`INSERT_MAX`] records per statement, and settles every message: acked once all its
+/// records are stored or dropped as unstorable, terminated when it is no usage message at
+/// all, handed back (nak) when the database failed before all its records were stored (those
+/// already stored are absorbed by the primary key when it comes back). `false` when the
+/// database failed.
 async fn write(store: &UsageStore, batch: Vec<jetstream::Message>, backoff: &Backoff) -> bool {
-    let mut good = Vec::with_capacity(batch.len());
+    let mut messages = Vec::with_capacity(batch.len());
+    let mut records = Vec::new();
     for m in batch {
         match decode(&m) {
-            Some(recs) => good.push((m, recs)),
+            Some(recs) => {
+                records.extend(recs);
+                // Each message with the number of records stored once it is done.
+                messages.push((m, records.len()));
+            }
             None => settle(&m, AckKind::Term).await,
         }
     }
-    let records: Vec<UsageRecord> = good.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
-    if records.is_empty() {
-        for (m, _) in &good {
-            settle(m, AckKind::Ack).await;
+    let mut acked = 0;
+    let mut stored = 0;
+    for chunk in records.chunks(INSERT_MAX) {
+        if !insert(store, chunk).await {
+            for (m, _) in &messages[acked..] {
+                settle(m, AckKind::Nak(Some(backoff.delay))).await;
+            }
+            return false;
         }
-        return true;
+        stored += chunk.len();
+        while let Some((m, _)) = messages.get(acked).filter(|(_, end)| *end <= stored) {
+            settle(m, AckKind::Ack).await;
+            acked += 1;
+        }
     }
-    match store.insert_batch(&records).await {
+    // Messages whose records were all dropped (or that carried none).
+    for (m, _) in &messages[acked..] {
+        settle(m, AckKind::Ack).await;
+    }
+    true
+}
+
+/// Inserts `records` in one statement; when the database refuses one of them (which fails the
+/// whole statement), writes them one at a time and drops the refused ones. `false` when the
+/// database failed otherwise (unreachable, say): nothing is settled then.
+async fn insert(store: &UsageStore, records: &[UsageRecord]) -> bool {
+    match store.insert_batch(records).await {
         Ok(written) => {
             count_written(written, records.len());
-            for (m, _) in &good {
-                settle(m, AckKind::Ack).await;
-            }
             true
         }
         Err(e) if is_poison(&e) => {
-            // One record the database refuses fails the whole statement; find it by writing
-            // the records one at a time.
             tracing::warn!(error = %e, records = records.len(), "a usage batch was refused; writing its records one by one");
-            for (i, (m, recs)) in good.iter().enumerate() {
-                for rec in recs {
-                    match store.insert_batch(std::slice::from_ref(rec)).await {
-                        Ok(written) => count_written(written, 1),
-                        Err(e) if is_poison(&e) => {
-                            tracing::error!(record = %rec.id, error = %e, "dropping a usage record the database refuses");
-                            metrics::counter!("weft_usage_records_malformed_total").increment(1);
-                        }
-                        Err(e) => {
-                            // Records of this message already stored are absorbed by the
-                            // primary key when it comes back.
-                            tracing::warn!(error = %e, "writing usage records failed; they will be redelivered");
-                            metrics::counter!("weft_usage_write_errors_total").increment(1);
-                            for (m, _) in &good[i..] {
-                                settle(m, AckKind::Nak(Some(backoff.delay))).await;
-                            }
-                            return false;
-                        }
+            for rec in records {
+                match store.insert_batch(std::slice::from_ref(rec)).await {
+                    Ok(written) => count_written(written, 1),
+                    Err(e) if is_poison(&e) => {
+                        tracing::error!(record = %rec.id, error = %e, "dropping a usage record the database refuses");
+                        metrics::counter!("weft_usage_records_malformed_total").increment(1);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "writing usage records failed; they will be redelivered");
+                        metrics::counter!("weft_usage_write_errors_total").increment(1);
+                        return false;
                     }
                 }
-                settle(m, AckKind::Ack).await;
             }
             true
         }
         Err(e) => {
             tracing::warn!(error = %e, records = records.len(), "writing usage records failed; they will be redelivered");
             metrics::counter!("weft_usage_write_errors_total").increment(1);
-            for (m, _) in &good {
-                settle(m, AckKind::Nak(Some(backoff.delay))).await;
-            }
             false
         }
     }
 }
 
-/// The storable records of a message; a record that can never be stored is logged and counted
-/// as malformed and left out. `None` when the payload is no usage message at all.
+/// The storable records of a message; a record that does not decode or can never be stored is
+/// logged and counted as malformed and left out. `None` when the payload is no usage message
+/// at all (neither a record nor an array).
 fn decode(m: &jetstream::Message) -> Option<Vec<UsageRecord>> {
-    let mut recs = match weft_bus::decode_usage(&m.payload) {
+    let recs = match weft_bus::decode_usage(&m.payload) {
         Ok(recs) => recs,
         Err(e) => {
             tracing::error!(stream_seq = ?seq(m), error = %e, "dropping a malformed usage message");
@@ -198,15 +211,24 @@ fn decode(m: &jetstream::Message) -> Option<Vec<UsageRecord>> {
             return None;
         }
     };
-    recs.retain(|rec| match unstorable(rec) {
-        Some(why) => {
-            tracing::error!(stream_seq = ?seq(m), record = %rec.id, error = %why, "dropping a malformed usage record");
-            metrics::counter!("weft_usage_records_malformed_total").increment(1);
-            false
-        }
-        None => true,
-    });
-    Some(recs)
+    let storable = recs
+        .into_iter()
+        .filter_map(|rec| {
+            let why = match &rec {
+                Ok(rec) => unstorable(rec).map(|why| format!("record {}: {why}", rec.id)),
+                Err(e) => Some(e.to_string()),
+            };
+            match why {
+                None => rec.ok(),
+                Some(why) => {
+                    tracing::error!(stream_seq = ?seq(m), error = %why, "dropping a malformed usage record");
+                    metrics::counter!("weft_usage_records_malformed_total").increment(1);
+                    None
+                }
+            }
+        })
+        .collect();
+    Some(storable)
 }
 
 fn seq(m: &jetstream::Message) -> Option<u64> {

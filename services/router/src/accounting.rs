@@ -21,8 +21,11 @@ use crate::types::ChatRequest;
 
 /// How long a call's end waits for its usage record to be written to NATS.
 const SEND_USAGE_WITHIN: Duration = Duration::from_secs(1);
-/// The most records one usage message carries (~400 bytes each, far below NATS's 1 MiB limit).
+/// The most records one group flush takes from the queue.
 const USAGE_BATCH_MAX: usize = 256;
+/// The most records queued for the sender; beyond that (NATS unreachable for a while) each is
+/// published on its own task.
+const USAGE_QUEUE: usize = 16_384;
 
 /// The router's connections to Redis (quotas, provider slots) and NATS (usage records).
 #[derive(Clone)]
@@ -46,30 +49,36 @@ type Pending = (UsageRecord, Option<tokio::sync::oneshot::Sender<()>>);
 
 /// Sends usage records to JetStream in batches, a group flush at a time: while one batch is
 /// being written to the NATS socket, the records of the calls that end meanwhile queue up and
-/// go out together as the next message (one publish, one flush, one ack for all of them; a
-/// lone call is a batch of one, so nothing waits for company). Each caller is released once
-/// its batch is in the socket; the ack is awaited after, on a spawned task, and a batch that
-/// is not acknowledged is published again under the same message id.
+/// go out together (one publish per [`weft_bus::USAGE_MESSAGE_BYTES`] of records, one flush,
+/// one ack per message; a lone call is a batch of one, so nothing waits for company). Each
+/// caller is released once its batch is in the socket; the acks are awaited after, on a
+/// spawned task, and a message that is not acknowledged is published again under its id.
 #[derive(Clone)]
 pub struct UsageSender {
     bus: Bus,
-    tx: tokio::sync::mpsc::UnboundedSender<Pending>,
+    tx: tokio::sync::mpsc::Sender<Pending>,
 }
 
 impl UsageSender {
     pub fn spawn(bus: Bus) -> Self {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::channel(USAGE_QUEUE);
         tokio::spawn(send_batches(bus.clone(), rx));
         Self { bus, tx }
     }
 
-    /// Queues `rec`; `sent` is signalled once it is written to the NATS socket. Should the
-    /// sender task be gone (its runtime shutting down), the record is published on its own.
+    /// Queues `rec`; `sent` is signalled once it is written to the NATS socket. When the queue
+    /// is full (NATS unreachable for a while) or the sender task is gone (its runtime shutting
+    /// down), the record is published on its own, on a spawned task, and `sent` signalled
+    /// once JetStream stored it (or it was given up and logged whole).
     pub fn send(&self, rec: UsageRecord, sent: Option<tokio::sync::oneshot::Sender<()>>) {
-        if let Err(tokio::sync::mpsc::error::SendError((rec, sent))) = self.tx.send((rec, sent)) {
+        if let Err(
+            tokio::sync::mpsc::error::TrySendError::Full((rec, sent))
+            | tokio::sync::mpsc::error::TrySendError::Closed((rec, sent)),
+        ) = self.tx.try_send((rec, sent))
+        {
             let bus = self.bus.clone();
             tokio::spawn(async move {
-                publish(&bus, &rec.id.to_string(), std::slice::from_ref(&rec)).await;
+                publish(&bus, std::slice::from_ref(&rec)).await;
                 if let Some(sent) = sent {
                     let _ = sent.send(());
                 }
@@ -78,21 +87,23 @@ impl UsageSender {
     }
 }
 
-/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), writes it as one
-/// message and flushes, releases the callers, and leaves the ack to a spawned task.
-async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
+/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), writes it as
+/// messages and flushes, releases the callers, and leaves the acks to a spawned task.
+async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
     let mut queued = Vec::with_capacity(USAGE_BATCH_MAX);
     while rx.recv_many(&mut queued, USAGE_BATCH_MAX).await > 0 {
         let (recs, waiters): (Vec<UsageRecord>, Vec<_>) = queued.drain(..).unzip();
-        // The batch's message id: the first record's (unique, and what a batch of one has
-        // always been sent under).
-        let id = recs[0].id.to_string();
         // Bounded: while NATS is unreachable the callers get their answers after this long and
-        // the batch is retried below (the same id, so it is stored once).
+        // the records are published again below (the same ids, so each is stored once).
         let sent = tokio::time::timeout(SEND_USAGE_WITHIN, async {
-            let ack = bus.send_usage_batch(&id, &recs).await?;
+            let messages = weft_bus::usage_messages(&recs, weft_bus::USAGE_MESSAGE_BYTES)?;
+            let mut acks = Vec::with_capacity(messages.len());
+            for m in messages {
+                let ack = bus.send_usage_message(&m).await;
+                acks.push((m, ack));
+            }
             bus.flush().await?;
-            Ok::<_, weft_bus::BusError>(ack)
+            Ok::<_, weft_bus::BusError>(acks)
         })
         .await
         .unwrap_or_else(|_| {
@@ -105,20 +116,28 @@ async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::UnboundedReceiver<Pen
         }
         let bus = bus.clone();
         tokio::spawn(async move {
-            let n = recs.len() as u64;
-            match sent {
-                Ok(ack) => match ack.stored().await {
+            let acks = match sent {
+                Ok(acks) => acks,
+                Err(e) => {
+                    tracing::warn!(error = %e, records = recs.len(), "sending usage records failed; publishing them again");
+                    publish(&bus, &recs).await;
+                    return;
+                }
+            };
+            for (m, ack) in acks {
+                let stored = match ack {
+                    Ok(ack) => ack.stored().await,
+                    Err(e) => Err(e),
+                };
+                match stored {
                     Ok(()) => {
-                        metrics::counter!("weft_router_usage_published_total").increment(n);
+                        metrics::counter!("weft_router_usage_published_total")
+                            .increment(m.records as u64);
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, records = n, "a usage batch was not acknowledged; publishing it again");
-                        publish(&bus, &id, &recs).await;
+                        tracing::warn!(error = %e, records = m.records, "a usage message was not acknowledged; publishing it again");
+                        publish_message(&bus, &m).await;
                     }
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, records = n, "sending a usage batch failed; publishing it again");
-                    publish(&bus, &id, &recs).await;
                 }
             }
         });
@@ -340,7 +359,17 @@ pub fn cost(price: Option<&Price>, u: &Usage) -> f64 {
         + u.cache_read_tokens as f64 * p.cache_read.unwrap_or(p.input)
         + u.cache_write_tokens as f64 * p.cache_write.unwrap_or(p.input)
         + u.completion_tokens as f64 * p.output;
-    c / 1_000_000.0
+    let c = c / 1_000_000.0;
+    // A price of `inf` or `nan` (TOML has both) must not make a record JSON cannot carry.
+    if c.is_finite() {
+        c
+    } else {
+        tracing::warn!(
+            ?p,
+            "a price gives a cost that is not a finite number; the call is recorded at 0"
+        );
+        0.0
+    }
 }
 
 /// A call in flight: everything needed to account for it when it ends, however it ends.
@@ -539,24 +568,55 @@ impl LedgerInner {
     }
 }
 
-/// Publishes a batch of usage records under message id `id`, retrying briefly; records that
-/// cannot be published are logged whole so they can be recovered from the logs.
-async fn publish(bus: &Bus, id: &str, recs: &[UsageRecord]) {
+/// Publishes usage records (as messages of at most [`weft_bus::USAGE_MESSAGE_BYTES`]),
+/// retrying each briefly; records that cannot be published are logged whole so they can be
+/// recovered from the logs.
+async fn publish(bus: &Bus, recs: &[UsageRecord]) {
+    match weft_bus::usage_messages(recs, weft_bus::USAGE_MESSAGE_BYTES) {
+        Ok(messages) => {
+            for m in &messages {
+                publish_message(bus, m).await;
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "usage records could not be encoded");
+            lost(
+                recs.iter()
+                    .map(|r| serde_json::to_string(r).unwrap_or_default()),
+            );
+        }
+    }
+}
+
+/// Publishes one usage message, retrying briefly; one that cannot be published is logged whole.
+async fn publish_message(bus: &Bus, m: &weft_bus::UsageMessage) {
     for attempt in 0..3u32 {
-        match bus.publish_usage_batch(id, recs).await {
+        match bus.publish_usage_message(m).await {
             Ok(()) => {
-                metrics::counter!("weft_router_usage_published_total").increment(recs.len() as u64);
+                metrics::counter!("weft_router_usage_published_total").increment(m.records as u64);
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, attempt, "publishing a usage record failed");
+                tracing::warn!(error = %e, attempt, "publishing usage records failed");
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
         }
     }
-    metrics::counter!("weft_router_usage_lost_total").increment(recs.len() as u64);
-    for rec in recs {
-        tracing::error!(record = %serde_json::to_string(rec).unwrap_or_default(), "usage record not published");
+    let text = String::from_utf8_lossy(&m.payload);
+    match weft_bus::decode_usage(&m.payload) {
+        Ok(recs) if recs.len() > 1 => lost(recs.iter().map(|r| match r {
+            Ok(r) => serde_json::to_string(r).unwrap_or_default(),
+            Err(_) => String::new(),
+        })),
+        _ => lost(std::iter::once(text.into_owned())),
+    }
+}
+
+/// Counts and logs records that could not be published, each whole at error level.
+fn lost(records: impl Iterator<Item = String>) {
+    for record in records {
+        metrics::counter!("weft_router_usage_lost_total").increment(1);
+        tracing::error!(%record, "usage record not published");
     }
 }
 

@@ -361,15 +361,31 @@ async fn a_record_is_stored_once_and_malformed_ones_do_not_block() {
     let (b1, b2) = (record(&c, at), record(&c, at));
     let mut bad = record(&c, at);
     bad.subject = "nul\0here".into();
-    bus.publish_usage_batch(&b1.id.to_string(), &[b1.clone(), bad.clone(), b2.clone()])
+    let batch = weft_bus::usage_messages(
+        &[b1.clone(), bad, b2.clone()],
+        weft_bus::USAGE_MESSAGE_BYTES,
+    )
+    .unwrap();
+    assert_eq!(batch.len(), 1);
+    bus.publish_usage_message(&batch[0]).await.unwrap();
+    // A batch with an element that is no record at all: only that element is lost.
+    let (b3, b4) = (record(&c, at), record(&c, at));
+    let raw = format!(
+        r#"[{}, {{"id": 1}}, {}]"#,
+        serde_json::to_string(&b3).unwrap(),
+        serde_json::to_string(&b4).unwrap()
+    );
+    bus.client()
+        .publish(bus.names().usage_subject(), raw.into())
         .await
         .unwrap();
+    bus.client().flush().await.unwrap();
 
-    let body = until(&f, "/v1/usage", &acme, |b| total_requests(b) == 4).await;
-    assert_eq!(body["data"][0]["input_tokens"], 20);
+    let body = until(&f, "/v1/usage", &acme, |b| total_requests(b) == 6).await;
+    assert_eq!(body["data"][0]["input_tokens"], 30);
     // Every good id is stored once, and nothing else.
-    assert_eq!(rows(&f).await, 4);
-    for id in [twice.id, after.id, b1.id, b2.id] {
+    assert_eq!(rows(&f).await, 6);
+    for id in [twice.id, after.id, b1.id, b2.id, b3.id, b4.id] {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM usage WHERE id = $1")
             .bind(id)
             .fetch_one(&f.db.pool)
@@ -507,10 +523,9 @@ async fn publishing_creates_a_missing_stream_and_names_the_record() {
     let consumer = bus.usage_consumer().await.unwrap();
     let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
     let m = futures::StreamExt::next(&mut batch).await.unwrap().unwrap();
-    assert_eq!(
-        weft_bus::decode_usage(&m.payload).unwrap(),
-        vec![rec.clone()]
-    );
+    let decoded = weft_bus::decode_usage(&m.payload).unwrap();
+    assert_eq!(decoded.len(), 1);
+    assert_eq!(decoded[0].as_ref().unwrap(), &rec);
     let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
     assert_eq!(id.map(|v| v.as_str().to_owned()), Some(rec.id.to_string()));
     m.ack().await.unwrap();

@@ -125,7 +125,7 @@ pub const USAGE_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long the writer may hold a usage record without acking it before JetStream redelivers it.
 pub const USAGE_ACK_WAIT: Duration = Duration::from_secs(30);
 
-/// JetStream's answer to a usage batch sent with [`Bus::send_usage_batch`].
+/// JetStream's answer to a usage message sent with [`Bus::send_usage_message`].
 pub struct UsageAck(jetstream::context::PublishAckFuture);
 
 impl UsageAck {
@@ -240,27 +240,24 @@ impl Bus {
     /// the record survives a crash of this process. The record id is the message id, so a
     /// retried publish is stored once.
     pub async fn publish_usage(&self, rec: &UsageRecord) -> Result<(), BusError> {
-        self.publish_usage_batch(&rec.id.to_string(), std::slice::from_ref(rec))
-            .await
+        for m in usage_messages(std::slice::from_ref(rec), USAGE_MESSAGE_BYTES)? {
+            self.publish_usage_message(&m).await?;
+        }
+        Ok(())
     }
 
-    /// Publishes a batch of usage records as one message (see [`encode_usage_batch`]) and waits
-    /// for JetStream to store it. `id` is the message id: publishing the same batch again under
-    /// it stores it once (and the table's primary key absorbs a copy after the duplicate
-    /// window). When the stream is missing (a router started before any gateway made it), it
-    /// is created and the publish retried once.
-    pub async fn publish_usage_batch(
-        &self,
-        id: &str,
-        recs: &[UsageRecord],
-    ) -> Result<(), BusError> {
-        let payload = encode_usage_batch(recs)?;
+    /// Publishes one usage message (see [`usage_messages`]) and waits for JetStream to store
+    /// it. Publishing the same message again stores it once (its id is the message id), and the
+    /// `usage` table's primary key absorbs a copy after the duplicate window. When the stream
+    /// is missing (a router started before any gateway made it), it is created and the publish
+    /// retried once.
+    pub async fn publish_usage_message(&self, m: &UsageMessage) -> Result<(), BusError> {
         let publish = || {
             self.js.send_publish(
                 self.names.usage_subject(),
                 jetstream::message::PublishMessage::build()
-                    .payload(payload.clone())
-                    .message_id(id),
+                    .payload(m.payload.clone())
+                    .message_id(&m.id),
             )
         };
         let stored = || async { publish().await?.await.map(|_| ()) };
@@ -274,24 +271,19 @@ impl Bus {
         }
     }
 
-    /// Queues a batch of usage records (one message, id `id`) on the NATS connection without
-    /// waiting for JetStream to store it; [`Bus::flush`] then writes it to the socket (so this
-    /// process dying afterwards does not lose it; the kernel still sends it). The returned
-    /// [`UsageAck`] says whether JetStream stored it; on an error the caller publishes again
-    /// with [`Bus::publish_usage_batch`] under the same id.
-    pub async fn send_usage_batch(
-        &self,
-        id: &str,
-        recs: &[UsageRecord],
-    ) -> Result<UsageAck, BusError> {
-        let payload = encode_usage_batch(recs)?;
+    /// Queues a usage message on the NATS connection without waiting for JetStream to store
+    /// it; [`Bus::flush`] then writes it to the socket (so this process dying afterwards does
+    /// not lose it; the kernel still sends it). The returned [`UsageAck`] says whether
+    /// JetStream stored it; on an error the caller publishes it again with
+    /// [`Bus::publish_usage_message`].
+    pub async fn send_usage_message(&self, m: &UsageMessage) -> Result<UsageAck, BusError> {
         let ack = self
             .js
             .send_publish(
                 self.names.usage_subject(),
                 jetstream::message::PublishMessage::build()
-                    .payload(payload)
-                    .message_id(id),
+                    .payload(m.payload.clone())
+                    .message_id(&m.id),
             )
             .await
             .map_err(nats_err)?;
@@ -399,24 +391,75 @@ pub fn decode_dispatch(payload: &[u8]) -> Option<Dispatch> {
     serde_json::from_slice(payload).ok()
 }
 
-/// A usage message's payload: one record as a JSON object, or a batch as a JSON array of them.
-/// One record is sent as a bare object, what every weft before batching sent and its writers
-/// read.
-pub fn encode_usage_batch(recs: &[UsageRecord]) -> Result<bytes::Bytes, BusError> {
-    match recs {
-        [one] => serde_json::to_vec(one),
-        many => serde_json::to_vec(many),
-    }
-    .map(bytes::Bytes::from)
-    .map_err(nats_err)
+/// The most bytes one usage message carries: far below NATS's default 1 MiB payload limit.
+pub const USAGE_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// One JetStream message of usage records: a lone record as a JSON object (what every weft
+/// before batching sent and its writers read), several as a JSON array of them.
+#[derive(Clone, Debug)]
+pub struct UsageMessage {
+    /// The message id: its first record's id (unique, and what a message of one has always
+    /// been sent under).
+    pub id: String,
+    pub payload: bytes::Bytes,
+    /// How many records it carries.
+    pub records: usize,
 }
 
-/// Decodes a usage message's payload: one record (a JSON object) or a batch (an array).
-pub fn decode_usage(payload: &[u8]) -> Result<Vec<UsageRecord>, serde_json::Error> {
+/// `recs` as usage messages of at most `max_bytes` each (a record larger than that alone goes
+/// in a message of its own), in order.
+pub fn usage_messages(
+    recs: &[UsageRecord],
+    max_bytes: usize,
+) -> Result<Vec<UsageMessage>, BusError> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut array: Vec<u8> = Vec::new();
+    let seal = |array: &mut Vec<u8>, first: &UsageRecord, n: usize, out: &mut Vec<UsageMessage>| {
+        let payload = if n == 1 {
+            // A lone record: the bare object, without the brackets.
+            bytes::Bytes::copy_from_slice(&array[1..])
+        } else {
+            array.push(b']');
+            bytes::Bytes::from(std::mem::take(array))
+        };
+        array.clear();
+        out.push(UsageMessage {
+            id: first.id.to_string(),
+            payload,
+            records: n,
+        });
+    };
+    for (i, rec) in recs.iter().enumerate() {
+        let one = serde_json::to_vec(rec).map_err(nats_err)?;
+        if i > start && array.len() + 1 + one.len() + 1 > max_bytes {
+            seal(&mut array, &recs[start], i - start, &mut out);
+            start = i;
+        }
+        array.push(if i == start { b'[' } else { b',' });
+        array.extend_from_slice(&one);
+    }
+    if start < recs.len() {
+        seal(&mut array, &recs[start], recs.len() - start, &mut out);
+    }
+    Ok(out)
+}
+
+/// Decodes a usage message's payload: one record (a JSON object) or several (an array), each
+/// decoded on its own so that one bad record does not take the others with it. `Err` when the
+/// payload is neither.
+pub fn decode_usage(
+    payload: &[u8],
+) -> Result<Vec<Result<UsageRecord, serde_json::Error>>, serde_json::Error> {
     // By the first byte, not `#[serde(untagged)]`, which would hide the record's own error.
     match payload.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(payload),
-        _ => serde_json::from_slice::<UsageRecord>(payload).map(|r| vec![r]),
+        Some(b'[') => Ok(
+            serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(payload)?
+                .into_iter()
+                .map(|raw| serde_json::from_str(raw.get()))
+                .collect(),
+        ),
+        _ => serde_json::from_slice::<UsageRecord>(payload).map(|r| vec![Ok(r)]),
     }
 }
 
@@ -445,20 +488,66 @@ mod tests {
         }
     }
 
+    fn decoded(m: &UsageMessage) -> Vec<UsageRecord> {
+        decode_usage(&m.payload)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    }
+
     #[test]
-    fn usage_payloads_carry_one_record_or_a_batch() {
+    fn usage_messages_carry_one_record_or_a_batch_within_the_size_limit() {
         let one = vec![record(1)];
-        let payload = encode_usage_batch(&one).unwrap();
+        let ms = usage_messages(&one, USAGE_MESSAGE_BYTES).unwrap();
+        assert_eq!(ms.len(), 1);
         assert_eq!(
-            payload[0], b'{',
+            ms[0].payload[0], b'{',
             "one record is a bare object, as before batching"
         );
-        assert_eq!(decode_usage(&payload).unwrap(), one);
-        let many = vec![record(1), record(2), record(3)];
-        let payload = encode_usage_batch(&many).unwrap();
-        assert_eq!(decode_usage(&payload).unwrap(), many);
-        let err = decode_usage(b"{\"id\": 1}").unwrap_err().to_string();
-        assert!(err.contains("invalid type"), "{err}");
+        assert_eq!(
+            (ms[0].id.as_str(), ms[0].records),
+            (one[0].id.to_string().as_str(), 1)
+        );
+        assert_eq!(decoded(&ms[0]), one);
+
+        let many: Vec<_> = (1..=10).map(record).collect();
+        let ms = usage_messages(&many, USAGE_MESSAGE_BYTES).unwrap();
+        assert_eq!(ms.len(), 1);
+        assert_eq!(decoded(&ms[0]), many);
+
+        // A limit of about three records: messages of at most three, in order, every record
+        // once, each message named by its first record; a record over the limit goes alone.
+        let size = serde_json::to_vec(&many[0]).unwrap().len();
+        let ms = usage_messages(&many, 3 * size + 4).unwrap();
+        assert!(
+            ms.iter()
+                .all(|m| m.payload.len() <= 3 * size + 4 && m.records <= 3)
+        );
+        assert_eq!(ms.iter().flat_map(decoded).collect::<Vec<_>>(), many);
+        assert!(ms.iter().all(|m| m.id == decoded(m)[0].id.to_string()));
+        let ms = usage_messages(&many[..2], 10).unwrap();
+        assert_eq!(ms.iter().map(|m| m.records).collect::<Vec<_>>(), [1, 1]);
+    }
+
+    #[test]
+    fn a_bad_record_in_a_batch_does_not_take_the_others_with_it() {
+        let good = record(1);
+        let good_json = serde_json::to_string(&good).unwrap();
+        let payload = format!(r#"[{good_json}, {{"id": 1}}, {good_json}]"#);
+        let recs = decode_usage(payload.as_bytes()).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(recs[0].as_ref().unwrap(), &good);
+        assert!(
+            recs[1]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("invalid type")
+        );
+        assert_eq!(recs[2].as_ref().unwrap(), &good);
+        assert!(decode_usage(b"{not json").is_err());
+        assert!(decode_usage(b"[1, 2").is_err());
     }
 
     #[test]
