@@ -182,10 +182,10 @@ struct Pipe<D> {
     out: Sse,
     finished: bool,
     phase: Phase,
-    /// Ticks while the stream is open; a tick with nothing written since the last one sends the
-    /// keepalive.
+    /// Ticks while the stream is open; a keepalive goes out when a whole period has passed
+    /// since `last_write`, so the body is never quiet for longer than that.
     idle: Option<tokio::time::Interval>,
-    wrote: bool,
+    last_write: tokio::time::Instant,
 }
 
 impl<D: Dialect> Pipe<D> {
@@ -222,7 +222,7 @@ impl<D: Dialect> Pipe<D> {
                     self.dialect.open(&mut self.out);
                     self.phase = Phase::Events;
                     if let Some(b) = self.out.take() {
-                        self.wrote = true;
+                        self.last_write = tokio::time::Instant::now();
                         return Some(b);
                     }
                 }
@@ -233,11 +233,17 @@ impl<D: Dialect> Pipe<D> {
                             tokio::select! {
                                 biased;
                                 item = self.events.next() => item,
-                                _ = idle.tick() => {
-                                    if !std::mem::take(&mut self.wrote) {
+                                now = idle.tick() => {
+                                    // Quiet for a whole period since the last write: a
+                                    // keepalive. Otherwise the next tick is one period after
+                                    // that write (the timer is not reset on every frame).
+                                    let due = self.last_write + idle.period();
+                                    if now >= due {
                                         self.out.keepalive(D::KEEPALIVE);
+                                        self.last_write = now;
                                         return self.out.take();
                                     }
+                                    idle.reset_at(due);
                                     continue;
                                 }
                             }
@@ -253,7 +259,7 @@ impl<D: Dialect> Pipe<D> {
                         n += 1;
                     }
                     if let Some(b) = self.out.take() {
-                        self.wrote = true;
+                        self.last_write = tokio::time::Instant::now();
                         return Some(b);
                     }
                 }
@@ -279,7 +285,7 @@ fn sse_response<D: Dialect>(events: ChatEvents, dialect: D) -> Response {
         finished: false,
         phase: Phase::Open,
         idle,
-        wrote: false,
+        last_write: tokio::time::Instant::now(),
     };
     let body = futures::stream::unfold(pipe, |mut pipe| async move {
         let chunk = pipe.next_chunk().await?;
@@ -337,4 +343,52 @@ pub(crate) fn render<D: Dialect + Clone>(
         })
     };
     (out.text(), answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt as _;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// The body is never quiet for longer than the keepalive period: a frame written between
+    /// two ticks moves the next keepalive to one period after it (not to the tick after next),
+    /// and a quiet stream gets one every period.
+    #[tokio::test(start_paused = true)]
+    async fn keepalives_follow_the_last_write() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let events: ChatEvents = Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        let resp = sse_response(events, crate::llm::Native::new("run".into()));
+        let mut body = resp.into_body().into_data_stream();
+        let start = Instant::now();
+        let mut next = async || {
+            let chunk = body.next().await.unwrap().unwrap();
+            (start.elapsed(), String::from_utf8(chunk.to_vec()).unwrap())
+        };
+        let period = Duration::from_secs(15);
+        tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                let _ = tx.send(Ok(ChatEvent::TextDelta("hi".into())));
+            }
+        });
+        let (at, frame) = next().await;
+        assert_eq!(at, Duration::from_secs(10), "{frame}");
+        assert!(frame.contains("hi"), "{frame}");
+        let (at, frame) = next().await;
+        assert_eq!(
+            (at, frame.as_str()),
+            (Duration::from_secs(10) + period, ":\n\n")
+        );
+        let (at, frame) = next().await;
+        assert_eq!(
+            (at, frame.as_str()),
+            (Duration::from_secs(10) + 2 * period, ":\n\n")
+        );
+        drop(tx);
+    }
 }
