@@ -77,8 +77,9 @@ scored() {
 # failing_checks DIR SCENARIO: the checks of SCENARIO's newest result under DIR that did not
 # pass, one a line with its message and details (to tell a timing race from a real failure).
 failing_checks() {
-    local checks
-    checks=$(ls -d "$1/$2"-*/checks.json 2>/dev/null | tail -n 1)
+    # An entry may be `scenario:check-id`; server results are named `server-<scenario>-<time>`.
+    local scenario=${2%%:*} checks
+    checks=$( (ls -d "$1/$scenario"-*/checks.json "$1/server-$scenario"-*/checks.json 2>/dev/null || true) | tail -n 1)
     [ -n "$checks" ] || return 0
     python3 - "$checks" <<'PY'
 import json, sys
@@ -110,7 +111,7 @@ summarize() {
              p && /^  / { print "  " $0; next } p { p = 0 }' "$clean" >&2
         # What each unexpected scenario failed on (its checks.json under the run's -o dir).
         awk '/^Unexpected failures/ { p = 1; next } p && /^  +✗ / { print $2; next } p { p = 0 }' "$clean" \
-            | while read -r scenario; do failing_checks "${log%.log}" "$scenario"; done >&2
+            | while read -r scenario; do failing_checks "${log%.log}" "$scenario" || true; done >&2
         if ! grep -qE '^(Unexpected failures|Stale baseline entries)' "$clean"; then
             tail -n 15 "$clean" | sed 's/^/  | /' >&2
         fi
