@@ -14,6 +14,9 @@
 # RATE_ATTEMPTS (2, runs per rate; one passing suffices), MAX_ERROR_RATIO (0.001), GEN_THREADS (1), UPSTREAM_THREADS (1), RESULTS (results dir),
 # SKIP_BUILD (0), WEFT_BIN (the weft binary; default target/release/weft), WEFT_BENCH_TOKEN (token for the through-weft runs; default: the admin token
 # from the ready file), PGHOST (127.0.0.1), PGPORT (5432), PGUSER (postgres).
+# ARRANGEMENT=split runs the router as its own process (`weft router`) behind a `weft-gateway`
+# (WEFT_GATEWAY_BIN, default next to WEFT_BIN; built too unless SKIP_BUILD=1) instead of
+# `weft up`; weft's CPU and memory are then the two processes' together.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,6 +49,8 @@ STAGING="$RESULTS.tmp"
 
 LT="$ROOT/target/release/weft-loadtest"
 WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
+ARRANGEMENT=${ARRANGEMENT:-up}
+[[ $ARRANGEMENT == up || $ARRANGEMENT == split ]] || { echo "ARRANGEMENT is up or split, not $ARRANGEMENT" >&2; exit 2; }
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -88,6 +93,11 @@ trap 'exit 143' TERM
 
 # --- build ---------------------------------------------------------------------------------
 build_release
+if [[ $ARRANGEMENT == split ]]; then
+    [[ $SKIP_BUILD == 1 ]] || cargo build --release --locked -p weft-gateway
+    GATEWAY=${WEFT_GATEWAY_BIN:-$(dirname "$WEFT")/weft-gateway}
+    [[ -x $GATEWAY ]] || die "$GATEWAY is missing (build it, or unset SKIP_BUILD)"
+fi
 
 rm -rf "$STAGING"
 mkdir -p "$STAGING"
@@ -133,19 +143,48 @@ while [[ $SUBSTRATE_PORT == "$WEFT_PORT" || $SUBSTRATE_PORT == "$ROUTER_PORT" ]]
 done
 # Run from the scratch directory so nothing relative lands in the repository. Its own NATS and
 # Redis prefixes keep it apart from any other fleet on the machine.
-(cd "$TMP" && exec env "WEFT_NATS__PREFIX=bench$$" "WEFT_REDIS__PREFIX=bench$$" \
-    "$WEFT" up --config "$TMP/weft.toml" \
-    --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
-    --substrate-listen "127.0.0.1:$SUBSTRATE_PORT" \
-    --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
-    --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
-WEFT_PID=$!
-PIDS+=("$WEFT_PID")
-wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
+DB_URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB"
+if [[ $ARRANGEMENT == up ]]; then
+    (cd "$TMP" && exec env "WEFT_NATS__PREFIX=bench$$" "WEFT_REDIS__PREFIX=bench$$" \
+        "$WEFT" up --config "$TMP/weft.toml" \
+        --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
+        --substrate-listen "127.0.0.1:$SUBSTRATE_PORT" \
+        --database-url "$DB_URL" \
+        --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
+    WEFT_PID=$!
+    PIDS+=("$WEFT_PID")
+    wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft up" 120
+    SERVER_PIDS=("$WEFT_PID")
+    WEFT_TOKEN=${WEFT_BENCH_TOKEN:-$(jq -r '.admin_token // empty' "$TMP/weft.json")}
+else
+    # The gateway and the router as two processes, the chat call between them over gRPC with
+    # the internal JWT (the substrate is not needed for chat).
+    "$WEFT" migrate --database-url "$DB_URL" >"$TMP/migrate.log" 2>&1 || die "weft migrate failed"
+    WEFT_TOKEN=${WEFT_BENCH_TOKEN:-$("$WEFT" token create --admin --name bench --database-url "$DB_URL" 2>/dev/null)}
+    SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    (cd "$TMP" && exec env "WEFT_NATS__PREFIX=bench$$" "WEFT_REDIS__PREFIX=bench$$" \
+        "WEFT_AUTH__INTERNAL_JWT_SECRET=$SECRET" \
+        "$WEFT" router --config "$TMP/weft.toml" --listen "127.0.0.1:$ROUTER_PORT" \
+        >"$TMP/router.log" 2>&1) &
+    ROUTER_PID=$!
+    PIDS+=("$ROUTER_PID")
+    (cd "$TMP" && exec env "WEFT_NATS__PREFIX=bench$$" "WEFT_REDIS__PREFIX=bench$$" \
+        "WEFT_AUTH__INTERNAL_JWT_SECRET=$SECRET" \
+        "WEFT_GATEWAY__SUBSTRATE_URL=http://127.0.0.1:$SUBSTRATE_PORT" \
+        "$GATEWAY" --config "$TMP/weft.toml" --listen "127.0.0.1:$WEFT_PORT" \
+        --router-url "http://127.0.0.1:$ROUTER_PORT" --database-url "$DB_URL" \
+        --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &
+    WEFT_PID=$!
+    PIDS+=("$WEFT_PID")
+    wait_for_json "$TMP/weft.json" "$WEFT_PID" "weft-gateway" 120
+    kill -0 "$ROUTER_PID" 2>/dev/null || { cat "$TMP/router.log" >&2; die "weft router exited"; }
+    SERVER_PIDS=("$WEFT_PID" "$ROUTER_PID")
+fi
 WEFT_URL="$(jq -r .url "$TMP/weft.json")/v1"
-WEFT_TOKEN=${WEFT_BENCH_TOKEN:-$(jq -r '.admin_token // empty' "$TMP/weft.json")}
-[[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token and WEFT_BENCH_TOKEN is not set"
-log "weft at $WEFT_URL"
+[[ $WEFT_TOKEN == wft_* ]] || die "no admin token (the ready file has none and WEFT_BENCH_TOKEN is not set)"
+SERVER_PID_ARGS=()
+for p in "${SERVER_PIDS[@]}"; do SERVER_PID_ARGS+=(--server-pid "$p"); done
+log "weft ($ARRANGEMENT) at $WEFT_URL"
 
 # --- runs ------------------------------------------------------------------------------------
 # chat_run direct|weft NAME ARGS...: one `chat` run, its report in $STAGING/NAME.json. The token
@@ -159,13 +198,13 @@ chat_run() {
     if [[ $PROFILE == 1 && $name == weft-c64 ]]; then
         # PERF_CALLGRAPH="--call-graph dwarf,16384" unwinds without frame pointers (heavier).
         # shellcheck disable=SC2086
-        (sleep "${WARMUP%s}" && exec perf record -e cpu-clock -F "$PERF_FREQ" ${PERF_CALLGRAPH:--g} -p "$WEFT_PID" \
+        (sleep "${WARMUP%s}" && exec perf record -e cpu-clock -F "$PERF_FREQ" ${PERF_CALLGRAPH:--g} -p "$(IFS=,; echo "${SERVER_PIDS[*]}")" \
             -o "$TMP/perf.data" -- sleep "${DURATION%s}") >/dev/null 2>&1 &
         perf_pid=$!
     fi
     if [[ $target == weft ]]; then
         WEFT_LOADTEST_TOKEN="$WEFT_TOKEN" "$LT" chat --url "$WEFT_URL" --model bench \
-            --threads "$GEN_THREADS" --server-pid "$WEFT_PID" --out "$out" "$@" >/dev/null || rc=$?
+            --threads "$GEN_THREADS" "${SERVER_PID_ARGS[@]}" --out "$out" "$@" >/dev/null || rc=$?
     else
         env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$DIRECT_URL" --model bench-model \
             --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
@@ -196,7 +235,10 @@ pair() {
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
 read -r TICKS0 STEAL0 < <(cpu_ticks)
 # weft's resident memory once started, before any load.
-IDLE_RSS_KIB=$(awk '/^VmRSS:/{print $2}' "/proc/$WEFT_PID/status")
+IDLE_RSS_KIB=0
+for p in "${SERVER_PIDS[@]}"; do
+    IDLE_RSS_KIB=$((IDLE_RSS_KIB + $(awk '/^VmRSS:/{print $2}' "/proc/$p/status")))
+done
 
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
 pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
@@ -278,21 +320,22 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     --argjson p99_limit_us "$P99_LIMIT_US" --argjson max_error_ratio "$MAX_ERROR_RATIO" \
     --argjson gen_threads "$GEN_THREADS" --argjson upstream_threads "$UPSTREAM_THREADS" \
     --argjson steal_pct "$STEAL_PCT" --argjson attempts "$RATE_ATTEMPTS" \
-    --argjson idle_rss_kib "${IDLE_RSS_KIB:-null}" \
+    --argjson idle_rss_kib "${IDLE_RSS_KIB:-null}" --arg arrangement "$ARRANGEMENT" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, rates: $rates, p99_limit_us: $p99_limit_us,
       max_error_ratio: $max_error_ratio, generator_threads: $gen_threads,
       upstream_threads: $upstream_threads, rate_attempts: $attempts,
-      cpu_steal_pct: $steal_pct, weft_idle_rss_kib: $idle_rss_kib}' >"$STAGING/machine.json"
+      cpu_steal_pct: $steal_pct, weft_idle_rss_kib: $idle_rss_kib,
+      arrangement: $arrangement}' >"$STAGING/machine.json"
 
 {
     echo "## weft gateway benchmark, $DATE"
     echo
-    jq -r '"\(.cpu), \(.cores) cores, git \(.git); generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); \(.duration) per run after \(.warmup) warm-up; hypervisor steal \(.cpu_steal_pct)% of CPU time over the run; a rate passes when one of \(.rate_attempts) attempts does"' "$STAGING/machine.json"
+    jq -r '"\(.cpu), \(.cores) cores, git \(.git), arrangement `\(.arrangement)`; generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); \(.duration) per run after \(.warmup) warm-up; hypervisor steal \(.cpu_steal_pct)% of CPU time over the run; a rate passes when one of \(.rate_attempts) attempts does"' "$STAGING/machine.json"
     echo
     echo "Latencies in µs; *added* = through weft − direct at the same percentile."
     echo
-    echo "weft's CPU (user + system of the weft process over the measured window) per request, and its resident memory: $((IDLE_RSS_KIB / 1024)) MiB idle."
+    echo "weft's CPU (user + system of the weft process, or of the gateway and router processes together, over the measured window) per request, and its resident memory: $((IDLE_RSS_KIB / 1024)) MiB idle."
     echo
     echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | weft rps | weft errors | weft CPU µs/req | weft RSS MiB |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
