@@ -8,8 +8,7 @@
 //! calls to make) and appends the server's URL to the command line. Without `toolCalls` the
 //! client calls every tool listed, with arguments made from each tool's input schema (what a
 //! model would do with a tool it was given); `initialize` only opens the session, `sse-retry`
-//! calls the scenario's `test_reconnection` (and keeps the session open past its retry
-//! interval, see below), and `json-schema-2020-12-preservation` hands the
+//! calls the scenario's `test_reconnection` (a second after the session opened, see below), and `json-schema-2020-12-preservation` hands the
 //! focal tool's schema, as the bridge received it, to the scenario's echo tool.
 //!
 //! The bridge's client answers server requests as the bridge does for unattended runs: it
@@ -113,6 +112,17 @@ async fn run(url: String, scenario: &str, context: &Value) -> Result<(), String>
                     .collect(),
             }
         };
+    if scenario == "sse-retry" {
+        // The scenario closes the tool's POST stream 50 ms into the call and times the *last*
+        // GET it sees against its `retry: 500`; any GET that arrives while the call is pending
+        // gets the result. The session's standalone GET stream is opened by a background task
+        // after `initialized`: on a loaded machine it can arrive only after the call started,
+        // take the result, and end the call before the POST stream's own reconnection (which
+        // then never happens), so the scenario times the standalone GET as a reconnection that
+        // came too early (CI saw -47 ms, one GET, no Last-Event-ID). Giving the standalone
+        // stream time to open first leaves the reconnection as the only GET during the call.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let mut failed = 0;
     for (tool, args) in calls {
         match pool
@@ -128,16 +138,6 @@ async fn run(url: String, scenario: &str, context: &Value) -> Result<(), String>
                 failed += 1;
             }
         }
-    }
-    if scenario == "sse-retry" {
-        // The scenario closes the tool's POST stream and times the *last* GET it sees against
-        // its `retry: 500`. The session's standalone GET stream is opened by a background task
-        // after `initialized`; on a loaded machine it can arrive after the close, pick up the
-        // pending result, and end the call before the POST stream's own reconnection (which
-        // waits the 500 ms) has happened, so the scenario would time the standalone GET as the
-        // reconnection. Keeping the session open past the retry interval lets the real
-        // reconnection happen and be the GET it times.
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
     }
     if failed > 0 {
         return Err(format!("{failed} call(s) failed"));
