@@ -17,6 +17,8 @@
 # ARRANGEMENT=split runs the router as its own process (`weft router`) behind a `weft-gateway`
 # (WEFT_GATEWAY_BIN, default next to WEFT_BIN; built too unless SKIP_BUILD=1) instead of
 # `weft up`; weft's CPU and memory are then the two processes' together.
+# SOAK=SECONDS (with SOAK_RATE, 2000, and SOAK_SAMPLE, 30): a memory soak instead of the pairs
+# and the rate search; see below.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -231,14 +233,57 @@ pair() {
         --out "$STAGING/compare-$name.json" >/dev/null
 }
 
+# rss_kib: the resident memory of the weft process(es), summed.
+rss_kib() {
+    local p total=0
+    for p in "${SERVER_PIDS[@]}"; do
+        total=$((total + $(awk '/^VmRSS:/{print $2}' "/proc/$p/status")))
+    done
+    echo "$total"
+}
+
 # CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
 read -r TICKS0 STEAL0 < <(cpu_ticks)
 # weft's resident memory once started, before any load.
-IDLE_RSS_KIB=0
-for p in "${SERVER_PIDS[@]}"; do
-    IDLE_RSS_KIB=$((IDLE_RSS_KIB + $(awk '/^VmRSS:/{print $2}' "/proc/$p/status")))
-done
+IDLE_RSS_KIB=$(rss_kib)
+
+
+# SOAK=SECONDS: instead of the pairs and the rate search, one fixed-rate run of SOAK_RATE
+# requests/s through weft for that long, weft's RSS sampled every SOAK_SAMPLE seconds into
+# rss.csv, and soak.md saying whether it grew.
+if [[ -n ${SOAK:-} ]]; then
+    SOAK_RATE=${SOAK_RATE:-2000}
+    SOAK_SAMPLE=${SOAK_SAMPLE:-30}
+    echo "seconds,rss_kib" >"$STAGING/rss.csv"
+    echo "0,$IDLE_RSS_KIB" >>"$STAGING/rss.csv"
+    chat_run weft soak --rate "$SOAK_RATE" --duration "${SOAK}s" --warmup "$WARMUP" &
+    soak_pid=$!
+    start=$SECONDS
+    while kill -0 "$soak_pid" 2>/dev/null; do
+        sleep "$SOAK_SAMPLE"
+        kill -0 "$soak_pid" 2>/dev/null && echo "$((SECONDS - start)),$(rss_kib)" >>"$STAGING/rss.csv"
+    done
+    wait "$soak_pid" || die "the soak run failed"
+    {
+        echo "## weft soak, $DATE: $SOAK_RATE requests/s for $SOAK s ($ARRANGEMENT)"
+        echo
+        jq -r '"\(.requests) requests, \(.errors) errors, \(.rps) rps, p50 \(.latency_us.p50) µs, p99 \(.latency_us.p99) µs, weft CPU \(.server.cpu_us_per_request // "n/a") µs/request"' \
+            "$STAGING/soak.json"
+        echo
+        # After the warm-up, RSS over the run: the first sample under load, the last, the
+        # highest, and the growth from the first to the last.
+        awk -F, 'NR > 2 { if (!first) first = $2; last = $2; if ($2 > max) max = $2 }
+            END { printf "RSS idle %d MiB; under load first %.1f MiB, last %.1f MiB, max %.1f MiB; growth first to last %+.1f MiB\n",
+                  idle / 1024, first / 1024, last / 1024, max / 1024, (last - first) / 1024 }' \
+            idle="$IDLE_RSS_KIB" "$STAGING/rss.csv"
+    } >"$STAGING/soak.md"
+    rm -rf "$RESULTS"
+    mkdir -p "$(dirname "$RESULTS")"
+    mv "$STAGING" "$RESULTS"
+    cat "$RESULTS/soak.md"
+    exit 0
+fi
 
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
 pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
