@@ -115,9 +115,26 @@ pub fn prometheus() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Another recorder may already be installed (a test harness); then ours only renders.
         let _ = metrics::set_global_recorder(recorder);
+        // A recorder built (not installed with its exporter) has no upkeep task: every
+        // histogram sample stays pending until something drains it, so without a scrape RSS
+        // grew with every request (+43 MiB over 1.2 M requests in a 10-minute soak). Drain
+        // them every few seconds on a thread of its own (this may run outside any runtime).
+        let upkeep = handle.clone();
+        let _ = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(METRICS_UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            });
         handle
     })
 }
+
+/// How often pending histogram samples are drained into their buckets.
+const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct MetadataInjector<'a>(&'a mut tonic::metadata::MetadataMap);
 
