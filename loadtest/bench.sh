@@ -19,6 +19,8 @@
 # `weft up`; weft's CPU and memory are then the two processes' together.
 # SOAK=SECONDS (with SOAK_RATE, 2000, and SOAK_SAMPLE, 30): a memory soak instead of the pairs
 # and the rate search; see below.
+# PROXY=1 (the default; 0 skips it) also runs c1 and c64 through `weft-loadtest proxy`, a bare
+# axum + hyper reverse proxy to the same upstream: the floor under weft's CPU per request here.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,6 +54,7 @@ STAGING="$RESULTS.tmp"
 LT="$ROOT/target/release/weft-loadtest"
 WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
 ARRANGEMENT=${ARRANGEMENT:-up}
+PROXY=${PROXY:-1}
 [[ $ARRANGEMENT == up || $ARRANGEMENT == split ]] || { echo "ARRANGEMENT is up or split, not $ARRANGEMENT" >&2; exit 2; }
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -107,12 +110,23 @@ mkdir -p "$STAGING"
 # --- upstream --------------------------------------------------------------------------------
 "$LT" upstream --listen 127.0.0.1:0 --threads "$UPSTREAM_THREADS" \
     --ready-file "$TMP/upstream.json" 2>"$TMP/upstream.log" &
-PIDS+=("$!")
-wait_for_json "$TMP/upstream.json" "$!" "the upstream" 10
+UPSTREAM_PID=$!
+PIDS+=("$UPSTREAM_PID")
+wait_for_json "$TMP/upstream.json" "$UPSTREAM_PID" "the upstream" 10
 DIRECT_URL=$(jq -r .base_url "$TMP/upstream.json")
 UPSTREAM_PORT=${DIRECT_URL##*:}
 UPSTREAM_PORT=${UPSTREAM_PORT%%/*}
 log "upstream at $DIRECT_URL"
+
+if [[ $PROXY == 1 ]]; then
+    "$LT" proxy --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$UPSTREAM_PORT" \
+        --ready-file "$TMP/proxy.json" 2>"$TMP/proxy.log" &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    wait_for_json "$TMP/proxy.json" "$PROXY_PID" "the bare proxy" 10
+    PROXY_URL=$(jq -r .base_url "$TMP/proxy.json")
+    log "bare proxy at $PROXY_URL"
+fi
 
 # --- weft ------------------------------------------------------------------------------------
 DB="weft_bench_$(date +%s)_$$"
@@ -207,9 +221,14 @@ chat_run() {
     if [[ $target == weft ]]; then
         WEFT_LOADTEST_TOKEN="$WEFT_TOKEN" "$LT" chat --url "$WEFT_URL" --model bench \
             --threads "$GEN_THREADS" "${SERVER_PID_ARGS[@]}" --out "$out" "$@" >/dev/null || rc=$?
+    elif [[ $target == proxy ]]; then
+        env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$PROXY_URL" --model bench-model \
+            --threads "$GEN_THREADS" --server-pid "$PROXY_PID" --out "$out" "$@" >/dev/null || rc=$?
     else
+        # The upstream's own CPU per request: what one bare HTTP server (axum, JSON in and out)
+        # costs on this machine, the floor under weft, which serves one hop and calls another.
         env -u WEFT_LOADTEST_TOKEN "$LT" chat --url "$DIRECT_URL" --model bench-model \
-            --threads "$GEN_THREADS" --out "$out" "$@" >/dev/null || rc=$?
+            --threads "$GEN_THREADS" --server-pid "$UPSTREAM_PID" --out "$out" "$@" >/dev/null || rc=$?
     fi
     if [[ -n $perf_pid ]]; then
         wait "$perf_pid" || true
@@ -287,6 +306,13 @@ fi
 
 pair c1 --concurrency 1 --duration "$DURATION" --warmup "$WARMUP"
 pair c64 --concurrency 64 --duration "$DURATION" --warmup "$WARMUP"
+if [[ $PROXY == 1 ]]; then
+    for c in 1 64; do
+        chat_run proxy "proxy-c$c" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP"
+        "$LT" compare --direct "$STAGING/direct-c$c.json" --through "$STAGING/proxy-c$c.json" \
+            --out "$STAGING/compare-proxy-c$c.json" >/dev/null
+    done
+fi
 pair stream-c1 --concurrency 1 --stream --duration "$DURATION" --warmup "$WARMUP"
 
 # rate_run direct|weft RATE: fixed-rate runs; succeeds when one of RATE_ATTEMPTS passes the
@@ -382,15 +408,29 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     echo
     echo "weft's CPU (user + system of the weft process, or of the gateway and router processes together, over the measured window) per request, and its resident memory: $((IDLE_RSS_KIB / 1024)) MiB idle."
     echo
-    echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | weft rps | weft errors | weft CPU µs/req | weft RSS MiB |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "*upstream CPU* is the upstream's own CPU per request in the direct run: one bare axum server that parses the JSON request and answers, the floor of one HTTP hop on this machine (weft serves one hop and makes another)."
+    echo
+    echo "| run | direct p50 | weft p50 | added p50 | direct p99 | weft p99 | added p99 | direct rps | weft rps | weft errors | upstream CPU µs/req | weft CPU µs/req | weft RSS MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for name in c1 c64 stream-c1; do
-        jq -r --arg name "$name" --slurpfile w "$STAGING/weft-$name.json" \
-            '"| \($name) | \(.direct_latency_us.p50) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.direct_latency_us.p99) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($w[0].rps) | \($w[0].errors) | \($w[0].server.cpu_us_per_request // "n/a") | \(($w[0].server.rss_kib // 0) / 1024 | floor) |"' \
+        jq -r --arg name "$name" --slurpfile w "$STAGING/weft-$name.json" --slurpfile d "$STAGING/direct-$name.json" \
+            '"| \($name) | \(.direct_latency_us.p50) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.direct_latency_us.p99) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($d[0].rps) | \($w[0].rps) | \($w[0].errors) | \($d[0].server.cpu_us_per_request // "n/a") | \($w[0].server.cpu_us_per_request // "n/a") | \(($w[0].server.rss_kib // 0) / 1024 | floor) |"' \
             "$STAGING/compare-$name.json"
     done
-    jq -r '"| stream-c1 time to first byte | | | \(.added_ttfb_us.p50 // "n/a") | | | \(.added_ttfb_us.p99 // "n/a") | | | | |"' \
+    jq -r '"| stream-c1 time to first byte | | | \(.added_ttfb_us.p50 // "n/a") | | | \(.added_ttfb_us.p99 // "n/a") | | | | | | |"' \
         "$STAGING/compare-stream-c1.json"
+    if [[ $PROXY == 1 ]]; then
+        echo
+        echo "The floor: the same runs through \`weft-loadtest proxy\`, a bare axum + hyper reverse proxy to the same upstream (no parsing, auth, routing or accounting); *added* is over direct, CPU is the proxy's."
+        echo
+        echo "| run | proxy p50 | added p50 | proxy p99 | added p99 | proxy rps | proxy CPU µs/req | weft CPU µs/req − proxy's |"
+        echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+        for c in 1 64; do
+            jq -r --arg name "c$c" --slurpfile p "$STAGING/proxy-c$c.json" --slurpfile w "$STAGING/weft-c$c.json" \
+                '"| \($name) | \(.through_latency_us.p50) | \(.added_latency_us.p50) | \(.through_latency_us.p99) | \(.added_latency_us.p99) | \($p[0].rps) | \($p[0].server.cpu_us_per_request // "n/a") | \(if $p[0].server.cpu_us_per_request != null and $w[0].server.cpu_us_per_request != null then (($w[0].server.cpu_us_per_request - $p[0].server.cpu_us_per_request) * 10 | round / 10) else "n/a" end) |"' \
+                "$STAGING/compare-proxy-c$c.json"
+        done
+    fi
     echo
     echo "Highest fixed rate with p99 < $((P99_LIMIT_US / 1000)) ms and errors ≤ $MAX_ERROR_RATIO:"
     echo

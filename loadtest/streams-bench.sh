@@ -251,7 +251,7 @@ row() {
     jq -r --arg name "$2" --slurpfile m "$STAGING/$1-machine.json" '
         def n: if . == null then "n/a" else tostring end;
         $m[0] as $m |
-        "| \($name) | \(.streams_completed)/\(.streams_started) | \(.frames_expected) | \(.frames_lost) | \(.frames_duplicated + .frames_out_of_order + .frames_unexpected) | \(.events_coalesced) | \(.gap_us.p50 | n) | \(.gap_us.p90 | n) | \(.gap_us.p99 | n) | \(.gap_us.p999 | n) | \(.gap_us.max | n) | \(.ttff_us.p50 | n) | \(.ttff_us.p99 | n) | \(.schedule_lag_us.p99 | n) | \(.frames_per_s) | \(.generator_cpu_pct | n) | \($m.upstream_cpu_pct | n) | \($m.weft_cpu_pct | n) | \(if .frames_received > 0 then ($m.weft_cpu_s * 1e6 / .frames_received | round | tostring) else "n/a" end) | \($m.machine_busy_pct | n) | \($m.cpu_steal_pct | n) | \($m.loadavg_1m_after) | \($m.rustc_processes | map(tostring) | join("→")) |"' \
+        "| \($name) | \(.streams_completed)/\(.streams_started) | \(.frames_expected) | \(.frames_lost) | \(.frames_duplicated + .frames_out_of_order + .frames_unexpected) | \(.events_coalesced) | \(.gap_us.p50 | n) | \(.gap_us.p90 | n) | \(.gap_us.p99 | n) | \(.gap_us.p999 | n) | \(.gap_us.max | n) | \(.ttff_us.p50 | n) | \(.ttff_us.p99 | n) | \(.schedule_lag_us.p99 | n) | \(.frames_per_s) | \(.generator_cpu_pct | n) | \($m.upstream_cpu_pct | n) | \($m.weft_cpu_pct | n) | \(if .frames_received > 0 then ($m.weft_cpu_s * 1e6 / .frames_received | round | tostring) else "n/a" end) | \(if .frames_received > 0 and .generator_cpu_s != null then (.generator_cpu_s * 1e6 / .frames_received | round | tostring) else "n/a" end) | \(if .frames_received > 0 then ($m.upstream_cpu_s * 1e6 / .frames_received | round | tostring) else "n/a" end) | \($m.machine_busy_pct | n) | \($m.cpu_steal_pct | n) | \($m.loadavg_1m_after) | \($m.rustc_processes | map(tostring) | join("→")) |"' \
         "$STAGING/$1.json"
 }
 
@@ -260,14 +260,14 @@ row() {
     echo
     jq -r '"\(.cpu), \(.cores) cores, git \(.git); `weft up` with an `openai` provider on the paced upstream; \(.concurrency | split(" ") | join(", ")) concurrent streams of \(.deltas) deltas \(.gap_ms) ms apart, \(.length) after \(.warmup_rounds) warm-up stream(s); generator \(.generator_threads) thread(s), upstream \(.upstream_threads) thread(s); hypervisor steal \(.cpu_steal_pct)% of CPU time over the benchmark"' "$STAGING/machine.json"
     echo
-    echo "Times in µs. Gap: between two consecutive deltas of one stream at the client (the upstream sends them $GAP_MS ms apart). TTFF: request sent → first delta. Lag: how much later than first delta + k × gap delta k arrived. CPU in % of one core over the run (weft's as µs per frame too); busy and steal: the whole machine (all cores)."
+    echo "Times in µs. Gap: between two consecutive deltas of one stream at the client (the upstream sends them $GAP_MS ms apart). TTFF: request sent → first delta. Lag: how much later than first delta + k × gap delta k arrived. CPU in % of one core over the run, and per frame: the upstream's (a timer wake-up and one write per frame) and the generator's (one read per frame) are the floor of the two halves of what weft does per frame on this machine; busy and steal: the whole machine (all cores)."
     echo
-    echo "| concurrency, run | streams ok | frames | lost | dup/ooo/bad | coalesced | gap p50 | p90 | p99 | p99.9 | max | TTFF p50 | TTFF p99 | lag p99 | frames/s | generator CPU | upstream CPU | weft CPU | weft µs/frame | machine busy % | steal % | load 1m | rustc procs |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    echo "| concurrency, run | streams ok | frames | lost | dup/ooo/bad | coalesced | gap p50 | p90 | p99 | p99.9 | max | TTFF p50 | TTFF p99 | lag p99 | frames/s | generator CPU | upstream CPU | weft CPU | weft µs/frame | generator µs/frame | upstream µs/frame | machine busy % | steal % | load 1m | rustc procs |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     for c in $CONCURRENCY; do for i in $(seq "$PAIRS"); do
         row "direct-c$c-$i" "$c, direct #$i"
         row "weft-c$c-$i" "$c, through weft #$i"
-        jq -r --arg i "$i" --arg c "$c" '"| \($c), added by weft #\($i) | | | | | | \(.added_gap_us.p50) | \(.added_gap_us.p90) | **\(.added_gap_us.p99)** | \(.added_gap_us.p999) | \(.added_gap_us.max) | \(.added_ttff_us.p50 // "n/a") | \(.added_ttff_us.p99 // "n/a") | | | | | | | | | | |"' \
+        jq -r --arg i "$i" --arg c "$c" '"| \($c), added by weft #\($i) | | | | | | \(.added_gap_us.p50) | \(.added_gap_us.p90) | **\(.added_gap_us.p99)** | \(.added_gap_us.p999) | \(.added_gap_us.max) | \(.added_ttff_us.p50 // "n/a") | \(.added_ttff_us.p99 // "n/a") | | | | | | | | | | | | |"' \
             "$STAGING/compare-c$c-$i.json"
     done; done
     echo

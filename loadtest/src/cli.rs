@@ -20,6 +20,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the fake OpenAI-compatible upstream until Ctrl-C or SIGTERM.
     Upstream(UpstreamArgs),
+    /// Run a bare reverse proxy to an upstream (axum serving, hyper's client calling, nothing
+    /// else) until Ctrl-C or SIGTERM: the floor under weft's CPU per request on this machine.
+    Proxy(ProxyArgs),
     /// Drive `POST {url}/chat/completions` and print a latency report as JSON.
     Chat(ChatArgs),
     /// Hold many concurrent streaming chat completions of sequence-numbered deltas open and
@@ -371,6 +374,22 @@ pub struct UpstreamArgs {
     /// The paced upstream's default time between two deltas of one stream, in milliseconds.
     #[arg(long, default_value_t = 20, requires = "deltas", value_parser = clap::value_parser!(u64).range(0..=MAX_GAP_MS))]
     pub gap_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Address to listen on; port 0 picks a free port (see `--ready-file`).
+    #[arg(long, default_value = "127.0.0.1:8091")]
+    pub listen: SocketAddr,
+    /// Where requests go: the upstream's origin (`http://host:port`; the path is the request's).
+    #[arg(long)]
+    pub upstream: String,
+    /// Tokio worker threads (a multi-thread runtime), as many as weft's on a 2-core machine.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Once serving, write `{"base_url": "...", "addr": "..."}` here.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
 }
 
 /// Most deltas one paced stream may have.

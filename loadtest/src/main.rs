@@ -23,6 +23,7 @@ mod mcp_server;
 mod memory;
 mod paced;
 mod parked;
+mod proxy;
 mod report;
 mod rss;
 mod runs;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Upstream(args) => runtime(args.threads, true)?.block_on(upstream::run(&args)),
+        Command::Proxy(args) => runtime(args.threads, true)?.block_on(proxy::run(&args)),
         Command::Chat(args) => {
             let report = runtime(args.threads, false)?.block_on(chat::run(&args))?;
             emit(&report, args.out.as_deref())

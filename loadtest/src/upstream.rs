@@ -69,7 +69,7 @@ async fn run_paced(args: &UpstreamArgs, pace: Pace) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_ready(path: &Path, base_url: &str, addr: &str) -> anyhow::Result<()> {
+pub(crate) fn write_ready(path: &Path, base_url: &str, addr: &str) -> anyhow::Result<()> {
     let doc = json!({"base_url": base_url, "addr": addr});
     // Write then rename, so a script polling for the file never reads half of it.
     let tmp = path.with_extension("tmp");
