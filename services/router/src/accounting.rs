@@ -455,10 +455,15 @@ impl Ledger {
     /// code.
     pub async fn finish(&mut self, outcome: &str) {
         if let Some(i) = self.inner.take() {
-            // Spawned, so a caller that goes away meanwhile cannot cancel the accounting.
-            let outcome = outcome.to_owned();
             let (sent, on_sent) = tokio::sync::oneshot::channel();
-            tokio::spawn(async move { i.finish(&outcome, Some(sent)).await });
+            // Queued here, before the first await: a caller that goes away meanwhile cannot
+            // cancel the accounting (the sender owns the record from now on), and the call
+            // needs no task of its own for it. The reconciliation, when there is one, is
+            // spawned.
+            i.queue(outcome, Some(sent));
+            if i.has_reconciliation() {
+                tokio::spawn(i.reconcile());
+            }
             // Bounded: a batch stuck behind an unreachable NATS is retried by the sender.
             let _ = tokio::time::timeout(SEND_USAGE_WITHIN, on_sent).await;
         }
@@ -489,7 +494,10 @@ impl Drop for Ledger {
         if let Some(i) = self.inner.take() {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(async move { i.finish("cancelled", None).await });
+                    i.queue("cancelled", None);
+                    if i.has_reconciliation() {
+                        rt.spawn(i.reconcile());
+                    }
                 }
                 Err(_) => tracing::error!(
                     provider = %i.provider,
@@ -504,17 +512,30 @@ impl Drop for Ledger {
 }
 
 impl LedgerInner {
-    /// Hands the record to the usage sender (which signals `sent` once it is in the NATS
-    /// socket, and sees to JetStream's ack), reconciles the reservation and gives the slot back.
-    async fn finish(self, outcome: &str, sent: Option<tokio::sync::oneshot::Sender<()>>) {
-        let usage = self.usage.unwrap_or_default();
+    /// Hands the record to the usage sender, which signals `sent` once it is in the NATS
+    /// socket and sees to JetStream's ack (a call that never reached a provider has no record:
+    /// `sent` is signalled at once).
+    fn queue(&self, outcome: &str, sent: Option<tokio::sync::oneshot::Sender<()>>) {
         if self.provider.is_empty() {
             if let Some(sent) = sent {
                 let _ = sent.send(());
             }
         } else {
+            let usage = self.usage.unwrap_or_default();
             self.deps.usage.send(self.record(outcome, usage), sent);
         }
+    }
+
+    /// Whether [`LedgerInner::reconcile`] has anything to do: a quota reservation to settle
+    /// with reported usage, or a provider slot to give back.
+    fn has_reconciliation(&self) -> bool {
+        let reported = self.usage.is_some_and(|u| u.total_tokens > 0);
+        (reported && !self.reservation.token_keys.is_empty()) || self.slot.is_some()
+    }
+
+    /// Settles the reservation with the reported usage and gives the provider slot back.
+    async fn reconcile(self) {
+        let usage = self.usage.unwrap_or_default();
         let actual = usage.total_tokens;
         // Without reported usage (none, or all zeros) the reservation stands: an upstream that
         // reports none must not slip past a budget.

@@ -45,7 +45,7 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// A provider speaking Anthropic's Messages API.
 pub struct AnthropicProvider {
     up: Upstream,
-    url: String,
+    url: reqwest::Url,
     default_max_tokens: u32,
 }
 
@@ -63,7 +63,7 @@ impl AnthropicProvider {
             KeyStyle::Header("x-api-key"),
             &[("anthropic-version", version)],
         )?;
-        let url = format!("{}/v1/messages", up.base());
+        let url = up.endpoint("/v1/messages")?;
         Ok(Self {
             up,
             url,

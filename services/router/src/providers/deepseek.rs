@@ -27,7 +27,7 @@ const KIND: &str = "deepseek";
 
 pub struct DeepSeekProvider {
     up: Upstream,
-    chat_url: String,
+    chat_url: reqwest::Url,
 }
 
 impl DeepSeekProvider {
@@ -35,7 +35,7 @@ impl DeepSeekProvider {
     /// variable.
     pub fn new(name: &str, cfg: &HttpProviderConfig) -> Result<Self, String> {
         let up = Upstream::new(name, cfg, KeyStyle::Bearer, &[])?;
-        let chat_url = format!("{}/chat/completions", up.base());
+        let chat_url = up.endpoint("/chat/completions")?;
         Ok(Self { up, chat_url })
     }
 

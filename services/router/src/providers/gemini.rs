@@ -54,8 +54,10 @@ impl GeminiProvider {
         })
     }
 
-    fn url(&self, model: &str, method: &str) -> String {
-        format!("{}/{}:{method}", self.up.base(), resource(model))
+    fn url(&self, model: &str, method: &str) -> Result<reqwest::Url, ProviderError> {
+        self.up
+            .endpoint(&format!("/{}:{method}", resource(model)))
+            .map_err(|e| ProviderError::fatal(weft_core::Error::invalid(e).with_param("model")))
     }
 
     /// One model turn, streamed from the upstream or not as `req.stream` says.
@@ -67,13 +69,13 @@ impl GeminiProvider {
             .filter(|m| m.role == Role::Assistant)
             .count();
         if req.stream {
-            let url = self.url(model, "streamGenerateContent?alt=sse");
+            let url = self.url(model, "streamGenerateContent?alt=sse")?;
             let resp = self.up.post(&url, &body).await?;
             Ok(self.up.sse(resp, StreamState::new(turn)))
         } else {
             let resp = self
                 .up
-                .post(&self.url(model, "generateContent"), &body)
+                .post(&self.url(model, "generateContent")?, &body)
                 .await?;
             let v = self.up.json_body(resp).await?;
             let events = parse_response(&v, turn)
@@ -106,7 +108,7 @@ impl GeminiProvider {
             let body = json!({"requests": requests});
             let resp = self
                 .up
-                .post(&self.url(model, "batchEmbedContents"), &body)
+                .post(&self.url(model, "batchEmbedContents")?, &body)
                 .await?;
             let v = self.up.json_body(resp).await?;
             let malformed = || ProviderError::retryable(self.up.malformed_error());

@@ -72,6 +72,11 @@ impl Upstream {
         }
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
+            // A provider API that redirects a POST is misconfigured: following it (as a GET,
+            // for 301 and 302) would not be the call weft was asked to make. Off, too, is
+            // reqwest's own retry of refused HTTP/2 streams: `post` below retries, once.
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(256)
@@ -92,6 +97,18 @@ impl Upstream {
         self.cfg.base_url.trim_end_matches('/')
     }
 
+    /// `base_url` followed by `path` (which starts with `/`), parsed once: drivers keep their
+    /// endpoints parsed, so a call does not parse its URL again.
+    pub fn endpoint(&self, path: &str) -> Result<reqwest::Url, String> {
+        let url = format!("{}{path}", self.base());
+        reqwest::Url::parse(&url).map_err(|e| {
+            format!(
+                "router.providers.{}: `{url}` is not a valid URL ({e}); check base_url",
+                self.name
+            )
+        })
+    }
+
     /// Time allowed for the first byte, and between bytes of a stream.
     pub fn idle(&self) -> Duration {
         Duration::from_secs(self.cfg.first_byte_timeout_secs)
@@ -99,7 +116,11 @@ impl Upstream {
 
     /// POSTs JSON `body`, retrying 429/5xx and connection failures with backoff (honouring
     /// `Retry-After` up to `max_retry_after_secs`) until a 2xx arrives.
-    pub async fn post(&self, url: &str, body: &Value) -> Result<reqwest::Response, ProviderError> {
+    pub async fn post(
+        &self,
+        url: &reqwest::Url,
+        body: &Value,
+    ) -> Result<reqwest::Response, ProviderError> {
         // Bytes: a retry re-sends the same buffer (a reference count, not a copy).
         let body = bytes::Bytes::from(
             serde_json::to_vec(body).map_err(|_| ProviderError::fatal(Error::internal()))?,
@@ -109,7 +130,7 @@ impl Upstream {
         loop {
             let rb = self
                 .client
-                .post(url)
+                .post(url.clone())
                 .headers(self.headers.clone())
                 .body(body.clone());
             let (err, may_retry_here) = match tokio::time::timeout(self.idle(), rb.send()).await {

@@ -35,8 +35,8 @@ const KIND: &str = "ollama";
 
 pub struct OllamaProvider {
     up: Upstream,
-    chat_url: String,
-    embed_url: String,
+    chat_url: reqwest::Url,
+    embed_url: reqwest::Url,
 }
 
 impl OllamaProvider {
@@ -44,11 +44,10 @@ impl OllamaProvider {
     /// variable.
     pub fn new(name: &str, cfg: &HttpProviderConfig) -> Result<Self, String> {
         let up = Upstream::new(name, cfg, KeyStyle::Bearer, &[])?;
-        let base = up.base().to_owned();
         Ok(Self {
+            chat_url: up.endpoint("/api/chat")?,
+            embed_url: up.endpoint("/api/embed")?,
             up,
-            chat_url: format!("{base}/api/chat"),
-            embed_url: format!("{base}/api/embed"),
         })
     }
 

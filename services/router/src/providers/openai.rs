@@ -19,8 +19,8 @@ pub const UNSUPPORTED: &[Unsupported] = &[];
 
 pub struct OpenAiProvider {
     up: Upstream,
-    chat_url: String,
-    embed_url: String,
+    chat_url: reqwest::Url,
+    embed_url: reqwest::Url,
 }
 
 impl OpenAiProvider {
@@ -28,11 +28,10 @@ impl OpenAiProvider {
     /// variable, so a misconfiguration shows at start, not on the first request.
     pub fn new(name: &str, cfg: &OpenAiProviderConfig) -> Result<Self, String> {
         let up = Upstream::new(name, cfg, KeyStyle::Bearer, &[])?;
-        let base = up.base().to_owned();
         Ok(Self {
+            chat_url: up.endpoint("/chat/completions")?,
+            embed_url: up.endpoint("/embeddings")?,
             up,
-            chat_url: format!("{base}/chat/completions"),
-            embed_url: format!("{base}/embeddings"),
         })
     }
 
@@ -73,7 +72,7 @@ impl OpenAiProvider {
 /// Posts one chat-completions call; its events come from the SSE stream or the whole completion.
 pub(crate) async fn send_chat(
     up: &Upstream,
-    url: &str,
+    url: &reqwest::Url,
     body: &Value,
     stream: bool,
 ) -> Result<EventStream, ProviderError> {
