@@ -355,6 +355,37 @@ async fn refused_credentials_are_not_retried_but_fall_back() {
     assert_eq!((bad.calls(), good.calls()), (1, 1));
 }
 
+/// A provider call is not redirected (a POST followed as a GET is not the call asked for): the
+/// redirect is an error naming it, not retried on that provider, and the next candidate answers.
+#[tokio::test]
+async fn redirects_are_not_followed_or_retried_but_fall_back() {
+    let moved = FakeUpstream::start().await;
+    moved.set_default(Behavior::Fail {
+        status: 307,
+        retry_after: None,
+    });
+    let good = FakeUpstream::start().await;
+    let r = routing(
+        vec![("moved", provider(&moved)), ("good", provider(&good))],
+        &["moved/m", "good/m"],
+    );
+    let ev = events(&r, &request("chain", false)).await;
+    assert_eq!(text(&ev), "echo: hello world");
+    assert_eq!((moved.calls(), good.calls()), (1, 1));
+
+    let alone = routing(vec![("moved", provider(&moved))], &["moved/m"]);
+    let Err(err) = alone.chat(&request("chain", false)).await else {
+        panic!("a redirect answered");
+    };
+    assert_eq!(err.code, ErrorCode::UpstreamError);
+    assert!(
+        err.message.contains("redirect (status 307)") && err.message.contains("base_url"),
+        "{}",
+        err.message
+    );
+    assert_eq!(moved.calls(), 2);
+}
+
 #[tokio::test]
 async fn a_stream_that_fails_before_its_first_event_falls_back() {
     let bad = FakeUpstream::start().await;

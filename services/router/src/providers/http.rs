@@ -149,8 +149,9 @@ impl Upstream {
                 Ok(Ok(resp)) => {
                     let status = resp.status().as_u16();
                     let e = self.status_error(resp).await;
-                    // Bad credentials stay bad: let the next candidate try instead.
-                    let retry = e.retryable && status != 401 && status != 403;
+                    // Bad credentials stay bad, and so does a redirect: let the next
+                    // candidate try instead.
+                    let retry = e.retryable && !matches!(status, 300..=399 | 401 | 403);
                     (e, retry)
                 }
             };
@@ -189,6 +190,12 @@ impl Upstream {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+        // Where a redirect pointed, shortened: it is shown to the caller.
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| l.chars().take(200).collect::<String>());
         let body = resp
             .bytes()
             .await
@@ -209,6 +216,16 @@ impl Upstream {
         };
         match status {
             429 => ProviderError::rate_limited(name, retry_after),
+            // Redirects are not followed (see `Upstream::new`): say where it pointed.
+            300..=399 => {
+                let to = location.map_or(String::new(), |l| format!(" to `{l}`"));
+                ProviderError::retryable(Error::new(
+                    ErrorCode::UpstreamError,
+                    format!(
+                        "provider `{name}` answered with a redirect (status {status}){to}; weft does not follow redirects: set its base_url to the final address"
+                    ),
+                ))
+            }
             // 529 is Anthropic's "overloaded": retryable like any 5xx.
             500..=599 => {
                 let mut e = Error::new(
