@@ -261,6 +261,16 @@ rss_kib() {
     echo "$total"
 }
 
+# fds: the open file descriptors of the weft process(es), summed (mostly connections: under a
+# fixed rate, a stall makes the generator open more, up to its in-flight cap, and they stay open).
+fds() {
+    local p total=0
+    for p in "${SERVER_PIDS[@]}"; do
+        total=$((total + $(find "/proc/$p/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)))
+    done
+    echo "$total"
+}
+
 # CPU time stolen by the hypervisor over the whole run, from /proc/stat (fields: user nice system
 # idle iowait irq softirq steal): on a shared VM it explains noisy tails.
 read -r TICKS0 STEAL0 < <(cpu_ticks)
@@ -274,21 +284,23 @@ IDLE_RSS_KIB=$(rss_kib)
 if [[ -n ${SOAK:-} ]]; then
     SOAK_RATE=${SOAK_RATE:-2000}
     SOAK_SAMPLE=${SOAK_SAMPLE:-30}
-    echo "seconds,rss_kib" >"$STAGING/rss.csv"
-    echo "0,$IDLE_RSS_KIB" >>"$STAGING/rss.csv"
+    echo "seconds,rss_kib,fds" >"$STAGING/rss.csv"
+    echo "0,$IDLE_RSS_KIB,$(fds)" >>"$STAGING/rss.csv"
     chat_run weft soak --rate "$SOAK_RATE" --duration "${SOAK}s" --warmup "$WARMUP" &
     soak_pid=$!
     start=$SECONDS
     while kill -0 "$soak_pid" 2>/dev/null; do
         sleep "$SOAK_SAMPLE"
-        kill -0 "$soak_pid" 2>/dev/null && echo "$((SECONDS - start)),$(rss_kib)" >>"$STAGING/rss.csv"
+        kill -0 "$soak_pid" 2>/dev/null && echo "$((SECONDS - start)),$(rss_kib),$(fds)" >>"$STAGING/rss.csv"
     done
     wait "$soak_pid" || die "the soak run failed"
     {
         echo "## weft soak, $DATE: $SOAK_RATE requests/s for $SOAK s ($ARRANGEMENT)"
         echo
-        jq -r '"\(.requests) requests, \(.errors) errors, \(.rps) rps, p50 \(.latency_us.p50) µs, p99 \(.latency_us.p99) µs, weft CPU \(.server.cpu_us_per_request // "n/a") µs/request"' \
+        jq -r '"\(.requests) requests, \(.errors) errors, \(.rps) rps, p50 \(.latency_us.p50) µs, p99 \(.latency_us.p99) µs, max \(.latency_us.max) µs (the generator caps requests in flight at \(.max_in_flight)), weft CPU \(.server.cpu_us_per_request // "n/a") µs/request"' \
             "$STAGING/soak.json"
+        echo
+        echo "RSS under a fixed rate follows the requests in flight: a stall (the max above) piles them up, the generator opens connections up to its in-flight cap, and they stay open (the fds column of rss.csv). Growth that a stall explains is not a leak; a leak grows between stalls."
         echo
         # After the warm-up, RSS over the run: the first sample under load, the last, the
         # highest, and the growth from the first to the last.

@@ -74,6 +74,9 @@ def stage_of(frames):
     """The stage of the frame closest to the leaf that names one; kernel frames, the allocator
     and the tokio runtime are looked through, so their time goes to the stage that caused it."""
     fallback = None
+    # hyper's HTTP/1 code (`hyper::proto`) runs both weft's server connections and the provider
+    # client's connections; a stack under the client's dispatcher is the provider call.
+    client_task = any("dispatch::Client<" in f for f in frames)
     for f in frames:  # leaf first
         if "[kernel" in f:
             continue
@@ -82,6 +85,8 @@ def stage_of(frames):
                 if name in TRANSPARENT:
                     fallback = fallback or name
                     break
+                if name == "HTTP server" and client_task:
+                    return "provider call (HTTP client)"
                 return name
     return fallback or ("kernel (no user frame)" if frames and "[kernel" in frames[0] else "other")
 
