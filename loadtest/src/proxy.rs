@@ -85,7 +85,16 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     }
     match up.client.request(out).await {
         Ok(resp) => {
-            let (parts, body) = resp.into_parts();
+            let (mut parts, body) = resp.into_parts();
+            // The body is buffered whole (so this proxy is for non-streamed calls): the
+            // upstream's framing headers do not apply to what goes back.
+            for h in [
+                header::CONNECTION,
+                header::TRANSFER_ENCODING,
+                header::CONTENT_LENGTH,
+            ] {
+                parts.headers.remove(h);
+            }
             match body.collect().await {
                 Ok(b) => Response::from_parts(parts, Body::from(b.to_bytes())),
                 Err(_) => StatusCode::BAD_GATEWAY.into_response(),

@@ -49,15 +49,29 @@ impl GeminiProvider {
     /// Builds the driver and its connection pool. Fails when `api_key_env` names an unset
     /// variable, so a misconfiguration shows at start, not on the first request.
     pub fn new(name: &str, cfg: &HttpProviderConfig) -> Result<Self, String> {
-        Ok(Self {
-            up: Upstream::new(name, cfg, KeyStyle::Header("x-goog-api-key"), &[])?,
-        })
+        let up = Upstream::new(name, cfg, KeyStyle::Header("x-goog-api-key"), &[])?;
+        // The model is part of the path, so the URL is made per call; a `base_url` that makes
+        // no valid URL still fails here, at start.
+        up.endpoint("/models/m:generateContent")?;
+        Ok(Self { up })
     }
 
+    /// The URL of `method` on `model`. A model name that makes no valid URL (from the
+    /// operator's configuration) fails like an unreachable provider: the next candidate is
+    /// tried, and the caller is not shown the provider's address.
     fn url(&self, model: &str, method: &str) -> Result<reqwest::Url, ProviderError> {
         self.up
             .endpoint(&format!("/{}:{method}", resource(model)))
-            .map_err(|e| ProviderError::fatal(weft_core::Error::invalid(e).with_param("model")))
+            .map_err(|e| {
+                tracing::warn!(provider = %self.up.name, error = %e, "no valid URL for this model");
+                ProviderError::retryable(weft_core::Error::new(
+                    weft_core::ErrorCode::UpstreamError,
+                    format!(
+                        "provider `{}`: the model name makes no valid URL; check router.providers.{}.models",
+                        self.up.name, self.up.name
+                    ),
+                ))
+            })
     }
 
     /// One model turn, streamed from the upstream or not as `req.stream` says.

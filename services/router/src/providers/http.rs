@@ -74,7 +74,8 @@ impl Upstream {
             .tcp_nodelay(true)
             // A provider API that redirects a POST is misconfigured: following it (as a GET,
             // for 301 and 302) would not be the call weft was asked to make. Off, too, is
-            // reqwest's own retry of refused HTTP/2 streams: `post` below retries, once.
+            // reqwest's own retry of refused HTTP/2 streams: `post` below retries failed
+            // connections itself (up to `max_retries`, with backoff).
             .redirect(reqwest::redirect::Policy::none())
             .retry(reqwest::retry::never())
             .connect_timeout(Duration::from_secs(10))
@@ -190,7 +191,7 @@ impl Upstream {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        // Where a redirect pointed, shortened: it is shown to the caller.
+        // Where a redirect pointed, shortened, for the log.
         let location = resp
             .headers()
             .get(reqwest::header::LOCATION)
@@ -217,12 +218,14 @@ impl Upstream {
         match status {
             429 => ProviderError::rate_limited(name, retry_after),
             // Redirects are not followed (see `Upstream::new`): say where it pointed.
+            // Where it pointed goes to the log, not to the caller (it may name hosts or carry
+            // a signed query).
             300..=399 => {
-                let to = location.map_or(String::new(), |l| format!(" to `{l}`"));
+                tracing::warn!(provider = %name, status, location = location.as_deref().unwrap_or("-"), "provider answered with a redirect, not followed");
                 ProviderError::retryable(Error::new(
                     ErrorCode::UpstreamError,
                     format!(
-                        "provider `{name}` answered with a redirect (status {status}){to}; weft does not follow redirects: set its base_url to the final address"
+                        "provider `{name}` answered with a redirect (status {status}); weft does not follow redirects: set its base_url to the final address (the log has the Location)"
                     ),
                 ))
             }
