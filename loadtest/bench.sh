@@ -107,25 +107,30 @@ fi
 rm -rf "$STAGING"
 mkdir -p "$STAGING"
 
+# serve NAME WHAT SUBCOMMAND ARGS...: starts `weft-loadtest SUBCOMMAND` on a free port, waits
+# for its ready file, and leaves its pid in SERVED_PID and its base URL in SERVED_URL.
+serve() {
+    local name=$1 what=$2
+    shift 2
+    "$LT" "$@" --listen 127.0.0.1:0 --ready-file "$TMP/$name.json" 2>"$TMP/$name.log" &
+    SERVED_PID=$!
+    PIDS+=("$SERVED_PID")
+    wait_for_json "$TMP/$name.json" "$SERVED_PID" "$what" 10
+    SERVED_URL=$(jq -r .base_url "$TMP/$name.json")
+    log "$what at $SERVED_URL"
+}
+
 # --- upstream --------------------------------------------------------------------------------
-"$LT" upstream --listen 127.0.0.1:0 --threads "$UPSTREAM_THREADS" \
-    --ready-file "$TMP/upstream.json" 2>"$TMP/upstream.log" &
-UPSTREAM_PID=$!
-PIDS+=("$UPSTREAM_PID")
-wait_for_json "$TMP/upstream.json" "$UPSTREAM_PID" "the upstream" 10
-DIRECT_URL=$(jq -r .base_url "$TMP/upstream.json")
+serve upstream "the upstream" upstream --threads "$UPSTREAM_THREADS"
+UPSTREAM_PID=$SERVED_PID
+DIRECT_URL=$SERVED_URL
 UPSTREAM_PORT=${DIRECT_URL##*:}
 UPSTREAM_PORT=${UPSTREAM_PORT%%/*}
-log "upstream at $DIRECT_URL"
 
 if [[ $PROXY == 1 ]]; then
-    "$LT" proxy --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$UPSTREAM_PORT" \
-        --ready-file "$TMP/proxy.json" 2>"$TMP/proxy.log" &
-    PROXY_PID=$!
-    PIDS+=("$PROXY_PID")
-    wait_for_json "$TMP/proxy.json" "$PROXY_PID" "the bare proxy" 10
-    PROXY_URL=$(jq -r .base_url "$TMP/proxy.json")
-    log "bare proxy at $PROXY_URL"
+    serve proxy "the bare proxy" proxy --upstream "http://127.0.0.1:$UPSTREAM_PORT"
+    PROXY_PID=$SERVED_PID
+    PROXY_URL=$SERVED_URL
 fi
 
 # --- weft ------------------------------------------------------------------------------------

@@ -338,11 +338,12 @@ async fn the_api_key_is_sent_as_a_bearer_token() {
     );
 }
 
-#[tokio::test]
-async fn refused_credentials_are_not_retried_but_fall_back() {
+/// A chain whose first provider answers every call with `status`: checks that the second one
+/// answered, each called once (the first not retried), and returns the first.
+async fn answered_after_one_failure(status: u16) -> FakeUpstream {
     let bad = FakeUpstream::start().await;
     bad.set_default(Behavior::Fail {
-        status: 401,
+        status,
         retry_after: None,
     });
     let good = FakeUpstream::start().await;
@@ -353,25 +354,19 @@ async fn refused_credentials_are_not_retried_but_fall_back() {
     let ev = events(&r, &request("chain", false)).await;
     assert_eq!(text(&ev), "echo: hello world");
     assert_eq!((bad.calls(), good.calls()), (1, 1));
+    bad
+}
+
+#[tokio::test]
+async fn refused_credentials_are_not_retried_but_fall_back() {
+    answered_after_one_failure(401).await;
 }
 
 /// A provider call is not redirected (a POST followed as a GET is not the call asked for): the
 /// redirect is an error naming it, not retried on that provider, and the next candidate answers.
 #[tokio::test]
 async fn redirects_are_not_followed_or_retried_but_fall_back() {
-    let moved = FakeUpstream::start().await;
-    moved.set_default(Behavior::Fail {
-        status: 307,
-        retry_after: None,
-    });
-    let good = FakeUpstream::start().await;
-    let r = routing(
-        vec![("moved", provider(&moved)), ("good", provider(&good))],
-        &["moved/m", "good/m"],
-    );
-    let ev = events(&r, &request("chain", false)).await;
-    assert_eq!(text(&ev), "echo: hello world");
-    assert_eq!((moved.calls(), good.calls()), (1, 1));
+    let moved = answered_after_one_failure(307).await;
 
     let alone = routing(vec![("moved", provider(&moved))], &["moved/m"]);
     let Err(err) = alone.chat(&request("chain", false)).await else {
