@@ -9,11 +9,17 @@
 #   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
 # Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
 #
+# It also counts, per run, the SQL statements (pg_stat_statements, when Postgres preloads it)
+# and commits of weft's database, the messages through NATS and the Redis commands: with
+# PRIVATE_INFRA=1 (the default, when nats-server and redis-server are installed) weft gets a
+# NATS server (JetStream in a scratch directory, monitoring on) and a Redis server of its own for
+# the run, so the counts are weft's alone.
+#
 # Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
 # PARKED (10000), PARKED_IN_FLIGHT (64), SETTLE (5s), SLOW_LATENCY_MS (200), GEN_THREADS (1),
 # RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
-# (127.0.0.1), PGPORT (5432), PGUSER (postgres), NATS_HOST (127.0.0.1), NATS_PORT (4222),
-# REDIS_URL (redis://127.0.0.1:6379).
+# (127.0.0.1), PGPORT (5432), PGUSER (postgres), PRIVATE_INFRA (1), and without it NATS_HOST
+# (127.0.0.1), NATS_PORT (4222), REDIS_URL (redis://127.0.0.1:6379).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +41,7 @@ PGUSER=${PGUSER:-postgres}
 NATS_HOST=${NATS_HOST:-127.0.0.1}
 NATS_PORT=${NATS_PORT:-4222}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379}
+PRIVATE_INFRA=${PRIVATE_INFRA:-1}
 DATE=$(date -u +%Y-%m-%d)
 RESULTS=${RESULTS:-loadtest/results/$DATE/runs}
 # Reports are written here first and moved into place only when the whole run succeeded, so an
@@ -55,6 +62,9 @@ done
 
 TMP=$(mktemp -d)
 WEFT_PID=""
+NATS_PID=""
+REDIS_PID=""
+NATS_MON=""
 DB=""
 # One name for this invocation's NATS subjects/stream and Redis keys, so it shares the machine's
 # NATS and Redis with tests and other fleets without seeing them.
@@ -88,12 +98,14 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     [[ -n $WEFT_PID ]] && stop_pid "$WEFT_PID"
+    [[ -n $NATS_PID ]] && stop_pid "$NATS_PID"
+    [[ -n $REDIS_PID ]] && stop_pid "$REDIS_PID"
     if [[ -n $DB ]]; then
         psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
             -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null \
             || log "could not drop database $DB; drop it by hand"
-        delete_nats_stream
-        if command -v redis-cli >/dev/null; then
+        [[ -z $NATS_PID ]] && delete_nats_stream
+        if [[ -z $REDIS_PID ]] && command -v redis-cli >/dev/null; then
             redis-cli -u "$REDIS_URL" --scan --pattern "$PREFIX:*" 2>/dev/null \
                 | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
         fi
@@ -121,6 +133,76 @@ mkdir -p "$STAGING"
 DB="weft_runs_bench_$(date +%s)_$$"
 psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -v ON_ERROR_STOP=1 -q \
     -c "CREATE DATABASE \"$DB\"" >/dev/null
+# Statement counts need the extension in this database and the library preloaded by the server.
+PG_STATEMENTS=0
+if psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$DB" -v ON_ERROR_STOP=1 -qAt \
+    -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" \
+    -c "SELECT count(*) FROM pg_stat_statements LIMIT 1" >/dev/null 2>&1; then
+    PG_STATEMENTS=1
+else
+    log "pg_stat_statements is not loaded (shared_preload_libraries): SQL statements are not counted"
+fi
+
+if [[ $PRIVATE_INFRA == 1 ]] && command -v nats-server >/dev/null && command -v redis-server >/dev/null; then
+    NATS_HOST=127.0.0.1
+    NATS_PORT=$(free_port)
+    NATS_MON=$(free_port)
+    mkdir -p "$TMP/nats"
+    nats-server -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MON" -js -sd "$TMP/nats" >"$TMP/nats.log" 2>&1 &
+    NATS_PID=$!
+    REDIS_PORT=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+        --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+    REDIS_PID=$!
+    REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    for _ in $(seq 100); do
+        curl -fsS "http://127.0.0.1:$NATS_MON/varz" >/dev/null 2>&1 \
+            && redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    curl -fsS "http://127.0.0.1:$NATS_MON/varz" >/dev/null || die "the private nats-server did not start (see $TMP/nats.log)"
+    log "private NATS on $NATS_PORT (monitoring $NATS_MON), Redis on $REDIS_PORT"
+else
+    log "using the shared NATS and Redis: their messages and commands are not counted"
+fi
+
+# cpu_ms_of PID...: CPU time (user + system) the processes have used, in ms (gone ones count 0).
+cpu_ms_of() {
+    local total=0 t
+    for pid in "$@"; do
+        t=$(proc_ticks "$pid")
+        total=$((total + t))
+    done
+    echo $((total * 1000 / $(getconf CLK_TCK)))
+}
+
+# counters: one JSON object of cumulative counts: SQL statements and commits of weft's database,
+# NATS messages into the server (from clients) and Redis commands; null when not measurable. And
+# the CPU time of every Postgres process on the machine (an upper bound for weft's share), of the
+# private NATS and Redis servers, and of the load generator is added by the caller.
+counters() {
+    local statements=null commits nats=null redis=null nats_cpu=null redis_cpu=null pg_cpu
+    # shellcheck disable=SC2046
+    pg_cpu=$(cpu_ms_of $(pgrep -x postgres))
+    [[ -n $NATS_PID ]] && nats_cpu=$(cpu_ms_of "$NATS_PID")
+    [[ -n $REDIS_PID ]] && redis_cpu=$(cpu_ms_of "$REDIS_PID")
+    if ((PG_STATEMENTS)); then
+        statements=$(psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$DB" -qAt -c \
+            "SELECT COALESCE(sum(calls), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+    fi
+    commits=$(psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$DB" -qAt -c \
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+    if [[ -n $NATS_PID ]]; then
+        nats=$(curl -fsS "http://127.0.0.1:$NATS_MON/varz" | jq .in_msgs)
+    fi
+    if [[ -n $REDIS_PID ]]; then
+        redis=$(redis-cli -p "$REDIS_PORT" info stats | tr -d '\r' | awk -F: '/^total_commands_processed:/{print $2}')
+    fi
+    jq -n --argjson s "$statements" --argjson c "$commits" --argjson n "$nats" --argjson r "$redis" \
+        --argjson pc "$pg_cpu" --argjson nc "$nats_cpu" --argjson rc "$redis_cpu" \
+        '{sql_statements: $s, commits: $c, nats_messages: $n, redis_commands: $r,
+          postgres_cpu_ms: $pc, nats_cpu_ms: $nc, redis_cpu_ms: $rc}'
+}
 
 WEFT_PORT=$(free_port)
 ROUTER_PORT=$(free_port)
@@ -204,14 +286,24 @@ proc_cpu_ms() {
 for c in $CONCURRENCY; do
     log "runs at concurrency $c for $DURATION"
     CPU0=$(proc_cpu_ms "$WEFT_PID")
+    counters >"$TMP/counters0.json"
     "$LT" runs --url "$WEFT_URL" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" \
         --cancel-every "$CANCEL_EVERY" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
         --out "$STAGING/runs-c$c.json" >/dev/null
     # weft's CPU per run over warm-up + measurement (the runs finished in both): stable where
     # wall-clock latencies move 2× on a shared VM.
-    jq --argjson cpu_ms $(($(proc_cpu_ms "$WEFT_PID") - CPU0)) \
+    CPU1=$(proc_cpu_ms "$WEFT_PID")
+    # Statistics reach pg_stat_database within a second of a transaction's end.
+    sleep 1
+    counters >"$TMP/counters1.json"
+    # Per run: over warm-up + measurement, divided by the runs finished in both (as the CPU).
+    jq --argjson cpu_ms $((CPU1 - CPU0)) \
+        --slurpfile c0 "$TMP/counters0.json" --slurpfile c1 "$TMP/counters1.json" \
         '.weft_cpu_ms = $cpu_ms
-         | .weft_cpu_ms_per_run = ($cpu_ms / (.runs_per_s * (.duration_s + .warmup_s)) * 100 | round / 100)' \
+         | (.runs_per_s * (.duration_s + .warmup_s)) as $runs
+         | .weft_cpu_ms_per_run = ($cpu_ms / $runs * 100 | round / 100)
+         | .per_run = ($c1[0] | with_entries(.key as $k | .value = (if .value == null or $c0[0][$k] == null
+             then null else ((.value - $c0[0][$k]) / $runs * 100 | round / 100) end)))' \
         "$STAGING/runs-c$c.json" >"$STAGING/runs-c$c.json.new"
     mv "$STAGING/runs-c$c.json.new" "$STAGING/runs-c$c.json"
     sleep 1
@@ -258,6 +350,14 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
             "$(jq -r '"\(.cancels_acked)/\(.cancel_runs)"' "$f")" \
             "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")" \
             "$(jq -r '[.executor_memory_start.rss_kib, .executor_memory_end.rss_kib] | map(if . == null then "n/a" else (. / 1024 | round | tostring) end) | join(" → ")' "$f")"
+    done
+    echo
+    echo "Per run (counted over warm-up + measurement, divided by the runs finished in it; the cancelled runs' work is included):"
+    echo
+    echo "| workers | SQL statements | commits | NATS messages | Redis commands | weft CPU ms | Postgres CPU ms (all databases) | NATS CPU ms | Redis CPU ms |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for c in $CONCURRENCY; do
+        jq -r --arg c "$c" '(.per_run // {}) as $p | "| \($c) | \($p.sql_statements // "n/a") | \($p.commits // "n/a") | \($p.nats_messages // "n/a") | \($p.redis_commands // "n/a") | \(.weft_cpu_ms_per_run) | \($p.postgres_cpu_ms // "n/a") | \($p.nats_cpu_ms // "n/a") | \($p.redis_cpu_ms // "n/a") |"' "$STAGING/runs-c$c.json"
     done
     echo
     f="$STAGING/parked.json"

@@ -24,7 +24,7 @@ use weft_core::run::{
 };
 use weft_core::{Error, ErrorCode, Principal, RunId};
 use weft_proto::v1;
-use weft_store::{Fenced, Lease, LedgerEntry, RunStoreError};
+use weft_store::{Fenced, Lease, LedgerEntry, RunStoreError, Step, StepChange};
 
 use crate::Inner;
 use crate::machine::{self, Action, Facts, LoopState};
@@ -199,6 +199,10 @@ impl Driver {
     }
 
     async fn drive_inner(&mut self) -> Result<(), Stop> {
+        // The cancel flag is read once, after this process registered the run for control
+        // messages (`Inner::hold`): a cancel sent before that set the flag, one sent after
+        // arrives on the control channel (and a lost subscription re-checks every held run's
+        // flag when it comes back).
         if self
             .inner
             .coord
@@ -225,6 +229,8 @@ impl Driver {
         ));
         let mut state = LoopState::default();
         let mut ledger = self.load(&mut state).await?;
+        // Tool calls this lease's own turns recorded in the ledger.
+        let mut recorded = Vec::new();
         let mut input_waiting = self.inner.store.has_inputs(self.run_id()).await?;
         loop {
             if self.lost.is_cancelled() {
@@ -232,16 +238,6 @@ impl Driver {
             }
             if self.stop.is_cancelled() {
                 return Err(Stop::Shutdown);
-            }
-            if !self.cancel.is_cancelled()
-                && self
-                    .inner
-                    .coord
-                    .is_cancelled(self.run_id())
-                    .await
-                    .unwrap_or(false)
-            {
-                self.cancel.cancel();
             }
             let facts = Facts {
                 max_iterations: self.spec.max_iterations.max(1),
@@ -257,17 +253,19 @@ impl Driver {
                     self.take_input(&mut state).await?;
                     input_waiting = false;
                 }
-                Action::CallModel => {
-                    if let Err(e) = self.model_turn(&def, &mut state).await? {
+                Action::CallModel => match self.model_turn(&def, &mut state).await? {
+                    Ok(ids) => recorded = ids,
+                    Err(e) => {
                         if self.cancel.is_cancelled() {
                             continue;
                         }
                         return self.fail(&state, &e).await;
                     }
-                }
+                },
                 Action::RunTools(calls) => {
-                    if let Some(parked) =
-                        self.run_tools(&def, &mut state, &mut ledger, calls).await?
+                    if let Some(parked) = self
+                        .run_tools(&def, &mut state, &mut ledger, &recorded, calls)
+                        .await?
                     {
                         return self.park(&state, Some(parked)).await;
                     }
@@ -353,12 +351,31 @@ impl Driver {
         state: Option<&mut LoopState>,
         events: Vec<RunEvent>,
     ) -> Result<(), Stop> {
-        let mut events = named(events);
+        self.step(state, events, StepChange::Events).await
+    }
+
+    /// One fenced step, written by the process's group writer ([`weft_store::StepWriter`]):
+    /// `events` appended at the next seqs together with `change`, committed (with the steps
+    /// other runs made meanwhile), then folded into `state` and published. The seq lock is held
+    /// throughout, so steps land in seq order.
+    pub(crate) async fn step(
+        &self,
+        state: Option<&mut LoopState>,
+        events: Vec<RunEvent>,
+        change: StepChange,
+    ) -> Result<(), Stop> {
         let mut seq = self.seq.lock().await;
         let first = *seq;
-        self.inner
-            .store
-            .append(&self.lease, first, &mut events)
+        let events = self
+            .inner
+            .writer
+            .write(Step {
+                run: self.run_id(),
+                epoch: self.lease.epoch,
+                first_seq: first,
+                events: named(events),
+                change,
+            })
             .await?;
         *seq += i64::try_from(events.len()).unwrap_or(0);
         drop(seq);
@@ -439,19 +456,20 @@ impl Driver {
         } else {
             "end_turn"
         };
-        self.commit(None, async |f| {
-            f.park(interrupt.as_ref()).await?;
-            f.progress(
-                i32::try_from(state.iterations).unwrap_or(i32::MAX),
-                &serde_json::to_value(state.usage).unwrap_or_default(),
-            )
-            .await?;
-            Ok(vec![RunEvent::AwaitingInput(AwaitingInput {
+        let usage = serde_json::to_value(state.usage).unwrap_or_default();
+        self.step(
+            None,
+            vec![RunEvent::AwaitingInput(AwaitingInput {
                 reason: reason.to_owned(),
                 interrupt: interrupt.clone(),
                 executor: self.inner.owner.clone(),
-            })])
-        })
+            })],
+            StepChange::Park {
+                iterations: i32::try_from(state.iterations).unwrap_or(i32::MAX),
+                usage,
+                interrupt: interrupt.clone(),
+            },
+        )
         .await?;
         // A parked run costs a row, not an admission slot; `input` admits it again.
         let _ = self
@@ -510,19 +528,23 @@ impl Driver {
     ) -> Result<(), Stop> {
         let usage = serde_json::to_value(state.usage).unwrap_or_default();
         let status: RunStatus = reason.final_status();
-        self.commit(None, async |f| {
-            f.progress(i32::try_from(state.iterations).unwrap_or(i32::MAX), &usage)
-                .await?;
-            f.finish(reason, &usage, error.as_ref()).await?;
-            Ok(vec![RunEvent::RunFinished(RunFinished {
+        self.step(
+            None,
+            vec![RunEvent::RunFinished(RunFinished {
                 status,
                 stop_reason: reason,
                 usage: usage.clone(),
                 iterations: Some(state.iterations),
                 executor: Some(self.inner.owner.clone()),
                 reason: None,
-            })])
-        })
+            })],
+            StepChange::Finish {
+                iterations: i32::try_from(state.iterations).unwrap_or(i32::MAX),
+                usage,
+                reason,
+                error,
+            },
+        )
         .await?;
         let _ = self
             .inner

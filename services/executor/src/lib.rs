@@ -9,7 +9,8 @@
 //! from the transcript.
 
 //!
-//! Module layout: `dispatch` (a dispatch message → lease + heartbeat), `driver` (the run loop
+//! Module layout: `dispatch` (a dispatch message → lease + heartbeat), `sweep` (runs nothing
+//! works on, dispatched again or ended), `driver` (the run loop
 //! around [`machine`]), `turn` (one model turn), `orchestrate` (tool calls: default-deny and the
 //! ledger rules), `subruns` (the `Agent` tool's children) and [`tools`] (the [`tools::Tool`]
 //! trait, the registry, one file per tool).
@@ -19,6 +20,7 @@ mod driver;
 pub mod machine;
 mod orchestrate;
 mod subruns;
+mod sweep;
 pub mod tools;
 mod turn;
 
@@ -38,7 +40,7 @@ use weft_core::agent::AgentContent;
 use weft_proto::transport::GrpcTransport;
 use weft_proto::v1::router_client::RouterClient;
 use weft_proto::v1::substrate_client::SubstrateClient;
-use weft_store::RunStore;
+use weft_store::{RunStore, StepWriter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
@@ -52,6 +54,9 @@ pub enum ExecutorError {
     Config(String),
 }
 
+/// Group writers per executor process: while one commits a batch of steps, the next gathers.
+const STEP_WRITERS: usize = 2;
+
 /// A run this process holds: how to stop it and how to tell it input arrived.
 struct Held {
     cancel: CancellationToken,
@@ -61,6 +66,8 @@ struct Held {
 /// Shared by every run task of this process.
 pub(crate) struct Inner {
     pub store: RunStore,
+    /// Writes the runs' steps, grouping those made at the same time into one commit.
+    pub writer: StepWriter,
     pub bus: Bus,
     pub coord: Coord,
     pub router: RouterClient<GrpcTransport>,
@@ -148,20 +155,27 @@ impl Executor {
         substrate: GrpcTransport,
         mcp_bridge: GrpcTransport,
     ) -> Result<Self, ExecutorError> {
-        let pool = weft_store::connect(
-            config.database.url.expose(),
-            config.database.max_connections,
-        )
-        .await?;
-        if config.database.migrate_on_start {
-            weft_store::migrate(&pool).await?;
-        }
+        let pool = weft_store::open(&config.database).await?;
+        Self::connect_on(config, pool, jwt, router, substrate, mcp_bridge).await
+    }
+
+    /// Connects NATS and Redis, working on a pool the caller opened (`weft up` shares one
+    /// among its services).
+    pub async fn connect_on(
+        config: &Config,
+        pool: sqlx::PgPool,
+        jwt: InternalJwt,
+        router: GrpcTransport,
+        substrate: GrpcTransport,
+        mcp_bridge: GrpcTransport,
+    ) -> Result<Self, ExecutorError> {
         let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
         let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
         let tools = tools::Registry::builtin(&config.executor)
             .map_err(|e| ExecutorError::Config(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Inner {
+                writer: StepWriter::spawn(RunStore::new(pool.clone()), STEP_WRITERS),
                 store: RunStore::new(pool),
                 bus,
                 coord,
@@ -223,6 +237,7 @@ impl Executor {
             }
         });
 
+        let sweeper = tokio::spawn(sweep::run(inner.clone(), shutdown.clone()));
         let slots = Arc::new(Semaphore::new(cfg.max_concurrent_runs));
         let batch = cfg.max_concurrent_runs.clamp(1, 64);
         let mut tasks = tokio::task::JoinSet::new();
@@ -274,6 +289,7 @@ impl Executor {
         // Drain: held runs see the shutdown token and release themselves.
         while tasks.join_next().await.is_some() {}
         control_task.abort();
+        sweeper.abort();
         tracing::info!("executor stopped");
         Ok(())
     }

@@ -7,8 +7,10 @@
 //!   idempotent; an effectful one is answered "outcome unknown" instead.
 //! - A call to a tool the run may not use (not in its spec's `tools`, or not mounted here) is
 //!   answered with an error naming the tools it may use.
-//! - Every call is recorded as started (with `idempotent` from its class) before any runs; each
-//!   result is committed with its ledger entry and any events the tool emitted, together.
+//! - Every call is recorded as started (with `idempotent` from its class) before any runs — by
+//!   the commit of the model turn that made it, or, for a run resumed mid-turn, by one write
+//!   before the calls start; each result is committed with its ledger entry and any events the
+//!   tool emitted, together.
 //! - A tool that asks to park the run (`Interruption`) parks it after the others finished; only
 //!   the first ask of a turn parks, later ones are answered with an error.
 
@@ -18,7 +20,7 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use weft_core::agent::AgentContent;
 use weft_core::run::{Interruption, RunEvent, ToolResultEvent};
-use weft_store::LedgerEntry;
+use weft_store::{LedgerEntry, LedgerStart, StepChange};
 
 use crate::driver::{Driver, Stop, parse_input};
 use crate::machine::{LoopState, ToolCall};
@@ -39,6 +41,7 @@ impl Driver {
         def: &AgentContent,
         state: &mut LoopState,
         ledger: &mut HashMap<String, LedgerEntry>,
+        recorded: &[String],
         calls: Vec<ToolCall>,
     ) -> Result<Option<Value>, Stop> {
         let mut to_run = Vec::new();
@@ -83,15 +86,24 @@ impl Driver {
                 }),
             }
         }
-        // Record every call before any runs; the class decides whether a repeat is safe.
-        if !to_run.is_empty() {
-            let mut f = self.inner.store.fenced(&self.lease).await?;
-            for a in &to_run {
-                let rerun = a.tool.side_effect(&a.input).is_rerunnable();
-                f.ledger_start(&a.call.id, &a.call.name, &a.input, rerun)
-                    .await?;
-            }
-            f.commit().await?;
+        // Record every call before any runs; the class decides whether a repeat is safe. The
+        // turn that made them recorded them already, unless this lease resumed mid-turn.
+        let unrecorded: Vec<&Admitted> = to_run
+            .iter()
+            .filter(|a| !recorded.contains(&a.call.id))
+            .collect();
+        if !unrecorded.is_empty() {
+            let calls: Vec<LedgerStart> = unrecorded
+                .iter()
+                .map(|a| LedgerStart {
+                    tool_use_id: a.call.id.clone(),
+                    tool: a.call.name.clone(),
+                    input: a.input.clone(),
+                    idempotent: a.tool.side_effect(&a.input).is_rerunnable(),
+                })
+                .collect();
+            self.step(None, Vec::new(), StepChange::LedgerStart(calls))
+                .await?;
         }
         let limit = self.inner.cfg.max_parallel_tools.max(1);
         let iteration = state.iterations;
@@ -150,12 +162,14 @@ impl Driver {
         };
         let value = serde_json::to_value(&interrupt).unwrap_or_default();
         events.push(RunEvent::Interruption(interrupt));
-        let rerun = a.tool.side_effect(&a.input).is_rerunnable();
-        self.commit(Some(state), async |f| {
-            f.ledger_start(&c.id, &c.name, &a.input, rerun).await?;
-            Ok(events)
-        })
-        .await?;
+        let call = vec![LedgerStart {
+            tool_use_id: c.id.clone(),
+            tool: c.name.clone(),
+            input: a.input.clone(),
+            idempotent: a.tool.side_effect(&a.input).is_rerunnable(),
+        }];
+        self.step(Some(state), events, StepChange::LedgerStart(call))
+            .await?;
         Ok(Some(value))
     }
 
@@ -169,12 +183,17 @@ impl Driver {
         mut events: Vec<RunEvent>,
     ) -> Result<(), Stop> {
         events.push(result_event(c, out, false));
-        self.commit(Some(state), async |f| {
-            f.ledger_start(&c.id, &c.name, &parse_input(&c.input_json), false)
-                .await?;
-            f.ledger_finish(&c.id, &out.text, out.is_error).await?;
-            Ok(events)
-        })
+        self.step(
+            Some(state),
+            events,
+            StepChange::ToolResult {
+                tool_use_id: c.id.clone(),
+                tool: c.name.clone(),
+                input: parse_input(&c.input_json),
+                result: out.text.clone(),
+                is_error: out.is_error,
+            },
+        )
         .await
     }
 }

@@ -10,16 +10,19 @@ use weft_core::message::{ContentBlock, Message, Role};
 use weft_core::run::{AssistantMessage, ProviderChosen, ProviderFallback, RunEvent, ToolCallEvent};
 use weft_core::{Error, ErrorCode};
 
+use weft_store::{LedgerStart, StepChange};
+
 use crate::driver::{Driver, Stop, parse_input};
 use crate::machine::LoopState;
 
 impl Driver {
-    /// One model turn. `Ok(Err(e))` is a model failure that ends the run.
+    /// One model turn. `Ok(Err(e))` is a model failure that ends the run; `Ok(Ok(ids))` names
+    /// the tool calls whose ledger rows the turn's commit recorded as about to run.
     pub(crate) async fn model_turn(
         &self,
         def: &AgentContent,
         state: &mut LoopState,
-    ) -> Result<Result<(), Error>, Stop> {
+    ) -> Result<Result<Vec<String>, Error>, Stop> {
         let mut messages = Vec::with_capacity(state.messages.len() + 1);
         if !def.system_prompt.is_empty() {
             messages.push(Message {
@@ -66,14 +69,29 @@ impl Driver {
         };
         // The answer's blocks in the order the model produced them: reasoning (kept, with its
         // signature, for providers that want it back), text, tool calls.
-        let calls: Vec<RunEvent> = turn
+        let calls: Vec<ToolCallEvent> = turn
             .tool_calls()
-            .map(|(id, name, args)| {
-                RunEvent::ToolCall(ToolCallEvent {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    input: parse_input(args),
-                })
+            .map(|(id, name, args)| ToolCallEvent {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                input: parse_input(args),
+            })
+            .collect();
+        // The calls go into the ledger with the turn (as `started`, safe to repeat or not by
+        // their tool's class), so running them needs no write of its own first.
+        let mut rerunnable = Vec::with_capacity(calls.len());
+        for c in &calls {
+            let tool = self.tool_for(def, &c.name).await;
+            rerunnable.push(tool.is_some_and(|t| t.side_effect(&c.input).is_rerunnable()));
+        }
+        let ledger: Vec<LedgerStart> = calls
+            .iter()
+            .zip(rerunnable)
+            .map(|(c, idempotent)| LedgerStart {
+                tool_use_id: c.id.clone(),
+                tool: c.name.clone(),
+                input: c.input.clone(),
+                idempotent,
             })
             .collect();
         let message = Message {
@@ -86,19 +104,24 @@ impl Driver {
             message,
             finish_reason: Some(turn.finish.as_openai().to_owned()),
         }));
-        events.extend(calls);
+        events.extend(calls.iter().cloned().map(RunEvent::ToolCall));
         events.push(RunEvent::Usage(turn.usage));
         // Persist the turn and the run's progress together.
         let mut total = state.usage;
         total.add(&turn.usage);
+        let total = serde_json::to_value(total).unwrap_or_default();
         let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
-        self.commit(Some(state), async |f| {
-            f.progress(iterations, &serde_json::to_value(total).unwrap_or_default())
-                .await?;
-            Ok(events)
-        })
+        self.step(
+            Some(state),
+            events,
+            StepChange::Turn {
+                iterations,
+                usage: total,
+                calls: ledger,
+            },
+        )
         .await?;
-        Ok(Ok(()))
+        Ok(Ok(calls.into_iter().map(|c| c.id).collect()))
     }
 
     /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router

@@ -497,14 +497,18 @@ pub async fn connect(
     router: RouterTransport,
     substrate: RouterTransport,
 ) -> Result<AppState, GatewayError> {
-    let pool = weft_store::connect(
-        config.database.url.expose(),
-        config.database.max_connections,
-    )
-    .await?;
-    if config.database.migrate_on_start {
-        weft_store::migrate(&pool).await?;
-    }
+    let pool = weft_store::open(&config.database).await?;
+    connect_on(config, pool, jwt, router, substrate).await
+}
+
+/// Builds the state on a pool the caller opened (`weft up` shares one among its services).
+pub async fn connect_on(
+    config: &Config,
+    pool: sqlx::PgPool,
+    jwt: InternalJwt,
+    router: RouterTransport,
+    substrate: RouterTransport,
+) -> Result<AppState, GatewayError> {
     let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
     bus.ensure_dispatch_stream().await?;
     bus.ensure_usage_stream().await?;

@@ -119,14 +119,7 @@ pub async fn connect(
     jwt: weft_auth::InternalJwt,
     substrate: GrpcTransport,
 ) -> Result<Ingress, IngressError> {
-    let pool = weft_store::connect(
-        config.database.url.expose(),
-        config.database.max_connections,
-    )
-    .await?;
-    if config.database.migrate_on_start {
-        weft_store::migrate(&pool).await?;
-    }
+    let pool = weft_store::open(&config.database).await?;
     let bus = weft_bus::Bus::connect(&config.nats.url, &config.nats.prefix).await?;
     bus.ensure_dispatch_stream().await?;
     let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;

@@ -158,15 +158,7 @@ pub async fn connect_memory(
 
 /// Connects the database (migrating when `database.migrate_on_start`) and makes the store.
 pub async fn connect(config: &Config) -> Result<DefStore, SubstrateError> {
-    let pool = weft_store::connect(
-        config.database.url.expose(),
-        config.database.max_connections,
-    )
-    .await?;
-    if config.database.migrate_on_start {
-        weft_store::migrate(&pool).await?;
-    }
-    Ok(DefStore::new(pool))
+    Ok(DefStore::new(weft_store::open(&config.database).await?))
 }
 
 /// Connects NATS (`nats`) for channel wake-ups and makes the channel hub over the store's

@@ -115,7 +115,9 @@ impl Fleet {
         let substrate_listener = substrate;
 
         let routing = weft_router::connect(&config).await?;
-        let defs = weft_substrate::connect(&config).await?;
+        // One pool for every service of the process, sized by database.max_connections.
+        let pool = weft_store::open(&config.database).await?;
+        let defs = weft_substrate::DefStore::new(pool.clone());
         weft_substrate::boot::load_boot_definitions(&defs, &config.substrate).await?;
         let parts = weft_substrate::connect_parts(
             &config,
@@ -128,8 +130,9 @@ impl Fleet {
             weft_proto::transport::in_process(weft_substrate::grpc_service(&parts, jwt.clone()));
         // Chat calls reach the router directly (no gRPC); embeddings and the model list go
         // through its gRPC service in-process.
-        let state = weft_gateway::connect(
+        let state = weft_gateway::connect_on(
             &config,
+            pool.clone(),
             jwt.clone(),
             in_process(&routing, &jwt),
             substrate.clone(),
@@ -141,8 +144,9 @@ impl Fleet {
         let bridge = weft_mcp_bridge::Bridge::new(&config, substrate.clone())?;
         let executor = if config.executor.embedded {
             Some(
-                weft_executor::Executor::connect(
+                weft_executor::Executor::connect_on(
                     &config,
+                    pool,
                     jwt.clone(),
                     in_process(&routing, &jwt),
                     substrate,

@@ -288,8 +288,14 @@ pub struct ExecutorConfig {
     pub max_parallel_tools: usize,
     /// Deepest sub-run nesting allowed (a top-level run has depth 0).
     pub max_depth: u32,
-    /// Deliveries of one dispatch message before JetStream gives up on it.
+    /// Deliveries of one dispatch message before JetStream gives up on it; also how many times a
+    /// run may lose its executor (lease lapsed, taken over) before the sweeper ends it.
     pub max_deliver: i64,
+    /// How often this executor looks for runs nothing is working on, in milliseconds.
+    pub sweep_interval_ms: u64,
+    /// How long a run may sit `queued`, or `running` under a lapsed lease, before the sweeper
+    /// dispatches it again, in milliseconds (doubling per repeat, up to 64×).
+    pub sweep_after_ms: u64,
     /// The operator's outbound host allowlist for the HTTP tool (the floor: agents and callers
     /// narrow it). `*.example.com` matches subdomains. Empty = no outbound HTTP.
     pub allowed_hosts: Vec<String>,
@@ -317,6 +323,8 @@ impl Default for ExecutorConfig {
             max_parallel_tools: 8,
             max_depth: 4,
             max_deliver: 20,
+            sweep_interval_ms: 5_000,
+            sweep_after_ms: 30_000,
             allowed_hosts: Vec::new(),
             http_max_bytes: 1024 * 1024,
             http_timeout_ms: 10_000,
@@ -882,6 +890,12 @@ impl Config {
             return bad(format!(
                 "executor.max_deliver must be at least 2 so a crashed executor's runs are redelivered, got {}",
                 e.max_deliver
+            ));
+        }
+        if e.sweep_interval_ms < 100 || e.sweep_after_ms < 1_000 {
+            return bad(format!(
+                "executor.sweep_interval_ms must be at least 100 and executor.sweep_after_ms at least 1000, got {} and {}",
+                e.sweep_interval_ms, e.sweep_after_ms
             ));
         }
         if let Some(cidr) = e.http_private_exempt.iter().find(|c| !is_cidr(c)) {

@@ -406,6 +406,8 @@ impl Launcher {
             forget().await;
             return Ok((run, false));
         }
+        // Crash tests stop the process here: the run is committed, its dispatch not yet sent.
+        fault_point("run_inserted");
         let needs_work = run.status == RunStatus::Queued && new.initial_events.len() > 1;
         if needs_work || !body.interactive {
             if let Err(e) = self
@@ -492,5 +494,20 @@ impl Launcher {
                 e
             }
         })
+    }
+}
+
+/// A crash test's stop: a process started with `WEFT_FAULT_ABORT_AT=<name>` aborts when it reaches
+/// the point of that name, as a crash would stop it there (see "Recovery" in docs/runs.md).
+/// Unset, this costs one read of a value cached at the first call.
+pub fn fault_point(name: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT
+        .get_or_init(|| std::env::var("WEFT_FAULT_ABORT_AT").ok())
+        .as_deref()
+        == Some(name)
+    {
+        eprintln!("weft: aborting at fault point `{name}` (WEFT_FAULT_ABORT_AT)");
+        std::process::abort();
     }
 }

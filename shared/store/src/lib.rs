@@ -3,6 +3,7 @@
 
 mod runs;
 mod schedules;
+mod steps;
 mod tokens;
 pub mod usage;
 
@@ -14,12 +15,13 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunFilter, RunRecord, RunStore,
-    RunStoreError,
+    RunStoreError, Swept,
 };
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,
 };
+pub use steps::{LedgerStart, STEP_SQL, Step, StepChange, StepWriter};
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 
@@ -48,6 +50,11 @@ impl StoreError {
     }
 }
 
+/// A pooled connection idle for longer than this is checked (one round trip) before it is handed
+/// out; a busier one is not. A connection that died anyway fails its statement once and is
+/// dropped from the pool.
+const PING_IF_IDLE: Duration = Duration::from_secs(30);
+
 /// Connects a pool to `url`, creating the database first when it does not exist.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
     let opts = PgConnectOptions::from_str(url)?;
@@ -55,8 +62,28 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreErr
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
+        // sqlx pings every connection it hands out by default: a round trip per acquire.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PING_IF_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(opts.log_statements(tracing::log::LevelFilter::Trace))
         .await?;
+    Ok(pool)
+}
+
+/// The pool of `database` (`database.url`, `database.max_connections`), migrated when
+/// `database.migrate_on_start`: what each service opens at start.
+pub async fn open(database: &weft_config::DatabaseConfig) -> Result<PgPool, StoreError> {
+    let pool = connect(database.url.expose(), database.max_connections).await?;
+    if database.migrate_on_start {
+        migrate(&pool).await?;
+    }
     Ok(pool)
 }
 

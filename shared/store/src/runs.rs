@@ -1,16 +1,20 @@
 //! Runs, their transcripts (`run_events`), the tool ledger and pending input.
 //!
 //! Fencing: an executor works on a run only under a lease whose epoch it got from
-//! [`RunStore::acquire_lease`]. Every executor write names that epoch and runs in a transaction
-//! that first locks the run row `FOR SHARE` where `lease_epoch` still matches; a lease taken by
-//! another executor bumps the epoch (under a row lock that waits for those transactions), so a
-//! stale executor's writes fail with [`RunStoreError::StaleLease`] and change nothing.
+//! [`RunStore::acquire_lease`]. Every executor write names that epoch. A step is one statement
+//! ([`RunStore::step`]) whose first part locks the run row `FOR SHARE` — or updates it, when
+//! the step records progress, parks or finishes — where `lease_epoch` still matches, and whose
+//! inserts read from that part, so they happen only under the lease. The few writes of several
+//! statements (a sub-run's creation, taking input, handing the run back) run in a [`Fenced`]
+//! transaction that takes the same lock first. A lease taken by another executor bumps the
+//! epoch (under a row lock that waits for those statements and transactions), so a stale
+//! executor's writes fail with [`RunStoreError::StaleLease`] and change nothing.
 
 use serde_json::Value;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use weft_core::run::{RunStatus, StopReason};
+use weft_core::run::{ErrorEvent, RunEvent, RunFinished, RunStatus, StopReason};
 use weft_core::{RunId, TenantId};
 
 use crate::StoreError;
@@ -175,6 +179,17 @@ pub enum LeaseRefused {
     NotRunnable(RunStatus),
     /// Another executor holds a live lease for this long yet.
     Held { remaining_ms: i64 },
+}
+
+/// A run the sweeper claimed ([`RunStore::sweep`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swept {
+    pub id: RunId,
+    pub tenant: TenantId,
+    /// `queued` (its dispatch was lost) or `running` (its lease lapsed and nobody took it over).
+    pub status: RunStatus,
+    /// Leases taken over from an executor whose lease had lapsed.
+    pub lapses: i32,
 }
 
 /// Filters of [`RunStore::list`].
@@ -467,6 +482,109 @@ impl RunStore {
         Ok(true)
     }
 
+    /// Claims up to `limit` runs that nothing is working on, for the sweeper: `queued` for longer
+    /// than `after_ms` (the dispatch was lost, or JetStream gave up on it), or `running` under a
+    /// lease that lapsed more than `after_ms` ago with no executor taking it over. Each claim
+    /// counts in `sweeps` and stamps `swept_at`; a run is claimed again only after
+    /// `after_ms * 2^sweeps` (capped at 64×), and by one replica at a time (`SKIP LOCKED`).
+    pub async fn sweep(&self, after_ms: i64, limit: i64) -> Result<Vec<Swept>, RunStoreError> {
+        let rows = sqlx::query(
+            "WITH due AS (
+                 SELECT id FROM runs
+                 WHERE status IN ('queued', 'running')
+                   AND CASE status WHEN 'queued' THEN updated_at ELSE lease_expires_at END
+                       < now() - $1 * interval '1 millisecond'
+                   AND (swept_at IS NULL
+                        OR swept_at < now() - $1 * power(2, least(sweeps, 6)) * interval '1 millisecond')
+                 ORDER BY id
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE runs r SET sweeps = r.sweeps + 1, swept_at = now()
+             FROM due WHERE r.id = due.id
+             RETURNING r.id, r.tenant_id, r.status, r.lapses",
+        )
+        .bind(after_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let tenant: String = r.try_get("tenant_id")?;
+                let status: String = r.try_get("status")?;
+                Ok(Swept {
+                    id: RunId(r.try_get("id")?),
+                    tenant: TenantId::parse(&tenant).map_err(|_| decode("tenant_id"))?,
+                    status: RunStatus::parse(&status).ok_or_else(|| decode("status"))?,
+                    lapses: r.try_get("lapses")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Ends a run that lost its executor `max_lapses` times (the lease lapsed, was taken over, and
+    /// lapsed again): `failed` with stop reason `error`, under a bumped epoch (fencing any late
+    /// executor), with an `error` and a `run_finished` event. Returns the events written, or
+    /// `None` when the run is not in that state any more (an executor took it meanwhile).
+    pub async fn end_abandoned(
+        &self,
+        id: RunId,
+        max_lapses: i32,
+        code: &str,
+        message: &str,
+    ) -> Result<Option<Vec<EventRecord>>, RunStoreError> {
+        let error = serde_json::json!({"code": code, "message": message});
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE runs SET status = 'failed', stop_reason = 'error', error = $3,
+                 lease_epoch = lease_epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
+                 pending_interrupt = NULL, finished_at = now(), updated_at = now()
+             WHERE id = $1 AND status = 'running' AND lease_expires_at < now() AND lapses + 1 >= $2
+             RETURNING tenant_id, usage, iterations",
+        )
+        .bind(id.0)
+        .bind(max_lapses)
+        .bind(&error)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(r) = r else {
+            return Ok(None);
+        };
+        let tenant: String = r.try_get("tenant_id")?;
+        let usage: Value = r.try_get("usage")?;
+        let iterations: i32 = r.try_get("iterations")?;
+        let seq = next_seq(&mut tx, id).await?;
+        let mut events = vec![
+            RunEvent::Error(ErrorEvent {
+                code: code.to_owned(),
+                message: message.to_owned(),
+            })
+            .into_parts(),
+            RunEvent::RunFinished(RunFinished {
+                status: RunStatus::Failed,
+                stop_reason: StopReason::Error,
+                usage,
+                iterations: u32::try_from(iterations).ok(),
+                executor: None,
+                reason: Some(message.to_owned()),
+            })
+            .into_parts(),
+        ];
+        insert_events(&mut tx, id, &tenant, 0, seq, &mut events).await?;
+        tx.commit().await?;
+        let now = OffsetDateTime::now_utc();
+        Ok(Some(
+            (seq..)
+                .zip(events)
+                .map(|(seq, (kind, data))| EventRecord {
+                    seq,
+                    kind,
+                    data,
+                    created_at: now,
+                })
+                .collect(),
+        ))
+    }
+
     /// Takes the lease on a runnable run (queued, or running under a lapsed lease).
     pub async fn acquire_lease(
         &self,
@@ -477,7 +595,8 @@ impl RunStore {
         let r = sqlx::query(concat!(
             "UPDATE runs SET lease_epoch = lease_epoch + 1, lease_owner = $2,
                  lease_expires_at = now() + $3 * interval '1 millisecond', status = 'running',
-                 started_at = COALESCE(started_at, now()), updated_at = now()
+                 lapses = lapses + CASE WHEN lease_owner IS NOT NULL AND lease_owner <> $2 THEN 1 ELSE 0 END,
+                 sweeps = 0, started_at = COALESCE(started_at, now()), updated_at = now()
              WHERE id = $1 AND status IN ('queued', 'running')
                AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)
              RETURNING ",
@@ -656,42 +775,6 @@ impl RunStore {
             .and_then(|m| serde_json::from_value(m.clone()).ok());
         Ok(msg.map(|m| m.text()))
     }
-
-    /// Appends events under the lease in one statement; `first_seq` is the next free seq. The
-    /// events are made storable in place (see [`storable`]), so the caller holds what was stored.
-    pub async fn append(
-        &self,
-        lease: &Lease,
-        first_seq: i64,
-        events: &mut [(String, Value)],
-    ) -> Result<(), RunStoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        storable(events);
-        let (seqs, kinds, datas) = columns(first_seq, events);
-        let n = sqlx::query(
-            "WITH fence AS (SELECT id FROM runs WHERE id = $1 AND lease_epoch = $2 FOR SHARE)
-             INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
-             SELECT $1, e.seq, $3, e.kind, e.data, $2
-             FROM fence, UNNEST($4::bigint[], $5::text[], $6::jsonb[]) AS e(seq, kind, data)",
-        )
-        .bind(lease.run.id.0)
-        .bind(lease.epoch)
-        .bind(lease.run.tenant.as_str())
-        .bind(seqs)
-        .bind(kinds)
-        .bind(datas)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| stale_on_conflict(e, lease.run.id))?
-        .rows_affected();
-        if usize::try_from(n).ok() == Some(events.len()) {
-            Ok(())
-        } else {
-            Err(RunStoreError::StaleLease(lease.run.id))
-        }
-    }
 }
 
 /// A transaction that holds the run's fence: everything in it commits only if the lease was
@@ -734,54 +817,6 @@ impl Fenced {
             RunStoreError::Store(StoreError::Db(e)) => stale_on_conflict(e, run),
             e => e,
         })
-    }
-
-    /// Records that a tool call is about to run. A row that already exists (a resumed run) is
-    /// left as it is.
-    pub async fn ledger_start(
-        &mut self,
-        tool_use_id: &str,
-        tool: &str,
-        input: &Value,
-        idempotent: bool,
-    ) -> Result<(), RunStoreError> {
-        sqlx::query(
-            "INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status, epoch)
-             VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
-             ON CONFLICT (run_id, tool_use_id) DO UPDATE SET epoch = EXCLUDED.epoch, started_at = now()
-             WHERE tool_ledger.status = 'started'",
-        )
-        .bind(self.run.0)
-        .bind(tool_use_id)
-        .bind(&self.tenant)
-        .bind(weft_core::storable::text(tool).as_ref())
-        .bind(weft_core::storable::json_owned(input.clone()))
-        .bind(idempotent)
-        .bind(self.epoch)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
-    /// Records a tool call's result.
-    pub async fn ledger_finish(
-        &mut self,
-        tool_use_id: &str,
-        result: &str,
-        is_error: bool,
-    ) -> Result<(), RunStoreError> {
-        sqlx::query(
-            "UPDATE tool_ledger SET status = 'finished', result = $3, is_error = $4, finished_at = now(), epoch = $5
-             WHERE run_id = $1 AND tool_use_id = $2",
-        )
-        .bind(self.run.0)
-        .bind(tool_use_id)
-        .bind(weft_core::storable::text(result).as_ref())
-        .bind(is_error)
-        .bind(self.epoch)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
     }
 
     /// Saves tool-specific progress (e.g. the ids of spawned children) on a started call.
@@ -845,55 +880,6 @@ impl Fenced {
         Ok(out.into_iter().map(|(_, t)| t).collect())
     }
 
-    /// Records progress (iterations, usage so far).
-    pub async fn progress(&mut self, iterations: i32, usage: &Value) -> Result<(), RunStoreError> {
-        sqlx::query(
-            "UPDATE runs SET iterations = $2, usage = $3, updated_at = now() WHERE id = $1",
-        )
-        .bind(self.run.0)
-        .bind(iterations)
-        .bind(usage)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
-    /// Parks the run (`awaiting_input`) and releases the lease. `interrupt` is the pending
-    /// `Interruption.ask`, if that is why it parks.
-    pub async fn park(&mut self, interrupt: Option<&Value>) -> Result<(), RunStoreError> {
-        sqlx::query(
-            "UPDATE runs SET status = 'awaiting_input', pending_interrupt = $2, lease_owner = NULL,
-                 lease_expires_at = NULL, updated_at = now() WHERE id = $1",
-        )
-        .bind(self.run.0)
-        .bind(interrupt.cloned().map(weft_core::storable::json_owned))
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
-    /// Ends the run and releases the lease.
-    pub async fn finish(
-        &mut self,
-        reason: StopReason,
-        usage: &Value,
-        error: Option<&Value>,
-    ) -> Result<(), RunStoreError> {
-        sqlx::query(
-            "UPDATE runs SET status = $2, stop_reason = $3, usage = $4, error = $5, lease_owner = NULL,
-                 lease_expires_at = NULL, pending_interrupt = NULL, finished_at = now(), updated_at = now()
-             WHERE id = $1",
-        )
-        .bind(self.run.0)
-        .bind(reason.final_status().as_str())
-        .bind(reason.as_str())
-        .bind(usage)
-        .bind(error.cloned().map(weft_core::storable::json_owned))
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
-
     /// Releases the lease, leaving the run `queued` for another executor (drain on shutdown).
     pub async fn release(&mut self) -> Result<(), RunStoreError> {
         sqlx::query(
@@ -907,7 +893,7 @@ impl Fenced {
     }
 }
 
-fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
+pub(crate) fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
     match &e {
         sqlx::Error::Database(d) if d.is_unique_violation() => RunStoreError::StaleLease(run),
         _ => RunStoreError::Store(StoreError::Db(e)),
@@ -916,7 +902,7 @@ fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
 
 /// Whatever reaches the transcript is storable: the one rule of `weft_core::storable` (U+0000
 /// becomes U+FFFD), applied in place to every event written, by whichever writer.
-fn storable(events: &mut [(String, Value)]) {
+pub(crate) fn storable(events: &mut [(String, Value)]) {
     for (_, d) in events {
         weft_core::storable::json(d);
     }

@@ -1,0 +1,231 @@
+//! No run is stranded: a gateway that dies between committing a run and dispatching it, a lease
+//! that lapsed with no redelivery, and a run that keeps losing its executors are all found by
+//! the executors' sweeper (docs/runs.md, "Recovery").
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Proc, TestFleet, create, put_agent, stream};
+use serde_json::json;
+use uuid::Uuid;
+
+/// A fleet whose executor sweeps every 200 ms for runs stranded for 1 s.
+async fn sweeping_fleet() -> TestFleet {
+    TestFleet::start_with(|c| {
+        c.executor.sweep_interval_ms = 200;
+        c.executor.sweep_after_ms = 1_000;
+    })
+    .await
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn pool(f: &TestFleet) -> sqlx::PgPool {
+    sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap()
+}
+
+/// Waits until `cond` holds, for at most 30 s.
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut cond: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_that_dies_between_the_insert_and_the_dispatch_loses_no_run() {
+    let f = sweeping_fleet().await;
+    put_agent(
+        &f,
+        &f.admin,
+        "worker",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    // A second deployment replica that only serves the gateway, set to crash right after it
+    // commits a run and before it publishes the run's dispatch.
+    let c = &f.config;
+    let dir = std::env::temp_dir().join(format!("{}-crashing-gateway", f.db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let mut gateway = Proc(
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["up", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--router-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--substrate-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--database-url", c.database.url.expose()])
+            .env("WEFT_EXECUTOR__EMBEDDED", "false")
+            .env("WEFT_INGRESS__EMBEDDED", "false")
+            .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
+            .env("WEFT_NATS__PREFIX", &c.nats.prefix)
+            .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
+            .env(
+                "WEFT_AUTH__INTERNAL_JWT_SECRET",
+                c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
+            )
+            .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+            .env("WEFT_FAULT_ABORT_AT", "run_inserted")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the gateway never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let input = common::script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "done",
+    );
+    let sent = f
+        .http
+        .post(format!("http://127.0.0.1:{port}/v1/runs"))
+        .bearer_auth(&f.admin)
+        .json(&json!({"agent": "worker", "input": input}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the gateway died before answering: {sent:?}");
+    let status = gateway.0.wait().unwrap();
+    assert!(!status.success(), "the gateway aborted: {status:?}");
+
+    // The run was committed and never dispatched; the sweeper finds it and it runs to the end.
+    let db = pool(&f).await;
+    let (id, state): (Uuid, String) =
+        sqlx::query_as("SELECT id, status FROM runs WHERE agent_name = 'worker'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(state, "queued");
+    let frames = stream(&f, &f.admin, &id.to_string(), "", None).await;
+    let (_, kind, last) = frames.last().unwrap();
+    assert_eq!(kind, "run_finished");
+    assert_eq!(last["data"]["status"], "succeeded", "{last}");
+    let results = frames.iter().filter(|(_, k, _)| k == "tool_result").count();
+    assert_eq!(results, 1);
+    let swept: Option<time::OffsetDateTime> =
+        sqlx::query_scalar("SELECT swept_at FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert!(swept.is_some(), "the sweeper dispatched it");
+}
+
+/// An interactive run with no input: parked, with no dispatch in flight.
+async fn parked_run(f: &TestFleet) -> Uuid {
+    put_agent(f, &f.admin, "chat", json!({"model": "mock-1"})).await;
+    let run = create(f, &f.admin, json!({"agent": "chat", "interactive": true})).await;
+    let db = pool(f).await;
+    let id = Uuid::parse_str(&run).unwrap();
+    until("the run is parked", || async {
+        let s: String = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        s == "awaiting_input"
+    })
+    .await;
+    id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lapsed_lease_with_no_redelivery_is_taken_over() {
+    let f = sweeping_fleet().await;
+    let id = parked_run(&f).await;
+    let db = pool(&f).await;
+    // As an executor that died holding the run leaves it once JetStream has given up on its
+    // dispatch: running, its lease lapsed, input waiting.
+    sqlx::query(
+        "INSERT INTO run_inputs (id, run_id, tenant_id, text)
+         SELECT $2, id, tenant_id, 'hello' FROM runs WHERE id = $1",
+    )
+    .bind(id)
+    .bind(Uuid::now_v7())
+    .execute(&db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE runs SET status = 'running', lease_owner = 'executor-gone', lease_epoch = lease_epoch + 1,
+             lease_expires_at = now() - interval '1 minute' WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db)
+    .await
+    .unwrap();
+    let run = id.to_string();
+    // An executor takes it over, answers the input and parks it again.
+    let frames =
+        common::stream_until(&f, &f.admin, &run, "?from_seq=2", None, "awaiting_input").await;
+    let kinds: Vec<&str> = frames.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert!(kinds.contains(&"user_input"), "{kinds:?}");
+    assert!(kinds.contains(&"assistant_message"), "{kinds:?}");
+    let (lapses, sweeps): (i32, i32) =
+        sqlx::query_as("SELECT lapses, sweeps FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(lapses, 1, "the lapsed lease was taken over once");
+    assert_eq!(sweeps, 0, "a lease taken resets the sweeps");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_keeps_losing_its_executor_is_ended_with_an_error() {
+    let f = sweeping_fleet().await;
+    let id = parked_run(&f).await;
+    let db = pool(&f).await;
+    // Its executors lost it max_deliver (20) times, the last one just now.
+    sqlx::query(
+        "UPDATE runs SET status = 'running', lease_owner = 'executor-gone', lease_epoch = 20,
+             lapses = 19, lease_expires_at = now() - interval '1 minute' WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db)
+    .await
+    .unwrap();
+    let run = id.to_string();
+    let frames = stream(&f, &f.admin, &run, "?from_seq=2", None).await;
+    let (_, kind, last) = frames.last().unwrap();
+    assert_eq!(kind, "run_finished");
+    assert_eq!(last["data"]["status"], "failed", "{last}");
+    assert_eq!(last["data"]["stop_reason"], "error", "{last}");
+    let error = frames.iter().find(|(_, k, _)| k == "error").unwrap();
+    let message = error.2["data"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("lost its executor 20 times") && message.contains(&run),
+        "{message}"
+    );
+    let (_, now) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+    assert_eq!(now["status"], "failed");
+    assert_eq!(now["error"]["code"], "unavailable");
+    // The late executor is fenced out: the epoch moved on.
+    let epoch: i64 = sqlx::query_scalar("SELECT lease_epoch FROM runs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(epoch, 21);
+}

@@ -1,0 +1,422 @@
+//! Fenced steps of runs, written by a group writer: the steps that executors' runs make at about
+//! the same moment go to Postgres as **one statement and one commit** ([`StepWriter`]), and each
+//! caller is answered only after that commit. Per run nothing changes: a run has at most one
+//! step in flight (its driver waits for each), so its seq order is kept; each step is fenced by
+//! its own lease epoch; and a step is durable when its caller hears so.
+//!
+//! The statement ([`STEP_SQL`]) takes every step as rows of arrays. Its first part is the fence:
+//! each run row is locked `FOR SHARE` (a step that only appends) or updated (a turn's progress,
+//! parking, finishing) **where `lease_epoch` is still the step's**; the events and ledger rows are
+//! inserted joined to that part, so a step whose lease was lost writes nothing, and its caller is
+//! told so, while the others commit. A batch the database refuses as a whole (one step's content
+//! is unstorable, a deadlock) is written again one step at a time, so only the bad step fails.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use sqlx::Row as _;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+use weft_core::RunId;
+use weft_core::run::StopReason;
+
+use crate::StoreError;
+use crate::runs::{RunStore, RunStoreError, stale_on_conflict, storable};
+
+/// The most steps one statement carries.
+const MAX_BATCH: usize = 256;
+/// Steps queued for the writers before callers wait to queue theirs.
+const QUEUE: usize = 4096;
+
+/// What a step changes besides appending its events.
+#[derive(Clone, Debug)]
+pub enum StepChange {
+    /// Only the events.
+    Events,
+    /// A model turn: the run's progress (model turns taken, usage so far), and the turn's tool
+    /// calls recorded as about to run (as [`StepChange::LedgerStart`]).
+    Turn {
+        iterations: i32,
+        usage: Value,
+        calls: Vec<LedgerStart>,
+    },
+    /// Parks the run (`awaiting_input`, with the pending `Interruption.ask` if that is why) and
+    /// releases the lease; records its progress.
+    Park {
+        iterations: i32,
+        usage: Value,
+        interrupt: Option<Value>,
+    },
+    /// Ends the run and releases the lease; records its progress.
+    Finish {
+        iterations: i32,
+        usage: Value,
+        reason: StopReason,
+        error: Option<Value>,
+    },
+    /// Records tool calls as about to run. A row already there (a resumed run) is left as it
+    /// is, bar its epoch and start time while it is still `started`.
+    LedgerStart(Vec<LedgerStart>),
+    /// Records a call's result, inserting its row (not idempotent) when it has none.
+    ToolResult {
+        tool_use_id: String,
+        tool: String,
+        input: Value,
+        result: String,
+        is_error: bool,
+    },
+}
+
+/// A tool call about to run.
+#[derive(Clone, Debug)]
+pub struct LedgerStart {
+    pub tool_use_id: String,
+    pub tool: String,
+    pub input: Value,
+    /// Safe to run again when its result was never recorded.
+    pub idempotent: bool,
+}
+
+/// One fenced step of one run: its events (appended from `first_seq`) and its change, written
+/// only under lease epoch `epoch`.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub run: RunId,
+    pub epoch: i64,
+    pub first_seq: i64,
+    pub events: Vec<(String, Value)>,
+    pub change: StepChange,
+}
+
+/// Every step of a batch as the statement's arrays.
+#[derive(Default)]
+struct Columns {
+    id: Vec<Uuid>,
+    epoch: Vec<i64>,
+    /// 0 append only (the row is locked), 1 turn, 2 park, 3 finish (the row is updated).
+    mode: Vec<i16>,
+    iterations: Vec<Option<i32>>,
+    usage: Vec<Option<Value>>,
+    status: Vec<Option<String>>,
+    stop_reason: Vec<Option<String>>,
+    error: Vec<Option<Value>>,
+    interrupt: Vec<Option<Value>>,
+    ev_run: Vec<Uuid>,
+    ev_seq: Vec<i64>,
+    ev_kind: Vec<String>,
+    ev_data: Vec<Value>,
+    start_run: Vec<Uuid>,
+    start_id: Vec<String>,
+    start_tool: Vec<String>,
+    start_input: Vec<Value>,
+    start_idempotent: Vec<bool>,
+    done_run: Vec<Uuid>,
+    done_id: Vec<String>,
+    done_tool: Vec<String>,
+    done_input: Vec<Value>,
+    done_result: Vec<String>,
+    done_error: Vec<bool>,
+}
+
+impl Columns {
+    fn push(&mut self, step: &Step) {
+        let run = step.run.0;
+        self.id.push(run);
+        self.epoch.push(step.epoch);
+        let (mode, iterations, usage, status, stop_reason, error, interrupt) = match &step.change {
+            StepChange::Events | StepChange::LedgerStart(_) | StepChange::ToolResult { .. } => {
+                (0, None, None, None, None, None, None)
+            }
+            StepChange::Turn {
+                iterations, usage, ..
+            } => (
+                1,
+                Some(*iterations),
+                Some(usage.clone()),
+                None,
+                None,
+                None,
+                None,
+            ),
+            StepChange::Park {
+                iterations,
+                usage,
+                interrupt,
+            } => (
+                2,
+                Some(*iterations),
+                Some(usage.clone()),
+                Some("awaiting_input".to_owned()),
+                None,
+                None,
+                interrupt.clone().map(weft_core::storable::json_owned),
+            ),
+            StepChange::Finish {
+                iterations,
+                usage,
+                reason,
+                error,
+            } => (
+                3,
+                Some(*iterations),
+                Some(usage.clone()),
+                Some(reason.final_status().as_str().to_owned()),
+                Some(reason.as_str().to_owned()),
+                error.clone().map(weft_core::storable::json_owned),
+                None,
+            ),
+        };
+        self.mode.push(mode);
+        self.iterations.push(iterations);
+        self.usage.push(usage);
+        self.status.push(status);
+        self.stop_reason.push(stop_reason);
+        self.error.push(error);
+        self.interrupt.push(interrupt);
+        for ((kind, data), seq) in step.events.iter().zip(step.first_seq..) {
+            self.ev_run.push(run);
+            self.ev_seq.push(seq);
+            self.ev_kind.push(kind.clone());
+            self.ev_data.push(data.clone());
+        }
+        let calls = match &step.change {
+            StepChange::Turn { calls, .. } | StepChange::LedgerStart(calls) => calls.as_slice(),
+            _ => &[],
+        };
+        for (i, c) in calls.iter().enumerate() {
+            // A model may repeat a call id; one statement may touch a ledger row only once.
+            if calls[..i].iter().any(|d| d.tool_use_id == c.tool_use_id) {
+                continue;
+            }
+            self.start_run.push(run);
+            self.start_id.push(c.tool_use_id.clone());
+            self.start_tool
+                .push(weft_core::storable::text(&c.tool).into_owned());
+            self.start_input
+                .push(weft_core::storable::json_owned(c.input.clone()));
+            self.start_idempotent.push(c.idempotent);
+        }
+        if let StepChange::ToolResult {
+            tool_use_id,
+            tool,
+            input,
+            result,
+            is_error,
+        } = &step.change
+        {
+            self.done_run.push(run);
+            self.done_id.push(tool_use_id.clone());
+            self.done_tool
+                .push(weft_core::storable::text(tool).into_owned());
+            self.done_input
+                .push(weft_core::storable::json_owned(input.clone()));
+            self.done_result
+                .push(weft_core::storable::text(result).into_owned());
+            self.done_error.push(*is_error);
+        }
+    }
+}
+
+/// The steps of many runs in one statement (see the module's doc). Returns the ids of the runs
+/// whose fence held.
+pub const STEP_SQL: &str = "WITH req AS (
+        SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::smallint[], $4::int[], $5::jsonb[],
+                             $6::text[], $7::text[], $8::jsonb[], $9::jsonb[])
+            AS r(id, epoch, mode, iterations, usage, status, stop_reason, error, interrupt)),
+    locked AS (
+        SELECT runs.id, runs.tenant_id, runs.lease_epoch FROM runs JOIN req ON runs.id = req.id
+        WHERE runs.lease_epoch = req.epoch AND req.mode = 0
+        FOR SHARE OF runs),
+    updated AS (
+        UPDATE runs SET iterations = req.iterations, usage = req.usage,
+            status = COALESCE(req.status, runs.status),
+            stop_reason = CASE WHEN req.mode = 3 THEN req.stop_reason ELSE runs.stop_reason END,
+            error = CASE WHEN req.mode = 3 THEN req.error ELSE runs.error END,
+            pending_interrupt = CASE req.mode WHEN 2 THEN req.interrupt WHEN 3 THEN NULL
+                                ELSE runs.pending_interrupt END,
+            lease_owner = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_owner END,
+            lease_expires_at = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_expires_at END,
+            finished_at = CASE WHEN req.mode = 3 THEN now() ELSE runs.finished_at END,
+            updated_at = now()
+        FROM req WHERE runs.id = req.id AND runs.lease_epoch = req.epoch AND req.mode > 0
+        RETURNING runs.id, runs.tenant_id, runs.lease_epoch),
+    fence AS (SELECT * FROM locked UNION ALL SELECT * FROM updated),
+    appended AS (
+        INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
+        SELECT e.run_id, e.seq, f.tenant_id, e.kind, e.data, f.lease_epoch
+        FROM UNNEST($10::uuid[], $11::bigint[], $12::text[], $13::jsonb[]) AS e(run_id, seq, kind, data)
+        JOIN fence f ON f.id = e.run_id),
+    started AS (
+        INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status, epoch)
+        SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, c.idempotent, 'started', f.lease_epoch
+        FROM UNNEST($14::uuid[], $15::text[], $16::text[], $17::jsonb[], $18::bool[])
+            AS c(run_id, id, tool, input, idempotent)
+        JOIN fence f ON f.id = c.run_id
+        ON CONFLICT (run_id, tool_use_id) DO UPDATE SET epoch = EXCLUDED.epoch, started_at = now()
+        WHERE tool_ledger.status = 'started'),
+    finished AS (
+        INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status,
+                                 result, is_error, epoch, finished_at)
+        SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, false, 'finished', c.result,
+               c.is_error, f.lease_epoch, now()
+        FROM UNNEST($19::uuid[], $20::text[], $21::text[], $22::jsonb[], $23::text[], $24::bool[])
+            AS c(run_id, id, tool, input, result, is_error)
+        JOIN fence f ON f.id = c.run_id
+        ON CONFLICT (run_id, tool_use_id) DO UPDATE SET status = 'finished',
+            result = EXCLUDED.result, is_error = EXCLUDED.is_error,
+            finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)
+    SELECT id FROM fence";
+
+impl RunStore {
+    /// Writes the steps of many runs (at most one per run) in one statement and one commit.
+    /// Returns, in order, which steps' fences held; `Err` when the database refused the whole
+    /// statement (nothing was written).
+    pub async fn write_steps(&self, steps: &mut [Step]) -> Result<Vec<bool>, sqlx::Error> {
+        let mut c = Columns::default();
+        for s in steps.iter_mut() {
+            storable(&mut s.events);
+            c.push(s);
+        }
+        let rows = sqlx::query(STEP_SQL)
+            .bind(c.id)
+            .bind(c.epoch)
+            .bind(c.mode)
+            .bind(c.iterations)
+            .bind(c.usage)
+            .bind(c.status)
+            .bind(c.stop_reason)
+            .bind(c.error)
+            .bind(c.interrupt)
+            .bind(c.ev_run)
+            .bind(c.ev_seq)
+            .bind(c.ev_kind)
+            .bind(c.ev_data)
+            .bind(c.start_run)
+            .bind(c.start_id)
+            .bind(c.start_tool)
+            .bind(c.start_input)
+            .bind(c.start_idempotent)
+            .bind(c.done_run)
+            .bind(c.done_id)
+            .bind(c.done_tool)
+            .bind(c.done_input)
+            .bind(c.done_result)
+            .bind(c.done_error)
+            .fetch_all(self.pool())
+            .await?;
+        let mut held = std::collections::HashSet::with_capacity(rows.len());
+        for r in rows {
+            held.insert(r.try_get::<Uuid, _>("id")?);
+        }
+        Ok(steps.iter().map(|s| held.contains(&s.run.0)).collect())
+    }
+
+    /// Writes one step in its own statement; returns its events as stored (see [`storable`]).
+    /// `StaleLease` when its fence did not hold.
+    pub async fn write_step(&self, mut step: Step) -> Result<Vec<(String, Value)>, RunStoreError> {
+        let run = step.run;
+        let held = self
+            .write_steps(std::slice::from_mut(&mut step))
+            .await
+            .map_err(|e| stale_on_conflict(e, run))?;
+        if held.first() == Some(&true) {
+            Ok(step.events)
+        } else {
+            Err(RunStoreError::StaleLease(run))
+        }
+    }
+}
+
+/// What a step's writer hears: its events as stored, or why nothing was.
+type Written = Result<Vec<(String, Value)>, RunStoreError>;
+
+/// A step on its way, and who waits for its commit.
+type Pending = (Step, oneshot::Sender<Written>);
+
+/// The group writer of one process: [`StepWriter::write`] queues a step and returns once it is
+/// committed. Its writers each take everything queued (up to [`MAX_BATCH`] steps) and write it
+/// as one statement; while they write, the next steps queue up. A lone step is a batch of one,
+/// so nothing waits for company.
+#[derive(Clone)]
+pub struct StepWriter {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl StepWriter {
+    /// Starts `writers` writer tasks on the current runtime, writing with `store`.
+    pub fn spawn(store: RunStore, writers: usize) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..writers.max(1) {
+            tokio::spawn(write_batches(store.clone(), rx.clone()));
+        }
+        Self { tx }
+    }
+
+    /// Writes `step`; returns once it is committed (or refused), with its events as stored
+    /// (made storable: see `weft_core::storable`). `StaleLease` when the run's lease was lost:
+    /// nothing of the step was written.
+    pub async fn write(&self, step: Step) -> Written {
+        let (done, answer) = oneshot::channel();
+        if self.tx.send((step, done)).await.is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
+    }
+}
+
+/// The writers stopped (the runtime is shutting down): like a closed pool, worth a retry
+/// elsewhere.
+fn gone() -> RunStoreError {
+    RunStoreError::Store(StoreError::Db(sqlx::Error::PoolClosed))
+}
+
+async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>) {
+    loop {
+        let mut batch: Vec<Pending> = Vec::new();
+        {
+            let mut rx = rx.lock().await;
+            match rx.recv().await {
+                Some(p) => batch.push(p),
+                None => return,
+            }
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+        }
+        // One order for every batch, so two batches never lock the same rows in opposite
+        // orders.
+        batch.sort_by_key(|(s, _)| s.run.0);
+        metrics::histogram!("weft_run_step_batch_size").record(batch.len() as f64);
+        let (mut steps, answers): (Vec<Step>, Vec<_>) = batch.into_iter().unzip();
+        match store.write_steps(&mut steps).await {
+            Ok(held) => {
+                for ((s, answer), held) in steps.into_iter().zip(answers).zip(held) {
+                    let r = if held {
+                        Ok(s.events)
+                    } else {
+                        Err(RunStoreError::StaleLease(s.run))
+                    };
+                    let _ = answer.send(r);
+                }
+            }
+            // A batch of one has its answer; a bigger one is written again step by step, so
+            // only a step that cannot be stored fails.
+            Err(e) if steps.len() == 1 => {
+                let run = steps[0].run;
+                if let Some(answer) = answers.into_iter().next() {
+                    let _ = answer.send(Err(stale_on_conflict(e, run)));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, steps = steps.len(), "a batch of steps was refused; writing them one by one");
+                for (s, answer) in steps.into_iter().zip(answers) {
+                    let _ = answer.send(store.write_step(s).await);
+                }
+            }
+        }
+    }
+}
