@@ -228,10 +228,9 @@ impl Driver {
             usize::try_from(self.spec.max_concurrent_children.max(1)).unwrap_or(1),
         ));
         let mut state = LoopState::default();
-        let mut ledger = self.load(&mut state).await?;
+        let (mut ledger, mut input_waiting) = self.load(&mut state).await?;
         // Tool calls this lease's own turns recorded in the ledger.
         let mut recorded = Vec::new();
-        let mut input_waiting = self.inner.store.has_inputs(self.run_id()).await?;
         loop {
             if self.lost.is_cancelled() {
                 return Err(Stop::Lost);
@@ -323,26 +322,23 @@ impl Driver {
             .map_err(|s| Error::from(&s))
     }
 
-    /// Folds the transcript into `state`; returns the ledger by call id.
-    async fn load(&self, state: &mut LoopState) -> Result<HashMap<String, LedgerEntry>, Stop> {
-        let mut from = 1;
-        loop {
-            let page = self.inner.store.events(self.run_id(), from, 1000).await?;
-            let n = page.len();
-            for e in &page {
-                machine::apply(state, e.seq, &e.kind, &e.data);
-                from = e.seq + 1;
-            }
-            if n < 1000 {
-                break;
-            }
+    /// Folds the transcript into `state`; returns the ledger by call id and whether input is
+    /// waiting (one query).
+    async fn load(
+        &self,
+        state: &mut LoopState,
+    ) -> Result<(HashMap<String, LedgerEntry>, bool), Stop> {
+        let t = self.inner.store.transcript(self.run_id()).await?;
+        for e in &t.events {
+            machine::apply(state, e.seq, &e.kind, &e.data);
         }
         *self.seq.lock().await = state.last_seq + 1;
-        let ledger = self.inner.store.ledger(self.run_id()).await?;
-        Ok(ledger
+        let ledger = t
+            .ledger
             .into_iter()
             .map(|l| (l.tool_use_id.clone(), l))
-            .collect())
+            .collect();
+        Ok((ledger, t.input_waiting))
     }
 
     /// Appends events under the lease, folds them into `state` and publishes them live.

@@ -15,7 +15,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunFilter, RunRecord, RunStore,
-    RunStoreError, Swept,
+    RunStoreError, Swept, Transcript,
 };
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,

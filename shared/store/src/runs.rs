@@ -163,6 +163,31 @@ pub struct LedgerEntry {
     pub state: Option<Value>,
 }
 
+/// A run as an executor resumes it ([`RunStore::transcript`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transcript {
+    /// Every event, in seq order.
+    pub events: Vec<EventRecord>,
+    pub ledger: Vec<LedgerEntry>,
+    /// Input is waiting to be taken.
+    pub input_waiting: bool,
+}
+
+/// A tool ledger row from its JSON form in [`RunStore::transcript`].
+fn ledger_entry(v: &Value) -> Option<LedgerEntry> {
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(LedgerEntry {
+        tool_use_id: text("tool_use_id")?,
+        tool: text("tool")?,
+        input: v.get("input").cloned().unwrap_or(Value::Null),
+        idempotent: v.get("idempotent").and_then(Value::as_bool)?,
+        finished: v.get("status").and_then(Value::as_str)? == "finished",
+        result: text("result"),
+        is_error: v.get("is_error").and_then(Value::as_bool),
+        state: v.get("state").filter(|s| !s.is_null()).cloned(),
+    })
+}
+
 /// A held lease: the run and the epoch every write must carry.
 #[derive(Clone, Debug)]
 pub struct Lease {
@@ -222,12 +247,10 @@ impl RunStore {
     /// Inserts a run with its first events. With an idempotency key already used by the same
     /// subject, returns the existing run and `false`.
     pub async fn create(&self, new: &NewRun) -> Result<(RunRecord, bool), RunStoreError> {
-        let mut tx = self.pool.begin().await?;
-        let created = insert_run(&mut tx, new).await?;
+        let created = insert_run(&self.pool, new).await?;
         let run = match created {
             Some(run) => run,
             None => {
-                tx.rollback().await?;
                 let key = new.idempotency_key.as_deref().unwrap_or_default();
                 let r = sqlx::query(concat!(
                     "SELECT ",
@@ -242,7 +265,6 @@ impl RunStore {
                 return Ok((run_from_row(&r)?, false));
             }
         };
-        tx.commit().await?;
         Ok((run, true))
     }
 
@@ -660,29 +682,52 @@ impl RunStore {
         }
     }
 
-    /// The whole transcript and ledger of a run, for the executor resuming it.
-    pub async fn ledger(&self, id: RunId) -> Result<Vec<LedgerEntry>, RunStoreError> {
+    /// What an executor taking a run reads, in one query: the whole transcript in seq order,
+    /// the tool ledger, and whether input is waiting. (It is read after the lease is taken, not
+    /// in the lease's statement: a statement that waited for a stale holder's last write to
+    /// commit would still read the transcript from before it.)
+    pub async fn transcript(&self, id: RunId) -> Result<Transcript, RunStoreError> {
         let rows = sqlx::query(
-            "SELECT tool_use_id, tool, input, idempotent, status, result, is_error, state FROM tool_ledger WHERE run_id = $1",
+            "SELECT e.seq, e.kind, e.data, e.created_at, NULL::jsonb AS ledger, NULL::boolean AS waiting
+             FROM run_events e WHERE e.run_id = $1
+             UNION ALL
+             SELECT 0, '', 'null'::jsonb, now(),
+                 (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                      'tool_use_id', tool_use_id, 'tool', tool, 'input', input,
+                      'idempotent', idempotent, 'status', status, 'result', result,
+                      'is_error', is_error, 'state', state)), '[]'::jsonb)
+                  FROM tool_ledger WHERE run_id = $1),
+                 EXISTS (SELECT 1 FROM run_inputs WHERE run_id = $1 AND NOT consumed)
+             ORDER BY 1",
         )
         .bind(id.0)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status")?;
-                Ok(LedgerEntry {
-                    tool_use_id: r.try_get("tool_use_id")?,
-                    tool: r.try_get("tool")?,
-                    input: r.try_get("input")?,
-                    idempotent: r.try_get("idempotent")?,
-                    finished: status == "finished",
-                    result: r.try_get("result")?,
-                    is_error: r.try_get("is_error")?,
-                    state: r.try_get("state")?,
-                })
-            })
-            .collect()
+        let mut out = Transcript::default();
+        for r in &rows {
+            let seq: i64 = r.try_get("seq")?;
+            if seq == 0 {
+                let ledger: Option<Value> = r.try_get("ledger")?;
+                out.input_waiting = r.try_get::<Option<bool>, _>("waiting")?.unwrap_or(false);
+                for l in ledger
+                    .as_ref()
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    out.ledger
+                        .push(ledger_entry(l).ok_or_else(|| decode("ledger"))?);
+                }
+                continue;
+            }
+            out.events.push(EventRecord {
+                seq,
+                kind: r.try_get("kind")?,
+                data: r.try_get("data")?,
+                created_at: r.try_get("created_at")?,
+            });
+        }
+        Ok(out)
     }
 
     /// Starts a fenced write transaction.
@@ -840,7 +885,7 @@ impl Fenced {
         sqlx::query("SAVEPOINT child")
             .execute(&mut *self.tx)
             .await?;
-        if let Some(run) = insert_run(&mut self.tx, new).await? {
+        if let Some(run) = insert_run(&mut *self.tx, new).await? {
             sqlx::query("RELEASE SAVEPOINT child")
                 .execute(&mut *self.tx)
                 .await?;
@@ -980,20 +1025,32 @@ async fn lock_status(
     }
 }
 
-/// Inserts the row and its initial events; `None` when the idempotency key is taken.
-async fn insert_run(
-    tx: &mut Transaction<'static, Postgres>,
+/// Inserts the row and its initial events in one statement; `None` when the idempotency key is
+/// taken (then nothing is written).
+async fn insert_run<'e>(
+    ex: impl sqlx::PgExecutor<'e>,
     new: &NewRun,
 ) -> Result<Option<RunRecord>, RunStoreError> {
+    // A sub-run's first input is the parent model's text: it may hold a NUL.
+    let mut events = new.initial_events.clone();
+    storable(&mut events);
+    let (seqs, kinds, datas) = columns(1, &events);
     let r = sqlx::query(concat!(
-            "INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id, root_run_id,
-             depth, status, interactive, spec, idempotency_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11)
-         ON CONFLICT (tenant_id, subject, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING ",
-            run_columns!(),
-            ""
-        ))
+        "WITH run AS (
+             INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id,
+                 root_run_id, depth, status, interactive, spec, idempotency_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11)
+             ON CONFLICT (tenant_id, subject, idempotency_key) WHERE idempotency_key IS NOT NULL
+             DO NOTHING
+             RETURNING *),
+         first_events AS (
+             INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
+             SELECT run.id, e.seq, run.tenant_id, e.kind, e.data, 0
+             FROM run, UNNEST($12::bigint[], $13::text[], $14::jsonb[]) AS e(seq, kind, data))
+         SELECT ",
+        run_columns!(),
+        " FROM run"
+    ))
     .bind(new.id.0)
     .bind(new.tenant.as_str())
     .bind(&new.subject)
@@ -1005,14 +1062,10 @@ async fn insert_run(
     .bind(new.interactive)
     .bind(&new.spec)
     .bind(&new.idempotency_key)
-    .fetch_optional(&mut **tx)
+    .bind(seqs)
+    .bind(kinds)
+    .bind(datas)
+    .fetch_optional(ex)
     .await?;
-    let Some(r) = r else {
-        return Ok(None);
-    };
-    let run = run_from_row(&r)?;
-    // A sub-run's first input is the parent model's text: it may hold a NUL.
-    let mut events = new.initial_events.clone();
-    insert_events(tx, run.id, new.tenant.as_str(), 0, 1, &mut events).await?;
-    Ok(Some(run))
+    r.as_ref().map(run_from_row).transpose()
 }
