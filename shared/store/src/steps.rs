@@ -272,45 +272,55 @@ impl RunStore {
     /// Returns, in order, which steps' fences held; `Err` when the database refused the whole
     /// statement (nothing was written).
     pub async fn write_steps(&self, steps: &mut [Step]) -> Result<Vec<bool>, sqlx::Error> {
-        let mut c = Columns::default();
-        for s in steps.iter_mut() {
-            storable(&mut s.events);
-            c.push(s);
-        }
-        let rows = sqlx::query(STEP_SQL)
-            .bind(c.id)
-            .bind(c.epoch)
-            .bind(c.mode)
-            .bind(c.iterations)
-            .bind(c.usage)
-            .bind(c.status)
-            .bind(c.stop_reason)
-            .bind(c.error)
-            .bind(c.interrupt)
-            .bind(c.ev_run)
-            .bind(c.ev_seq)
-            .bind(c.ev_kind)
-            .bind(c.ev_data)
-            .bind(c.start_run)
-            .bind(c.start_id)
-            .bind(c.start_tool)
-            .bind(c.start_input)
-            .bind(c.start_idempotent)
-            .bind(c.done_run)
-            .bind(c.done_id)
-            .bind(c.done_tool)
-            .bind(c.done_input)
-            .bind(c.done_result)
-            .bind(c.done_error)
-            .fetch_all(self.pool())
-            .await?;
-        let mut held = std::collections::HashSet::with_capacity(rows.len());
-        for r in rows {
-            held.insert(r.try_get::<Uuid, _>("id")?);
-        }
-        Ok(steps.iter().map(|s| held.contains(&s.run.0)).collect())
+        write_steps_on(self.pool(), steps).await
     }
+}
 
+/// [`RunStore::write_steps`] on `ex` (the group writer's own connection).
+async fn write_steps_on<'e>(
+    ex: impl sqlx::PgExecutor<'e>,
+    steps: &mut [Step],
+) -> Result<Vec<bool>, sqlx::Error> {
+    let mut c = Columns::default();
+    for s in steps.iter_mut() {
+        storable(&mut s.events);
+        c.push(s);
+    }
+    let rows = sqlx::query(STEP_SQL)
+        .bind(c.id)
+        .bind(c.epoch)
+        .bind(c.mode)
+        .bind(c.iterations)
+        .bind(c.usage)
+        .bind(c.status)
+        .bind(c.stop_reason)
+        .bind(c.error)
+        .bind(c.interrupt)
+        .bind(c.ev_run)
+        .bind(c.ev_seq)
+        .bind(c.ev_kind)
+        .bind(c.ev_data)
+        .bind(c.start_run)
+        .bind(c.start_id)
+        .bind(c.start_tool)
+        .bind(c.start_input)
+        .bind(c.start_idempotent)
+        .bind(c.done_run)
+        .bind(c.done_id)
+        .bind(c.done_tool)
+        .bind(c.done_input)
+        .bind(c.done_result)
+        .bind(c.done_error)
+        .fetch_all(ex)
+        .await?;
+    let mut held = std::collections::HashSet::with_capacity(rows.len());
+    for r in rows {
+        held.insert(r.try_get::<Uuid, _>("id")?);
+    }
+    Ok(steps.iter().map(|s| held.contains(&s.run.0)).collect())
+}
+
+impl RunStore {
     /// Writes one step in its own statement; returns its events as stored (see [`storable`]).
     /// `StaleLease` when its fence did not hold.
     pub async fn write_step(&self, mut step: Step) -> Result<Vec<(String, Value)>, RunStoreError> {
@@ -372,6 +382,9 @@ fn gone() -> RunStoreError {
 }
 
 async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>) {
+    // The writer keeps a connection of its own: the pool tests a connection (a round trip) each
+    // time one is given back. It is dropped after an error, in case that broke it.
+    let mut conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>> = None;
     loop {
         let mut batch: Vec<Pending> = Vec::new();
         {
@@ -392,7 +405,17 @@ async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receive
         batch.sort_by_key(|(s, _)| s.run.0);
         metrics::histogram!("weft_run_step_batch_size").record(batch.len() as f64);
         let (mut steps, answers): (Vec<Step>, Vec<_>) = batch.into_iter().unzip();
-        match store.write_steps(&mut steps).await {
+        let written = match conn.as_mut() {
+            Some(c) => write_steps_on(&mut **c, &mut steps).await,
+            None => match store.pool().acquire().await {
+                Ok(c) => write_steps_on(&mut **conn.insert(c), &mut steps).await,
+                Err(e) => Err(e),
+            },
+        };
+        if written.is_err() {
+            conn = None;
+        }
+        match written {
             Ok(held) => {
                 for ((s, answer), held) in steps.into_iter().zip(answers).zip(held) {
                     let r = if held {
