@@ -21,20 +21,36 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         let _ = msg.ack_with(AckKind::Term).await;
         return;
     };
+    // One driver per run in a process. A dispatch of a run this process is already working on
+    // (the sweeper's duplicate, or a wake-up sent while the driver that parked the run is still
+    // letting go of it) comes back a little later: by then the run has either ended (the
+    // message is acked then) or been let go (and is taken again).
+    let Some((cancel, input)) = inner.hold(d.run_id) else {
+        let _ = msg
+            .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+            .await;
+        return;
+    };
     let ttl = i64::try_from(inner.cfg.lease_ttl_ms).unwrap_or(i64::MAX);
     let lease = match inner.store.acquire_lease(d.run_id, &inner.owner, ttl).await {
         Ok(Ok(lease)) => lease,
-        Ok(Err(LeaseRefused::Missing | LeaseRefused::NotRunnable(_))) => {
-            let _ = msg.ack().await;
-            return;
-        }
-        Ok(Err(LeaseRefused::Held { remaining_ms })) => {
-            // The holder may be dead: look again once its lease would have lapsed.
-            let wait = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0) + 250);
-            let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
+        Ok(Err(refused)) => {
+            inner.unhold(d.run_id);
+            match refused {
+                LeaseRefused::Missing | LeaseRefused::NotRunnable(_) => {
+                    let _ = msg.ack().await;
+                }
+                LeaseRefused::Held { remaining_ms } => {
+                    // The holder may be dead: look again once its lease would have lapsed.
+                    let wait =
+                        Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0) + 250);
+                    let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
+                }
+            }
             return;
         }
         Err(e) => {
+            inner.unhold(d.run_id);
             tracing::warn!(run_id = %d.run_id, error = %e, "cannot take a lease");
             let _ = msg
                 .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
@@ -43,8 +59,8 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         }
     };
     let run_id = lease.run.id;
-    let (cancel, input) = inner.hold(run_id);
     let msg = Arc::new(msg);
+
     let lost = CancellationToken::new();
     let beat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(heartbeat(
@@ -83,6 +99,7 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         children: Arc::new(Semaphore::new(1)),
         mounted: tokio::sync::OnceCell::new(),
         credentials: tokio::sync::OnceCell::new(),
+        unstarted: std::sync::Mutex::default(),
     };
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();

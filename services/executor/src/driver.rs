@@ -63,6 +63,10 @@ pub(crate) struct Driver {
     pub(crate) children: Arc<Semaphore>,
     /// The run's MCP tools, listed at the first turn of this lease.
     pub(crate) mounted: tokio::sync::OnceCell<Arc<crate::tools::mcp::Mount>>,
+    /// Calls the last model turn recorded in the ledger that have not started yet: forgotten if
+    /// the run is handed back before they start, so the next executor runs them rather than
+    /// calling their outcome unknown.
+    pub(crate) unstarted: std::sync::Mutex<Vec<String>>,
     /// The run's credentials (from Redis), read on first use.
     pub(crate) credentials: tokio::sync::OnceCell<Arc<std::collections::BTreeMap<String, String>>>,
 }
@@ -202,16 +206,9 @@ impl Driver {
         // The cancel flag is read once, after this process registered the run for control
         // messages (`Inner::hold`): a cancel sent before that set the flag, one sent after
         // arrives on the control channel (and a lost subscription re-checks every held run's
-        // flag when it comes back).
-        if self
-            .inner
-            .coord
-            .is_cancelled(self.run_id())
-            .await
-            .unwrap_or(false)
-        {
-            self.cancel.cancel();
-        }
+        // flag when it comes back). If Redis cannot answer now, it is asked again before each
+        // step until it does.
+        let mut cancel_read = self.read_cancel_flag().await;
         // A run works only while it holds one of its tenant's slots: the gateway took it for a
         // new root run, a parent for its sub-run; a run resumed after a crash or after lending
         // its slot to its sub-runs takes one again here, waiting while the tenant is full.
@@ -238,6 +235,9 @@ impl Driver {
             if self.stop.is_cancelled() {
                 return Err(Stop::Shutdown);
             }
+            if !cancel_read {
+                cancel_read = self.read_cancel_flag().await;
+            }
             let facts = Facts {
                 max_iterations: self.spec.max_iterations.max(1),
                 interactive: self.lease.run.interactive,
@@ -253,7 +253,15 @@ impl Driver {
                     input_waiting = false;
                 }
                 Action::CallModel => match self.model_turn(&def, &mut state).await? {
-                    Ok(ids) => recorded = ids,
+                    Ok(ids) => {
+                        ids.clone_into(
+                            &mut self
+                                .unstarted
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner),
+                        );
+                        recorded = ids;
+                    }
                     Err(e) => {
                         if self.cancel.is_cancelled() {
                             continue;
@@ -273,6 +281,22 @@ impl Driver {
             // Steering input that arrived meanwhile is taken before the next model turn.
             if futures::FutureExt::now_or_never(self.input.notified()).is_some() {
                 input_waiting = true;
+            }
+        }
+    }
+
+    /// Reads the run's cancel flag (cancelling it when set); false when Redis did not answer.
+    async fn read_cancel_flag(&self) -> bool {
+        match self.inner.coord.is_cancelled(self.run_id()).await {
+            Ok(cancelled) => {
+                if cancelled {
+                    self.cancel.cancel();
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the run's cancel flag; asking again");
+                false
             }
         }
     }
@@ -622,7 +646,16 @@ impl Driver {
 
     /// Hands the run back (queued) for another executor.
     async fn release(&self) -> Result<(), Stop> {
+        let unstarted = std::mem::take(
+            &mut *self
+                .unstarted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let mut f = self.inner.store.fenced(&self.lease).await?;
+        if !unstarted.is_empty() {
+            f.forget_unstarted(&unstarted).await?;
+        }
         f.release().await?;
         f.commit().await?;
         Ok(())

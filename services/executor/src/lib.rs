@@ -93,16 +93,20 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    fn hold(&self, run: RunId) -> (CancellationToken, Arc<Notify>) {
+    /// Registers a run this process is about to work on; `None` when it already works on it
+    /// (a second dispatch of the same run, e.g. from the sweeper, reached this process).
+    fn hold(&self, run: RunId) -> Option<(CancellationToken, Arc<Notify>)> {
+        let mut m = self.held.lock().ok()?;
+        if m.contains_key(&run) {
+            return None;
+        }
         let held = Held {
             cancel: CancellationToken::new(),
             input: Arc::new(Notify::new()),
         };
         let out = (held.cancel.clone(), held.input.clone());
-        if let Ok(mut m) = self.held.lock() {
-            m.insert(run, held);
-        }
-        out
+        m.insert(run, held);
+        Some(out)
     }
 
     fn unhold(&self, run: RunId) {

@@ -105,6 +105,11 @@ impl Driver {
             self.step(None, Vec::new(), StepChange::LedgerStart(calls))
                 .await?;
         }
+        // From here the calls are under way: a hand-back no longer forgets their ledger rows.
+        self.unstarted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
         let limit = self.inner.cfg.max_parallel_tools.max(1);
         let iteration = state.iterations;
         let mut running = futures::stream::iter(to_run.into_iter().map(|a| async move {

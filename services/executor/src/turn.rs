@@ -77,23 +77,21 @@ impl Driver {
                 input: parse_input(args),
             })
             .collect();
-        // The calls go into the ledger with the turn (as `started`, safe to repeat or not by
-        // their tool's class), so running them needs no write of its own first.
-        let mut rerunnable = Vec::with_capacity(calls.len());
+        // The calls the run may make go into the ledger with the turn (as `started`, safe to
+        // repeat or not by their tool's class), so running them needs no write of its own
+        // first. A call to a tool it may not use is answered with an error, never started.
+        let mut ledger = Vec::with_capacity(calls.len());
         for c in &calls {
-            let tool = self.tool_for(def, &c.name).await;
-            rerunnable.push(tool.is_some_and(|t| t.side_effect(&c.input).is_rerunnable()));
+            if let Some(tool) = self.tool_for(def, &c.name).await {
+                ledger.push(LedgerStart {
+                    tool_use_id: c.id.clone(),
+                    tool: c.name.clone(),
+                    input: c.input.clone(),
+                    idempotent: tool.side_effect(&c.input).is_rerunnable(),
+                });
+            }
         }
-        let ledger: Vec<LedgerStart> = calls
-            .iter()
-            .zip(rerunnable)
-            .map(|(c, idempotent)| LedgerStart {
-                tool_use_id: c.id.clone(),
-                tool: c.name.clone(),
-                input: c.input.clone(),
-                idempotent,
-            })
-            .collect();
+        let recorded: Vec<String> = ledger.iter().map(|l| l.tool_use_id.clone()).collect();
         let message = Message {
             role: Role::Assistant,
             content: turn.blocks,
@@ -121,7 +119,7 @@ impl Driver {
             },
         )
         .await?;
-        Ok(Ok(calls.into_iter().map(|c| c.id).collect()))
+        Ok(Ok(recorded))
     }
 
     /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router

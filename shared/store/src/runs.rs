@@ -925,6 +925,21 @@ impl Fenced {
         Ok(out.into_iter().map(|(_, t)| t).collect())
     }
 
+    /// Forgets ledger rows this lease recorded as `started` for calls that never started (the
+    /// run is handed back between the turn that made them and running them).
+    pub async fn forget_unstarted(&mut self, tool_use_ids: &[String]) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "DELETE FROM tool_ledger WHERE run_id = $1 AND epoch = $2 AND status = 'started'
+                 AND tool_use_id = ANY($3)",
+        )
+        .bind(self.run.0)
+        .bind(self.epoch)
+        .bind(tool_use_ids)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
     /// Releases the lease, leaving the run `queued` for another executor (drain on shutdown).
     pub async fn release(&mut self) -> Result<(), RunStoreError> {
         sqlx::query(

@@ -102,15 +102,18 @@ struct Columns {
     error: Vec<Option<Value>>,
     interrupt: Vec<Option<Value>>,
     ev_run: Vec<Uuid>,
+    ev_epoch: Vec<i64>,
     ev_seq: Vec<i64>,
     ev_kind: Vec<String>,
     ev_data: Vec<Value>,
     start_run: Vec<Uuid>,
+    start_epoch: Vec<i64>,
     start_id: Vec<String>,
     start_tool: Vec<String>,
     start_input: Vec<Value>,
     start_idempotent: Vec<bool>,
     done_run: Vec<Uuid>,
+    done_epoch: Vec<i64>,
     done_id: Vec<String>,
     done_tool: Vec<String>,
     done_input: Vec<Value>,
@@ -175,6 +178,7 @@ impl Columns {
         self.interrupt.push(interrupt);
         for ((kind, data), seq) in step.events.iter().zip(step.first_seq..) {
             self.ev_run.push(run);
+            self.ev_epoch.push(step.epoch);
             self.ev_seq.push(seq);
             self.ev_kind.push(kind.clone());
             self.ev_data.push(data.clone());
@@ -189,6 +193,7 @@ impl Columns {
                 continue;
             }
             self.start_run.push(run);
+            self.start_epoch.push(step.epoch);
             self.start_id.push(c.tool_use_id.clone());
             self.start_tool
                 .push(weft_core::storable::text(&c.tool).into_owned());
@@ -205,6 +210,7 @@ impl Columns {
         } = &step.change
         {
             self.done_run.push(run);
+            self.done_epoch.push(step.epoch);
             self.done_id.push(tool_use_id.clone());
             self.done_tool
                 .push(weft_core::storable::text(tool).into_owned());
@@ -217,8 +223,8 @@ impl Columns {
     }
 }
 
-/// The steps of many runs in one statement (see the module's doc). Returns the ids of the runs
-/// whose fence held.
+/// The steps of many runs in one statement (see the module's doc). Returns the (run id, epoch)
+/// of every step whose fence held; each step's rows are joined to its own run and epoch.
 pub const STEP_SQL: &str = "WITH req AS (
         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::smallint[], $4::int[], $5::jsonb[],
                              $6::text[], $7::text[], $8::jsonb[], $9::jsonb[])
@@ -237,21 +243,22 @@ pub const STEP_SQL: &str = "WITH req AS (
             lease_owner = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_owner END,
             lease_expires_at = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_expires_at END,
             finished_at = CASE WHEN req.mode = 3 THEN now() ELSE runs.finished_at END,
-            updated_at = now()
+            lapses = 0, updated_at = now()
         FROM req WHERE runs.id = req.id AND runs.lease_epoch = req.epoch AND req.mode > 0
         RETURNING runs.id, runs.tenant_id, runs.lease_epoch),
     fence AS (SELECT * FROM locked UNION ALL SELECT * FROM updated),
     appended AS (
         INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
         SELECT e.run_id, e.seq, f.tenant_id, e.kind, e.data, f.lease_epoch
-        FROM UNNEST($10::uuid[], $11::bigint[], $12::text[], $13::jsonb[]) AS e(run_id, seq, kind, data)
-        JOIN fence f ON f.id = e.run_id),
+        FROM UNNEST($10::uuid[], $25::bigint[], $11::bigint[], $12::text[], $13::jsonb[])
+            AS e(run_id, epoch, seq, kind, data)
+        JOIN fence f ON f.id = e.run_id AND f.lease_epoch = e.epoch),
     started AS (
         INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status, epoch)
         SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, c.idempotent, 'started', f.lease_epoch
-        FROM UNNEST($14::uuid[], $15::text[], $16::text[], $17::jsonb[], $18::bool[])
-            AS c(run_id, id, tool, input, idempotent)
-        JOIN fence f ON f.id = c.run_id
+        FROM UNNEST($14::uuid[], $26::bigint[], $15::text[], $16::text[], $17::jsonb[], $18::bool[])
+            AS c(run_id, epoch, id, tool, input, idempotent)
+        JOIN fence f ON f.id = c.run_id AND f.lease_epoch = c.epoch
         ON CONFLICT (run_id, tool_use_id) DO UPDATE SET epoch = EXCLUDED.epoch, started_at = now()
         WHERE tool_ledger.status = 'started'),
     finished AS (
@@ -259,13 +266,14 @@ pub const STEP_SQL: &str = "WITH req AS (
                                  result, is_error, epoch, finished_at)
         SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, false, 'finished', c.result,
                c.is_error, f.lease_epoch, now()
-        FROM UNNEST($19::uuid[], $20::text[], $21::text[], $22::jsonb[], $23::text[], $24::bool[])
-            AS c(run_id, id, tool, input, result, is_error)
-        JOIN fence f ON f.id = c.run_id
+        FROM UNNEST($19::uuid[], $27::bigint[], $20::text[], $21::text[], $22::jsonb[], $23::text[],
+                    $24::bool[])
+            AS c(run_id, epoch, id, tool, input, result, is_error)
+        JOIN fence f ON f.id = c.run_id AND f.lease_epoch = c.epoch
         ON CONFLICT (run_id, tool_use_id) DO UPDATE SET status = 'finished',
             result = EXCLUDED.result, is_error = EXCLUDED.is_error,
             finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)
-    SELECT id FROM fence";
+    SELECT id, lease_epoch FROM fence";
 
 impl RunStore {
     /// Writes the steps of many runs (at most one per run) in one statement and one commit.
@@ -311,13 +319,22 @@ async fn write_steps_on<'e>(
         .bind(c.done_input)
         .bind(c.done_result)
         .bind(c.done_error)
+        .bind(c.ev_epoch)
+        .bind(c.start_epoch)
+        .bind(c.done_epoch)
         .fetch_all(ex)
         .await?;
     let mut held = std::collections::HashSet::with_capacity(rows.len());
     for r in rows {
-        held.insert(r.try_get::<Uuid, _>("id")?);
+        held.insert((
+            r.try_get::<Uuid, _>("id")?,
+            r.try_get::<i64, _>("lease_epoch")?,
+        ));
     }
-    Ok(steps.iter().map(|s| held.contains(&s.run.0)).collect())
+    Ok(steps
+        .iter()
+        .map(|s| held.contains(&(s.run.0, s.epoch)))
+        .collect())
 }
 
 impl RunStore {
