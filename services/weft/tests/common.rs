@@ -334,3 +334,27 @@ pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
     }
     Proc(cmd.spawn().unwrap())
 }
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until a process this test started listens on `port` (at most 60 s).
+pub async fn wait_for_port(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listened on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -11,9 +11,8 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{Proc, TestFleet, create, put_agent, stream};
+use common::{Proc, TestFleet, create, free_port, put_agent, stream, wait_for_port};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -26,27 +25,10 @@ async fn sweeping_fleet() -> TestFleet {
     .await
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn pool(f: &TestFleet) -> sqlx::PgPool {
     sqlx::PgPool::connect(f.config.database.url.expose())
         .await
         .unwrap()
-}
-
-/// Waits until `cond` holds, for at most 30 s.
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut cond: impl FnMut() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -87,14 +69,7 @@ async fn a_gateway_that_dies_between_the_insert_and_the_dispatch_loses_no_run() 
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the gateway never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_port(port).await;
     let input = common::script(
         json!([[{"name": "Context", "input": {"op": "time"}}]]),
         "done",
@@ -132,22 +107,13 @@ async fn a_gateway_that_dies_between_the_insert_and_the_dispatch_loses_no_run() 
     assert!(swept.is_some(), "the sweeper dispatched it");
 }
 
-/// An interactive run with no input: parked, with no dispatch in flight.
+/// An interactive run with no input: parked when its creation returns, with no dispatch in flight.
 async fn parked_run(f: &TestFleet) -> Uuid {
     put_agent(f, &f.admin, "chat", json!({"model": "mock-1"})).await;
     let run = create(f, &f.admin, json!({"agent": "chat", "interactive": true})).await;
-    let db = pool(f).await;
-    let id = Uuid::parse_str(&run).unwrap();
-    until("the run is parked", || async {
-        let s: String = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_one(&db)
-            .await
-            .unwrap();
-        s == "awaiting_input"
-    })
-    .await;
-    id
+    let (_, now) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+    assert_eq!(now["status"], "awaiting_input", "{now}");
+    Uuid::parse_str(&run).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
