@@ -1,6 +1,8 @@
 //! Dispatch, lease and heartbeat: one JetStream dispatch message becomes a fenced lease on its
 //! run, a heartbeat that keeps the lease, the JetStream message and the admission slot alive,
-//! and a [`Driver`] that works the run; how the run ended decides the message's ack.
+//! and a [`Driver`] that works the run; how the run ended decides the message's ack. A run the
+//! launcher of this process created already leased ([`work_local`]) is worked the same way,
+//! without a message.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,15 +60,85 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
             return;
         }
     };
-    let run_id = lease.run.id;
     let msg = Arc::new(msg);
+    let outcome = work(inner, lease, None, cancel, input, Some(msg.clone()), stop).await;
+    match outcome {
+        Outcome::Done => {
+            let _ = msg.ack().await;
+        }
+        Outcome::LeaseLost => {}
+        Outcome::Released => {
+            let _ = msg.ack_with(AckKind::Nak(None)).await;
+        }
+        Outcome::Retry => {
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
+        }
+    }
+}
 
+/// Works on a run the launcher of this process created already leased to this executor (the
+/// in-process fast path): no dispatch message, the transcript known. A run handed back or
+/// interrupted goes out as a dispatch like any other; if even that fails, the sweeper finds it
+/// once its lease lapses.
+pub(crate) async fn work_local(
+    inner: Arc<Inner>,
+    lease: Lease,
+    events: Vec<(String, serde_json::Value)>,
+    cancel: CancellationToken,
+    input: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+) {
+    let run_id = lease.run.id;
+    let tenant = lease.run.tenant.clone();
+    let outcome = work(
+        inner.clone(),
+        lease,
+        Some(events),
+        cancel,
+        input,
+        None,
+        stop.clone(),
+    )
+    .await;
+    let wait = match outcome {
+        Outcome::Done | Outcome::LeaseLost => return,
+        Outcome::Released => Duration::ZERO,
+        Outcome::Retry => Duration::from_secs(1),
+    };
+    if !wait.is_zero() {
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    let d = weft_bus::Dispatch { run_id, tenant };
+    if let Err(e) = inner.bus.dispatch(&d).await {
+        tracing::warn!(run_id = %run_id, error = %e, "cannot dispatch a run handed back; the sweeper will");
+    }
+}
+
+/// Works on a run under `lease` until it ends here: the heartbeat, the driver, the run's
+/// registration with the process's live hub. `fresh` is the transcript of a run created leased
+/// (nothing to read back); `msg` the dispatch message to keep alive, if any.
+async fn work(
+    inner: Arc<Inner>,
+    lease: Lease,
+    fresh: Option<Vec<(String, serde_json::Value)>>,
+    cancel: CancellationToken,
+    input: Arc<tokio::sync::Notify>,
+    msg: Option<Arc<jetstream::Message>>,
+    stop: CancellationToken,
+) -> Outcome {
+    let run_id = lease.run.id;
+    let hub_hold = inner.hub.hold(run_id);
     let lost = CancellationToken::new();
     let beat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(heartbeat(
         inner.clone(),
         lease.clone(),
-        msg.clone(),
+        msg,
         lost.clone(),
         beat_stop.clone(),
     ));
@@ -91,6 +163,7 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         },
         spec: serde_json::from_value(lease.run.spec.clone()).unwrap_or_default(),
         lease,
+        fresh,
         cancel,
         input,
         lost,
@@ -104,21 +177,9 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();
     let _ = heartbeat.await;
+    drop(hub_hold);
     inner.unhold(run_id);
-    match outcome {
-        Outcome::Done => {
-            let _ = msg.ack().await;
-        }
-        Outcome::LeaseLost => {}
-        Outcome::Released => {
-            let _ = msg.ack_with(AckKind::Nak(None)).await;
-        }
-        Outcome::Retry => {
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
-        }
-    }
+    outcome
 }
 
 /// Renews the lease, tells JetStream the work goes on, and keeps the admission slot, until
@@ -126,7 +187,7 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
 async fn heartbeat(
     inner: Arc<Inner>,
     lease: Lease,
-    msg: Arc<jetstream::Message>,
+    msg: Option<Arc<jetstream::Message>>,
     lost: CancellationToken,
     stop: CancellationToken,
 ) {
@@ -152,7 +213,9 @@ async fn heartbeat(
             }
             Err(e) => tracing::warn!(error = %e, "cannot renew the lease"),
         }
-        let _ = msg.ack_with(AckKind::Progress).await;
+        if let Some(msg) = &msg {
+            let _ = msg.ack_with(AckKind::Progress).await;
+        }
         // Renews only a slot the run holds: a parent that lent its slot to its sub-runs has none.
         let _ = inner
             .coord

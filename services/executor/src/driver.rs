@@ -48,6 +48,10 @@ pub(crate) struct Driver {
     /// The run's identity, sent to the router and the substrate as an internal JWT.
     pub(crate) principal: Principal,
     pub(crate) lease: Lease,
+    /// The whole transcript of a run created leased to this executor in this process (the
+    /// in-process fast path): nothing to read back, no cancel flag or admission slot to check
+    /// (its creator took the slot, and registered it for cancels before it existed).
+    pub(crate) fresh: Option<Vec<(String, Value)>>,
     pub(crate) spec: RunSpec,
     /// Cancelled by a cancel request.
     pub(crate) cancel: CancellationToken,
@@ -187,7 +191,7 @@ impl Driver {
     async fn fail_unstorable(&self, detail: &str) -> Outcome {
         tracing::error!(error = %detail, "a step of this run cannot be stored; failing the run");
         let mut state = LoopState::default();
-        if self.load(&mut state).await.is_err() {
+        if self.load(&mut state, None).await.is_err() {
             return Outcome::Retry;
         }
         let e = Error::new(
@@ -203,29 +207,31 @@ impl Driver {
     }
 
     async fn drive_inner(&mut self) -> Result<(), Stop> {
+        let fresh = self.fresh.take();
         // The cancel flag is read once, after this process registered the run for control
         // messages (`Inner::hold`): a cancel sent before that set the flag, one sent after
         // arrives on the control channel (and a lost subscription re-checks every held run's
         // flag when it comes back). If Redis cannot answer now, it is asked again before each
-        // step until it does.
-        let mut cancel_read = self.read_cancel_flag().await;
+        // step until it does. A fresh run was registered before it existed: nothing to read.
+        let mut cancel_read = fresh.is_some() || self.read_cancel_flag().await;
         // A run works only while it holds one of its tenant's slots: the gateway took it for a
         // new root run, a parent for its sub-run; a run resumed after a crash or after lending
         // its slot to its sub-runs takes one again here, waiting while the tenant is full.
-        self.wait_for_slot(self.run_id()).await?;
+        if fresh.is_none() {
+            self.wait_for_slot(self.run_id()).await?;
+        }
+        let mut state = LoopState::default();
         let def = match self.agent().await {
             Ok(d) => d,
             Err(e) => {
-                let mut state = LoopState::default();
-                self.load(&mut state).await?;
+                self.load(&mut state, fresh).await?;
                 return self.fail(&state, &e).await;
             }
         };
         self.children = Arc::new(Semaphore::new(
             usize::try_from(self.spec.max_concurrent_children.max(1)).unwrap_or(1),
         ));
-        let mut state = LoopState::default();
-        let (mut ledger, mut input_waiting) = self.load(&mut state).await?;
+        let (mut ledger, mut input_waiting) = self.load(&mut state, fresh).await?;
         // Tool calls this lease's own turns recorded in the ledger.
         let mut recorded = Vec::new();
         loop {
@@ -347,11 +353,20 @@ impl Driver {
     }
 
     /// Folds the transcript into `state`; returns the ledger by call id and whether input is
-    /// waiting (one query).
+    /// waiting (one query; none for a fresh run, whose transcript is `fresh` and which has no
+    /// ledger or pending input yet).
     async fn load(
         &self,
         state: &mut LoopState,
+        fresh: Option<Vec<(String, Value)>>,
     ) -> Result<(HashMap<String, LedgerEntry>, bool), Stop> {
+        if let Some(events) = fresh {
+            for (seq, (kind, data)) in (1i64..).zip(&events) {
+                machine::apply(state, seq, kind, data);
+            }
+            *self.seq.lock().await = state.last_seq + 1;
+            return Ok((HashMap::new(), false));
+        }
         let t = self.inner.store.transcript(self.run_id()).await?;
         for e in &t.events {
             machine::apply(state, e.seq, &e.kind, &e.data);
@@ -429,17 +444,27 @@ impl Driver {
         first: i64,
         events: &[(String, Value)],
     ) {
+        let mut live = Vec::with_capacity(events.len());
         for (i, (kind, data)) in (0i64..).zip(events) {
             if let Some(s) = state.as_deref_mut() {
                 machine::apply(s, first + i, kind, data);
             }
-            let ev = LiveEvent {
+            live.push(LiveEvent {
                 seq: first + i,
                 kind: kind.clone(),
                 persisted: true,
                 data: data.clone(),
-            };
-            if let Err(e) = self.inner.bus.publish_event(self.run_id(), &ev).await {
+            });
+        }
+        self.publish_live(live).await;
+    }
+
+    /// Hands live events to the streams of this process (memory) and of every other (NATS).
+    async fn publish_live(&self, live: Vec<LiveEvent>) {
+        let live: weft_bus::LiveBatch = live.into();
+        self.inner.hub.publish(self.run_id(), &live);
+        for ev in live.iter() {
+            if let Err(e) = self.inner.bus.publish_event(self.run_id(), ev).await {
                 tracing::debug!(error = %e, "live event not published; watchers read it from the transcript");
             }
         }
@@ -450,13 +475,13 @@ impl Driver {
             text: text.to_owned(),
         })
         .into_parts();
-        let ev = LiveEvent {
+        self.publish_live(vec![LiveEvent {
             seq: last_seq,
             kind,
             persisted: false,
             data,
-        };
-        let _ = self.inner.bus.publish_event(self.run_id(), &ev).await;
+        }])
+        .await;
     }
 
     async fn take_input(&self, state: &mut LoopState) -> Result<(), Stop> {

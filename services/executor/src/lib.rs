@@ -31,12 +31,14 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use weft_auth::InternalJwt;
-use weft_bus::{Bus, DispatchPolicy};
+use weft_bus::{Bus, DispatchPolicy, LiveHub};
 use weft_config::{Config, ExecutorConfig};
 use weft_coord::{ControlOp, ControlSignal, Coord};
 use weft_core::RunId;
 use weft_core::agent::AgentContent;
+use weft_launch::{LocalExecutor, LocalStart};
 use weft_proto::transport::GrpcTransport;
 use weft_proto::v1::router_client::RouterClient;
 use weft_proto::v1::substrate_client::SubstrateClient;
@@ -90,6 +92,16 @@ pub(crate) struct Inner {
     held: Mutex<HashMap<RunId, Held>>,
     /// Agent definitions by content hash: immutable, so cached forever.
     defs: Mutex<HashMap<String, Arc<AgentContent>>>,
+    /// Live events of the runs held here, for streams in this process (`weft up`).
+    pub hub: LiveHub,
+    /// Places for runs (`executor.max_concurrent_runs`), shared by dispatched and local runs.
+    slots: Arc<Semaphore>,
+    /// Set while [`Executor::run`] works (its shutdown token): local runs are taken only then.
+    accepting: std::sync::OnceLock<CancellationToken>,
+    /// Runs handed over in this process ([`LocalExecutor`]), waited for on shutdown.
+    local_tasks: TaskTracker,
+    /// Cancelled once [`Executor::run`] pulls dispatches and takes local runs.
+    ready: CancellationToken,
 }
 
 impl Inner {
@@ -195,8 +207,38 @@ impl Executor {
                 tools,
                 held: Mutex::new(HashMap::new()),
                 defs: Mutex::new(HashMap::new()),
+                hub: LiveHub::new(),
+                slots: Arc::new(Semaphore::new(config.executor.max_concurrent_runs)),
+                accepting: std::sync::OnceLock::new(),
+                local_tasks: TaskTracker::new(),
+                ready: CancellationToken::new(),
             }),
         })
+    }
+
+    /// Hands the live events of the runs held here to `hub`, where streams of this process
+    /// read them (`weft up` shares one hub between its gateway and its executor).
+    ///
+    /// # Panics
+    /// When the executor was already cloned (call it while wiring the process).
+    #[must_use]
+    pub fn with_live_hub(mut self, hub: LiveHub) -> Self {
+        #[expect(clippy::expect_used, reason = "a wiring mistake, caught by every test")]
+        let inner = Arc::get_mut(&mut self.inner).expect("with_live_hub before any clone");
+        inner.hub = hub;
+        self
+    }
+
+    /// This executor as the launcher's in-process fast path: runs created in this process are
+    /// inserted leased to it and handed over in memory while it has a free place.
+    pub fn local(&self) -> Arc<dyn LocalExecutor> {
+        Arc::new(LocalDoor(self.inner.clone()))
+    }
+
+    /// Resolves once [`Executor::run`] pulls dispatches and takes the runs created in this
+    /// process (`weft up` serves its gateway only then, so its first runs take the fast path).
+    pub fn ready(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.inner.ready.clone().cancelled_owned()
     }
 
     /// This process's lease-owner id.
@@ -242,7 +284,9 @@ impl Executor {
         });
 
         let sweeper = tokio::spawn(sweep::run(inner.clone(), shutdown.clone()));
-        let slots = Arc::new(Semaphore::new(cfg.max_concurrent_runs));
+        let slots = inner.slots.clone();
+        let _ = inner.accepting.set(shutdown.clone());
+        inner.ready.cancel();
         let batch = cfg.max_concurrent_runs.clamp(1, 64);
         let mut tasks = tokio::task::JoinSet::new();
         tracing::info!(owner = %inner.owner, "executor pulling runs");
@@ -292,10 +336,109 @@ impl Executor {
         }
         // Drain: held runs see the shutdown token and release themselves.
         while tasks.join_next().await.is_some() {}
+        inner.local_tasks.close();
+        inner.local_tasks.wait().await;
         control_task.abort();
         sweeper.abort();
         tracing::info!("executor stopped");
         Ok(())
+    }
+}
+
+/// [`Executor::local`].
+struct LocalDoor(Arc<Inner>);
+
+impl LocalExecutor for LocalDoor {
+    fn reserve(&self, id: RunId, tenant: &weft_core::TenantId) -> Option<Box<dyn LocalStart>> {
+        let stop = self.0.accepting.get()?;
+        if stop.is_cancelled() {
+            return None;
+        }
+        let permit = self.0.slots.clone().try_acquire_owned().ok()?;
+        let (cancel, input) = self.0.hold(id)?;
+        Some(Box::new(Reserved {
+            inner: self.0.clone(),
+            id,
+            tenant: tenant.clone(),
+            stop: stop.clone(),
+            // The drain waits for a reserved run too, until it started or was given back.
+            _tracked: self.0.local_tasks.token(),
+            parts: Some((permit, cancel, input)),
+        }))
+    }
+}
+
+/// A place [`LocalDoor::reserve`] took: the permit and the run's control registration.
+struct Reserved {
+    inner: Arc<Inner>,
+    id: RunId,
+    tenant: weft_core::TenantId,
+    stop: CancellationToken,
+    /// Held only to keep the drain waiting while the run is reserved.
+    _tracked: tokio_util::task::task_tracker::TaskTrackerToken,
+    parts: Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        CancellationToken,
+        Arc<Notify>,
+    )>,
+}
+
+impl LocalStart for Reserved {
+    fn forget(mut self: Box<Self>) {
+        if self.parts.take().is_some() {
+            self.inner.unhold(self.id);
+        }
+    }
+
+    fn lease(&self) -> weft_store::NewLease {
+        weft_store::NewLease {
+            owner: self.inner.owner.clone(),
+            ttl_ms: i64::try_from(self.inner.cfg.lease_ttl_ms).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn start(
+        mut self: Box<Self>,
+        run: weft_store::RunRecord,
+        events: Vec<(String, serde_json::Value)>,
+    ) {
+        let Some((permit, cancel, input)) = self.parts.take() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let stop = self.stop.clone();
+        let lease = weft_store::Lease {
+            epoch: run.lease_epoch,
+            run,
+        };
+        self.inner.local_tasks.spawn(async move {
+            dispatch::work_local(inner, lease, events, cancel, input, stop).await;
+            drop(permit);
+        });
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Neither started nor forgotten: the creation's request went away after the insert, or
+        // its commit's outcome is unknown. The run may exist, leased to this executor: its
+        // dispatch brings it back here at once (or finds it missing).
+        if self.parts.take().is_none() {
+            return;
+        }
+        self.inner.unhold(self.id);
+        let d = weft_bus::Dispatch {
+            run_id: self.id,
+            tenant: self.tenant.clone(),
+        };
+        let inner = self.inner.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = inner.bus.dispatch(&d).await {
+                    tracing::warn!(run_id = %d.run_id, error = %e, "cannot dispatch a run whose creation was cut short; the sweeper will");
+                }
+            });
+        }
     }
 }
 

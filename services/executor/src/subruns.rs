@@ -105,6 +105,7 @@ impl Driver {
             interactive: false,
             spec: serde_json::to_value(&spec).unwrap_or_default(),
             idempotency_key: Some(format!("sub:{}:{tool_use_id}:{index}", parent.id)),
+            lease: None,
             initial_events: vec![
                 RunEvent::RunStarted(RunStarted {
                     agent: v.name.clone(),

@@ -148,6 +148,14 @@ fn summary_json(s: v1::AgentSummary) -> Value {
     })
 }
 
+/// A definition of this replica's caller changed: a run started here next reads the new active
+/// version (other replicas hear it from the substrate's announcement).
+fn changed<K: DefRoute>(st: &AppState, p: &Principal, name: &str) {
+    if K::KIND == v1::DefKind::Agent {
+        st.launcher.forget_agent(p.tenant.as_str(), name);
+    }
+}
+
 /// `PUT /v1/<kind>s/{name}`: the body is the content fields; 201 with a new version, 200 when
 /// the content already was a version.
 #[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
@@ -162,13 +170,14 @@ pub async fn put_handler<K: DefRoute>(
             &p,
             v1::PutDefRequest {
                 kind: K::KIND.into(),
-                name,
+                name: name.clone(),
                 content_json: body.to_string(),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.put_def(req)).await)?;
+    changed::<K>(&st, &p, &name);
     Ok(put_json(r))
 }
 
@@ -324,7 +333,7 @@ pub async fn fork_handler<K: DefRoute>(
             &p,
             v1::ForkDefRequest {
                 kind: K::KIND.into(),
-                name,
+                name: name.clone(),
                 from_version: body.from_version,
                 changes_json: changes.to_string(),
             },
@@ -332,6 +341,7 @@ pub async fn fork_handler<K: DefRoute>(
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.fork_def(req)).await)?;
+    changed::<K>(&st, &p, &name);
     Ok(put_json(r))
 }
 
@@ -347,12 +357,13 @@ pub async fn retire_handler<K: DefRoute>(
             &p,
             v1::RetireDefRequest {
                 kind: K::KIND.into(),
-                name,
+                name: name.clone(),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let s = substrate(st.deadline(client.retire_def(req)).await)?;
+    changed::<K>(&st, &p, &name);
     Ok(Json(summary_json(s)).into_response())
 }
 
@@ -376,13 +387,14 @@ pub async fn activate_handler<K: DefRoute>(
             &p,
             v1::ActivateDefRequest {
                 kind: K::KIND.into(),
-                name,
+                name: name.clone(),
                 version: body.version,
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let s = substrate(st.deadline(client.activate_def(req)).await)?;
+    changed::<K>(&st, &p, &name);
     Ok(Json(summary_json(s)).into_response())
 }
 

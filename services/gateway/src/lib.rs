@@ -103,6 +103,9 @@ pub struct State {
     pub admission_lease: Duration,
     /// Run streams open on this replica, per principal.
     pub streams: Arc<runs::StreamSlots>,
+    /// Live events of the runs an executor of this process works on (`weft up`): streams of
+    /// those runs read them here instead of subscribing on NATS.
+    pub hub: weft_bus::LiveHub,
     request_timeout: Duration,
     /// The MCP server face's settings (`/mcp`).
     pub mcp: weft_config::McpServerFaceConfig,
@@ -144,6 +147,7 @@ impl AppState {
             admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             agents: None,
+            local: None,
         };
         Self(Arc::new(State {
             resolver: TokenResolver::new(
@@ -173,6 +177,7 @@ impl AppState {
             streams: Arc::new(runs::StreamSlots::new(
                 config.gateway.max_streams_per_principal,
             )),
+            hub: weft_bus::LiveHub::new(),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             mcp: config.mcp.clone(),
             shutdown: CancellationToken::new(),
@@ -189,6 +194,25 @@ impl AppState {
         #[expect(clippy::expect_used, reason = "a wiring mistake, caught by every test")]
         let state = Arc::get_mut(&mut self.0).expect("with_direct_router before any clone");
         state.direct_router = Some(router);
+        self
+    }
+
+    /// The executor of this process takes the runs `POST /v1/runs` creates while it has room
+    /// (the in-process fast path, docs/runs.md), and streams read the live events of the runs
+    /// it works on from `hub` (the one the executor publishes to).
+    ///
+    /// # Panics
+    /// When the state was already cloned (call it while building the state).
+    #[must_use]
+    pub fn with_local_executor(
+        mut self,
+        local: Arc<dyn weft_launch::LocalExecutor>,
+        hub: weft_bus::LiveHub,
+    ) -> Self {
+        #[expect(clippy::expect_used, reason = "a wiring mistake, caught by every test")]
+        let state = Arc::get_mut(&mut self.0).expect("with_local_executor before any clone");
+        state.launcher.local = Some(local);
+        state.hub = hub;
         self
     }
 
@@ -513,10 +537,21 @@ pub async fn connect_on(
     bus.ensure_dispatch_stream().await?;
     bus.ensure_usage_stream().await?;
     let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
-    Ok(AppState::new(
-        pool, config, jwt, router, substrate, bus, coord,
-    ))
+    let mut state = AppState::new(pool, config, jwt, router, substrate, bus.clone(), coord);
+    // `POST /v1/runs` keeps active agent versions until the substrate announces a change.
+    let agents =
+        weft_launch::AgentCache::following(AGENT_CACHE_TTL, bus, state.shutdown.clone()).await?;
+    #[expect(clippy::expect_used, reason = "the state was made just above")]
+    let inner = Arc::get_mut(&mut state.0).expect("a new state");
+    inner.launcher.agents = Some(agents);
+    Ok(state)
 }
+
+/// The longest `POST /v1/runs` keeps an agent's active version: a backstop only, since every
+/// change made through the substrate's API is announced and drops it at once (and a NATS
+/// disconnection drops every entry). It bounds how long a change the substrate could not
+/// announce (NATS down at that moment) goes unseen.
+pub const AGENT_CACHE_TTL: Duration = Duration::from_secs(30);
 
 /// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.
 pub async fn serve(

@@ -400,7 +400,8 @@ pub async fn stream_run_handler(
 }
 
 /// The SSE stream of a run from `from_seq`: the transcript replayed from Postgres, then live
-/// events from NATS, deduplicated and gap-filled by seq, until the run finishes.
+/// events — from memory while an executor of this process works on the run, from NATS
+/// otherwise — deduplicated and gap-filled by seq, until the run finishes.
 fn stream_response(
     st: AppState,
     run: RunId,
@@ -466,12 +467,75 @@ async fn catch_up(
     }
 }
 
+/// What a live event did to a stream.
+enum Flow {
+    Go,
+    /// The run finished, or the client went away.
+    End,
+}
+
+/// Sends one live event: a live-only delta after the event it follows, a persisted event in seq
+/// order (a gap is filled from the transcript, a duplicate dropped).
+async fn deliver(
+    st: &AppState,
+    run: RunId,
+    ev: &weft_bus::LiveEvent,
+    last: &mut i64,
+    tx: &mpsc::Sender<Event>,
+) -> std::result::Result<Flow, Error> {
+    if !ev.persisted {
+        // Live-only deltas belong after the event they follow.
+        if ev.seq >= *last && tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err() {
+            return Ok(Flow::End);
+        }
+        return Ok(Flow::Go);
+    }
+    if ev.seq <= *last {
+        return Ok(Flow::Go);
+    }
+    if ev.seq > *last + 1 {
+        // A gap: the transcript has what we missed (it commits in seq order).
+        return Ok(match catch_up(st, run, last, tx).await? {
+            None | Some(true) => Flow::End,
+            Some(false) => Flow::Go,
+        });
+    }
+    *last = ev.seq;
+    if tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err()
+        || ev.kind == EventKind::RunFinished.as_str()
+    {
+        return Ok(Flow::End);
+    }
+    Ok(Flow::Go)
+}
+
 async fn pump(
     st: &AppState,
     run: RunId,
     from_seq: i64,
     tx: &mpsc::Sender<Event>,
 ) -> std::result::Result<(), Error> {
+    let mut last = from_seq - 1;
+    // A run an executor of this process works on: its events come through memory, and the
+    // transcript is read once more when it leaves (finished, parked, handed back).
+    if let Some(mut local) = st.hub.watch(run) {
+        match catch_up(st, run, &mut last, tx).await? {
+            None | Some(true) => return Ok(()),
+            Some(false) => {}
+        }
+        loop {
+            let batch = tokio::select! {
+                b = local.recv() => b,
+                () = tx.closed() => return Ok(()),
+            };
+            let Some(batch) = batch else { break };
+            for ev in batch.iter() {
+                if let Flow::End = deliver(st, run, ev, &mut last, tx).await? {
+                    return Ok(());
+                }
+            }
+        }
+    }
     // Subscribe first, then replay: anything published meanwhile is either in the replay or
     // arrives live with a seq the replay already covered (dropped as a duplicate).
     let mut sub = st
@@ -479,7 +543,6 @@ async fn pump(
         .subscribe_events(run)
         .await
         .map_err(|e| bus_err(&e).0)?;
-    let mut last = from_seq - 1;
     match catch_up(st, run, &mut last, tx).await? {
         None | Some(true) => return Ok(()),
         Some(false) => {}
@@ -500,28 +563,7 @@ async fn pump(
         let Some(ev) = weft_bus::decode_event(&msg.payload) else {
             continue;
         };
-        if !ev.persisted {
-            // Live-only deltas belong after the event they follow.
-            if ev.seq >= last && tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err() {
-                return Ok(());
-            }
-            continue;
-        }
-        if ev.seq <= last {
-            continue;
-        }
-        if ev.seq > last + 1 {
-            // A gap: the transcript has what we missed (it commits in seq order).
-            match catch_up(st, run, &mut last, tx).await? {
-                None | Some(true) => return Ok(()),
-                Some(false) => continue,
-            }
-        }
-        last = ev.seq;
-        if tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err() {
-            return Ok(());
-        }
-        if ev.kind == EventKind::RunFinished.as_str() {
+        if let Flow::End = deliver(st, run, &ev, &mut last, tx).await? {
             return Ok(());
         }
     }

@@ -151,6 +151,7 @@ pub fn launcher(
         admission_lease: Duration::from_secs(config.gateway.admission_lease_secs),
         request_timeout: Duration::from_secs(config.ingress.request_timeout_secs.max(1)),
         agents: None,
+        local: None,
     })
 }
 

@@ -26,11 +26,24 @@ use crate::store::{DefStore, Stored, SummaryRecord, VersionRecord};
 #[derive(Clone, Debug)]
 pub struct SubstrateService {
     store: DefStore,
+    /// Where changes of agents are announced, so launchers drop what they cached.
+    changes: Option<weft_bus::Bus>,
 }
 
 impl SubstrateService {
     pub fn new(store: DefStore) -> Self {
-        Self { store }
+        Self {
+            store,
+            changes: None,
+        }
+    }
+
+    /// Announces every change of an agent's active version on `bus`
+    /// ([`weft_bus::Bus::publish_agent_changed`]) before answering the call that made it.
+    #[must_use]
+    pub fn announcing(mut self, bus: weft_bus::Bus) -> Self {
+        self.changes = Some(bus);
+        self
     }
 }
 
@@ -259,10 +272,18 @@ impl SubstrateService {
         Ok(put_to_proto(out))
     }
 
-    /// Keeps the live state of a schedule in step with its active version.
+    /// Keeps the live state of a schedule in step with its active version, and tells the
+    /// launchers that an agent changed (a launcher that misses it drops its whole cache when it
+    /// sees the loss; see `weft_launch::AgentCache`).
     async fn follow(&self, kind: DefKind, tenant: &TenantId, name: &str) -> Result<(), Status> {
         if kind == DefKind::Schedule {
             crate::defs::sync_schedule(&self.store, tenant, name).await?;
+        }
+        if kind == DefKind::Agent
+            && let Some(bus) = &self.changes
+            && let Err(e) = bus.publish_agent_changed(tenant.as_str(), name).await
+        {
+            tracing::warn!(error = %e, agent = %name, "could not announce an agent change; launchers keep the previous version until their cache lapses");
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
     let check = JwtInterceptor::new(jwt);
     Routes::new(
         weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
-            SubstrateService::new(parts.defs.clone()),
+            SubstrateService::new(parts.defs.clone()).announcing(parts.channels.bus().clone()),
             check.clone(),
         ),
     )

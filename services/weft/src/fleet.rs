@@ -157,6 +157,16 @@ impl Fleet {
         } else {
             None
         };
+        // The in-process fast path: runs created here go to this executor, and their live
+        // events reach this gateway's streams through memory.
+        let (state, executor) = match executor {
+            Some(e) if config.executor.local_fast_path => {
+                let hub = weft_bus::LiveHub::new();
+                let e = e.with_live_hub(hub.clone());
+                (state.with_local_executor(e.local(), hub), Some(e))
+            }
+            e => (state, e),
+        };
         let (admin_token, minted, saved) =
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
@@ -187,6 +197,7 @@ impl Fleet {
                 shutdown.child_token(),
             )));
         }
+        let executor_ready = executor.as_ref().map(weft_executor::Executor::ready);
         if let Some(executor) = executor {
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {
@@ -195,6 +206,18 @@ impl Fleet {
                     stop.cancel();
                 }
             }));
+        }
+        // The gateway serves once the executor takes runs (its first runs take the fast path).
+        // An executor that failed to start stops the fleet; one that is slow to is waited for
+        // 30 s, and runs created before it is ready wait in JetStream.
+        if let Some(ready) = executor_ready {
+            tokio::select! {
+                () = ready => {}
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(Duration::from_secs(30)) => {
+                    tracing::warn!("the executor is not pulling runs after 30 s; serving anyway");
+                }
+            }
         }
         let stop = shutdown.clone();
         let max_body = config.gateway.max_body_bytes;

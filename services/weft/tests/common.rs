@@ -335,6 +335,35 @@ pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
     Proc(cmd.spawn().unwrap())
 }
 
+/// A `weft up` process of `f`'s deployment (its database, prefixes and internal key) serving
+/// the gateway on `port`, with `env` on top (e.g. `WEFT_EXECUTOR__EMBEDDED=false`,
+/// `WEFT_FAULT_ABORT_AT`). Its bootstrap token file is its own.
+pub fn up_process(f: &TestFleet, port: u16, env: &[(&str, &str)]) -> Proc {
+    let c = &f.config;
+    let dir = std::env::temp_dir().join(format!("{}-up-{port}", f.db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
+    cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--router-listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--substrate-listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--database-url", c.database.url.expose()])
+        .env("WEFT_INGRESS__EMBEDDED", "false")
+        .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
+        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
+        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
+        .env(
+            "WEFT_AUTH__INTERNAL_JWT_SECRET",
+            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
+        )
+        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -10,9 +10,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
-use common::{Proc, TestFleet, create, free_port, put_agent, stream, wait_for_port};
+use common::{TestFleet, create, free_port, put_agent, stream, up_process, wait_for_port};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -43,31 +41,14 @@ async fn a_gateway_that_dies_between_the_insert_and_the_dispatch_loses_no_run() 
     .await;
     // A second deployment replica that only serves the gateway, set to crash right after it
     // commits a run and before it publishes the run's dispatch.
-    let c = &f.config;
-    let dir = std::env::temp_dir().join(format!("{}-crashing-gateway", f.db.name));
-    std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
-    let mut gateway = Proc(
-        Command::new(env!("CARGO_BIN_EXE_weft"))
-            .args(["up", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--router-listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--substrate-listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--database-url", c.database.url.expose()])
-            .env("WEFT_EXECUTOR__EMBEDDED", "false")
-            .env("WEFT_INGRESS__EMBEDDED", "false")
-            .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
-            .env("WEFT_NATS__PREFIX", &c.nats.prefix)
-            .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
-            .env(
-                "WEFT_AUTH__INTERNAL_JWT_SECRET",
-                c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
-            )
-            .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-            .env("WEFT_FAULT_ABORT_AT", "run_inserted")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
+    let mut gateway = up_process(
+        &f,
+        port,
+        &[
+            ("WEFT_EXECUTOR__EMBEDDED", "false"),
+            ("WEFT_FAULT_ABORT_AT", "run_inserted"),
+        ],
     );
     wait_for_port(port).await;
     let input = common::script(

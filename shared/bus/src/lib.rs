@@ -7,7 +7,13 @@
 //! Every name starts with a configurable prefix so several fleets (and parallel tests) share one
 //! NATS server without seeing each other.
 
+mod hub;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+pub use hub::{HubHold, LiveBatch, LiveHub};
 
 use async_nats::jetstream::{self, consumer, stream};
 use serde::{Deserialize, Serialize};
@@ -56,6 +62,12 @@ impl Names {
     /// The one durable pull consumer all executors share.
     pub fn executor_consumer(&self) -> String {
         format!("{}_executors", self.prefix)
+    }
+
+    /// Changes of agent definitions (core NATS): `{tenant, name}` whenever one's active version
+    /// may have changed, so launchers drop what they cached of it.
+    pub fn agent_changes(&self) -> String {
+        format!("{}.defs.agent.changed", self.prefix)
     }
 
     /// Live events of one run.
@@ -141,12 +153,39 @@ pub struct Bus {
     client: async_nats::Client,
     js: jetstream::Context,
     names: Names,
+    /// Disconnections and slow-consumer drops so far: core NATS messages may have been lost
+    /// at each (see [`Bus::losses`]).
+    losses: Arc<AtomicU64>,
+}
+
+/// An agent whose definition changed ([`Bus::publish_agent_changed`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentChanged {
+    pub tenant: String,
+    pub name: String,
 }
 
 impl Bus {
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, BusError> {
+        let losses = Arc::new(AtomicU64::new(0));
+        let counted = losses.clone();
         let client = async_nats::ConnectOptions::new()
             .name("weft")
+            .event_callback(move |event| {
+                let counted = counted.clone();
+                async move {
+                    // A reconnection too: what was cached while disconnected may have missed
+                    // an announcement that was never delivered.
+                    if matches!(
+                        event,
+                        async_nats::Event::Disconnected
+                            | async_nats::Event::Connected
+                            | async_nats::Event::SlowConsumer(_)
+                    ) {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
             .connect(url)
             .await
             .map_err(|source| BusError::Connect {
@@ -157,7 +196,47 @@ impl Bus {
             js: jetstream::new(client.clone()),
             client,
             names: Names::new(prefix),
+            losses,
         })
+    }
+
+    /// How many times this connection may have lost core NATS messages (a disconnection, a
+    /// subscriber too slow): what was learnt from such messages before is in doubt after.
+    pub fn losses(&self) -> u64 {
+        self.losses.load(Ordering::Relaxed)
+    }
+
+    /// Tells every launcher that `name`'s active version may have changed; returns once the
+    /// message is with the NATS server, or after a second without NATS (at most once: a
+    /// listener that misses it sees a loss, [`Bus::losses`]; a change never announced lasts
+    /// until the launchers' entries lapse).
+    pub async fn publish_agent_changed(&self, tenant: &str, name: &str) -> Result<(), BusError> {
+        let payload = serde_json::to_vec(&AgentChanged {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+        })
+        .map_err(nats_err)?;
+        let send = async {
+            self.client
+                .publish(self.names.agent_changes(), payload.into())
+                .await
+                .map_err(nats_err)?;
+            self.client.flush().await.map_err(nats_err)
+        };
+        tokio::time::timeout(Duration::from_secs(1), send)
+            .await
+            .unwrap_or_else(|_| Err(BusError::Nats("not sent within 1 s".into())))
+    }
+
+    /// Subscribes to changes of agent definitions (registered with the server on return).
+    pub async fn subscribe_agent_changes(&self) -> Result<async_nats::Subscriber, BusError> {
+        let sub = self
+            .client
+            .subscribe(self.names.agent_changes())
+            .await
+            .map_err(nats_err)?;
+        self.client.flush().await.map_err(nats_err)?;
+        Ok(sub)
     }
 
     pub fn names(&self) -> &Names {

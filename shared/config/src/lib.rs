@@ -269,6 +269,11 @@ pub struct ExecutorConfig {
     /// Whether `weft up` runs an executor in its own process (set false when executors run as
     /// separate `weft-executor` processes).
     pub embedded: bool,
+    /// With `embedded`: runs `POST /v1/runs` creates in this process go straight to its
+    /// executor while it has a free place (inserted leased to it, no dispatch message), and
+    /// streams read the live events of runs held here from memory (docs/runs.md, "The
+    /// in-process fast path"). False sends every run through JetStream, as between processes.
+    pub local_fast_path: bool,
     /// The router's gRPC URL; ignored by `weft up`, which wires it in-process.
     pub router_url: String,
     /// The substrate's gRPC URL; ignored by `weft up`.
@@ -313,6 +318,7 @@ impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             embedded: true,
+            local_fast_path: true,
             router_url: "http://127.0.0.1:8788".into(),
             substrate_url: "http://127.0.0.1:8789".into(),
             mcp_bridge_url: "http://127.0.0.1:8790".into(),

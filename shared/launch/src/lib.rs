@@ -14,11 +14,11 @@ use weft_bus::{Bus, Dispatch};
 use weft_coord::{Admission, Coord};
 use weft_core::agent::{AgentContent, AgentSampling};
 use weft_core::run::{Narrowing, RunEvent, RunSpec, RunStarted, RunStatus, UserInput};
-use weft_core::{Error, ErrorCode, Principal, RunId};
+use weft_core::{Error, ErrorCode, Principal, RunId, TenantId};
 use weft_proto::transport::GrpcTransport;
 use weft_proto::v1;
 use weft_proto::v1::substrate_client::SubstrateClient;
-use weft_store::{NewRun, RunRecord, RunStore};
+use weft_store::{NewLease, NewRun, RunRecord, RunStore};
 
 /// One part of `input` given as an array.
 #[derive(Deserialize)]
@@ -174,39 +174,160 @@ pub struct Launcher {
     pub admission_lease: Duration,
     /// The longest a substrate call may take.
     pub request_timeout: Duration,
-    /// Active agent versions kept briefly, for doors that start many runs of one agent
-    /// (schedules, webhooks); `None` (`POST /v1/runs`) reads the active version every time, so a
-    /// run started right after `PUT /v1/agents/{name}` always gets the new version.
+    /// Active agent versions kept for a while; `None` reads the active version every time.
+    /// `POST /v1/runs` keeps them until the substrate announces a change ([`AgentCache::following`]);
+    /// the ingress doors keep them for a second.
     pub agents: Option<Arc<AgentCache>>,
+    /// The executor of this process (`weft up`), which takes a new run as it is created: the
+    /// run is inserted already leased to it and handed over in memory, with no dispatch message
+    /// (the in-process fast path; docs/runs.md). `None`, or no free place there, dispatches
+    /// through JetStream.
+    pub local: Option<Arc<dyn LocalExecutor>>,
 }
 
-/// Active agent versions by (tenant, name), each kept for a short time.
+/// An executor in the launcher's process that can take runs as they are created.
+pub trait LocalExecutor: Send + Sync {
+    /// A place for run `id` here, now; `None` when this executor is full, not started or
+    /// stopping. From this call on the run is registered for control messages (a cancel sent
+    /// as soon as its creation commits reaches it).
+    fn reserve(&self, id: RunId, tenant: &TenantId) -> Option<Box<dyn LocalStart>>;
+}
+
+/// A place reserved with [`LocalExecutor::reserve`]. Given back with [`LocalStart::forget`] when
+/// the run was not created; dropped unused otherwise (the creation's request went away, or its
+/// commit's outcome is unknown), it publishes the run's dispatch, so a run that was inserted
+/// leased starts at once rather than when its lease lapses.
+pub trait LocalStart: Send {
+    /// The run was not created (an earlier run had its idempotency key, or the insert failed).
+    fn forget(self: Box<Self>);
+    /// The lease the run is inserted with.
+    fn lease(&self) -> NewLease;
+    /// Works on `run`, just inserted with [`LocalStart::lease`] (epoch 1) and `events` as its
+    /// whole transcript (seq 1 on), exactly as stored.
+    fn start(self: Box<Self>, run: RunRecord, events: Vec<(String, Value)>);
+}
+
+/// Active agent versions by (tenant, name), each kept for at most `ttl`. With a bus
+/// ([`AgentCache::following`]) an entry is also dropped when the substrate announces a change of
+/// its agent, and every entry when the connection may have lost an announcement (a NATS
+/// disconnection: [`Bus::losses`]).
 pub struct AgentCache {
     ttl: Duration,
-    map: Mutex<HashMap<(String, String), (Instant, v1::AgentVersion)>>,
+    bus: Option<Bus>,
+    map: Mutex<HashMap<(String, String), Cached>>,
+    /// Entries dropped so far: a version read while one was dropped may be the old one.
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+/// What was known before a read from the substrate ([`AgentCache::stamp`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    losses: u64,
+    dropped: u64,
+}
+
+struct Cached {
+    at: Instant,
+    /// [`Bus::losses`] when it was cached: a loss since makes it doubtful.
+    losses: u64,
+    version: v1::AgentVersion,
 }
 
 impl AgentCache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
+            bus: None,
             map: Mutex::new(HashMap::new()),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// A cache that follows the substrate's announcements of agent changes on `bus` until
+    /// `stop` (a task of the current runtime).
+    pub async fn following(
+        ttl: Duration,
+        bus: Bus,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Arc<Self>, weft_bus::BusError> {
+        let mut changes = bus.subscribe_agent_changes().await?;
+        let cache = Arc::new(Self {
+            ttl,
+            bus: Some(bus),
+            map: Mutex::new(HashMap::new()),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&cache);
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    () = stop.cancelled() => return,
+                    m = futures::StreamExt::next(&mut changes) => m,
+                };
+                let (Some(msg), Some(cache)) = (msg, weak.upgrade()) else {
+                    return;
+                };
+                match serde_json::from_slice::<weft_bus::AgentChanged>(&msg.payload) {
+                    Ok(c) => cache.forget(&c.tenant, &c.name),
+                    Err(_) => cache.clear(),
+                }
+            }
+        });
+        Ok(cache)
+    }
+
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            losses: self.bus.as_ref().map_or(0, Bus::losses),
+            dropped: self.dropped.load(std::sync::atomic::Ordering::Acquire),
         }
     }
 
     fn get(&self, key: &(String, String)) -> Option<v1::AgentVersion> {
         let m = self.map.lock().ok()?;
+        let losses = self.stamp().losses;
         m.get(key)
-            .filter(|(at, _)| at.elapsed() < self.ttl)
-            .map(|(_, v)| v.clone())
+            .filter(|c| c.at.elapsed() < self.ttl && c.losses == losses)
+            .map(|c| c.version.clone())
     }
 
-    fn put(&self, key: (String, String), v: v1::AgentVersion) {
+    /// Keeps `v`, read from the substrate after `before` was taken, unless an entry was dropped
+    /// meanwhile (the change it announced may be newer than the read) or an announcement may
+    /// have been lost.
+    fn put(&self, key: (String, String), v: v1::AgentVersion, before: Stamp) {
         if let Ok(mut m) = self.map.lock() {
-            if m.len() > 10_000 {
-                m.retain(|_, (at, _)| at.elapsed() < self.ttl);
+            if self.stamp() != before {
+                return;
             }
-            m.insert(key, (Instant::now(), v));
+            if m.len() > 10_000 {
+                let ttl = self.ttl;
+                m.retain(|_, c| c.at.elapsed() < ttl);
+            }
+            m.insert(
+                key,
+                Cached {
+                    at: Instant::now(),
+                    losses: before.losses,
+                    version: v,
+                },
+            );
+        }
+    }
+
+    /// Drops what is kept of one agent (its definition changed).
+    pub fn forget(&self, tenant: &str, name: &str) {
+        if let Ok(mut m) = self.map.lock() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            m.remove(&(tenant.to_owned(), name.to_owned()));
+        }
+    }
+
+    fn clear(&self) {
+        if let Ok(mut m) = self.map.lock() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            m.clear();
         }
     }
 }
@@ -373,6 +494,16 @@ impl Launcher {
         if let Some(i) = initial_input {
             initial_events.push(RunEvent::UserInput(i).into_parts());
         }
+        // As the store keeps them, so a local executor starts from what a resumed one reads.
+        for (_, data) in &mut initial_events {
+            weft_core::storable::json(data);
+        }
+        // A run with work to do goes to this process's executor when it has room.
+        let local = if initial_events.len() > 1 {
+            self.local.as_ref().and_then(|l| l.reserve(id, &p.tenant))
+        } else {
+            None
+        };
         let new = NewRun {
             id,
             tenant: p.tenant.clone(),
@@ -386,6 +517,7 @@ impl Launcher {
             spec: serde_json::to_value(&spec).map_err(|_| Error::internal())?,
             idempotency_key: body.idempotency_key,
             initial_events,
+            lease: local.as_ref().map(|l| l.lease()),
         };
         // Credentials kept for a run that then is not made (or is an earlier run) are dropped.
         let forget = async || {
@@ -396,18 +528,30 @@ impl Launcher {
         let (run, created) = match self.runs.create(&new).await {
             Ok(r) => r,
             Err(e) => {
+                // Whether it committed is unknown: dropping the place dispatches the run (an
+                // executor finds it missing, or takes it at once).
+                drop(local);
                 let _ = self.coord.release(&p.tenant, id).await;
                 forget().await;
                 return Err(store_err(e));
             }
         };
         if !created {
+            if let Some(local) = local {
+                local.forget();
+            }
             let _ = self.coord.release(&p.tenant, id).await;
             forget().await;
             return Ok((run, false));
         }
-        // Crash tests stop the process here: the run is committed, its dispatch not yet sent.
+        // Crash tests stop the process here: the run is committed, its dispatch not yet sent
+        // (or, on the fast path, its lease taken by an executor that never starts it).
         fault_point("run_inserted");
+        if let Some(local) = local {
+            local.start(run.clone(), new.initial_events);
+            metrics::counter!("weft_runs_created_total").increment(1);
+            return Ok((run, true));
+        }
         let needs_work = run.status == RunStatus::Queued && new.initial_events.len() > 1;
         if needs_work || !body.interactive {
             if let Err(e) = self
@@ -468,11 +612,19 @@ impl Launcher {
         {
             return Ok(v);
         }
+        let before = self.agents.as_ref().map(|c| c.stamp());
         let v = self.fetch_agent(p, name).await?;
-        if let Some(cache) = &self.agents {
-            cache.put(key, v.clone());
+        if let (Some(cache), Some(before)) = (&self.agents, before) {
+            cache.put(key, v.clone(), before);
         }
         Ok(v)
+    }
+
+    /// Drops what this launcher keeps of an agent: its caller just changed it.
+    pub fn forget_agent(&self, tenant: &str, name: &str) {
+        if let Some(cache) = &self.agents {
+            cache.forget(tenant, name);
+        }
     }
 
     async fn fetch_agent(&self, p: &Principal, name: &str) -> Result<v1::AgentVersion, Error> {

@@ -14,8 +14,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use runs::{
-    EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewRun, RunFilter, RunRecord, RunStore,
-    RunStoreError, Swept, Transcript,
+    EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
+    RunStore, RunStoreError, Swept, Transcript,
 };
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,

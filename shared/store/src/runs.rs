@@ -139,6 +139,19 @@ pub struct NewRun {
     pub idempotency_key: Option<String>,
     /// Events written with the row, as `(kind, data)`, numbered from seq 1.
     pub initial_events: Vec<(String, Value)>,
+    /// Inserted already leased (`running`, epoch 1) to an executor of this process, which
+    /// works on it without a dispatch message (the in-process fast path, docs/runs.md); `None`
+    /// inserts it `queued` for a dispatch.
+    pub lease: Option<NewLease>,
+}
+
+/// The lease a run is inserted with ([`NewRun::lease`]).
+#[derive(Clone, Debug)]
+pub struct NewLease {
+    /// The executor's lease-owner id.
+    pub owner: String,
+    /// How long the lease lasts unless renewed.
+    pub ttl_ms: i64,
 }
 
 /// One persisted event.
@@ -1053,8 +1066,14 @@ async fn insert_run<'e>(
     let r = sqlx::query(concat!(
         "WITH run AS (
              INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id,
-                 root_run_id, depth, status, interactive, spec, idempotency_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11)
+                 root_run_id, depth, status, interactive, spec, idempotency_key,
+                 lease_owner, lease_epoch, lease_expires_at, started_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+                 CASE WHEN $15::text IS NULL THEN 'queued' ELSE 'running' END, $9, $10, $11,
+                 $15, CASE WHEN $15::text IS NULL THEN 0 ELSE 1 END,
+                 CASE WHEN $15::text IS NULL THEN NULL
+                      ELSE now() + $16::bigint * interval '1 millisecond' END,
+                 CASE WHEN $15::text IS NULL THEN NULL ELSE now() END)
              ON CONFLICT (tenant_id, subject, idempotency_key) WHERE idempotency_key IS NOT NULL
              DO NOTHING
              RETURNING *),
@@ -1080,6 +1099,8 @@ async fn insert_run<'e>(
     .bind(seqs)
     .bind(kinds)
     .bind(datas)
+    .bind(new.lease.as_ref().map(|l| l.owner.as_str()))
+    .bind(new.lease.as_ref().map_or(0, |l| l.ttl_ms))
     .fetch_optional(ex)
     .await?;
     r.as_ref().map(run_from_row).transpose()

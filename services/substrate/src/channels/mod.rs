@@ -149,6 +149,11 @@ fn consumer_of<'a>(p: &'a Principal, consumer: Option<&'a str>) -> Result<&'a st
 
 impl ChannelHub {
     /// `max_waiters` bounds the long-polls (reads and awaits) this replica holds at once.
+    /// The NATS connection the hub wakes readers through.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
     pub fn new(store: ChannelStore, bus: Bus, max_waiters: usize) -> Self {
         Self {
             store,
