@@ -55,17 +55,41 @@ impl Driver {
             stream: true,
             ..Default::default()
         };
-        let call = self.stream_turn(req, state.last_seq);
-        let turn = tokio::select! {
-            () = self.cancel.cancelled() => return Ok(Err(Error::new(ErrorCode::Conflict, "cancelled"))),
-            () = self.lost.cancelled() => return Err(Stop::Lost),
-            () = self.stop.cancelled() => return Err(Stop::Shutdown),
-            t = call => t,
-        };
-        let turn = match turn {
-            Ok(t) => t,
-            Err(TurnError::Model(e)) => return Ok(Err(e)),
-            Err(TurnError::Stop(s)) => return Err(s),
+        let mut retries = ROUTER_RETRY_MS.iter();
+        let turn = loop {
+            // After a broken attempt, the seq of the last event it committed.
+            let last_seq = *self.seq.lock().await - 1;
+            let call = self.stream_turn(req.clone(), last_seq);
+            let turn = tokio::select! {
+                () = self.cancel.cancelled() => return Ok(Err(Error::new(ErrorCode::Conflict, "cancelled"))),
+                () = self.lost.cancelled() => return Err(Stop::Lost),
+                () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                t = call => t,
+            };
+            match turn {
+                Ok(t) => break t,
+                Err(TurnError::Model(e)) => return Ok(Err(e)),
+                Err(TurnError::Stop(s)) => return Err(s),
+                Err(TurnError::Router(why)) => {
+                    let Some(ms) = retries.next() else {
+                        return Ok(Err(Error::new(
+                            ErrorCode::Unavailable,
+                            format!(
+                                "no router answered this model turn after {} attempts over about {} s: {why}",
+                                ROUTER_RETRY_MS.len() + 1,
+                                ROUTER_RETRY_MS.iter().sum::<u64>() / 1000
+                            ),
+                        )));
+                    };
+                    tracing::warn!(error = %why, retry_in_ms = ms, "the router went away during a model turn; calling again");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Ok(Err(Error::new(ErrorCode::Conflict, "cancelled"))),
+                        () = self.lost.cancelled() => return Err(Stop::Lost),
+                        () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                        () = tokio::time::sleep(std::time::Duration::from_millis(*ms)) => {}
+                    }
+                }
+            }
         };
         // The answer's blocks in the order the model produced them: reasoning (kept, with its
         // signature, for providers that want it back), text, tool calls.
@@ -130,14 +154,10 @@ impl Driver {
         let mut last_seq = last_seq;
         let r = self.internal(weft_proto::chat_request_to_proto(req))?;
         let mut client = self.inner.router.clone();
-        let mut stream = client
-            .chat(r)
-            .await
-            .map_err(|s| Error::from(&s))?
-            .into_inner();
+        let mut stream = client.chat(r).await.map_err(router_err)?.into_inner();
         let mut acc = Assembler::default();
         while let Some(ev) = stream.next().await {
-            let ev = ev.map_err(|s| Error::from(&s))?;
+            let ev = ev.map_err(router_err)?;
             let Some(ev) = weft_proto::event_from_proto(ev) else {
                 continue;
             };
@@ -178,12 +198,36 @@ impl Driver {
     }
 }
 
+/// How long to wait before each call again of a model turn whose router could not be reached
+/// or went away mid-stream (about 24 s in all, then the run fails).
+const ROUTER_RETRY_MS: [u64; 7] = [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000];
+
+/// A failed router call: the router's own answer (it carries weft's error code) is a model
+/// failure that ends the run; a call that never reached a router, or whose router went away
+/// mid-stream (a transport status, no weft code), is the router's absence: the turn is called
+/// again (nothing of the broken attempt but `provider_chosen` was committed).
+fn router_err(s: tonic::Status) -> TurnError {
+    use tonic::Code;
+    let from_router = s.metadata().get(weft_core::error::GRPC_CODE_KEY).is_some();
+    if !from_router
+        && matches!(
+            s.code(),
+            Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled | Code::Aborted
+        )
+    {
+        return TurnError::Router(format!("{:?}: {}", s.code(), s.message()));
+    }
+    TurnError::Model(Error::from(&s))
+}
+
 /// Why a model turn did not complete.
 pub(crate) enum TurnError {
     /// The model call failed: the run ends with this error.
     Model(Error),
     /// The lease was lost or the process is stopping.
     Stop(Stop),
+    /// No router answered: unreachable, or gone in the middle of the stream.
+    Router(String),
 }
 
 impl From<Error> for TurnError {

@@ -1,5 +1,7 @@
 //! A router process killed mid-stream: the client gets a clean error event, and the usage of
-//! every call that completed is in the `usage` table.
+//! every call that completed is in the `usage` table. A router killed in the middle of a run's
+//! model turn: the turn is done again once a router answers, and the run ends with every event
+//! once and its tool result recorded once.
 
 #![allow(
     clippy::unwrap_used,
@@ -9,24 +11,20 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestFleet, free_port, wait_for_port};
+use common::{Proc, TestFleet, executor_process, free_port, put_agent, wait_for_port};
 use futures::StreamExt as _;
 use serde_json::json;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A `weft router` process of `f`'s deployment with the mock models `mock-1` and `slow`.
 async fn start_router(f: &TestFleet) -> (Proc, u16) {
+    start_router_on(f, free_port()).await
+}
+
+/// [`start_router`] on a given port (a router started again where the last one listened).
+async fn start_router_on(f: &TestFleet, port: u16) -> (Proc, u16) {
     let c = &f.config;
     let dir = std::env::temp_dir().join(format!("{}-router", f.db.name));
     std::fs::create_dir_all(&dir).unwrap();
@@ -37,7 +35,6 @@ async fn start_router(f: &TestFleet) -> (Proc, u16) {
          [router.providers.mock.models.slow]\ntoken_delay_ms = 100\n",
     )
     .unwrap();
-    let port = free_port();
     let router = Proc(
         Command::new(env!("CARGO_BIN_EXE_weft"))
             .args(["router", "--listen", &format!("127.0.0.1:{port}")])
@@ -219,4 +216,83 @@ async fn a_router_killed_right_after_answering_keeps_every_usage_record() {
     stop.cancel();
     let _ = gateway.await;
     f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_router_killed_mid_turn_costs_the_run_that_turn_only() {
+    let f = TestFleet::start_with(|c| {
+        c.executor.embedded = false;
+        common::slow_model(c, 0);
+    })
+    .await;
+    let (mut router, port) = start_router(&f).await;
+    let _executor = executor_process(
+        &f,
+        &[(
+            "WEFT_EXECUTOR__ROUTER_URL",
+            format!("http://127.0.0.1:{port}"),
+        )],
+    );
+    put_agent(
+        &f,
+        &f.admin,
+        "worker",
+        json!({"model": "mock/slow", "tools": ["Context"]}),
+    )
+    .await;
+    // A tool turn, then a reply of twenty slow words (100 ms each).
+    let input = common::script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty",
+    );
+    let run = common::create(&f, &f.admin, json!({"agent": "worker", "input": input})).await;
+    // The second turn is streaming once a text delta follows the tool result.
+    let resp = f
+        .http
+        .get(format!("{}/v1/runs/{run}/stream", f.url))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen
+        .split("event: tool_result")
+        .nth(1)
+        .is_some_and(|after| after.contains("event: text_delta"))
+    {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("the run streams")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(body);
+    router.0.kill().unwrap();
+    router.0.wait().unwrap();
+    // The executor keeps the run (an infrastructure failure, not the model's) and does the
+    // turn again once a router answers where the last one was.
+    let (_router, _) = start_router_on(&f, port).await;
+    let frames = common::stream(&f, &f.admin, &run, "", None).await;
+    let (_, kind, last) = frames.last().unwrap();
+    assert_eq!(kind, "run_finished");
+    assert_eq!(last["data"]["status"], "succeeded", "{last}");
+    let count = |k: &str| frames.iter().filter(|(_, kind, _)| kind == k).count();
+    assert_eq!(count("tool_result"), 1, "{frames:?}");
+    assert_eq!(count("tool_call"), 1, "{frames:?}");
+    let seqs: Vec<i64> = common::persisted(&frames).iter().map(|(s, _)| *s).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "every event once, in order: {seqs:?}"
+    );
+    let pool = sqlx::PgPool::connect(&f.db.url).await.unwrap();
+    let ledger: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tool_ledger WHERE run_id = $1::uuid AND status = 'finished'",
+    )
+    .bind(&run)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(ledger, 1, "the tool's result is recorded once");
 }
