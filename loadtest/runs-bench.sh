@@ -5,7 +5,10 @@
 #      (instant) and `slow` (200 ms)) and defines the agents `bench` and `bench-slow`;
 #   3. runs the `runs` scenario at concurrency 16 and 64 (3 model turns + 2 tool calls a run,
 #      every 10th run of a worker a long run that is cancelled), then `parked` (10000
-#      interactive runs parked, the executor's memory before and after);
+#      interactive runs parked, the executor's memory before and after); then, with
+#      PARKED_SPLIT=1, restarts weft as a gateway-only `weft up` and a separate `weft executor`
+#      and parks two batches of PARKED runs, both kept parked, reading that executor's memory
+#      before the first and after the second;
 #   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
 # Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
 #
@@ -16,7 +19,7 @@
 # the run, so the counts are weft's alone.
 #
 # Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
-# PARKED (10000), PARKED_IN_FLIGHT (64), SETTLE (5s), SLOW_LATENCY_MS (200), GEN_THREADS (1),
+# PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), SETTLE (5s), SLOW_LATENCY_MS (200), GEN_THREADS (1),
 # RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
 # (127.0.0.1), PGPORT (5432), PGUSER (postgres), PRIVATE_INFRA (1), and without it NATS_HOST
 # (127.0.0.1), NATS_PORT (4222), REDIS_URL (redis://127.0.0.1:6379).
@@ -31,6 +34,7 @@ CONCURRENCY=${CONCURRENCY:-"16 64"}
 CANCEL_EVERY=${CANCEL_EVERY:-10}
 PARKED=${PARKED:-10000}
 PARKED_IN_FLIGHT=${PARKED_IN_FLIGHT:-64}
+PARKED_SPLIT=${PARKED_SPLIT:-1}
 SETTLE=${SETTLE:-5s}
 SLOW_LATENCY_MS=${SLOW_LATENCY_MS:-200}
 GEN_THREADS=${GEN_THREADS:-1}
@@ -62,6 +66,7 @@ done
 
 TMP=$(mktemp -d)
 WEFT_PID=""
+EXEC_PID=""
 NATS_PID=""
 REDIS_PID=""
 NATS_MON=""
@@ -98,6 +103,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     [[ -n $WEFT_PID ]] && stop_pid "$WEFT_PID"
+    [[ -n $EXEC_PID ]] && stop_pid "$EXEC_PID"
     [[ -n $NATS_PID ]] && stop_pid "$NATS_PID"
     [[ -n $REDIS_PID ]] && stop_pid "$REDIS_PID"
     if [[ -n $DB ]]; then
@@ -240,6 +246,10 @@ prefix = "$PREFIX"
 [telemetry]
 log_level = "warn"
 
+# Known to a separate `weft executor` too (PARKED_SPLIT).
+[auth]
+internal_jwt_secret = "runs-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+
 # Keep the throwaway bootstrap token away from the developer's own .weft/admin-token.
 [bootstrap]
 token_file = "$TMP/admin-token"
@@ -309,10 +319,55 @@ for c in $CONCURRENCY; do
     sleep 1
 done
 
+# Where Postgres spent its time for weft's database, statement by statement (the runs scenarios).
+if ((PG_STATEMENTS)); then
+    psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$DB" -q -P pager=off -c \
+        "SELECT calls, round((total_exec_time + total_plan_time)::numeric, 0) AS total_ms,
+                round((total_exec_time / NULLIF(calls, 0))::numeric, 3) AS exec_ms,
+                round((total_plan_time / NULLIF(plans, 0))::numeric, 3) AS plan_ms,
+                plans, round(rows::numeric / NULLIF(calls, 0), 1) AS rows_per_call,
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         ORDER BY total_exec_time + total_plan_time DESC LIMIT 20" >"$STAGING/statements.txt" \
+        || log "could not read pg_stat_statements"
+fi
+
 log "parked: $PARKED interactive runs"
 "$LT" parked --url "$WEFT_URL" --count "$PARKED" --in-flight "$PARKED_IN_FLIGHT" \
     --settle "$SETTLE" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
     --out "$STAGING/parked.json" >/dev/null
+
+# Parked runs cost a row, not executor memory: a gateway-only `weft up` and a separate executor
+# process, two batches kept parked, that process's memory before the first and after the second.
+if [[ $PARKED_SPLIT == 1 ]]; then
+    log "parked with a separate executor: 2 x $PARKED interactive runs, kept parked"
+    stop_pid "$WEFT_PID"
+    rm -f "$TMP/weft.json"
+    export WEFT_EXECUTOR__EMBEDDED=false
+    start_weft_up
+    unset WEFT_EXECUTOR__EMBEDDED
+    (cd "$TMP" && WEFT_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
+        WEFT_EXECUTOR__ROUTER_URL="http://127.0.0.1:$ROUTER_PORT" \
+        WEFT_EXECUTOR__SUBSTRATE_URL="http://127.0.0.1:$SUBSTRATE_PORT" \
+        WEFT_TELEMETRY__LOG_LEVEL=info \
+        exec "$WEFT" executor --config "$TMP/weft.toml" >"$TMP/executor.log" 2>&1) &
+    EXEC_PID=$!
+    for _ in $(seq 600); do
+        grep -q "executor pulling runs" "$TMP/executor.log" 2>/dev/null && break
+        kill -0 "$EXEC_PID" 2>/dev/null || die "weft executor exited (see $TMP/executor.log)"
+        sleep 0.1
+    done
+    grep -q "executor pulling runs" "$TMP/executor.log" || die "weft executor did not start pulling runs"
+    log "weft executor pid $EXEC_PID"
+    for batch in 1 2; do
+        put_agent "park-$batch" '{"model":"mock-1"}'
+        "$LT" parked --url "$WEFT_URL" --agent "park-$batch" --count "$PARKED" \
+            --in-flight "$PARKED_IN_FLIGHT" --settle "$SETTLE" --keep-parked \
+            --executor-pid "$EXEC_PID" --threads "$GEN_THREADS" \
+            --out "$STAGING/parked-split-$batch.json" >/dev/null
+    done
+fi
 unset WEFT_LOADTEST_TOKEN
 
 # --- summary ---------------------------------------------------------------------------------
@@ -375,6 +430,25 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
         "$(jq -r '"\(.rss_per_parked_run_bytes // "n/a") (settled \(.rss_per_parked_run_settled_bytes // "n/a"))"' "$f")" \
         "$(jq -r '.cleanup_s // "n/a"' "$f")" \
         "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")"
+    if [[ -f $STAGING/parked-split-2.json ]]; then
+        a="$STAGING/parked-split-1.json" b="$STAGING/parked-split-2.json"
+        kib() { jq -r "$1 // null | if . == null then \"n/a\" else tostring end" "$2"; }
+        echo
+        echo "A separate \`weft executor\` process (gateway-only \`weft up\`), two batches of $PARKED interactive runs kept parked (RSS in KiB):"
+        echo
+        echo "| batch | created | parked | all parked (s) | failures | executor RSS before | after the batch settled |"
+        echo "|---:|---:|---:|---:|---:|---:|---:|"
+        for f in "$a" "$b"; do
+            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$([[ $f == "$a" ]] && echo 1 || echo 2)" \
+                "$(jq -r .created "$f")" "$(jq -r .parked "$f")" "$(jq -r .park_s "$f")" "$(jq -r .failures "$f")" \
+                "$(kib .executor_memory_before.rss_kib "$f")" "$(kib .executor_memory_settled.rss_kib "$f")"
+        done
+        echo
+        jq -rn --slurpfile a "$a" --slurpfile b "$b" \
+            '($a[0].executor_memory_before.rss_kib) as $x | ($b[0].executor_memory_settled.rss_kib) as $y
+             | if $x == null or $y == null then "Executor RSS: not measured."
+               else "Executor RSS after the second batch minus before the first: \(($y - $x) / 1024 * 100 | round / 100) MiB (\($a[0].parked + $b[0].parked) runs parked)." end'
+    fi
 } >"$STAGING/summary.md"
 
 rm -rf "$RESULTS"
