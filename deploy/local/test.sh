@@ -4,8 +4,9 @@
 #   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream)
 #   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), and a short
 #      cargo-fuzz run of the request decoders and provider parsers (fuzz/run.sh)
-#   3. cargo build --bins, then the black-box OpenAI compatibility suite (tests/compat, with the
-#      real `openai` Python package) against two arrangements:
+#   3. cargo build --bins (with --tests, so it reuses the test build), then the black-box OpenAI
+#      compatibility suite (tests/compat, with the real `openai` Python package) against two
+#      arrangements:
 #        weft-up  one `weft up` process (gateway, router, substrate, executor), fresh database
 #        split    separate weft-router, weft-substrate, weft-mcp-bridge, weft-executor and two
 #                 weft-gateway replicas (MCP sessions cross them), fresh database
@@ -793,7 +794,9 @@ else
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
     step "rust tests" rust_tests || true
     step "cargo fuzz (short run)" fuzz_short || true
-    step "cargo build --bins" cargo build --locked --bins || BUILD_OK=0
+    # With --tests, the features are the ones the test build above unified (dev-dependencies
+    # included), so this reuses its artifacts and only links the binaries it did not need.
+    step "cargo build --bins" cargo build --locked --workspace --bins --tests || BUILD_OK=0
 fi
 
 rm -rf "$LOGS"
