@@ -303,19 +303,30 @@ impl Drop for Proc {
     }
 }
 
-/// A `weft executor` process working for `f` (leases of 2 s), with `extra` environment on top
-/// (e.g. `WEFT_EXECUTOR__MCP_BRIDGE_URL`).
-pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
+/// A `weft` command of `f`'s deployment: its NATS and Redis prefixes and internal key, logs at
+/// `warn` on the test's stderr.
+pub fn weft_command(f: &TestFleet) -> std::process::Command {
     let c = &f.config;
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
-    cmd.arg("executor")
-        .env("WEFT_DATABASE__URL", c.database.url.expose())
-        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
+    cmd.env("WEFT_NATS__PREFIX", &c.nats.prefix)
         .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
         .env(
             "WEFT_AUTH__INTERNAL_JWT_SECRET",
             c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
         )
+        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    cmd
+}
+
+/// A `weft executor` process working for `f` (leases of 2 s), with `extra` environment on top
+/// (e.g. `WEFT_EXECUTOR__MCP_BRIDGE_URL`).
+pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
+    let c = &f.config;
+    let mut cmd = weft_command(f);
+    cmd.arg("executor")
+        .env("WEFT_DATABASE__URL", c.database.url.expose())
         .env(
             "WEFT_EXECUTOR__ROUTER_URL",
             format!("http://{}", f.fleet.router_addr),
@@ -325,10 +336,7 @@ pub fn executor_process(f: &TestFleet, extra: &[(&str, String)]) -> Proc {
             format!("http://{}", f.fleet.substrate_addr),
         )
         .env("WEFT_EXECUTOR__LEASE_TTL_MS", "2000")
-        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400")
-        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit());
+        .env("WEFT_EXECUTOR__HEARTBEAT_MS", "400");
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -342,26 +350,49 @@ pub fn up_process(f: &TestFleet, port: u16, env: &[(&str, &str)]) -> Proc {
     let c = &f.config;
     let dir = std::env::temp_dir().join(format!("{}-up-{port}", f.db.name));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
+    let mut cmd = weft_command(f);
     cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--router-listen", &format!("127.0.0.1:{}", free_port())])
         .args(["--substrate-listen", &format!("127.0.0.1:{}", free_port())])
         .args(["--database-url", c.database.url.expose()])
         .env("WEFT_INGRESS__EMBEDDED", "false")
-        .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"))
-        .env("WEFT_NATS__PREFIX", &c.nats.prefix)
-        .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
-        .env(
-            "WEFT_AUTH__INTERNAL_JWT_SECRET",
-            c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
-        )
-        .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit());
+        .env("WEFT_BOOTSTRAP__TOKEN_FILE", dir.join("admin-token"));
     for (k, v) in env {
         cmd.env(k, v);
     }
     Proc(cmd.spawn().unwrap())
+}
+
+/// Defines agent `worker` (`mock-1` with `Context`), starts a `weft up` of `f`'s deployment
+/// with `env` and `WEFT_FAULT_ABORT_AT=run_inserted`, asks it for a run with one tool call, and
+/// checks that the process died before answering, right after committing the run.
+pub async fn run_on_a_process_that_dies_at_insert(f: &TestFleet, env: &[(&str, &str)]) {
+    put_agent(
+        f,
+        &f.admin,
+        "worker",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    let port = free_port();
+    let mut env = env.to_vec();
+    env.push(("WEFT_FAULT_ABORT_AT", "run_inserted"));
+    let mut dying = up_process(f, port, &env);
+    wait_for_port(port).await;
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "done",
+    );
+    let sent = f
+        .http
+        .post(format!("http://127.0.0.1:{port}/v1/runs"))
+        .bearer_auth(&f.admin)
+        .json(&json!({"agent": "worker", "input": input}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the process died before answering: {sent:?}");
+    let status = dying.0.wait().unwrap();
+    assert!(!status.success(), "the process aborted: {status:?}");
 }
 
 /// A loopback port nothing listens on right now.

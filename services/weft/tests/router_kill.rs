@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Proc, TestFleet, executor_process, free_port, put_agent, wait_for_port};
@@ -25,7 +24,6 @@ async fn start_router(f: &TestFleet) -> (Proc, u16) {
 
 /// [`start_router`] on a given port (a router started again where the last one listened).
 async fn start_router_on(f: &TestFleet, port: u16) -> (Proc, u16) {
-    let c = &f.config;
     let dir = std::env::temp_dir().join(format!("{}-router", f.db.name));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg_file = dir.join("router.toml");
@@ -36,19 +34,10 @@ async fn start_router_on(f: &TestFleet, port: u16) -> (Proc, u16) {
     )
     .unwrap();
     let router = Proc(
-        Command::new(env!("CARGO_BIN_EXE_weft"))
+        common::weft_command(f)
             .args(["router", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--config")
             .arg(&cfg_file)
-            .env("WEFT_NATS__PREFIX", &c.nats.prefix)
-            .env("WEFT_REDIS__PREFIX", &c.redis.prefix)
-            .env(
-                "WEFT_AUTH__INTERNAL_JWT_SECRET",
-                c.auth.internal_jwt_secret.as_ref().unwrap().expose(),
-            )
-            .env("WEFT_TELEMETRY__LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .unwrap(),
     );

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{TestFleet, create, free_port, put_agent, stream, up_process, wait_for_port};
+use common::{TestFleet, create, put_agent, stream};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -32,39 +32,9 @@ async fn pool(f: &TestFleet) -> sqlx::PgPool {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_that_dies_between_the_insert_and_the_dispatch_loses_no_run() {
     let f = sweeping_fleet().await;
-    put_agent(
-        &f,
-        &f.admin,
-        "worker",
-        json!({"model": "mock-1", "tools": ["Context"]}),
-    )
-    .await;
     // A second deployment replica that only serves the gateway, set to crash right after it
     // commits a run and before it publishes the run's dispatch.
-    let port = free_port();
-    let mut gateway = up_process(
-        &f,
-        port,
-        &[
-            ("WEFT_EXECUTOR__EMBEDDED", "false"),
-            ("WEFT_FAULT_ABORT_AT", "run_inserted"),
-        ],
-    );
-    wait_for_port(port).await;
-    let input = common::script(
-        json!([[{"name": "Context", "input": {"op": "time"}}]]),
-        "done",
-    );
-    let sent = f
-        .http
-        .post(format!("http://127.0.0.1:{port}/v1/runs"))
-        .bearer_auth(&f.admin)
-        .json(&json!({"agent": "worker", "input": input}))
-        .send()
-        .await;
-    assert!(sent.is_err(), "the gateway died before answering: {sent:?}");
-    let status = gateway.0.wait().unwrap();
-    assert!(!status.success(), "the gateway aborted: {status:?}");
+    common::run_on_a_process_that_dies_at_insert(&f, &[("WEFT_EXECUTOR__EMBEDDED", "false")]).await;
 
     // The run was committed and never dispatched (the sweeper may already have found it); it
     // runs to the end.
