@@ -21,7 +21,7 @@ pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,
 };
-pub use steps::{LedgerStart, STEP_SQL, Step, StepChange, StepWriter};
+pub use steps::{LedgerStart, STEP_SQL, Step, StepChange, StepWriter, WRITER_SESSION};
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 

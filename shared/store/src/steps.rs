@@ -340,17 +340,21 @@ async fn write_steps_on<'e>(
 impl RunStore {
     /// Writes one step in its own statement; returns its events as stored (see [`storable`]).
     /// `StaleLease` when its fence did not hold.
-    pub async fn write_step(&self, mut step: Step) -> Result<Vec<(String, Value)>, RunStoreError> {
-        let run = step.run;
-        let held = self
-            .write_steps(std::slice::from_mut(&mut step))
-            .await
-            .map_err(|e| stale_on_conflict(e, run))?;
-        if held.first() == Some(&true) {
-            Ok(step.events)
-        } else {
-            Err(RunStoreError::StaleLease(run))
-        }
+    pub async fn write_step(&self, step: Step) -> Result<Vec<(String, Value)>, RunStoreError> {
+        write_step_on(self.pool(), step).await
+    }
+}
+
+/// [`RunStore::write_step`] on `ex`.
+async fn write_step_on<'e>(ex: impl sqlx::PgExecutor<'e>, mut step: Step) -> Written {
+    let run = step.run;
+    let held = write_steps_on(ex, std::slice::from_mut(&mut step))
+        .await
+        .map_err(|e| stale_on_conflict(e, run))?;
+    if held.first() == Some(&true) {
+        Ok(step.events)
+    } else {
+        Err(RunStoreError::StaleLease(run))
     }
 }
 
@@ -398,9 +402,30 @@ fn gone() -> RunStoreError {
     RunStoreError::Store(StoreError::Db(sqlx::Error::PoolClosed))
 }
 
+/// A connection of the pool made the group writer's own: see [`WRITER_SESSION`]. It is closed,
+/// not given back, when dropped, so no other user of the pool gets that setting.
+async fn writer_connection(
+    store: &RunStore,
+) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, sqlx::Error> {
+    let mut c = store.pool().acquire().await?;
+    c.close_on_drop();
+    sqlx::query(WRITER_SESSION).execute(&mut *c).await?;
+    Ok(c)
+}
+
+/// The writer's session setting. [`STEP_SQL`] runs as a prepared statement, and Postgres plans
+/// it once for every later execution (a generic plan) — with the sizes `runs` had then. Planned
+/// while `runs` was nearly empty (a new deployment, every test database), the update of the
+/// runs that end a turn, park or finish joined them by reading the **whole table**, and went on
+/// doing so on every step as the table grew (until an `ANALYZE` re-planned it): most of
+/// Postgres's time in the runs benchmark. Without sequential scans on this connection, each run
+/// is found by its primary key whatever the statistics say; nothing the statement does is a
+/// scan of a whole table.
+pub const WRITER_SESSION: &str = "SET enable_seqscan = off";
+
 async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>) {
     // The writer keeps a connection of its own: the pool tests a connection (a round trip) each
-    // time one is given back. It is dropped after an error, in case that broke it.
+    // time one is given back. It is dropped (closed) after an error, in case that broke it.
     let mut conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>> = None;
     loop {
         let mut batch: Vec<Pending> = Vec::new();
@@ -424,7 +449,7 @@ async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receive
         let (mut steps, answers): (Vec<Step>, Vec<_>) = batch.into_iter().unzip();
         let written = match conn.as_mut() {
             Some(c) => write_steps_on(&mut **c, &mut steps).await,
-            None => match store.pool().acquire().await {
+            None => match writer_connection(&store).await {
                 Ok(c) => write_steps_on(&mut **conn.insert(c), &mut steps).await,
                 Err(e) => Err(e),
             },
@@ -454,7 +479,19 @@ async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receive
             Err(e) => {
                 tracing::debug!(error = %e, steps = steps.len(), "a batch of steps was refused; writing them one by one");
                 for (s, answer) in steps.into_iter().zip(answers) {
-                    let _ = answer.send(store.write_step(s).await);
+                    let written = match conn.as_mut() {
+                        Some(c) => write_step_on(&mut **c, s).await,
+                        None => match writer_connection(&store).await {
+                            Ok(c) => write_step_on(&mut **conn.insert(c), s).await,
+                            Err(e) => Err(RunStoreError::Store(StoreError::Db(e))),
+                        },
+                    };
+                    // Refused for its content, the connection is fine; anything else may
+                    // have broken it.
+                    if matches!(&written, Err(e @ RunStoreError::Store(_)) if !e.is_permanent()) {
+                        conn = None;
+                    }
+                    let _ = answer.send(written);
                 }
             }
         }
