@@ -463,10 +463,8 @@ impl Driver {
     async fn publish_live(&self, live: Vec<LiveEvent>) {
         let live: weft_bus::LiveBatch = live.into();
         self.inner.hub.publish(self.run_id(), &live);
-        for ev in live.iter() {
-            if let Err(e) = self.inner.bus.publish_event(self.run_id(), ev).await {
-                tracing::debug!(error = %e, "live event not published; watchers read it from the transcript");
-            }
+        if let Err(e) = self.inner.bus.publish_events(self.run_id(), &live).await {
+            tracing::debug!(error = %e, "live events not published; watchers read them from the transcript");
         }
     }
 

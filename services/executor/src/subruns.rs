@@ -206,9 +206,11 @@ impl Driver {
                 () = self.lost.cancelled() => return Err(Stop::Lost),
                 () = self.stop.cancelled() => return Err(Stop::Shutdown),
                 m = sub.next() => {
-                    let finished = m
-                        .and_then(|m| weft_bus::decode_event(&m.payload))
-                        .is_some_and(|e| e.kind == EventKind::RunFinished.as_str());
+                    let finished = m.is_some_and(|m| {
+                        weft_bus::decode_events(&m.payload)
+                            .iter()
+                            .any(|e| e.kind == EventKind::RunFinished.as_str())
+                    });
                     if !finished { continue; }
                 }
                 _ = recheck.tick() => {}

@@ -89,15 +89,16 @@ async fn end(inner: &Inner, s: &Swept, max_lapses: i32) -> bool {
     tracing::warn!(run_id = %s.id, lapses = s.lapses + 1, "a run that kept losing its executor was ended");
     let _ = inner.coord.release(&s.tenant, s.id).await;
     let _ = inner.coord.drop_credentials(s.id).await;
-    for e in events {
-        let ev = LiveEvent {
+    let live: Vec<LiveEvent> = events
+        .into_iter()
+        .map(|e| LiveEvent {
             seq: e.seq,
             kind: e.kind,
             persisted: true,
             data: e.data,
-        };
-        let _ = inner.bus.publish_event(s.id, &ev).await;
-    }
+        })
+        .collect();
+    let _ = inner.bus.publish_events(s.id, &live).await;
     // Its sub-runs would have nobody to report to.
     if let Ok(children) = inner.store.live_descendants(&s.tenant, s.id).await {
         for child in children {

@@ -560,11 +560,10 @@ async fn pump(
             () = tx.closed() => return Ok(()),
         };
         let Some(msg) = msg else { return Ok(()) };
-        let Some(ev) = weft_bus::decode_event(&msg.payload) else {
-            continue;
-        };
-        if let Flow::End = deliver(st, run, &ev, &mut last, tx).await? {
-            return Ok(());
+        for ev in weft_bus::decode_events(&msg.payload) {
+            if let Flow::End = deliver(st, run, &ev, &mut last, tx).await? {
+                return Ok(());
+            }
         }
     }
 }

@@ -396,9 +396,14 @@ impl Bus {
             .map_err(nats_err)
     }
 
-    /// Publishes a live event of `run` (at most once; watchers fill gaps from Postgres).
-    pub async fn publish_event(&self, run: RunId, ev: &LiveEvent) -> Result<(), BusError> {
-        let payload = serde_json::to_vec(ev).map_err(nats_err)?;
+    /// Publishes live events of `run` (at most once; watchers fill gaps from Postgres) as one
+    /// message: a lone event as a JSON object, several (a step's, in seq order) as a JSON array
+    /// of them ([`decode_events`] reads both).
+    pub async fn publish_events(&self, run: RunId, evs: &[LiveEvent]) -> Result<(), BusError> {
+        if evs.is_empty() {
+            return Ok(());
+        }
+        let payload = live_payload(evs).map_err(nats_err)?;
         self.client
             .publish(self.names.run_events(run), payload.into())
             .await
@@ -460,9 +465,26 @@ impl Bus {
     }
 }
 
-/// Decodes a live event from a NATS message payload.
-pub fn decode_event(payload: &[u8]) -> Option<LiveEvent> {
-    serde_json::from_slice(payload).ok()
+/// The payload of a live message carrying `evs` (see [`Bus::publish_events`]).
+pub fn live_payload(evs: &[LiveEvent]) -> Result<Vec<u8>, serde_json::Error> {
+    match evs {
+        [ev] => serde_json::to_vec(ev),
+        evs => serde_json::to_vec(evs),
+    }
+}
+
+/// Decodes the live events of a NATS message payload: one event (a JSON object) or several (a
+/// JSON array, in seq order). Empty when the payload is neither.
+pub fn decode_events(payload: &[u8]) -> Vec<LiveEvent> {
+    let many = payload
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'[');
+    if many {
+        serde_json::from_slice(payload).unwrap_or_default()
+    } else {
+        serde_json::from_slice(payload).map_or_else(|_| Vec::new(), |ev| vec![ev])
+    }
 }
 
 /// Decodes a dispatch from a JetStream message payload.
@@ -607,6 +629,35 @@ mod tests {
         assert!(ms.iter().all(|m| m.id == decoded(m)[0].id.to_string()));
         let ms = usage_messages(&many[..2], 10).unwrap();
         assert_eq!(ms.iter().map(|m| m.records).collect::<Vec<_>>(), [1, 1]);
+    }
+
+    #[test]
+    fn live_messages_carry_one_event_as_an_object_or_a_steps_events_in_order() {
+        let ev = |seq, kind: &str| LiveEvent {
+            seq,
+            kind: kind.into(),
+            persisted: seq > 0,
+            data: serde_json::json!({"seq": seq}),
+        };
+        let one = [ev(3, "provider_chosen")];
+        let payload = live_payload(&one).unwrap();
+        assert_eq!(
+            payload[0], b'{',
+            "one event is a bare object, as before batching"
+        );
+        assert_eq!(decode_events(&payload), one);
+        let step = [
+            ev(4, "assistant_message"),
+            ev(5, "tool_call"),
+            ev(6, "usage"),
+        ];
+        let payload = live_payload(&step).unwrap();
+        assert_eq!(payload[0], b'[');
+        assert_eq!(decode_events(&payload), step);
+        assert_eq!(decode_events(b" \n[]"), []);
+        assert!(decode_events(b"{\"seq\": \"x\"}").is_empty());
+        assert!(decode_events(b"[1, 2]").is_empty());
+        assert!(decode_events(b"").is_empty());
     }
 
     #[test]
