@@ -1,7 +1,7 @@
 //! One model turn: the request built from the loop state, streamed from the router's `Chat`
-//! (`provider_chosen` / `provider_fallback` persisted as they happen, text deltas published
-//! live), and the whole turn — assistant message, tool calls, usage and the run's progress —
-//! committed together.
+//! (`provider_chosen` / `provider_fallback` committed with the turn, or on their own when the
+//! turn takes a while or streams text; text deltas published live), and the whole turn —
+//! assistant message, tool calls, usage and the run's progress — committed together.
 
 use futures::StreamExt as _;
 use weft_core::agent::AgentContent;
@@ -56,7 +56,7 @@ impl Driver {
             ..Default::default()
         };
         let mut retries = ROUTER_RETRY_MS.iter();
-        let turn = loop {
+        let (turn, held) = loop {
             // After a broken attempt, the seq of the last event it committed.
             let last_seq = *self.seq.lock().await - 1;
             let call = self.stream_turn(req.clone(), last_seq);
@@ -121,7 +121,8 @@ impl Driver {
             content: turn.blocks,
             name: None,
         };
-        let mut events = Vec::new();
+        // The provider events still held go first, in the turn's own commit.
+        let mut events = held;
         events.push(RunEvent::AssistantMessage(AssistantMessage {
             message,
             finish_reason: Some(turn.finish.as_openai().to_owned()),
@@ -146,18 +147,46 @@ impl Driver {
         Ok(Ok(recorded))
     }
 
-    /// Streams one turn from the router: `provider_chosen` is persisted as soon as the router
-    /// picks a candidate (so a watcher knows an executor is on the turn), text deltas go out live,
-    /// and the answer is assembled by the chat contract's one assembler (a stream that ends
-    /// before its finish fails the turn).
-    async fn stream_turn(&self, req: ChatRequest, last_seq: i64) -> Result<Answer, TurnError> {
+    /// Streams one turn from the router: text deltas go out live, and the answer is assembled
+    /// by the chat contract's one assembler (a stream that ends before its finish fails the
+    /// turn). Returns the answer and the `provider_chosen` / `provider_fallback` events still
+    /// held, which the turn commits ahead of its message.
+    ///
+    /// Those events are held, not written at once: a turn that ends within `executor.provider_hold_ms`
+    /// commits them with its message, one step instead of two. They are written on their own
+    /// (so a watcher knows an executor is on the turn) as soon as the hold is over, before the
+    /// first text delta goes out (the transcript keeps them ahead of the text), and before the
+    /// turn fails or breaks off.
+    async fn stream_turn(
+        &self,
+        req: ChatRequest,
+        last_seq: i64,
+    ) -> Result<(Answer, Vec<RunEvent>), TurnError> {
         let mut last_seq = last_seq;
+        let mut held: Vec<RunEvent> = Vec::new();
+        let hold_until = tokio::time::Instant::now()
+            + std::time::Duration::from_millis(self.inner.cfg.provider_hold_ms);
         let r = self.internal(weft_proto::chat_request_to_proto(req))?;
         let mut client = self.inner.router.clone();
         let mut stream = client.chat(r).await.map_err(router_err)?.into_inner();
         let mut acc = Assembler::default();
-        while let Some(ev) = stream.next().await {
-            let ev = ev.map_err(router_err)?;
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(hold_until), if !held.is_empty() => {
+                    last_seq = self.write_held(&mut held).await?;
+                    continue;
+                }
+                ev = stream.next() => ev,
+            };
+            let Some(ev) = next else { break };
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => {
+                    self.write_held(&mut held).await?;
+                    return Err(router_err(e));
+                }
+            };
             let Some(ev) = weft_proto::event_from_proto(ev) else {
                 continue;
             };
@@ -166,35 +195,45 @@ impl Driver {
                     provider,
                     model,
                     fallbacks,
-                } => {
-                    let chosen = RunEvent::ProviderChosen(ProviderChosen {
-                        provider: provider.clone(),
-                        model: model.clone(),
-                        fallbacks: *fallbacks,
-                    });
-                    self.persist(None, vec![chosen])
-                        .await
-                        .map_err(TurnError::Stop)?;
-                    last_seq = *self.seq.lock().await - 1;
+                } => held.push(RunEvent::ProviderChosen(ProviderChosen {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                    fallbacks: *fallbacks,
+                })),
+                ChatEvent::Fallback(f) => held.push(RunEvent::ProviderFallback(ProviderFallback {
+                    provider: f.provider.clone(),
+                    model: f.model.clone(),
+                    code: f.code.clone(),
+                    message: f.message.clone(),
+                })),
+                ChatEvent::TextDelta(t) => {
+                    if !held.is_empty() {
+                        last_seq = self.write_held(&mut held).await?;
+                    }
+                    self.live_delta(last_seq, t).await;
                 }
-                ChatEvent::Fallback(f) => {
-                    let failed = RunEvent::ProviderFallback(ProviderFallback {
-                        provider: f.provider.clone(),
-                        model: f.model.clone(),
-                        code: f.code.clone(),
-                        message: f.message.clone(),
-                    });
-                    self.persist(None, vec![failed])
-                        .await
-                        .map_err(TurnError::Stop)?;
-                    last_seq = *self.seq.lock().await - 1;
-                }
-                ChatEvent::TextDelta(t) => self.live_delta(last_seq, t).await,
                 _ => {}
             }
             acc.push(ev);
         }
-        Ok(acc.finish()?)
+        match acc.finish() {
+            Ok(answer) => Ok((answer, held)),
+            Err(e) => {
+                self.write_held(&mut held).await?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Writes the held provider events (if any) as a step of their own; the seq of the last
+    /// event committed.
+    async fn write_held(&self, held: &mut Vec<RunEvent>) -> Result<i64, TurnError> {
+        if !held.is_empty() {
+            self.persist(None, std::mem::take(held))
+                .await
+                .map_err(TurnError::Stop)?;
+        }
+        Ok(*self.seq.lock().await - 1)
     }
 }
 

@@ -624,3 +624,96 @@ async fn a_fallback_during_a_run_is_recorded_in_its_transcript() {
     assert_eq!(data["code"], "upstream_error");
     assert_eq!(frames.last().unwrap().2["data"]["stop_reason"], "end_turn");
 }
+
+/// The transaction that wrote each event of `run`, by seq: `(kind, xmin)`.
+async fn commits(f: &TestFleet, run: &str) -> Vec<(String, String)> {
+    let run: uuid::Uuid = run.parse().unwrap();
+    sqlx::query_as::<_, (String, String)>(
+        "SELECT kind, xmin::text FROM run_events WHERE run_id = $1 ORDER BY seq",
+    )
+    .bind(run)
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap()
+}
+
+// Multi-thread: the test reads the database through `TestDb`'s pool, whose drop closes it from
+// another thread while blocking this one.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_chosen_goes_with_a_quick_turn_and_on_its_own_before_text_or_a_slow_turn() {
+    let f = TestFleet::start_with(|c| {
+        // Wide margins both ways: a quick turn ends well within the hold even on a loaded
+        // machine, and a paced one outlasts it.
+        c.executor.provider_hold_ms = 1_000;
+        if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+            // A tool-call turn on it streams for about 3 × 600 ms, with no text.
+            m.models.insert(
+                "paced".into(),
+                weft_config::MockModelConfig {
+                    token_delay_ms: 600,
+                    ..Default::default()
+                },
+            );
+        }
+    })
+    .await;
+    put_agent(
+        &f,
+        &f.admin,
+        "quick",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    put_agent(
+        &f,
+        &f.admin,
+        "paced",
+        json!({"model": "mock/paced", "tools": ["Context"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "all done now",
+    );
+
+    // Quick: the tool-call turn commits provider_chosen with its message; the text turn commits
+    // it on its own, and the stream shows it before the first text_delta.
+    let run = create(&f, &f.admin, json!({"agent": "quick", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    let kinds: Vec<&str> = frames.iter().map(|(_, k, _)| k.as_str()).collect();
+    let second_chosen = kinds.iter().rposition(|k| *k == "provider_chosen").unwrap();
+    let first_delta = kinds.iter().position(|k| *k == "text_delta").unwrap();
+    assert!(second_chosen < first_delta, "{kinds:?}");
+    let c = commits(&f, &run).await;
+    let at = |kind: &str, nth: usize| {
+        c.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
+            .1
+            .clone()
+    };
+    assert_eq!(
+        at("provider_chosen", 0),
+        at("assistant_message", 0),
+        "a quick turn without text commits its provider_chosen with its message: {c:?}"
+    );
+    assert_ne!(
+        at("provider_chosen", 1),
+        at("assistant_message", 1),
+        "a turn that streams text commits provider_chosen first: {c:?}"
+    );
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+
+    // Paced: the tool-call turn outlasts the hold, so provider_chosen is committed on its own.
+    let run = create(&f, &f.admin, json!({"agent": "paced", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let c = commits(&f, &run).await;
+    let chosen = c.iter().find(|(k, _)| k == "provider_chosen").unwrap();
+    let message = c.iter().find(|(k, _)| k == "assistant_message").unwrap();
+    assert_ne!(
+        chosen.1, message.1,
+        "a turn still streaming after the hold commits provider_chosen on its own: {c:?}"
+    );
+}
