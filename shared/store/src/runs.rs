@@ -35,11 +35,20 @@ impl RunStoreError {
     /// conflicts are not permanent.
     pub fn is_permanent(&self) -> bool {
         match self {
-            Self::Store(StoreError::Db(sqlx::Error::Database(d))) => d
-                .code()
-                .is_some_and(|c| matches!(c.get(..2), Some("22" | "23" | "54"))),
+            Self::Store(StoreError::Db(e)) => refused_data(e),
             _ => false,
         }
+    }
+}
+
+/// Whether the database refused the data itself (see [`RunStoreError::is_permanent`]): the
+/// connection that sent it is fine.
+pub(crate) fn refused_data(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| matches!(c.get(..2), Some("22" | "23" | "54"))),
+        _ => false,
     }
 }
 

@@ -21,7 +21,7 @@ use weft_core::RunId;
 use weft_core::run::StopReason;
 
 use crate::StoreError;
-use crate::runs::{RunStore, RunStoreError, stale_on_conflict, storable};
+use crate::runs::{RunStore, RunStoreError, refused_data, stale_on_conflict, storable};
 
 /// The most steps one statement carries.
 const MAX_BATCH: usize = 256;
@@ -275,16 +275,10 @@ pub const STEP_SQL: &str = "WITH req AS (
             finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)
     SELECT id, lease_epoch FROM fence";
 
-impl RunStore {
-    /// Writes the steps of many runs (at most one per run) in one statement and one commit.
-    /// Returns, in order, which steps' fences held; `Err` when the database refused the whole
-    /// statement (nothing was written).
-    pub async fn write_steps(&self, steps: &mut [Step]) -> Result<Vec<bool>, sqlx::Error> {
-        write_steps_on(self.pool(), steps).await
-    }
-}
-
-/// [`RunStore::write_steps`] on `ex` (the group writer's own connection).
+/// Writes the steps of many runs (at most one per run) in one statement and one commit, on
+/// `ex` (the group writer's own connection: see [`WRITER_SESSION`]). Returns, in order, which
+/// steps' fences held; `Err` when the database refused the whole statement (nothing was
+/// written).
 async fn write_steps_on<'e>(
     ex: impl sqlx::PgExecutor<'e>,
     steps: &mut [Step],
@@ -337,15 +331,8 @@ async fn write_steps_on<'e>(
         .collect())
 }
 
-impl RunStore {
-    /// Writes one step in its own statement; returns its events as stored (see [`storable`]).
-    /// `StaleLease` when its fence did not hold.
-    pub async fn write_step(&self, step: Step) -> Result<Vec<(String, Value)>, RunStoreError> {
-        write_step_on(self.pool(), step).await
-    }
-}
-
-/// [`RunStore::write_step`] on `ex`.
+/// Writes one step in its own statement on `ex`; returns its events as stored (see
+/// [`storable`]). `StaleLease` when its fence did not hold.
 async fn write_step_on<'e>(ex: impl sqlx::PgExecutor<'e>, mut step: Step) -> Written {
     let run = step.run;
     let held = write_steps_on(ex, std::slice::from_mut(&mut step))
@@ -454,7 +441,9 @@ async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receive
                 Err(e) => Err(e),
             },
         };
-        if written.is_err() {
+        // Refused for one step's content, the connection is fine; anything else may have
+        // broken it.
+        if matches!(&written, Err(e) if !refused_data(e)) {
             conn = None;
         }
         match written {
