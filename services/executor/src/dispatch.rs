@@ -168,7 +168,7 @@ async fn work(
         input,
         lost,
         stop,
-        seq: Mutex::new(0),
+        seq: Arc::new(Mutex::new(0)),
         children: Arc::new(Semaphore::new(1)),
         mounted: tokio::sync::OnceCell::new(),
         credentials: tokio::sync::OnceCell::new(),

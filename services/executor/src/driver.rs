@@ -62,7 +62,7 @@ pub(crate) struct Driver {
     /// The process is shutting down.
     pub(crate) stop: CancellationToken,
     /// The next free seq; held across each write so commits happen in seq order.
-    pub(crate) seq: Mutex<i64>,
+    pub(crate) seq: Arc<Mutex<i64>>,
     /// Sub-runs live at once (`max_concurrent_children`).
     pub(crate) children: Arc<Semaphore>,
     /// The run's MCP tools, listed at the first turn of this lease.
@@ -399,21 +399,30 @@ impl Driver {
         events: Vec<RunEvent>,
         change: StepChange,
     ) -> Result<(), Stop> {
-        let mut seq = self.seq.lock().await;
+        let mut seq = Arc::clone(&self.seq).lock_owned().await;
         let first = *seq;
-        let events = self
-            .inner
-            .writer
-            .write(Step {
-                run: self.run_id(),
-                epoch: self.lease.epoch,
-                first_seq: first,
-                events: named(events),
-                change,
-            })
-            .await?;
-        *seq += i64::try_from(events.len()).unwrap_or(0);
-        drop(seq);
+        let writer = self.inner.writer.clone();
+        let step = Step {
+            run: self.run_id(),
+            epoch: self.lease.epoch,
+            first_seq: first,
+            events: named(events),
+            change,
+        };
+        // The write, and the seq moving past it, go on even if this future is dropped (a turn
+        // cancelled while its provider events are written): once queued the step is committed
+        // whoever waits, and the next step must not take its seqs. The seq stays locked until
+        // then.
+        let written = tokio::spawn(async move {
+            let written = writer.write(step).await;
+            if let Ok(events) = &written {
+                *seq += i64::try_from(events.len()).unwrap_or(0);
+            }
+            written
+        })
+        .await
+        .map_err(|e| Stop::Infra(format!("the step's writer task failed: {e}")))?;
+        let events = written?;
         self.after_commit(state, first, &events).await;
         Ok(())
     }

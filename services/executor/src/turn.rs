@@ -152,9 +152,10 @@ impl Driver {
     /// turn). Returns the answer and the `provider_chosen` / `provider_fallback` events still
     /// held, which the turn commits ahead of its message.
     ///
-    /// Those events are held, not written at once: a turn that ends within `executor.provider_hold_ms`
-    /// commits them with its message, one step instead of two. They are written on their own
-    /// (so a watcher knows an executor is on the turn) as soon as the hold is over, before the
+    /// Those events are held, not written at once: a turn that ends within
+    /// `executor.provider_hold_ms` of its call to the router commits them with its message, one
+    /// step instead of two. They are written on their own (so a watcher knows an executor is on
+    /// the turn) as soon as the hold is over — at once when they arrive after it — before the
     /// first text delta goes out (the transcript keeps them ahead of the text), and before the
     /// turn fails or breaks off.
     async fn stream_turn(
@@ -170,10 +171,12 @@ impl Driver {
         let mut client = self.inner.router.clone();
         let mut stream = client.chat(r).await.map_err(router_err)?.into_inner();
         let mut acc = Assembler::default();
+        let hold = tokio::time::sleep_until(hold_until);
+        tokio::pin!(hold);
         loop {
             let next = tokio::select! {
                 biased;
-                () = tokio::time::sleep_until(hold_until), if !held.is_empty() => {
+                () = &mut hold, if !held.is_empty() => {
                     last_seq = self.write_held(&mut held).await?;
                     continue;
                 }
@@ -206,13 +209,16 @@ impl Driver {
                     code: f.code.clone(),
                     message: f.message.clone(),
                 })),
-                ChatEvent::TextDelta(t) => {
-                    if !held.is_empty() {
-                        last_seq = self.write_held(&mut held).await?;
-                    }
-                    self.live_delta(last_seq, t).await;
-                }
                 _ => {}
+            }
+            if !held.is_empty() && tokio::time::Instant::now() >= hold_until {
+                last_seq = self.write_held(&mut held).await?;
+            }
+            if let ChatEvent::TextDelta(t) = &ev {
+                if !held.is_empty() {
+                    last_seq = self.write_held(&mut held).await?;
+                }
+                self.live_delta(last_seq, t).await;
             }
             acc.push(ev);
         }
@@ -244,7 +250,8 @@ const ROUTER_RETRY_MS: [u64; 7] = [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000];
 /// A failed router call: the router's own answer (it carries weft's error code) is a model
 /// failure that ends the run; a call that never reached a router, or whose router went away
 /// mid-stream (a transport status, no weft code), is the router's absence: the turn is called
-/// again (nothing of the broken attempt but `provider_chosen` was committed).
+/// again (nothing of the broken attempt but its `provider_chosen` and any `provider_fallback`
+/// was committed).
 fn router_err(s: tonic::Status) -> TurnError {
     use tonic::Code;
     let from_router = s.metadata().get(weft_core::error::GRPC_CODE_KEY).is_some();

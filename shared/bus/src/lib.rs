@@ -398,12 +398,31 @@ impl Bus {
 
     /// Publishes live events of `run` (at most once; watchers fill gaps from Postgres) as one
     /// message: a lone event as a JSON object, several (a step's, in seq order) as a JSON array
-    /// of them ([`decode_events`] reads both).
+    /// of them ([`decode_events`] reads both). Events too big together for one message go one
+    /// message each; one too big alone is not published (a watcher reads it from the transcript
+    /// with the next event).
     pub async fn publish_events(&self, run: RunId, evs: &[LiveEvent]) -> Result<(), BusError> {
         if evs.is_empty() {
             return Ok(());
         }
         let payload = live_payload(evs).map_err(nats_err)?;
+        if evs.len() > 1 && payload.len() > self.client.max_payload() {
+            let mut failed = None;
+            for ev in evs {
+                let sent = match live_payload(std::slice::from_ref(ev)) {
+                    Ok(payload) => self
+                        .client
+                        .publish(self.names.run_events(run), payload.into())
+                        .await
+                        .map_err(nats_err),
+                    Err(e) => Err(nats_err(e)),
+                };
+                if let Err(e) = sent {
+                    failed.get_or_insert(e);
+                }
+            }
+            return failed.map_or(Ok(()), Err);
+        }
         self.client
             .publish(self.names.run_events(run), payload.into())
             .await
