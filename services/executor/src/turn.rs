@@ -209,16 +209,17 @@ impl Driver {
                     code: f.code.clone(),
                     message: f.message.clone(),
                 })),
+                ChatEvent::TextDelta(t) => {
+                    if !held.is_empty() {
+                        last_seq = self.write_held(&mut held).await?;
+                    }
+                    self.live_delta(last_seq, t).await;
+                }
                 _ => {}
             }
+            // Provider events arriving after the hold go out at once.
             if !held.is_empty() && tokio::time::Instant::now() >= hold_until {
                 last_seq = self.write_held(&mut held).await?;
-            }
-            if let ChatEvent::TextDelta(t) = &ev {
-                if !held.is_empty() {
-                    last_seq = self.write_held(&mut held).await?;
-                }
-                self.live_delta(last_seq, t).await;
             }
             acc.push(ev);
         }
