@@ -211,31 +211,36 @@ pub async fn create(f: &TestFleet, token: &str, body: Value) -> String {
     run["run_id"].as_str().unwrap().to_owned()
 }
 
+/// Adds model `name` to the embedded mock provider `mock`.
+pub fn mock_model(c: &mut weft_config::Config, name: &str, model: weft_config::MockModelConfig) {
+    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+        m.models.insert(name.into(), model);
+    }
+}
+
 /// Adds a mock model `slow` whose answer starts at once and then stalls for a minute between
 /// words: a run on it is held by an executor, mid-stream, until it is cancelled.
 pub fn stalling_model(c: &mut weft_config::Config) {
-    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
-        m.models.insert(
-            "slow".into(),
-            weft_config::MockModelConfig {
-                token_delay_ms: 60_000,
-                ..Default::default()
-            },
-        );
-    }
+    mock_model(
+        c,
+        "slow",
+        weft_config::MockModelConfig {
+            token_delay_ms: 60_000,
+            ..Default::default()
+        },
+    );
 }
 
 /// Adds a mock provider `mock` model `slow` with the given latency.
 pub fn slow_model(c: &mut weft_config::Config, latency_ms: u64) {
-    if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
-        m.models.insert(
-            "slow".into(),
-            weft_config::MockModelConfig {
-                latency_ms,
-                ..Default::default()
-            },
-        );
-    }
+    mock_model(
+        c,
+        "slow",
+        weft_config::MockModelConfig {
+            latency_ms,
+            ..Default::default()
+        },
+    );
 }
 
 /// Agent `boss` fans out `n` runs of agent `worker` (model `mock/slow`, see [`slow_model`]) with

@@ -11,7 +11,7 @@
 mod common;
 
 use common::{
-    TestFleet, create, fan_out, peak_overlap, persisted, put_agent, script, slow_model,
+    TestFleet, create, fan_out, mock_model, peak_overlap, persisted, put_agent, script, slow_model,
     stalling_model, stream, stream_until, wait_event,
 };
 use futures::StreamExt as _;
@@ -645,16 +645,15 @@ async fn provider_chosen_goes_with_a_quick_turn_and_on_its_own_before_text_or_a_
         // Wide margins both ways: a quick turn ends well within the hold even on a loaded
         // machine, and a paced one outlasts it.
         c.executor.provider_hold_ms = 1_000;
-        if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
-            // A tool-call turn on it streams for about 3 × 600 ms, with no text.
-            m.models.insert(
-                "paced".into(),
-                weft_config::MockModelConfig {
-                    token_delay_ms: 600,
-                    ..Default::default()
-                },
-            );
-        }
+        // A tool-call turn on it streams for about 3 × 600 ms, with no text.
+        mock_model(
+            c,
+            "paced",
+            weft_config::MockModelConfig {
+                token_delay_ms: 600,
+                ..Default::default()
+            },
+        );
     })
     .await;
     put_agent(
