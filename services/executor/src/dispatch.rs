@@ -173,6 +173,7 @@ async fn work(
         mounted: tokio::sync::OnceCell::new(),
         credentials: tokio::sync::OnceCell::new(),
         unstarted: std::sync::Mutex::default(),
+        deferred: std::sync::Mutex::default(),
     };
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();

@@ -24,7 +24,7 @@ use weft_core::run::{
 };
 use weft_core::{Error, ErrorCode, Principal, RunId};
 use weft_proto::v1;
-use weft_store::{Fenced, Lease, LedgerEntry, RunStoreError, Step, StepChange};
+use weft_store::{Fenced, Lease, LedgerDone, LedgerEntry, RunStoreError, Step, StepChange};
 
 use crate::Inner;
 use crate::machine::{self, Action, Facts, LoopState};
@@ -73,6 +73,42 @@ pub(crate) struct Driver {
     pub(crate) unstarted: std::sync::Mutex<Vec<String>>,
     /// The run's credentials (from Redis), read on first use.
     pub(crate) credentials: tokio::sync::OnceCell<Arc<std::collections::BTreeMap<String, String>>>,
+    /// What [`Driver::defer`] folded into the loop state without writing it: it goes first in
+    /// the run's next step.
+    pub(crate) deferred: std::sync::Mutex<Deferred>,
+}
+
+/// Events already folded into the loop state at the seqs that follow the last committed one,
+/// and the tool results that go with them, waiting to be written by the run's next step.
+/// Only what is safe to lose in a crash is deferred: the result of a read-only call (its ledger
+/// row says it may run again, and a resumed run runs it again), and a model turn without tool
+/// calls (a resumed run calls the model again); either way nothing is recorded twice.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    events: Vec<(String, Value)>,
+    done: Vec<LedgerDone>,
+    /// A deferred turn's progress (model turns taken, usage so far): the step that writes it
+    /// records that too, unless it records newer progress of its own.
+    progress: Option<(i32, Value)>,
+}
+
+impl Deferred {
+    /// `change`, recording this deferred progress when it records none of its own.
+    fn with_progress(&self, change: StepChange) -> StepChange {
+        match (&self.progress, change) {
+            (Some((iterations, usage)), StepChange::Events) => StepChange::Turn {
+                iterations: *iterations,
+                usage: usage.clone(),
+                calls: Vec::new(),
+            },
+            (Some((iterations, usage)), StepChange::LedgerStart(calls)) => StepChange::Turn {
+                iterations: *iterations,
+                usage: usage.clone(),
+                calls,
+            },
+            (_, change) => change,
+        }
+    }
 }
 
 /// Why the loop stopped early.
@@ -392,38 +428,141 @@ impl Driver {
     /// One fenced step, written by the process's group writer ([`weft_store::StepWriter`]):
     /// `events` appended at the next seqs together with `change`, committed (with the steps
     /// other runs made meanwhile), then folded into `state` and published. The seq lock is held
-    /// throughout, so steps land in seq order.
+    /// throughout, so steps land in seq order. Whatever was deferred goes first.
     pub(crate) async fn step(
         &self,
         state: Option<&mut LoopState>,
         events: Vec<RunEvent>,
         change: StepChange,
     ) -> Result<(), Stop> {
+        self.step_with(state, events, change, Vec::new()).await
+    }
+
+    /// [`Driver::step`], recording tool results (`done`) too.
+    pub(crate) async fn step_with(
+        &self,
+        state: Option<&mut LoopState>,
+        events: Vec<RunEvent>,
+        mut change: StepChange,
+        mut done: Vec<LedgerDone>,
+    ) -> Result<(), Stop> {
         let mut seq = Arc::clone(&self.seq).lock_owned().await;
+        let deferred = std::mem::take(&mut *self.deferred_lock());
+        let mut events = named(events);
+        let mut folded = 0;
+        if !deferred.events.is_empty() || !deferred.done.is_empty() {
+            let again = |id: &str| {
+                done.iter().any(|d| d.tool_use_id == id)
+                    || match &change {
+                        StepChange::Turn { calls, .. } | StepChange::LedgerStart(calls) => {
+                            calls.iter().any(|c| c.tool_use_id == id)
+                        }
+                        _ => false,
+                    }
+            };
+            if deferred.done.iter().any(|d| again(&d.tool_use_id)) {
+                // One statement touches a ledger row once: a call id the model used again goes
+                // in a step after the deferred result of its first use.
+                let first_change = deferred.with_progress(StepChange::Events);
+                let (s, first, written) = self
+                    .write_locked(seq, deferred.events, first_change, deferred.done)
+                    .await?;
+                seq = s;
+                self.after_commit(None, first, written.len(), &written)
+                    .await;
+            } else {
+                change = deferred.with_progress(change);
+                folded = deferred.events.len();
+                events.splice(0..0, deferred.events);
+                done.splice(0..0, deferred.done);
+            }
+        }
+        let (seq, first, written) = self.write_locked(seq, events, change, done).await?;
+        drop(seq);
+        self.after_commit(state, first, folded, &written).await;
+        Ok(())
+    }
+
+    /// Writes one step at the seq `seq` holds through the group writer and moves `seq` past its
+    /// events; the lock back, the step's first seq and its events as written.
+    ///
+    /// The write, and the seq moving past it, go on even if this future is dropped (a turn
+    /// cancelled while its provider events are written): once queued the step is committed
+    /// whoever waits, and the next step must not take its seqs. The seq stays locked until then.
+    async fn write_locked(
+        &self,
+        mut seq: tokio::sync::OwnedMutexGuard<i64>,
+        events: Vec<(String, Value)>,
+        change: StepChange,
+        done: Vec<LedgerDone>,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<i64>, i64, Vec<(String, Value)>), Stop> {
         let first = *seq;
         let writer = self.inner.writer.clone();
         let step = Step {
             run: self.run_id(),
             epoch: self.lease.epoch,
             first_seq: first,
-            events: named(events),
+            events,
             change,
+            done,
         };
-        // The write, and the seq moving past it, go on even if this future is dropped (a turn
-        // cancelled while its provider events are written): once queued the step is committed
-        // whoever waits, and the next step must not take its seqs. The seq stays locked until
-        // then.
-        let written = tokio::spawn(async move {
+        let (seq, written) = tokio::spawn(async move {
             let written = writer.write(step).await;
             if let Ok(events) = &written {
                 *seq += i64::try_from(events.len()).unwrap_or(0);
             }
-            written
+            (seq, written)
         })
         .await
         .map_err(|e| Stop::Infra(format!("the step's writer task failed: {e}")))?;
-        let events = written?;
-        self.after_commit(state, first, &events).await;
+        Ok((seq, first, written?))
+    }
+
+    fn deferred_lock(&self) -> std::sync::MutexGuard<'_, Deferred> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Folds `events` into `state` at the seqs after the last committed (and deferred) one
+    /// without writing them, and keeps them, with the tool results `done` and a turn's
+    /// `progress`, for the run's next step — which the loop always makes: a model turn (within
+    /// `executor.step_hold_ms` of its router call, see [`crate::turn`]), parking, finishing,
+    /// taking input, or handing the run back. Only for what is safe to lose in a crash (see
+    /// [`Deferred`]).
+    pub(crate) async fn defer(
+        &self,
+        state: &mut LoopState,
+        events: Vec<RunEvent>,
+        done: Vec<LedgerDone>,
+        progress: Option<(i32, Value)>,
+    ) {
+        let seq = self.seq.lock().await;
+        let mut d = self.deferred_lock();
+        let mut events = named(events);
+        weft_store::storable(&mut events);
+        let first = *seq + i64::try_from(d.events.len()).unwrap_or(0);
+        for (i, (kind, data)) in (0i64..).zip(&events) {
+            machine::apply(state, first + i, kind, data);
+        }
+        d.events.extend(events);
+        d.done.extend(done);
+        if progress.is_some() {
+            d.progress = progress;
+        }
+    }
+
+    /// Whether anything waits in [`Driver::defer`]'s keeping.
+    pub(crate) fn has_deferred(&self) -> bool {
+        let d = self.deferred_lock();
+        !d.events.is_empty() || !d.done.is_empty()
+    }
+
+    /// Writes whatever was deferred, as a step of its own.
+    pub(crate) async fn flush_deferred(&self) -> Result<(), Stop> {
+        if self.has_deferred() {
+            self.step(None, Vec::new(), StepChange::Events).await?;
+        }
         Ok(())
     }
 
@@ -435,6 +574,7 @@ impl Driver {
         state: Option<&mut LoopState>,
         write: impl AsyncFnOnce(&mut Fenced) -> Result<Vec<RunEvent>, RunStoreError>,
     ) -> Result<(), Stop> {
+        self.flush_deferred().await?;
         let mut seq = self.seq.lock().await;
         let first = *seq;
         let mut f = self.inner.store.fenced(&self.lease).await?;
@@ -443,19 +583,24 @@ impl Driver {
         f.commit().await?;
         *seq += i64::try_from(events.len()).unwrap_or(0);
         drop(seq);
-        self.after_commit(state, first, &events).await;
+        self.after_commit(state, first, 0, &events).await;
         Ok(())
     }
 
+    /// Folds the committed `events` (from seq `first`) into `state`, bar the first `folded`
+    /// (deferred ones, folded already), and publishes them all.
     async fn after_commit(
         &self,
         mut state: Option<&mut LoopState>,
         first: i64,
+        folded: usize,
         events: &[(String, Value)],
     ) {
         let mut live = Vec::with_capacity(events.len());
         for (i, (kind, data)) in (0i64..).zip(events) {
-            if let Some(s) = state.as_deref_mut() {
+            if let Some(s) = state.as_deref_mut()
+                && usize::try_from(i).unwrap_or(usize::MAX) >= folded
+            {
                 machine::apply(s, first + i, kind, data);
             }
             live.push(LiveEvent {
@@ -678,6 +823,8 @@ impl Driver {
 
     /// Hands the run back (queued) for another executor.
     async fn release(&self) -> Result<(), Stop> {
+        // What was deferred is written first: the next executor need not repeat it.
+        self.flush_deferred().await?;
         let unstarted = std::mem::take(
             &mut *self
                 .unstarted

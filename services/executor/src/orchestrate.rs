@@ -10,7 +10,9 @@
 //! - Every call is recorded as started (with `idempotent` from its class) before any runs — by
 //!   the commit of the model turn that made it, or, for a run resumed mid-turn, by one write
 //!   before the calls start; each result is committed with its ledger entry and any events the
-//!   tool emitted, together.
+//!   tool emitted, together. The last result of a turn, when its call is read-only, is
+//!   committed with the run's next step instead (within `executor.step_hold_ms`: see
+//!   [`Driver::defer`]); a crash before that runs the call again, and records it once.
 //! - A tool that asks to park the run (`Interruption`) parks it after the others finished; only
 //!   the first ask of a turn parks, later ones are answered with an error.
 
@@ -20,11 +22,11 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use weft_core::agent::AgentContent;
 use weft_core::run::{Interruption, RunEvent, ToolResultEvent};
-use weft_store::{LedgerEntry, LedgerStart, StepChange};
+use weft_store::{LedgerDone, LedgerEntry, LedgerStart, StepChange};
 
 use crate::driver::{Driver, Stop, parse_input};
 use crate::machine::{LoopState, ToolCall};
-use crate::tools::{ToolCtx, ToolOutcome, ToolOutput};
+use crate::tools::{SideEffect, ToolCtx, ToolOutcome, ToolOutput};
 
 /// A call that passed the ledger rules and default-deny, to be run.
 struct Admitted {
@@ -112,6 +114,7 @@ impl Driver {
             .clear();
         let limit = self.inner.cfg.max_parallel_tools.max(1);
         let iteration = state.iterations;
+        let mut outstanding = to_run.len();
         let mut running = futures::stream::iter(to_run.into_iter().map(|a| async move {
             let ctx = ToolCtx::new(self, def, &a.call, iteration);
             let out = a.tool.call(&ctx, &a.input).await;
@@ -132,9 +135,22 @@ impl Driver {
                 n = running.next() => n,
             };
             let Some((a, out, events)) = next else { break };
+            outstanding -= 1;
             match out.map_err(|e| e.0)? {
                 ToolOutcome::Done(out) => {
-                    self.finish_call(state, &a.call, &out, events).await?;
+                    // The turn's last result, of a read-only call, goes with the run's next
+                    // step (the next model turn's, within its hold); any other at once. (An
+                    // idempotent call may have written to the transcript, as `Agent` does: run
+                    // again, it would write that again.)
+                    if outstanding == 0
+                        && self.inner.cfg.step_hold_ms > 0
+                        && matches!(a.tool.side_effect(&a.input), SideEffect::ReadOnly)
+                    {
+                        let (events, done) = call_result(&a.call, &out, events);
+                        self.defer(state, events, vec![done], None).await;
+                    } else {
+                        self.finish_call(state, &a.call, &out, events).await?;
+                    }
                     ledger.remove(&a.call.id);
                 }
                 ToolOutcome::Ask { question } => asks.push((a, question, events)),
@@ -185,22 +201,30 @@ impl Driver {
         state: &mut LoopState,
         c: &ToolCall,
         out: &ToolOutput,
-        mut events: Vec<RunEvent>,
+        events: Vec<RunEvent>,
     ) -> Result<(), Stop> {
-        events.push(result_event(c, out, false));
-        self.step(
-            Some(state),
-            events,
-            StepChange::ToolResult {
-                tool_use_id: c.id.clone(),
-                tool: c.name.clone(),
-                input: parse_input(&c.input_json),
-                result: out.text.clone(),
-                is_error: out.is_error,
-            },
-        )
-        .await
+        let (events, done) = call_result(c, out, events);
+        self.step_with(Some(state), events, StepChange::Events, vec![done])
+            .await
     }
+}
+
+/// A call's result as the events that record it (the tool's own, then the result) and its
+/// ledger row.
+fn call_result(
+    c: &ToolCall,
+    out: &ToolOutput,
+    mut events: Vec<RunEvent>,
+) -> (Vec<RunEvent>, LedgerDone) {
+    events.push(result_event(c, out, false));
+    let done = LedgerDone {
+        tool_use_id: c.id.clone(),
+        tool: c.name.clone(),
+        input: parse_input(&c.input_json),
+        result: out.text.clone(),
+        is_error: out.is_error,
+    };
+    (events, done)
 }
 
 fn result_event(c: &ToolCall, out: &ToolOutput, reused: bool) -> RunEvent {

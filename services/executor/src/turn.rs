@@ -1,7 +1,8 @@
 //! One model turn: the request built from the loop state, streamed from the router's `Chat`
 //! (`provider_chosen` / `provider_fallback` committed with the turn, or on their own when the
 //! turn takes a while or streams text; text deltas published live), and the whole turn —
-//! assistant message, tool calls, usage and the run's progress — committed together.
+//! assistant message, tool calls, usage and the run's progress — committed together; a turn
+//! without tool calls is committed with the step that follows it (finishing, parking).
 
 use futures::StreamExt as _;
 use weft_core::agent::AgentContent;
@@ -71,6 +72,8 @@ impl Driver {
                 Err(TurnError::Model(e)) => return Ok(Err(e)),
                 Err(TurnError::Stop(s)) => return Err(s),
                 Err(TurnError::Router(why)) => {
+                    // What waited on this turn's hold is written before waiting on a router.
+                    self.flush_deferred().await?;
                     let Some(ms) = retries.next() else {
                         return Ok(Err(Error::new(
                             ErrorCode::Unavailable,
@@ -134,6 +137,14 @@ impl Driver {
         total.add(&turn.usage);
         let total = serde_json::to_value(total).unwrap_or_default();
         let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
+        if calls.is_empty() && self.inner.cfg.step_hold_ms > 0 {
+            // A turn without tool calls: the run finishes, parks or takes input next, and that
+            // step commits the turn first, with its progress. A crash before it calls the
+            // model again; nothing of this turn was recorded.
+            self.defer(state, events, Vec::new(), Some((iterations, total)))
+                .await;
+            return Ok(Ok(Vec::new()));
+        }
         self.step(
             Some(state),
             events,
@@ -153,11 +164,12 @@ impl Driver {
     /// held, which the turn commits ahead of its message.
     ///
     /// Those events are held, not written at once: a turn that ends within
-    /// `executor.provider_hold_ms` of its call to the router commits them with its message, one
+    /// `executor.step_hold_ms` of its call to the router commits them with its message, one
     /// step instead of two. They are written on their own (so a watcher knows an executor is on
     /// the turn) as soon as the hold is over — at once when they arrive after it — before the
     /// first text delta goes out (the transcript keeps them ahead of the text), and before the
-    /// turn fails or breaks off.
+    /// turn fails or breaks off. The tool results deferred before the turn
+    /// ([`Driver::defer`]) wait under the same hold and go first in whichever step that is.
     async fn stream_turn(
         &self,
         req: ChatRequest,
@@ -166,17 +178,30 @@ impl Driver {
         let mut last_seq = last_seq;
         let mut held: Vec<RunEvent> = Vec::new();
         let hold_until = tokio::time::Instant::now()
-            + std::time::Duration::from_millis(self.inner.cfg.provider_hold_ms);
+            + std::time::Duration::from_millis(self.inner.cfg.step_hold_ms);
         let r = self.internal(weft_proto::chat_request_to_proto(req))?;
         let mut client = self.inner.router.clone();
-        let mut stream = client.chat(r).await.map_err(router_err)?.into_inner();
-        let mut acc = Assembler::default();
         let hold = tokio::time::sleep_until(hold_until);
         tokio::pin!(hold);
+        // The router answers at the provider's first byte, which may take a while: what was
+        // deferred before the turn goes out when the hold is over, whatever the router does.
+        let call = client.chat(r);
+        tokio::pin!(call);
+        let answered = loop {
+            tokio::select! {
+                biased;
+                () = &mut hold, if self.has_deferred() => {
+                    last_seq = self.write_held(&mut held).await?;
+                }
+                a = &mut call => break a,
+            }
+        };
+        let mut stream = answered.map_err(router_err)?.into_inner();
+        let mut acc = Assembler::default();
         loop {
             let next = tokio::select! {
                 biased;
-                () = &mut hold, if !held.is_empty() => {
+                () = &mut hold, if self.holding(&held) => {
                     last_seq = self.write_held(&mut held).await?;
                     continue;
                 }
@@ -210,7 +235,7 @@ impl Driver {
                     message: f.message.clone(),
                 })),
                 ChatEvent::TextDelta(t) => {
-                    if !held.is_empty() {
+                    if self.holding(&held) {
                         last_seq = self.write_held(&mut held).await?;
                     }
                     self.live_delta(last_seq, t).await;
@@ -218,7 +243,7 @@ impl Driver {
                 _ => {}
             }
             // Provider events arriving after the hold go out at once.
-            if !held.is_empty() && tokio::time::Instant::now() >= hold_until {
+            if self.holding(&held) && tokio::time::Instant::now() >= hold_until {
                 last_seq = self.write_held(&mut held).await?;
             }
             acc.push(ev);
@@ -232,10 +257,15 @@ impl Driver {
         }
     }
 
-    /// Writes the held provider events (if any) as a step of their own; the seq of the last
-    /// event committed.
+    /// Whether the turn holds anything back: provider events, or what was deferred before it.
+    fn holding(&self, held: &[RunEvent]) -> bool {
+        !held.is_empty() || self.has_deferred()
+    }
+
+    /// Writes the held provider events and what was deferred (if any) as a step of their own;
+    /// the seq of the last event committed.
     async fn write_held(&self, held: &mut Vec<RunEvent>) -> Result<i64, TurnError> {
-        if !held.is_empty() {
+        if self.holding(held) {
             self.persist(None, std::mem::take(held))
                 .await
                 .map_err(TurnError::Stop)?;

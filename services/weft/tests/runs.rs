@@ -644,7 +644,7 @@ async fn provider_chosen_goes_with_a_quick_turn_and_on_its_own_before_text_or_a_
     let f = TestFleet::start_with(|c| {
         // Wide margins both ways: a quick turn ends well within the hold even on a loaded
         // machine, and a paced one outlasts it.
-        c.executor.provider_hold_ms = 1_000;
+        c.executor.step_hold_ms = 1_000;
         // A tool-call turn on it streams for about 3 × 600 ms, with no text.
         mock_model(
             c,
@@ -715,4 +715,204 @@ async fn provider_chosen_goes_with_a_quick_turn_and_on_its_own_before_text_or_a_
         chosen.1, message.1,
         "a turn still streaming after the hold commits provider_chosen on its own: {c:?}"
     );
+}
+
+// Multi-thread: as above.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_calls_result_goes_with_the_next_step_and_a_text_turn_with_the_finish() {
+    let f = TestFleet::start_with(|c| {
+        // As above: wide margins both ways.
+        c.executor.step_hold_ms = 1_000;
+        mock_model(
+            c,
+            "paced",
+            weft_config::MockModelConfig {
+                token_delay_ms: 600,
+                ..Default::default()
+            },
+        );
+        // Its first byte comes well after the hold.
+        mock_model(
+            c,
+            "late",
+            weft_config::MockModelConfig {
+                latency_ms: 3_000,
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    for (name, model) in [
+        ("quick", "mock-1"),
+        ("paced", "mock/paced"),
+        ("late", "mock/late"),
+    ] {
+        put_agent(
+            &f,
+            &f.admin,
+            name,
+            json!({"model": model, "tools": ["Context", "HTTP"]}),
+        )
+        .await;
+    }
+    let input = script(
+        json!([
+            // Effectful (a POST; refused here, no host is allowed): its result at once.
+            [{"name": "HTTP", "input": {"method": "POST", "url": "http://127.0.0.1:9/x"}}],
+            // Read-only: each result goes with the next step.
+            [{"name": "Context", "input": {"op": "time"}}],
+            [{"name": "Context", "input": {"op": "time"}}]
+        ]),
+        "all done now",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "quick", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let c = commits(&f, &run).await;
+    let at = |kind: &str, nth: usize| {
+        c.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
+            .1
+            .clone()
+    };
+    assert_ne!(
+        at("tool_result", 0),
+        at("assistant_message", 1),
+        "an effectful call's result is committed at once: {c:?}"
+    );
+    assert_eq!(
+        at("tool_result", 1),
+        at("assistant_message", 2),
+        "a read-only call's result goes with the next turn when it ends within the hold: {c:?}"
+    );
+    assert_eq!(
+        at("tool_result", 2),
+        at("provider_chosen", 3),
+        "or with the provider events a text turn writes before its first text_delta: {c:?}"
+    );
+    assert_ne!(
+        at("provider_chosen", 3),
+        at("assistant_message", 3),
+        "{c:?}"
+    );
+    assert_eq!(
+        at("assistant_message", 3),
+        at("run_finished", 0),
+        "a turn without tool calls is committed with the finish: {c:?}"
+    );
+    // Each call is recorded once, finished.
+    let ledger: Vec<(String, String)> = sqlx::query_as(
+        "SELECT tool, status FROM tool_ledger WHERE run_id = $1 ORDER BY started_at",
+    )
+    .bind(run.parse::<uuid::Uuid>().unwrap())
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(ledger.len(), 3, "{ledger:?}");
+    assert!(ledger.iter().all(|(_, s)| s == "finished"), "{ledger:?}");
+    // The stream showed every event once, in seq order.
+    let seqs: Vec<i64> = frames
+        .iter()
+        .filter(|(_, k, _)| k != "text_delta")
+        .map(|(seq, _, _)| *seq)
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(seqs.len(), c.len(), "{seqs:?} against {c:?}");
+
+    // Paced: the next turn (tool calls, no text) outlasts the hold, so the result deferred
+    // before it is committed when the hold is over, with the turn's provider_chosen, ahead of
+    // its message.
+    let input = script(
+        json!([
+            [{"name": "Context", "input": {"op": "time"}}],
+            [{"name": "Context", "input": {"op": "time"}}]
+        ]),
+        "done",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "paced", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let c = commits(&f, &run).await;
+    let at = |kind: &str, nth: usize| {
+        c.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
+            .1
+            .clone()
+    };
+    assert_eq!(at("tool_result", 0), at("provider_chosen", 1), "{c:?}");
+    assert_ne!(
+        at("tool_result", 0),
+        at("assistant_message", 1),
+        "a result waits no longer than the hold: {c:?}"
+    );
+
+    // Late: the router answers the next turn (at the provider's first byte) about 2 s after
+    // the hold is over, and the result does not wait for it: it is committed that much before
+    // the turn's provider_chosen (half of it is the margin asserted).
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "done",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "late", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let times: Vec<(String, f64)> = sqlx::query_as(
+        "SELECT kind, extract(epoch FROM created_at)::float8 FROM run_events WHERE run_id = $1 ORDER BY seq",
+    )
+    .bind(run.parse::<uuid::Uuid>().unwrap())
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    let when = |kind: &str, nth: usize| {
+        times
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {times:?}"))
+            .1
+    };
+    assert!(
+        when("provider_chosen", 1) - when("tool_result", 0) >= 1.0,
+        "a result waits no longer than the hold, even for the router to answer: {times:?}"
+    );
+}
+
+// Multi-thread: as above.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_step_hold_each_result_and_turn_commits_on_its_own() {
+    let f = TestFleet::start_with(|c| c.executor.step_hold_ms = 0).await;
+    put_agent(
+        &f,
+        &f.admin,
+        "quick",
+        json!({"model": "mock-1", "tools": ["Context"]}),
+    )
+    .await;
+    let input = script(
+        json!([[{"name": "Context", "input": {"op": "time"}}]]),
+        "all done now",
+    );
+    let run = create(&f, &f.admin, json!({"agent": "quick", "input": input})).await;
+    let frames = stream(&f, &f.admin, &run, "", None).await;
+    assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
+    let c = commits(&f, &run).await;
+    let at = |kind: &str, nth: usize| {
+        c.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
+            .1
+            .clone()
+    };
+    assert_ne!(
+        at("provider_chosen", 0),
+        at("assistant_message", 0),
+        "{c:?}"
+    );
+    assert_ne!(at("tool_result", 0), at("provider_chosen", 1), "{c:?}");
+    assert_ne!(at("assistant_message", 1), at("run_finished", 0), "{c:?}");
 }

@@ -291,10 +291,12 @@ pub struct ExecutorConfig {
     pub max_concurrent_runs: usize,
     /// Tool calls of one model turn run at once.
     pub max_parallel_tools: usize,
-    /// How long a model turn holds its `provider_chosen` (and `provider_fallback`) events back
-    /// to commit them with its message, in milliseconds; a turn still going after this, or
-    /// streaming text, commits them on their own first. 0 commits them at once.
-    pub provider_hold_ms: u64,
+    /// How long, from its call to the router, a model turn holds back the events that would
+    /// otherwise be a commit of their own — its `provider_chosen` (and `provider_fallback`), and
+    /// the result of the read-only tool call before it — to commit them with its message, in
+    /// milliseconds; a turn still going after this, or streaming text, commits them on their own
+    /// first. 0 commits each as it comes.
+    pub step_hold_ms: u64,
     /// Deepest sub-run nesting allowed (a top-level run has depth 0).
     pub max_depth: u32,
     /// Deliveries of one dispatch message before JetStream gives up on it; also how many times a
@@ -331,7 +333,7 @@ impl Default for ExecutorConfig {
             heartbeat_ms: 3_000,
             max_concurrent_runs: 256,
             max_parallel_tools: 8,
-            provider_hold_ms: 50,
+            step_hold_ms: 50,
             max_depth: 4,
             max_deliver: 20,
             sweep_interval_ms: 5_000,
@@ -909,10 +911,10 @@ impl Config {
                 e.sweep_interval_ms, e.sweep_after_ms
             ));
         }
-        if e.provider_hold_ms > 10_000 {
+        if e.step_hold_ms > 10_000 {
             return bad(format!(
-                "executor.provider_hold_ms must be at most 10000 (a watcher learns the provider of a turn this late at worst), got {}",
-                e.provider_hold_ms
+                "executor.step_hold_ms must be at most 10000 (a watcher learns the provider of a turn, or a tool's result, this late at worst), got {}",
+                e.step_hold_ms
             ));
         }
         if let Some(cidr) = e.http_private_exempt.iter().find(|c| !is_cidr(c)) {

@@ -15,13 +15,13 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
-    RunStore, RunStoreError, Swept, Transcript,
+    RunStore, RunStoreError, Swept, Transcript, storable,
 };
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,
 };
-pub use steps::{LedgerStart, STEP_SQL, Step, StepChange, StepWriter, WRITER_SESSION};
+pub use steps::{LedgerDone, LedgerStart, STEP_SQL, Step, StepChange, StepWriter, WRITER_SESSION};
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 

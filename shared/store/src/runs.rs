@@ -984,7 +984,7 @@ pub(crate) fn stale_on_conflict(e: sqlx::Error, run: RunId) -> RunStoreError {
 
 /// Whatever reaches the transcript is storable: the one rule of `weft_core::storable` (U+0000
 /// becomes U+FFFD), applied in place to every event written, by whichever writer.
-pub(crate) fn storable(events: &mut [(String, Value)]) {
+pub fn storable(events: &mut [(String, Value)]) {
     for (_, d) in events {
         weft_core::storable::json(d);
     }

@@ -57,14 +57,17 @@ pub enum StepChange {
     /// Records tool calls as about to run. A row already there (a resumed run) is left as it
     /// is, bar its epoch and start time while it is still `started`.
     LedgerStart(Vec<LedgerStart>),
-    /// Records a call's result, inserting its row (not idempotent) when it has none.
-    ToolResult {
-        tool_use_id: String,
-        tool: String,
-        input: Value,
-        result: String,
-        is_error: bool,
-    },
+}
+
+/// A tool call's result, recorded in the ledger; its row is inserted (not idempotent) when it
+/// has none.
+#[derive(Clone, Debug)]
+pub struct LedgerDone {
+    pub tool_use_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub result: String,
+    pub is_error: bool,
 }
 
 /// A tool call about to run.
@@ -77,8 +80,9 @@ pub struct LedgerStart {
     pub idempotent: bool,
 }
 
-/// One fenced step of one run: its events (appended from `first_seq`) and its change, written
-/// only under lease epoch `epoch`.
+/// One fenced step of one run: its events (appended from `first_seq`), its change and the tool
+/// results it records, written only under lease epoch `epoch`. One statement may touch a ledger
+/// row once: a result's call is not also among the change's calls, nor twice in `done`.
 #[derive(Clone, Debug)]
 pub struct Step {
     pub run: RunId,
@@ -86,6 +90,7 @@ pub struct Step {
     pub first_seq: i64,
     pub events: Vec<(String, Value)>,
     pub change: StepChange,
+    pub done: Vec<LedgerDone>,
 }
 
 /// Every step of a batch as the statement's arrays.
@@ -127,7 +132,7 @@ impl Columns {
         self.id.push(run);
         self.epoch.push(step.epoch);
         let (mode, iterations, usage, status, stop_reason, error, interrupt) = match &step.change {
-            StepChange::Events | StepChange::LedgerStart(_) | StepChange::ToolResult { .. } => {
+            StepChange::Events | StepChange::LedgerStart(_) => {
                 (0, None, None, None, None, None, None)
             }
             StepChange::Turn {
@@ -201,24 +206,17 @@ impl Columns {
                 .push(weft_core::storable::json_owned(c.input.clone()));
             self.start_idempotent.push(c.idempotent);
         }
-        if let StepChange::ToolResult {
-            tool_use_id,
-            tool,
-            input,
-            result,
-            is_error,
-        } = &step.change
-        {
+        for d in &step.done {
             self.done_run.push(run);
             self.done_epoch.push(step.epoch);
-            self.done_id.push(tool_use_id.clone());
+            self.done_id.push(d.tool_use_id.clone());
             self.done_tool
-                .push(weft_core::storable::text(tool).into_owned());
+                .push(weft_core::storable::text(&d.tool).into_owned());
             self.done_input
-                .push(weft_core::storable::json_owned(input.clone()));
+                .push(weft_core::storable::json_owned(d.input.clone()));
             self.done_result
-                .push(weft_core::storable::text(result).into_owned());
-            self.done_error.push(*is_error);
+                .push(weft_core::storable::text(&d.result).into_owned());
+            self.done_error.push(d.is_error);
         }
     }
 }
