@@ -5,6 +5,7 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::panic,
     reason = "integration tests: a panic is how a test fails"
 )]
 
@@ -625,6 +626,16 @@ async fn a_fallback_during_a_run_is_recorded_in_its_transcript() {
     assert_eq!(frames.last().unwrap().2["data"]["stop_reason"], "end_turn");
 }
 
+/// The value beside the `nth` event of `kind` in `rows` (`(kind, value)` by seq).
+fn nth_of<T: Clone + std::fmt::Debug>(rows: &[(String, T)], kind: &str, nth: usize) -> T {
+    rows.iter()
+        .filter(|(k, _)| k == kind)
+        .nth(nth)
+        .unwrap_or_else(|| panic!("no {kind} #{nth} in {rows:?}"))
+        .1
+        .clone()
+}
+
 /// The transaction that wrote each event of `run`, by seq: `(kind, xmin)`.
 async fn commits(f: &TestFleet, run: &str) -> Vec<(String, String)> {
     let run: uuid::Uuid = run.parse().unwrap();
@@ -684,14 +695,7 @@ async fn provider_chosen_goes_with_a_quick_turn_and_on_its_own_before_text_or_a_
     let first_delta = kinds.iter().position(|k| *k == "text_delta").unwrap();
     assert!(second_chosen < first_delta, "{kinds:?}");
     let c = commits(&f, &run).await;
-    let at = |kind: &str, nth: usize| {
-        c.iter()
-            .filter(|(k, _)| k == kind)
-            .nth(nth)
-            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
-            .1
-            .clone()
-    };
+    let at = |kind: &str, nth: usize| nth_of(&c, kind, nth);
     assert_eq!(
         at("provider_chosen", 0),
         at("assistant_message", 0),
@@ -769,14 +773,7 @@ async fn a_read_only_calls_result_goes_with_the_next_step_and_a_text_turn_with_t
     let frames = stream(&f, &f.admin, &run, "", None).await;
     assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
     let c = commits(&f, &run).await;
-    let at = |kind: &str, nth: usize| {
-        c.iter()
-            .filter(|(k, _)| k == kind)
-            .nth(nth)
-            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
-            .1
-            .clone()
-    };
+    let at = |kind: &str, nth: usize| nth_of(&c, kind, nth);
     assert_ne!(
         at("tool_result", 0),
         at("assistant_message", 1),
@@ -835,14 +832,7 @@ async fn a_read_only_calls_result_goes_with_the_next_step_and_a_text_turn_with_t
     let frames = stream(&f, &f.admin, &run, "", None).await;
     assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
     let c = commits(&f, &run).await;
-    let at = |kind: &str, nth: usize| {
-        c.iter()
-            .filter(|(k, _)| k == kind)
-            .nth(nth)
-            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
-            .1
-            .clone()
-    };
+    let at = |kind: &str, nth: usize| nth_of(&c, kind, nth);
     assert_eq!(at("tool_result", 0), at("provider_chosen", 1), "{c:?}");
     assert_ne!(
         at("tool_result", 0),
@@ -867,14 +857,7 @@ async fn a_read_only_calls_result_goes_with_the_next_step_and_a_text_turn_with_t
     .fetch_all(&f.db.pool)
     .await
     .unwrap();
-    let when = |kind: &str, nth: usize| {
-        times
-            .iter()
-            .filter(|(k, _)| k == kind)
-            .nth(nth)
-            .unwrap_or_else(|| panic!("no {kind} #{nth} in {times:?}"))
-            .1
-    };
+    let when = |kind: &str, nth: usize| nth_of(&times, kind, nth);
     assert!(
         when("provider_chosen", 1) - when("tool_result", 0) >= 1.0,
         "a result waits no longer than the hold, even for the router to answer: {times:?}"
@@ -900,14 +883,7 @@ async fn with_no_step_hold_each_result_and_turn_commits_on_its_own() {
     let frames = stream(&f, &f.admin, &run, "", None).await;
     assert_eq!(frames.last().unwrap().2["data"]["status"], "succeeded");
     let c = commits(&f, &run).await;
-    let at = |kind: &str, nth: usize| {
-        c.iter()
-            .filter(|(k, _)| k == kind)
-            .nth(nth)
-            .unwrap_or_else(|| panic!("no {kind} #{nth} in {c:?}"))
-            .1
-            .clone()
-    };
+    let at = |kind: &str, nth: usize| nth_of(&c, kind, nth);
     assert_ne!(
         at("provider_chosen", 0),
         at("assistant_message", 0),
