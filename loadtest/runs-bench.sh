@@ -2,9 +2,10 @@
 # Reproduces weft's runs benchmark on this machine (see loadtest/README.md, "runs-bench.sh"):
 #   1. builds release binaries of `weft` and `weft-loadtest`;
 #   2. starts `weft up` (fresh database, its own NATS/Redis prefixes, mock models `mock-1`
-#      (instant) and `slow` (200 ms)) and defines the agents `bench` and `bench-slow`;
+#      (instant) and `slow` (200 ms between tokens)) and defines the agents `bench` and
+#      `bench-slow`;
 #   3. runs the `runs` scenario at concurrency 16 and 64 (3 model turns + 2 tool calls a run,
-#      every 10th run of a worker a long run that is cancelled), then `parked` (10000
+#      every 10th run of a worker a long run cancelled while its reply streams), then `parked` (10000
 #      interactive runs parked, the executor's memory before and after); then, with
 #      PARKED_SPLIT=1, restarts weft as a gateway-only `weft up` and a separate `weft executor`
 #      and parks two batches of PARKED runs, both kept parked, reading that executor's memory
@@ -19,7 +20,8 @@
 # the run, so the counts are weft's alone.
 #
 # Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
-# PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), SETTLE (5s), SLOW_LATENCY_MS (200), GEN_THREADS (1),
+# PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), SETTLE (5s), SLOW_LATENCY_MS (0), SLOW_TOKEN_MS (200),
+# SLOW_TURNS (0), GEN_THREADS (1),
 # RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
 # (127.0.0.1), PGPORT (5432), PGUSER (postgres), PRIVATE_INFRA (1), and without it NATS_HOST
 # (127.0.0.1), NATS_PORT (4222), REDIS_URL (redis://127.0.0.1:6379).
@@ -36,7 +38,14 @@ PARKED=${PARKED:-10000}
 PARKED_IN_FLIGHT=${PARKED_IN_FLIGHT:-64}
 PARKED_SPLIT=${PARKED_SPLIT:-1}
 SETTLE=${SETTLE:-5s}
-SLOW_LATENCY_MS=${SLOW_LATENCY_MS:-200}
+# The long (cancelled) run: SLOW_TURNS turns of `Context`, then a reply whose words come
+# SLOW_TOKEN_MS apart after SLOW_LATENCY_MS. The cancel is sent once the stream shows
+# `provider_chosen`: by default while the reply streams. (Until 2026-11-27 the defaults were
+# SLOW_LATENCY_MS=200 SLOW_TOKEN_MS=0 SLOW_TURNS=50: each long run then idled 200 ms for its first
+# byte, which capped 8 workers below 400 runs/s whatever weft did.)
+SLOW_LATENCY_MS=${SLOW_LATENCY_MS:-0}
+SLOW_TOKEN_MS=${SLOW_TOKEN_MS:-200}
+SLOW_TURNS=${SLOW_TURNS:-0}
 GEN_THREADS=${GEN_THREADS:-1}
 SKIP_BUILD=${SKIP_BUILD:-0}
 PGHOST=${PGHOST:-127.0.0.1}
@@ -228,6 +237,7 @@ kind = "mock"
 # Slow: the cancelled runs are still in a model call when the cancel arrives.
 [router.providers.mock.models.slow]
 latency_ms = $SLOW_LATENCY_MS
+token_delay_ms = $SLOW_TOKEN_MS
 
 [gateway]
 tenant_max_concurrent_runs = 100000
@@ -298,8 +308,8 @@ for c in $CONCURRENCY; do
     CPU0=$(proc_cpu_ms "$WEFT_PID")
     counters >"$TMP/counters0.json"
     "$LT" runs --url "$WEFT_URL" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" \
-        --cancel-every "$CANCEL_EVERY" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
-        --out "$STAGING/runs-c$c.json" >/dev/null
+        --cancel-every "$CANCEL_EVERY" --slow-turns "$SLOW_TURNS" --executor-pid "$WEFT_PID" \
+        --threads "$GEN_THREADS" --out "$STAGING/runs-c$c.json" >/dev/null
     # weft's CPU per run over warm-up + measurement (the runs finished in both): stable where
     # wall-clock latencies move 2× on a shared VM.
     CPU1=$(proc_cpu_ms "$WEFT_PID")
@@ -378,11 +388,13 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
     --arg duration "$DURATION" --arg warmup "$WARMUP" --arg concurrency "$CONCURRENCY" \
     --argjson cancel_every "$CANCEL_EVERY" --argjson parked "$PARKED" \
-    --argjson slow_latency_ms "$SLOW_LATENCY_MS" --argjson gen_threads "$GEN_THREADS" \
+    --argjson slow_latency_ms "$SLOW_LATENCY_MS" --argjson slow_token_ms "$SLOW_TOKEN_MS" \
+    --argjson slow_turns "$SLOW_TURNS" --argjson gen_threads "$GEN_THREADS" \
     --argjson steal_pct "$STEAL_PCT" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, concurrency: $concurrency, cancel_every: $cancel_every, parked: $parked,
-      slow_latency_ms: $slow_latency_ms, generator_threads: $gen_threads,
+      slow_latency_ms: $slow_latency_ms, slow_token_ms: $slow_token_ms, slow_turns: $slow_turns,
+      generator_threads: $gen_threads,
       cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
 
 ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 | tostring end" "$2"; }
@@ -391,7 +403,7 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
     echo
     jq -r '"\(.cpu), \(.cores) cores, git \(.git); `weft up` (one process) with mock models; generator \(.generator_threads) thread(s); \(.duration) per run after \(.warmup) warm-up; hypervisor steal \(.cpu_steal_pct)% of CPU time over the run"' "$STAGING/machine.json"
     echo
-    echo "A run: 3 model turns and 2 \`Context\` tool calls (instant mock model). Every ${CANCEL_EVERY}th run of a worker is a long run (${SLOW_LATENCY_MS} ms model) cancelled once an executor holds it. Latencies in ms."
+    echo "A run: 3 model turns and 2 \`Context\` tool calls (instant mock model). Every ${CANCEL_EVERY}th run of a worker is a long run (${SLOW_TURNS} \`Context\` turns, then a reply after ${SLOW_LATENCY_MS} ms with ${SLOW_TOKEN_MS} ms between words) cancelled once its stream shows \`provider_chosen\`. Latencies in ms."
     echo
     echo "| workers | runs/s | weft CPU ms/run | StartRun p50 | p90 | p99 | max | end-to-end p50 | p90 | p99 | max | cancel-ack p50 | p99 | max | cancels | failures | RSS start → end (MiB) |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"

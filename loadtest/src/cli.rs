@@ -99,9 +99,13 @@ pub struct RunsArgs {
     /// started; 0 cancels none.
     #[arg(long, default_value_t = 10)]
     pub cancel_every: u64,
-    /// Model turns of the long run's script (each calls `Context` once).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=999))]
+    /// Model turns of the long run's script that call `Context` once each, before its reply.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=999))]
     pub slow_turns: u32,
+    /// Words of the long run's reply: on a model that paces its tokens (`token_delay_ms`), the
+    /// cancel lands while the reply streams.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub slow_words: u32,
     /// Deadline of one run, from `POST /v1/runs` to `run_finished`; a run still going then
     /// counts as a `<phase>:timeout` failure.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
@@ -670,7 +674,7 @@ mod tests {
         assert_eq!(a.slow_agent, "bench-slow");
         assert_eq!(a.concurrency, 16);
         assert_eq!(a.cancel_every, 10);
-        assert_eq!(a.slow_turns, 50);
+        assert_eq!((a.slow_turns, a.slow_words), (0, 100));
         assert_eq!(a.weft.executor_pid, None);
         assert!(parse(&["runs", "--concurrency", "0"]).is_err());
         let Command::Runs(a) = parse(&[

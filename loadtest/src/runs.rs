@@ -57,11 +57,13 @@ pub fn quick_script() -> String {
     )
 }
 
-/// The cancelled run's input: `turns` turns of one `Context` call each.
-pub fn slow_script(turns: u32) -> String {
+/// The cancelled run's input: `turns` turns of one `Context` call each, then a reply of `words`
+/// words.
+pub fn slow_script(turns: u32, words: u32) -> String {
     let turn = json!([{"name": "Context", "input": {"op": "time"}}]);
     let turns: Vec<Value> = (0..turns).map(|_| turn.clone()).collect();
-    mock_script(&turns, "done")
+    let reply = vec!["word"; words as usize].join(" ");
+    mock_script(&turns, &reply)
 }
 
 /// The `POST /v1/runs` body.
@@ -398,7 +400,7 @@ pub async fn run(args: &RunsArgs) -> anyhow::Result<RunsReport> {
         quick: Bytes::from(serde_json::to_vec(&run_body(&args.agent, &quick_script()))?),
         slow: Bytes::from(serde_json::to_vec(&run_body(
             &args.slow_agent,
-            &slow_script(args.slow_turns),
+            &slow_script(args.slow_turns, args.slow_words),
         ))?),
     });
     if let Some(pid) = args.weft.executor_pid {
@@ -528,11 +530,15 @@ mod tests {
     }
 
     #[test]
-    fn the_slow_script_has_the_asked_turns() {
-        let s = script_json(&slow_script(50));
+    fn the_slow_script_has_the_asked_turns_and_words() {
+        let s = script_json(&slow_script(50, 3));
         assert_eq!(s["turns"].as_array().unwrap().len(), 50);
         assert_eq!(s["turns"][49][0]["name"], "Context");
-        let body = run_body("bench-slow", &slow_script(2));
+        assert_eq!(s["reply"], "word word word");
+        let s = script_json(&slow_script(0, 100));
+        assert_eq!(s["turns"].as_array().unwrap().len(), 0);
+        assert_eq!(s["reply"].as_str().unwrap().split(' ').count(), 100);
+        let body = run_body("bench-slow", &slow_script(2, 1));
         assert_eq!(body["agent"], "bench-slow");
         assert!(body["input"].as_str().unwrap().starts_with("#mock {"));
     }
