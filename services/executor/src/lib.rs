@@ -288,7 +288,9 @@ impl Executor {
         let _ = inner.accepting.set(shutdown.clone());
         inner.ready.cancel();
         let batch = cfg.max_concurrent_runs.clamp(1, 64);
-        let mut tasks = tokio::task::JoinSet::new();
+        // A tracker, not a JoinSet: a finished run's task (its whole future, tens of KiB) is freed
+        // when it ends, not kept until the next dispatch comes to reap it.
+        let tasks = TaskTracker::new();
         tracing::info!(owner = %inner.owner, "executor pulling runs");
         'outer: while !shutdown.is_cancelled() {
             let mut messages = match consumer
@@ -319,10 +321,10 @@ impl Executor {
                     Some(Ok(msg)) => {
                         let inner = inner.clone();
                         let stop = shutdown.clone();
-                        tasks.spawn(async move {
+                        drop(tasks.spawn(async move {
                             dispatch::handle(inner, msg, stop).await;
                             drop(permit);
-                        });
+                        }));
                     }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "jetstream pull failed; re-subscribing");
@@ -330,12 +332,11 @@ impl Executor {
                     }
                     None => break,
                 }
-                // Reap finished tasks so the set does not grow.
-                while tasks.try_join_next().is_some() {}
             }
         }
         // Drain: held runs see the shutdown token and release themselves.
-        while tasks.join_next().await.is_some() {}
+        tasks.close();
+        tasks.wait().await;
         inner.local_tasks.close();
         inner.local_tasks.wait().await;
         control_task.abort();
