@@ -28,8 +28,11 @@ struct Cli {
     metrics_listen: Option<std::net::SocketAddr>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    weft_telemetry::runtime::run("weft-executor", program())
+}
+
+async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
     o.set("executor", "router_url", cli.router_url)

@@ -90,8 +90,11 @@ impl Service for Gateway {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    weft_telemetry::runtime::run("weft-gateway", program())
+}
+
+async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
     o.set("gateway", "listen", cli.listen)

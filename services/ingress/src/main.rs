@@ -31,8 +31,11 @@ struct Cli {
     database_url: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    weft_telemetry::runtime::run("weft-ingress", program())
+}
+
+async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
     o.set("ingress", "listen", cli.listen)

@@ -72,8 +72,11 @@ impl Service for Bridge {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    weft_telemetry::runtime::run("weft-mcp-bridge", program())
+}
+
+async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
     o.set("mcp_bridge", "listen", cli.listen).set(

@@ -74,8 +74,11 @@ enum Cmd {
     Mcp(McpArgs),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    weft_telemetry::runtime::run("weft", program())
+}
+
+async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
     o.set("database", "url", cli.common.database_url.as_deref());
