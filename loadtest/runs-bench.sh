@@ -32,7 +32,8 @@ cd "$ROOT"
 
 DURATION=${DURATION:-20s}
 WARMUP=${WARMUP:-2s}
-CONCURRENCY=${CONCURRENCY:-"16 64"}
+# Empty (CONCURRENCY="") runs no `runs` scenario: only the parked ones.
+CONCURRENCY=${CONCURRENCY-"16 64"}
 CANCEL_EVERY=${CANCEL_EVERY:-10}
 PARKED=${PARKED:-10000}
 PARKED_IN_FLIGHT=${PARKED_IN_FLIGHT:-64}
@@ -66,6 +67,10 @@ WEFT=${WEFT_BIN:-$ROOT/target/release/weft}
 
 log() { printf '[runs-bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# A long run with nothing paced before its end would finish before its cancel lands.
+if ((CANCEL_EVERY > 0 && SLOW_TOKEN_MS == 0 && SLOW_TURNS == 0)); then
+    die "SLOW_TOKEN_MS=0 with SLOW_TURNS=0: the long run's reply would arrive whole and finish before the cancel; set SLOW_TOKEN_MS (e.g. 200) or SLOW_TURNS (e.g. 50)"
+fi
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
 

@@ -289,7 +289,8 @@ impl Executor {
         inner.ready.cancel();
         let batch = cfg.max_concurrent_runs.clamp(1, 64);
         // A tracker, not a JoinSet: a finished run's task (its whole future, tens of KiB) is freed
-        // when it ends, not kept until the next dispatch comes to reap it.
+        // when it ends, not kept until the next dispatch comes to reap it. The runs stop through
+        // `shutdown` (below); dropping this future instead would leave them running detached.
         let tasks = TaskTracker::new();
         tracing::info!(owner = %inner.owner, "executor pulling runs");
         'outer: while !shutdown.is_cancelled() {

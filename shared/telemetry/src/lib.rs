@@ -47,7 +47,18 @@ impl std::fmt::Debug for TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown() {
+        // The flush waits (up to 5 s) for the exporter, which needs the runtime's workers; on a
+        // worker of a multi-threaded runtime (where [`runtime::run`] runs every binary), the
+        // wait moves off the worker so the exporter's tasks can still run.
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let shutdown = || self.provider.shutdown();
+        let flushed = if on_worker {
+            tokio::task::block_in_place(shutdown)
+        } else {
+            shutdown()
+        };
+        if let Err(e) = flushed {
             eprintln!("telemetry: flushing spans failed: {e}");
         }
     }

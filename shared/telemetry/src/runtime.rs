@@ -4,14 +4,18 @@
 //! - **Idle threads hand their free pages back.** mimalloc keeps the pages a thread freed in that
 //!   thread's own heap until the thread allocates again; a worker that goes idle after a burst
 //!   would keep them (and the process's RSS) for good. Each worker, as it goes idle, collects its
-//!   heap at most once a second ([`IDLE_COLLECT_EVERY`]) and returns the free pages to the OS.
+//!   heap at most once a second ([`IDLE_COLLECT_EVERY`]) with `force`: its empty pages go back
+//!   to mimalloc's arenas, and the arenas' free memory (the whole process's) back to the OS.
+//!   Limit: a worker whose last park of a burst comes within a second of its previous collect
+//!   skips it, and keeps that last second's free pages until it next parks after a second.
 //! - **The program runs on the workers, not on the thread that called `main`.** That thread only
 //!   waits; the program's own allocations (a dispatch loop spawning one task per run, say) land
-//!   in heaps that are collected when idle.
+//!   in heaps that are collected when idle. The program's future is polled on a worker's stack
+//!   (tokio's 2 MiB), not `main`'s.
 //!
 //! Measured with `loadtest/runs-bench.sh` (`PARKED_SPLIT=1`): a separate `weft executor`'s RSS
-//! after 2 × 10,000 parked runs went from +19 MiB to +8–11 MiB over its RSS before the first batch;
-//! see docs/performance.md, "Issue 14, fifth step".
+//! after 2 × 10,000 parked runs was +7.7 MiB over its RSS before the first batch (+8 to +12 MiB
+//! in other runs) instead of +17.5 MiB; see docs/performance.md, "Issue 14, fifth step".
 
 use std::cell::Cell;
 use std::future::Future;
@@ -30,12 +34,14 @@ pub const IDLE_COLLECT_EVERY: Duration = Duration::from_secs(1);
               it takes a bool and returns nothing, and is safe to call from any thread at any time"
 )]
 unsafe extern "C" {
-    /// Frees the calling thread's empty pages; with `force`, returns them to the OS at once.
+    /// Frees the calling thread's empty pages; with `force`, also purges every arena's free
+    /// memory (process-wide) back to the OS at once.
     safe fn mi_collect(force: bool);
 }
 
 /// Runs `app` to completion on a new multi-threaded runtime, as `#[tokio::main]` would, and
-/// returns its exit code (a failure when the runtime cannot be built or `app` panics).
+/// returns its exit code (a failure when the runtime cannot be built; a panic in `app` unwinds
+/// out of `main`, exit code 101, as it did under `#[tokio::main]`).
 pub fn run<F>(name: &str, app: F) -> ExitCode
 where
     F: Future<Output = ExitCode> + Send + 'static,
@@ -46,10 +52,14 @@ where
         .build();
     match runtime {
         Ok(rt) => rt.block_on(async move {
-            tokio::spawn(app).await.unwrap_or_else(|e| {
-                eprintln!("{name}: the program panicked: {e}");
-                ExitCode::FAILURE
-            })
+            match tokio::spawn(app).await {
+                Ok(code) => code,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    eprintln!("{name}: the program was cancelled: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }),
         Err(e) => {
             eprintln!("{name}: cannot start the tokio runtime: {e}");
@@ -59,7 +69,8 @@ where
 }
 
 /// Called by a worker thread about to park: collects its heap if it has not in the last
-/// [`IDLE_COLLECT_EVERY`]. Under load a worker parks often, so the cost is one clock read.
+/// [`IDLE_COLLECT_EVERY`]. Under load a worker parks often: most parks cost one clock read, and
+/// one a second per worker a forced collect (measured: no change in the runs benchmark).
 fn collect_when_idle() {
     thread_local! {
         static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
