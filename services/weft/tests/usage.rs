@@ -75,6 +75,15 @@ async fn token(f: &TestFleet, tenant: &str, scopes: &[&str]) -> String {
 }
 
 /// Polls `path` until `done` holds for its 200 body; panics after [`DEADLINE`].
+/// Awaits `fut`; a step still waiting after [`DEADLINE`] fails the test with its name, so a hang
+/// says where it is instead of running into nextest's limit.
+async fn within<T>(step: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, fut)
+        .await
+        .map_err(|_| format!("{step}: still waiting after {DEADLINE:?}"))
+        .unwrap()
+}
+
 async fn until(f: &TestFleet, path: &str, tok: &str, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
@@ -537,9 +546,11 @@ async fn publishing_creates_a_missing_stream_and_names_the_record() {
 /// until the test yields, so all ten are queued before its first batch.
 #[tokio::test(flavor = "current_thread")]
 async fn records_that_end_together_travel_as_one_batch() {
-    let f = TestFleet::start().await;
-    let acme = token(&f, "acme", &["tenant:admin"]).await;
-    let bus = bus(&f).await;
+    // Once (CI, 2026-11-27) this test hung past nextest's 2 minutes and could not be told
+    // where; every step now has a deadline of its own.
+    let f = within("fleet start", TestFleet::start()).await;
+    let acme = within("mint a token", token(&f, "acme", &["tenant:admin"])).await;
+    let bus = within("connect to NATS", bus(&f)).await;
     let js = async_nats::jetstream::new(bus.client().clone());
     let messages = || async {
         js.get_stream(bus.names().usage_stream())
@@ -551,7 +562,7 @@ async fn records_that_end_together_travel_as_one_batch() {
             .state
             .messages
     };
-    let before = messages().await;
+    let before = within("read the usage stream", messages()).await;
     let sender = weft_router::accounting::UsageSender::spawn(bus.clone());
     let c = Call {
         tenant: "acme",
@@ -570,9 +581,16 @@ async fn records_that_end_together_travel_as_one_batch() {
         })
         .collect();
     for rx in sent {
-        rx.await.expect("every caller is released");
+        within("a caller's release", rx)
+            .await
+            .expect("every caller is released");
     }
-    until(&f, "/v1/usage", &acme, |b| total_requests(b) == 10).await;
-    assert_eq!(rows(&f).await, 10);
-    assert_eq!(messages().await - before, 1, "ten records, one message");
+    within(
+        "the usage totals",
+        until(&f, "/v1/usage", &acme, |b| total_requests(b) == 10),
+    )
+    .await;
+    assert_eq!(within("count the rows", rows(&f)).await, 10);
+    let after = within("read the usage stream again", messages()).await;
+    assert_eq!(after - before, 1, "ten records, one message");
 }
