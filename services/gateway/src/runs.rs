@@ -11,10 +11,10 @@ use std::time::Duration;
 use axum::Extension;
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use bytes::Bytes;
 use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -36,6 +36,8 @@ type Result<T> = std::result::Result<T, ApiError>;
 
 /// Keepalive comments on run streams.
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Chunks already waiting are joined into one write up to about this many bytes.
+const JOIN_BYTES: usize = 64 * 1024;
 /// How long a stream waits without any live event before re-reading the transcript, in case
 /// a live message was lost (a publish that failed, a NATS reconnect). Streams wake on live
 /// events; this is only the backstop, so an idle stream costs one query per interval.
@@ -402,48 +404,127 @@ pub async fn stream_run_handler(
 /// The SSE stream of a run from `from_seq`: the transcript replayed from Postgres, then live
 /// events — from memory while an executor of this process works on the run, from NATS
 /// otherwise — deduplicated and gap-filled by seq, until the run finishes.
-fn stream_response(
-    st: AppState,
-    run: RunId,
-    from_seq: i64,
-    slot: StreamSlot,
-) -> Sse<impl futures::Stream<Item = std::result::Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::channel::<Event>(256);
+///
+/// Frames are written a step at a time: the events of one executor step (or one transcript page,
+/// or one NATS message) are serialized into one buffer and go out as one body chunk, and chunks
+/// already waiting when the body is polled are joined into the same write.
+fn stream_response(st: AppState, run: RunId, from_seq: i64, slot: StreamSlot) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         // Held for as long as the stream's task runs: it ends when the run finishes or the
         // client goes away.
         let tx = tx;
-        if let Err(e) = pump(&st, run, from_seq, &tx).await {
-            let _ = tx
-                .send(
-                    Event::default()
-                        .event("error")
-                        .data(json!({"code": e.code.as_str(), "message": e.message}).to_string()),
-                )
-                .await;
+        let mut out = Frames::default();
+        if let Err(e) = pump(&st, run, from_seq, &tx, &mut out).await {
+            out.error(&e);
+            out.flush(&tx).await;
         }
         // The slot goes back before the sender closes: a client that has read the end of its
         // stream can open another at once.
         drop(slot);
         drop(tx);
     });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))
+    let body = futures::stream::unfold(Body::new(rx), |mut b| async move {
+        let chunk = b.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), b))
+    });
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
-fn frame(seq: i64, kind: &str, data: &Value) -> Event {
-    Event::default()
-        .id(seq.to_string())
-        .event(kind)
-        .data(json!({"seq": seq, "kind": kind, "data": data}).to_string())
+/// A stream's body: the pump's chunks, those already waiting joined into one write, and a
+/// keepalive comment when nothing was written for [`KEEPALIVE`].
+struct Body {
+    rx: mpsc::Receiver<Bytes>,
 }
 
-/// Sends transcript events after `*last` until none are left; true when the run finished.
+impl Body {
+    fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        Self { rx }
+    }
+
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        let first = match tokio::time::timeout(KEEPALIVE, self.rx.recv()).await {
+            Ok(chunk) => chunk?,
+            Err(_) => return Some(Bytes::from_static(b": keepalive\n\n")),
+        };
+        let Ok(second) = self.rx.try_recv() else {
+            return Some(first);
+        };
+        let mut joined = Vec::with_capacity(first.len() + second.len());
+        joined.extend_from_slice(&first);
+        joined.extend_from_slice(&second);
+        while joined.len() < JOIN_BYTES
+            && let Ok(more) = self.rx.try_recv()
+        {
+            joined.extend_from_slice(&more);
+        }
+        Some(Bytes::from(joined))
+    }
+}
+
+/// SSE frames not yet handed to the body.
+#[derive(Default)]
+struct Frames {
+    buf: Vec<u8>,
+}
+
+#[derive(serde::Serialize)]
+struct FrameData<'a> {
+    seq: i64,
+    kind: &'a str,
+    data: &'a Value,
+}
+
+impl Frames {
+    /// `id: <seq>`, `event: <kind>`, `data: {"seq","kind","data"}`.
+    fn push(&mut self, seq: i64, kind: &str, data: &Value) {
+        use std::io::Write as _;
+        // Writing to a Vec cannot fail.
+        let _ = write!(self.buf, "id: {seq}\nevent: {kind}\ndata: ");
+        // JSON text has no raw newline (they are escaped), so it is one `data:` line.
+        if let Err(e) = serde_json::to_writer(&mut self.buf, &FrameData { seq, kind, data }) {
+            tracing::error!(error = %e, "writing a run stream frame");
+            self.buf.extend_from_slice(b"{}");
+        }
+        self.buf.extend_from_slice(b"\n\n");
+    }
+
+    fn error(&mut self, e: &Error) {
+        self.buf.extend_from_slice(b"event: error\ndata: ");
+        let body = json!({"code": e.code.as_str(), "message": e.message});
+        let _ = serde_json::to_writer(&mut self.buf, &body);
+        self.buf.extend_from_slice(b"\n\n");
+    }
+
+    /// Hands what is written to the body; false when the client went away.
+    async fn flush(&mut self, tx: &mpsc::Sender<Bytes>) -> bool {
+        if self.buf.is_empty() {
+            return !tx.is_closed();
+        }
+        tx.send(Bytes::from(std::mem::take(&mut self.buf)))
+            .await
+            .is_ok()
+    }
+}
+
+/// Writes transcript events after `*last` until none are left, a page per chunk; `Some(true)`
+/// when the run finished, `None` when the client went away.
 async fn catch_up(
     st: &AppState,
     run: RunId,
     last: &mut i64,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<Bytes>,
+    out: &mut Frames,
 ) -> std::result::Result<Option<bool>, Error> {
     loop {
         let page = st
@@ -452,14 +533,20 @@ async fn catch_up(
             .await
             .map_err(|e| store_err(e).0)?;
         let n = page.len();
+        let mut finished = false;
         for e in page {
             *last = e.seq;
-            if tx.send(frame(e.seq, &e.kind, &e.data)).await.is_err() {
-                return Ok(None);
-            }
+            out.push(e.seq, &e.kind, &e.data);
             if e.kind == EventKind::RunFinished.as_str() {
-                return Ok(Some(true));
+                finished = true;
+                break;
             }
+        }
+        if !out.flush(tx).await {
+            return Ok(None);
+        }
+        if finished {
+            return Ok(Some(true));
         }
         if i64::try_from(n).unwrap_or(0) < PAGE {
             return Ok(Some(false));
@@ -474,19 +561,20 @@ enum Flow {
     End,
 }
 
-/// Sends one live event: a live-only delta after the event it follows, a persisted event in seq
-/// order (a gap is filled from the transcript, a duplicate dropped).
+/// Writes one live event: a live-only delta after the event it follows, a persisted event in seq
+/// order (a gap is filled from the transcript, a duplicate dropped). The caller flushes.
 async fn deliver(
     st: &AppState,
     run: RunId,
     ev: &weft_bus::LiveEvent,
     last: &mut i64,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<Bytes>,
+    out: &mut Frames,
 ) -> std::result::Result<Flow, Error> {
     if !ev.persisted {
         // Live-only deltas belong after the event they follow.
-        if ev.seq >= *last && tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err() {
-            return Ok(Flow::End);
+        if ev.seq >= *last {
+            out.push(ev.seq, &ev.kind, &ev.data);
         }
         return Ok(Flow::Go);
     }
@@ -495,31 +583,54 @@ async fn deliver(
     }
     if ev.seq > *last + 1 {
         // A gap: the transcript has what we missed (it commits in seq order).
-        return Ok(match catch_up(st, run, last, tx).await? {
+        return Ok(match catch_up(st, run, last, tx, out).await? {
             None | Some(true) => Flow::End,
             Some(false) => Flow::Go,
         });
     }
     *last = ev.seq;
-    if tx.send(frame(ev.seq, &ev.kind, &ev.data)).await.is_err()
-        || ev.kind == EventKind::RunFinished.as_str()
-    {
+    out.push(ev.seq, &ev.kind, &ev.data);
+    if ev.kind == EventKind::RunFinished.as_str() {
         return Ok(Flow::End);
     }
     Ok(Flow::Go)
+}
+
+/// Writes a batch of live events (one step, one NATS message) as one chunk; `End` when the run
+/// finished or the client went away.
+async fn deliver_all<'a>(
+    st: &AppState,
+    run: RunId,
+    batch: impl IntoIterator<Item = &'a weft_bus::LiveEvent>,
+    last: &mut i64,
+    tx: &mpsc::Sender<Bytes>,
+    out: &mut Frames,
+) -> std::result::Result<Flow, Error> {
+    let mut flow = Flow::Go;
+    for ev in batch {
+        flow = deliver(st, run, ev, last, tx, out).await?;
+        if let Flow::End = flow {
+            break;
+        }
+    }
+    if !out.flush(tx).await {
+        return Ok(Flow::End);
+    }
+    Ok(flow)
 }
 
 async fn pump(
     st: &AppState,
     run: RunId,
     from_seq: i64,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<Bytes>,
+    out: &mut Frames,
 ) -> std::result::Result<(), Error> {
     let mut last = from_seq - 1;
     // A run an executor of this process works on: its events come through memory, and the
     // transcript is read once more when it leaves (finished, parked, handed back).
     if let Some(mut local) = st.hub.watch(run) {
-        match catch_up(st, run, &mut last, tx).await? {
+        match catch_up(st, run, &mut last, tx, out).await? {
             None | Some(true) => return Ok(()),
             Some(false) => {}
         }
@@ -529,10 +640,8 @@ async fn pump(
                 () = tx.closed() => return Ok(()),
             };
             let Some(batch) = batch else { break };
-            for ev in batch.iter() {
-                if let Flow::End = deliver(st, run, ev, &mut last, tx).await? {
-                    return Ok(());
-                }
+            if let Flow::End = deliver_all(st, run, batch.iter(), &mut last, tx, out).await? {
+                return Ok(());
             }
         }
     }
@@ -543,7 +652,7 @@ async fn pump(
         .subscribe_events(run)
         .await
         .map_err(|e| bus_err(&e).0)?;
-    match catch_up(st, run, &mut last, tx).await? {
+    match catch_up(st, run, &mut last, tx, out).await? {
         None | Some(true) => return Ok(()),
         Some(false) => {}
     }
@@ -552,7 +661,7 @@ async fn pump(
             m = sub.next() => m,
             () = tokio::time::sleep(CATCH_UP) => {
                 // Quiet: read the transcript in case a live message was lost.
-                match catch_up(st, run, &mut last, tx).await? {
+                match catch_up(st, run, &mut last, tx, out).await? {
                     None | Some(true) => return Ok(()),
                     Some(false) => continue,
                 }
@@ -560,10 +669,9 @@ async fn pump(
             () = tx.closed() => return Ok(()),
         };
         let Some(msg) = msg else { return Ok(()) };
-        for ev in weft_bus::decode_events(&msg.payload) {
-            if let Flow::End = deliver(st, run, &ev, &mut last, tx).await? {
-                return Ok(());
-            }
+        let events = weft_bus::decode_events(&msg.payload);
+        if let Flow::End = deliver_all(st, run, events.iter(), &mut last, tx, out).await? {
+            return Ok(());
         }
     }
 }

@@ -892,3 +892,113 @@ async fn with_no_step_hold_each_result_and_turn_commits_on_its_own() {
     assert_ne!(at("tool_result", 0), at("provider_chosen", 1), "{c:?}");
     assert_ne!(at("assistant_message", 1), at("run_finished", 0), "{c:?}");
 }
+
+/// The stream of `run` on `f` as the client reads it, one entry per body chunk: the `(seq, kind)`
+/// of every frame in it. Each chunk ends on a frame boundary.
+async fn chunks(f: &TestFleet, run: &str) -> Vec<Vec<(i64, String)>> {
+    let mut r = f
+        .http
+        .get(format!("{}/v1/runs/{run}/stream", f.url))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut out = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(60), r.chunk())
+            .await
+            .expect("the stream ended in time")
+            .unwrap();
+        let Some(chunk) = chunk else { break };
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(text.ends_with("\n\n"), "a chunk ends on a frame: {text:?}");
+        let mut frames = Vec::new();
+        for frame in text.split_terminator("\n\n") {
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            if let (Some(id), Some(kind)) = (field("id: "), field("event: ")) {
+                frames.push((id.parse().unwrap(), kind));
+            }
+        }
+        let done = frames.iter().any(|(_, k)| k == "run_finished");
+        out.push(frames);
+        if done {
+            break;
+        }
+    }
+    out
+}
+
+/// Asserts that the events each transaction wrote for `run` reached the client in one chunk, and
+/// that some transaction wrote several (so a stream written an event at a time would fail).
+async fn each_commit_in_one_chunk(f: &TestFleet, run: &str, chunks: &[Vec<(i64, String)>]) {
+    let c = commits(f, run).await;
+    let chunk_of = |seq: i64| {
+        chunks
+            .iter()
+            .position(|ch| ch.iter().any(|(s, _)| *s == seq))
+            .unwrap_or_else(|| panic!("seq {seq} never streamed: {chunks:?}"))
+    };
+    let mut several = false;
+    for (i, (_, xmin)) in c.iter().enumerate() {
+        let Some(j) = c[..i].iter().rposition(|(_, x)| x == xmin) else {
+            continue;
+        };
+        several = true;
+        let (a, b) = (i64::try_from(j).unwrap() + 1, i64::try_from(i).unwrap() + 1);
+        assert_eq!(
+            chunk_of(a),
+            chunk_of(b),
+            "seqs {a} and {b} were committed together but streamed apart: {c:?} {chunks:?}"
+        );
+    }
+    assert!(several, "no commit wrote several events: {c:?}");
+}
+
+// Multi-thread: the test reads the database through `TestDb`'s pool.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_s_events_reach_the_client_in_one_write_from_memory_and_from_nats() {
+    let a = TestFleet::start_with(|c| {
+        // Each word of the text turns 50 ms apart: the streams are open before the run ends.
+        mock_model(
+            c,
+            "paced",
+            weft_config::MockModelConfig {
+                token_delay_ms: 50,
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let b = a.join(|_| {}).await;
+    put_agent(
+        &a,
+        &a.admin,
+        "paced",
+        json!({"model": "mock/paced", "tools": ["Context"]}),
+    )
+    .await;
+    let input = script(
+        json!([
+            [{"name": "Context", "input": {"op": "time"}}, {"name": "Context", "input": {"op": "time"}}],
+            [{"name": "Context", "input": {"op": "time"}}]
+        ]),
+        "the three calls are done",
+    );
+    let run = create(&a, &a.admin, json!({"agent": "paced", "input": input})).await;
+    // `a` works the run: its stream reads the steps from memory; `b`'s from NATS.
+    let (here, there) = tokio::join!(chunks(&a, &run), chunks(&b, &run));
+    for got in [&here, &there] {
+        let seqs: Vec<i64> = got.iter().flatten().map(|(s, _)| *s).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] <= w[1]),
+            "in seq order: {got:?}"
+        );
+        each_commit_in_one_chunk(&a, &run, got).await;
+    }
+}
