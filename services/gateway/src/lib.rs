@@ -148,6 +148,7 @@ impl AppState {
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             agents: None,
             local: None,
+            refused: Default::default(),
         };
         Self(Arc::new(State {
             resolver: TokenResolver::new(

@@ -152,6 +152,7 @@ pub fn launcher(
         request_timeout: Duration::from_secs(config.ingress.request_timeout_secs.max(1)),
         agents: None,
         local: None,
+        refused: Default::default(),
     })
 }
 

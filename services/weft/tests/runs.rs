@@ -295,7 +295,19 @@ async fn idempotency_keys_return_the_same_run() {
     assert_eq!(r1["run_id"], r2["run_id"]);
 }
 
-#[tokio::test]
+/// Transcript events of `f`'s runs whose input was `text` (a refused run leaves none).
+async fn runs_with_input(f: &TestFleet, text: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM run_events WHERE kind = 'user_input' AND data->>'text' = $1",
+    )
+    .bind(text)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap()
+}
+
+// Multi-thread: the test reads the database through `TestDb`'s pool.
+#[tokio::test(flavor = "multi_thread")]
 async fn admission_is_per_tenant_and_fails_closed_without_redis() {
     let f = TestFleet::start_with(|c| {
         stalling_model(c);
@@ -316,6 +328,27 @@ async fn admission_is_per_tenant_and_fails_closed_without_redis() {
     assert!(r.headers().get("retry-after").is_some());
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "tenant_concurrency_exhausted");
+    // Admitted beside its insert, the refused run was deleted: nothing of it is left (the
+    // orphaned events would be, without the run row).
+    assert_eq!(runs_with_input(&f, "1").await, 1);
+    assert_eq!(runs_with_input(&f, "2").await, 0);
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM run_events e WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id)",
+    )
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+    // Refused lately, the tenant is admitted before the insert: refused again, still nothing.
+    let (status, _) = f
+        .post(
+            "/v1/runs",
+            &f.admin,
+            json!({"agent": "sleepy", "input": "2b"}),
+        )
+        .await;
+    assert_eq!(status, 429);
+    assert_eq!(runs_with_input(&f, "2b").await, 0);
     // Cancelling frees the slot.
     f.post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
         .await;
@@ -346,6 +379,7 @@ async fn admission_is_per_tenant_and_fails_closed_without_redis() {
         .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "admission_unavailable");
+    assert_eq!(runs_with_input(&f, "4").await, 0);
 }
 
 #[tokio::test]

@@ -183,6 +183,49 @@ pub struct Launcher {
     /// (the in-process fast path; docs/runs.md). `None`, or no free place there, dispatches
     /// through JetStream.
     pub local: Option<Arc<dyn LocalExecutor>>,
+    /// Tenants whose admission was refused (or could not be checked) lately: their next runs
+    /// are admitted before the insert, not beside it ([`Launcher::create_run`]).
+    pub refused: Arc<Refusals>,
+}
+
+/// When each tenant was last refused admission (or admission failed). A tenant refused within
+/// [`Refusals::WINDOW`] is admitted before its run's insert, so a tenant hammering its cap, or
+/// a Redis outage, costs a Redis call per request and no insert.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// Whether the map has anything, read without the lock on every run.
+    any: std::sync::atomic::AtomicBool,
+    at: std::sync::Mutex<HashMap<TenantId, std::time::Instant>>,
+}
+
+impl Refusals {
+    /// How long a refusal keeps a tenant's admission before its inserts.
+    pub const WINDOW: Duration = Duration::from_secs(2);
+
+    fn note(&self, tenant: &TenantId) {
+        let now = std::time::Instant::now();
+        if let Ok(mut at) = self.at.lock() {
+            at.retain(|_, t| now.duration_since(*t) < Self::WINDOW);
+            at.insert(tenant.clone(), now);
+            self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `tenant` was refused within the window.
+    pub fn recent(&self, tenant: &TenantId) -> bool {
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(mut at) = self.at.lock() else {
+            return true;
+        };
+        let now = std::time::Instant::now();
+        at.retain(|_, t| now.duration_since(*t) < Self::WINDOW);
+        if at.is_empty() {
+            self.any.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        at.contains_key(tenant)
+    }
 }
 
 /// An executor in the launcher's process that can take runs as they are created.
@@ -466,7 +509,14 @@ impl Launcher {
         let mut spec = spec;
         spec.credentials = credentials.keys().cloned().collect();
         let id = RunId::new();
-        self.admit(p, id).await?;
+        // Admission (Redis) and the insert (Postgres) go side by side: under load each waits
+        // about as long as the other. A run whose admission is refused is deleted before the
+        // answer says so. A run with credentials, or of a tenant refused lately, is admitted
+        // first (nothing is inserted for a refusal).
+        let beside = credentials.is_empty() && !self.refused.recent(&p.tenant);
+        if !beside {
+            self.admit_noting(p, id).await?;
+        }
         // Credentials live only in Redis, for the executor that takes the run; never in the run's
         // record, its spec or its dispatch message.
         if !credentials.is_empty()
@@ -525,7 +575,27 @@ impl Launcher {
                 let _ = self.coord.drop_credentials(id).await;
             }
         };
-        let (run, created) = match self.runs.create(&new).await {
+        let inserted = if beside {
+            let (admitted, inserted) =
+                tokio::join!(self.admit_noting(p, id), self.runs.create(&new));
+            match (admitted, inserted) {
+                (Ok(_), inserted) => inserted,
+                // An earlier run with this idempotency key is the answer, refused or not.
+                (Err(_), Ok((run, false))) => {
+                    if let Some(local) = local {
+                        local.forget();
+                    }
+                    return Ok((run, false));
+                }
+                (Err(refusal), Ok(_) | Err(_)) => {
+                    self.discard_unadmitted(p, id, local).await;
+                    return Err(refusal);
+                }
+            }
+        } else {
+            self.runs.create(&new).await
+        };
+        let (run, created) = match inserted {
             Ok(r) => r,
             Err(e) => {
                 // Whether it committed is unknown: dropping the place dispatches the run (an
@@ -603,6 +673,33 @@ impl Launcher {
         .with_retry_after(retry_after.clamp(Duration::from_secs(1), Duration::from_secs(30)))),
         Err(e) => Err(admission_err(&e)),
     }
+    }
+
+    /// [`Launcher::admit`], noting a refusal (or an admission that could not be checked) for
+    /// the tenant's next runs.
+    async fn admit_noting(&self, p: &Principal, id: RunId) -> Result<bool, Error> {
+        let r = self.admit(p, id).await;
+        if r.is_err() {
+            self.refused.note(&p.tenant);
+        }
+        r
+    }
+
+    /// A run inserted beside an admission that refused it (or whose insert failed, and so may
+    /// or may not have committed): deleted, so the refusal is all there was. A run whose delete
+    /// fails is left to the sweeper, like one whose creation's answer was lost.
+    async fn discard_unadmitted(
+        &self,
+        p: &Principal,
+        id: RunId,
+        local: Option<Box<dyn LocalStart>>,
+    ) {
+        if let Err(e) = self.runs.delete_unstarted(&p.tenant, id).await {
+            tracing::error!(run = %id, error = %e, "a run refused admission could not be deleted; the sweeper will start it once its lease lapses");
+        }
+        if let Some(local) = local {
+            local.forget();
+        }
     }
 
     async fn resolve_agent(&self, p: &Principal, name: &str) -> Result<v1::AgentVersion, Error> {

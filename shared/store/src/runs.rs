@@ -290,6 +290,25 @@ impl RunStore {
         Ok((run, true))
     }
 
+    /// Deletes a run that was inserted and never started, with its first events: the launcher's
+    /// undo of a run whose admission was refused beside its insert (nobody was told of it, no
+    /// executor holds it). The only place runs are deleted.
+    pub async fn delete_unstarted(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "WITH gone AS (DELETE FROM runs WHERE id = $1 AND tenant_id = $2 RETURNING id)
+             DELETE FROM run_events WHERE run_id IN (SELECT id FROM gone)",
+        )
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// A run of `tenant`; another tenant's run is `None`.
     pub async fn get(
         &self,
