@@ -409,7 +409,8 @@ pub async fn stream_run_handler(
 /// or one NATS message) are serialized into one buffer and go out as one body chunk, and chunks
 /// already waiting when the body is polled are joined into the same write.
 fn stream_response(st: AppState, run: RunId, from_seq: i64, slot: StreamSlot) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // As many chunks as there were events before: a `text_delta` is a chunk of its own.
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
         // Held for as long as the stream's task runs: it ends when the run finishes or the
         // client goes away.
@@ -480,19 +481,20 @@ struct Frames {
 
 #[derive(serde::Serialize)]
 struct FrameData<'a> {
-    seq: i64,
-    kind: &'a str,
+    // In the order `json!` wrote them before (sorted): a frame's bytes did not change.
     data: &'a Value,
+    kind: &'a str,
+    seq: i64,
 }
 
 impl Frames {
-    /// `id: <seq>`, `event: <kind>`, `data: {"seq","kind","data"}`.
+    /// `id: <seq>`, `event: <kind>`, `data: {"data","kind","seq"}`.
     fn push(&mut self, seq: i64, kind: &str, data: &Value) {
         use std::io::Write as _;
         // Writing to a Vec cannot fail.
         let _ = write!(self.buf, "id: {seq}\nevent: {kind}\ndata: ");
         // JSON text has no raw newline (they are escaped), so it is one `data:` line.
-        if let Err(e) = serde_json::to_writer(&mut self.buf, &FrameData { seq, kind, data }) {
+        if let Err(e) = serde_json::to_writer(&mut self.buf, &FrameData { data, kind, seq }) {
             tracing::error!(error = %e, "writing a run stream frame");
             self.buf.extend_from_slice(b"{}");
         }

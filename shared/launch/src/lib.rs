@@ -511,9 +511,13 @@ impl Launcher {
         let id = RunId::new();
         // Admission (Redis) and the insert (Postgres) go side by side: under load each waits
         // about as long as the other. A run whose admission is refused is deleted before the
-        // answer says so. A run with credentials, or of a tenant refused lately, is admitted
-        // first (nothing is inserted for a refusal).
-        let beside = credentials.is_empty() && !self.refused.recent(&p.tenant);
+        // answer says so. A run with credentials or an idempotency key, or of a tenant refused
+        // lately, is admitted first (nothing is inserted for a refusal).
+        // A run with an idempotency key is admitted first too: another request with the key
+        // could otherwise be answered with a run this one is about to delete.
+        let beside = credentials.is_empty()
+            && body.idempotency_key.is_none()
+            && !self.refused.recent(&p.tenant);
         if !beside {
             self.admit_noting(p, id).await?;
         }
@@ -695,7 +699,7 @@ impl Launcher {
         local: Option<Box<dyn LocalStart>>,
     ) {
         if let Err(e) = self.runs.delete_unstarted(&p.tenant, id).await {
-            tracing::error!(run = %id, error = %e, "a run refused admission could not be deleted; the sweeper will start it once its lease lapses");
+            tracing::error!(run = %id, error = %e, "a run refused admission could not be deleted; the sweeper will start it (once a slot is free)");
         }
         if let Some(local) = local {
             local.forget();

@@ -292,14 +292,17 @@ impl RunStore {
 
     /// Deletes a run that was inserted and never started, with its first events: the launcher's
     /// undo of a run whose admission was refused beside its insert (nobody was told of it, no
-    /// executor holds it). The only place runs are deleted.
+    /// executor holds it). The only place runs are deleted (the migration that dropped the
+    /// transcript's foreign keys says runs never are: that holds for every run an executor could
+    /// write to). A run leased again since, or already ended, is kept.
     pub async fn delete_unstarted(
         &self,
         tenant: &TenantId,
         id: RunId,
     ) -> Result<(), RunStoreError> {
         sqlx::query(
-            "WITH gone AS (DELETE FROM runs WHERE id = $1 AND tenant_id = $2 RETURNING id)
+            "WITH gone AS (DELETE FROM runs WHERE id = $1 AND tenant_id = $2 AND lease_epoch <= 1
+                               AND status IN ('queued', 'running') RETURNING id)
              DELETE FROM run_events WHERE run_id IN (SELECT id FROM gone)",
         )
         .bind(id.0)
