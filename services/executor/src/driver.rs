@@ -477,7 +477,21 @@ impl Driver {
                 done.splice(0..0, deferred.done);
             }
         }
-        let (seq, first, written) = self.write_locked(seq, events, change, done).await?;
+        // A run that finishes or parks gives its admission slot back beside the step's commit,
+        // not after its events are published: a client that sees `run_finished` (or
+        // `awaiting_input`) can start (or wake) a run of the tenant's at once. Should the commit
+        // fail, whoever resumes the run takes a slot again before its next step.
+        let frees_slot = matches!(change, StepChange::Finish { .. } | StepChange::Park { .. });
+        let (written, ()) = tokio::join!(self.write_locked(seq, events, change, done), async {
+            if frees_slot {
+                let _ = self
+                    .inner
+                    .coord
+                    .release(&self.lease.run.tenant, self.run_id())
+                    .await;
+            }
+        });
+        let (seq, first, written) = written?;
         drop(seq);
         self.after_commit(state, first, folded, &written).await;
         Ok(())
@@ -668,12 +682,8 @@ impl Driver {
             },
         )
         .await?;
-        // A parked run costs a row, not an admission slot; `input` admits it again.
-        let _ = self
-            .inner
-            .coord
-            .release(&self.lease.run.tenant, self.run_id())
-            .await;
+        // A parked run costs a row, not an admission slot (given back with the park's step);
+        // `input` admits it again.
         // Input that raced the park: wake ourselves through the normal path.
         if self
             .inner
@@ -743,11 +753,7 @@ impl Driver {
             },
         )
         .await?;
-        let _ = self
-            .inner
-            .coord
-            .release(&self.lease.run.tenant, self.run_id())
-            .await;
+        // The admission slot went back with the step.
         if !self.spec.credentials.is_empty() {
             let _ = self.inner.coord.drop_credentials(self.run_id()).await;
         }

@@ -161,6 +161,16 @@ pub async fn wait_event(f: &TestFleet, token: &str, run: &str, from_seq: i64, ki
     f.get(&format!("/v1/runs/{run}"), token).await.1
 }
 
+/// `GET /v1/runs/{run}/stream` as the admin: the response, its body unread.
+pub async fn open_stream(f: &TestFleet, run: &str) -> reqwest::Response {
+    f.http
+        .get(format!("{}/v1/runs/{run}/stream", f.url))
+        .bearer_auth(&f.admin)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// SSE frames until one of kind `until` (inclusive).
 pub async fn stream_until(
     f: &TestFleet,

@@ -192,13 +192,7 @@ async fn kill_holder(f: &TestFleet, run: &str, a: Proc, b: Proc) -> (u32, Vec<uu
 
 /// The `run_finished` data of `run`, wherever it finished.
 async fn finished(f: &TestFleet, run: &str) -> Value {
-    let r = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream", f.url))
-        .bearer_auth(&f.admin)
-        .send()
-        .await
-        .unwrap();
+    let r = common::open_stream(f, run).await;
     let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
     tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(ev) = events.next().await {

@@ -205,13 +205,7 @@ async fn killing_an_executor_mid_mcp_call_reruns_the_read_and_not_the_write() {
     blocker.release.send_replace(true);
 
     // The survivor finishes the run.
-    let r = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream", f.url))
-        .bearer_auth(&f.admin)
-        .send()
-        .await
-        .unwrap();
+    let r = common::open_stream(&f, &run).await;
     let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
     let mut results: Vec<Value> = Vec::new();
     let finished = tokio::time::timeout(Duration::from_secs(60), async {

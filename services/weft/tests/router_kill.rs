@@ -236,13 +236,7 @@ async fn a_router_killed_mid_turn_costs_the_run_that_turn_only() {
     );
     let run = common::create(&f, &f.admin, json!({"agent": "worker", "input": input})).await;
     // The second turn is streaming once a text delta follows the tool result.
-    let resp = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream", f.url))
-        .bearer_auth(&f.admin)
-        .send()
-        .await
-        .unwrap();
+    let resp = common::open_stream(&f, &run).await;
     let mut body = resp.bytes_stream();
     let mut seen = String::new();
     while !seen

@@ -930,13 +930,7 @@ async fn with_no_step_hold_each_result_and_turn_commits_on_its_own() {
 /// The stream of `run` on `f` as the client reads it, one entry per body chunk: the `(seq, kind)`
 /// of every frame in it. Each chunk ends on a frame boundary.
 async fn chunks(f: &TestFleet, run: &str) -> Vec<Vec<(i64, String)>> {
-    let mut r = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream", f.url))
-        .bearer_auth(&f.admin)
-        .send()
-        .await
-        .unwrap();
+    let mut r = common::open_stream(f, run).await;
     assert_eq!(r.status(), 200);
     let mut out = Vec::new();
     loop {
