@@ -150,6 +150,13 @@ impl Sse {
         self.buf.extend_from_slice(b"\n\n");
     }
 
+    /// An `id: <id>` line: the id of the frame written next.
+    pub(crate) fn id(&mut self, id: i64) {
+        use std::io::Write as _;
+        // Writing to a Vec cannot fail.
+        let _ = writeln!(self.buf, "id: {id}");
+    }
+
     fn keepalive(&mut self, k: KeepAlive) {
         match k {
             KeepAlive::None => {}
@@ -158,7 +165,8 @@ impl Sse {
         }
     }
 
-    fn take(&mut self) -> Option<Bytes> {
+    /// The frames written so far, taken (`None` when there are none).
+    pub(crate) fn take(&mut self) -> Option<Bytes> {
         (!self.buf.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.buf)))
     }
 

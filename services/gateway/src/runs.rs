@@ -29,6 +29,7 @@ use weft_store::{EventRecord, RunFilter, RunRecord};
 pub use weft_launch::CreateRun;
 
 use crate::AppState;
+use crate::dialect::Sse;
 use crate::error::ApiError;
 use crate::extract::{NativeJson, NativePath, NativeQuery, OptionalNativeJson, ValidJson};
 
@@ -415,17 +416,20 @@ fn stream_response(st: AppState, run: RunId, from_seq: i64, slot: StreamSlot) ->
         // Held for as long as the stream's task runs: it ends when the run finishes or the
         // client goes away.
         let tx = tx;
-        let mut out = Frames::default();
+        let mut out = Sse::default();
         if let Err(e) = pump(&st, run, from_seq, &tx, &mut out).await {
-            out.error(&e);
-            out.flush(&tx).await;
+            out.json(
+                Some("error"),
+                &json!({"code": e.code.as_str(), "message": e.message}),
+            );
+            flush(&mut out, &tx).await;
         }
         // The slot goes back before the sender closes: a client that has read the end of its
         // stream can open another at once.
         drop(slot);
         drop(tx);
     });
-    let body = futures::stream::unfold(Body::new(rx), |mut b| async move {
+    let body = futures::stream::unfold(Body { rx }, |mut b| async move {
         let chunk = b.next_chunk().await?;
         Some((Ok::<_, Infallible>(chunk), b))
     });
@@ -449,10 +453,6 @@ struct Body {
 }
 
 impl Body {
-    fn new(rx: mpsc::Receiver<Bytes>) -> Self {
-        Self { rx }
-    }
-
     async fn next_chunk(&mut self) -> Option<Bytes> {
         let first = match tokio::time::timeout(KEEPALIVE, self.rx.recv()).await {
             Ok(chunk) => chunk?,
@@ -473,12 +473,7 @@ impl Body {
     }
 }
 
-/// SSE frames not yet handed to the body.
-#[derive(Default)]
-struct Frames {
-    buf: Vec<u8>,
-}
-
+/// The data of a run stream frame.
 #[derive(serde::Serialize)]
 struct FrameData<'a> {
     // In the order `json!` wrote them before (sorted): a frame's bytes did not change.
@@ -487,35 +482,17 @@ struct FrameData<'a> {
     seq: i64,
 }
 
-impl Frames {
-    /// `id: <seq>`, `event: <kind>`, `data: {"data","kind","seq"}`.
-    fn push(&mut self, seq: i64, kind: &str, data: &Value) {
-        use std::io::Write as _;
-        // Writing to a Vec cannot fail.
-        let _ = write!(self.buf, "id: {seq}\nevent: {kind}\ndata: ");
-        // JSON text has no raw newline (they are escaped), so it is one `data:` line.
-        if let Err(e) = serde_json::to_writer(&mut self.buf, &FrameData { data, kind, seq }) {
-            tracing::error!(error = %e, "writing a run stream frame");
-            self.buf.extend_from_slice(b"{}");
-        }
-        self.buf.extend_from_slice(b"\n\n");
-    }
+/// Writes the frame of one event: `id: <seq>`, `event: <kind>`, `data: {"data","kind","seq"}`.
+fn push_frame(out: &mut Sse, seq: i64, kind: &str, data: &Value) {
+    out.id(seq);
+    out.json(Some(kind), &FrameData { data, kind, seq });
+}
 
-    fn error(&mut self, e: &Error) {
-        self.buf.extend_from_slice(b"event: error\ndata: ");
-        let body = json!({"code": e.code.as_str(), "message": e.message});
-        let _ = serde_json::to_writer(&mut self.buf, &body);
-        self.buf.extend_from_slice(b"\n\n");
-    }
-
-    /// Hands what is written to the body; false when the client went away.
-    async fn flush(&mut self, tx: &mpsc::Sender<Bytes>) -> bool {
-        if self.buf.is_empty() {
-            return !tx.is_closed();
-        }
-        tx.send(Bytes::from(std::mem::take(&mut self.buf)))
-            .await
-            .is_ok()
+/// Hands the frames written to the body; false when the client went away.
+async fn flush(out: &mut Sse, tx: &mpsc::Sender<Bytes>) -> bool {
+    match out.take() {
+        None => !tx.is_closed(),
+        Some(chunk) => tx.send(chunk).await.is_ok(),
     }
 }
 
@@ -526,7 +503,7 @@ async fn catch_up(
     run: RunId,
     last: &mut i64,
     tx: &mpsc::Sender<Bytes>,
-    out: &mut Frames,
+    out: &mut Sse,
 ) -> std::result::Result<Option<bool>, Error> {
     loop {
         let page = st
@@ -538,13 +515,13 @@ async fn catch_up(
         let mut finished = false;
         for e in page {
             *last = e.seq;
-            out.push(e.seq, &e.kind, &e.data);
+            push_frame(out, e.seq, &e.kind, &e.data);
             if e.kind == EventKind::RunFinished.as_str() {
                 finished = true;
                 break;
             }
         }
-        if !out.flush(tx).await {
+        if !flush(out, tx).await {
             return Ok(None);
         }
         if finished {
@@ -571,12 +548,12 @@ async fn deliver(
     ev: &weft_bus::LiveEvent,
     last: &mut i64,
     tx: &mpsc::Sender<Bytes>,
-    out: &mut Frames,
+    out: &mut Sse,
 ) -> std::result::Result<Flow, Error> {
     if !ev.persisted {
         // Live-only deltas belong after the event they follow.
         if ev.seq >= *last {
-            out.push(ev.seq, &ev.kind, &ev.data);
+            push_frame(out, ev.seq, &ev.kind, &ev.data);
         }
         return Ok(Flow::Go);
     }
@@ -591,7 +568,7 @@ async fn deliver(
         });
     }
     *last = ev.seq;
-    out.push(ev.seq, &ev.kind, &ev.data);
+    push_frame(out, ev.seq, &ev.kind, &ev.data);
     if ev.kind == EventKind::RunFinished.as_str() {
         return Ok(Flow::End);
     }
@@ -606,7 +583,7 @@ async fn deliver_all<'a>(
     batch: impl IntoIterator<Item = &'a weft_bus::LiveEvent>,
     last: &mut i64,
     tx: &mpsc::Sender<Bytes>,
-    out: &mut Frames,
+    out: &mut Sse,
 ) -> std::result::Result<Flow, Error> {
     let mut flow = Flow::Go;
     for ev in batch {
@@ -615,7 +592,7 @@ async fn deliver_all<'a>(
             break;
         }
     }
-    if !out.flush(tx).await {
+    if !flush(out, tx).await {
         return Ok(Flow::End);
     }
     Ok(flow)
@@ -626,7 +603,7 @@ async fn pump(
     run: RunId,
     from_seq: i64,
     tx: &mpsc::Sender<Bytes>,
-    out: &mut Frames,
+    out: &mut Sse,
 ) -> std::result::Result<(), Error> {
     let mut last = from_seq - 1;
     // A run an executor of this process works on: its events come through memory, and the

@@ -4,6 +4,7 @@
 //! one code path, so every door applies the same checks, limits and idempotency.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -194,8 +195,8 @@ pub struct Launcher {
 #[derive(Debug, Default)]
 pub struct Refusals {
     /// Whether the map has anything, read without the lock on every run.
-    any: std::sync::atomic::AtomicBool,
-    at: std::sync::Mutex<HashMap<TenantId, std::time::Instant>>,
+    any: AtomicBool,
+    at: Mutex<HashMap<TenantId, Instant>>,
 }
 
 impl Refusals {
@@ -203,26 +204,26 @@ impl Refusals {
     pub const WINDOW: Duration = Duration::from_secs(2);
 
     fn note(&self, tenant: &TenantId) {
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         if let Ok(mut at) = self.at.lock() {
             at.retain(|_, t| now.duration_since(*t) < Self::WINDOW);
             at.insert(tenant.clone(), now);
-            self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.any.store(true, Ordering::Relaxed);
         }
     }
 
     /// Whether `tenant` was refused within the window.
     pub fn recent(&self, tenant: &TenantId) -> bool {
-        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.any.load(Ordering::Relaxed) {
             return false;
         }
         let Ok(mut at) = self.at.lock() else {
             return true;
         };
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         at.retain(|_, t| now.duration_since(*t) < Self::WINDOW);
         if at.is_empty() {
-            self.any.store(false, std::sync::atomic::Ordering::Relaxed);
+            self.any.store(false, Ordering::Relaxed);
         }
         at.contains_key(tenant)
     }
@@ -511,10 +512,9 @@ impl Launcher {
         let id = RunId::new();
         // Admission (Redis) and the insert (Postgres) go side by side: under load each waits
         // about as long as the other. A run whose admission is refused is deleted before the
-        // answer says so. A run with credentials or an idempotency key, or of a tenant refused
-        // lately, is admitted first (nothing is inserted for a refusal).
-        // A run with an idempotency key is admitted first too: another request with the key
-        // could otherwise be answered with a run this one is about to delete.
+        // answer says so. A run with credentials, or of a tenant refused lately, is admitted
+        // first (nothing is inserted for a refusal), and so is a run with an idempotency key:
+        // another request with the key could otherwise be answered with a run about to go.
         let beside = credentials.is_empty()
             && body.idempotency_key.is_none()
             && !self.refused.recent(&p.tenant);
@@ -591,7 +591,7 @@ impl Launcher {
                     }
                     return Ok((run, false));
                 }
-                (Err(refusal), Ok(_) | Err(_)) => {
+                (Err(refusal), _) => {
                     self.discard_unadmitted(p, id, local).await;
                     return Err(refusal);
                 }
