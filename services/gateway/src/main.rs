@@ -1,9 +1,6 @@
 //! `weft-gateway`: the public HTTP edge as its own process.
 
-/// mimalloc, as in the `weft` binary (glibc's malloc cost a quarter of the CPU under load;
-/// see docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 

@@ -1,10 +1,7 @@
 //! `weft-ingress`: the scheduler and the webhook receiver as their own process. Run as many as
 //! you like against one database: each fire happens once (docs/ingress.md).
 
-/// mimalloc, as in the `weft` binary (glibc's malloc cost a quarter of the CPU under load;
-/// see docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 

@@ -1,10 +1,7 @@
 //! `weft-mcp-bridge`: the MCP bridge's client side as its own process (the executor reaches
 //! it at `executor.mcp_bridge_url`). weft's MCP server face is served by the gateway at `/mcp`.
 
-/// mimalloc, as in the `weft` binary (glibc's malloc cost a quarter of the CPU under load;
-/// see docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 

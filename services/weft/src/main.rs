@@ -3,11 +3,7 @@
 
 mod cmd;
 
-/// mimalloc instead of glibc's malloc: under load glibc spent a quarter of weft's CPU in
-/// `malloc_consolidate` and friends (hyper's per-read buffers are "large" requests that
-/// consolidate the fast bins each time); see docs/performance.md.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 

@@ -3,12 +3,13 @@
 //! context carried in gRPC metadata so one request is one trace across services.
 //!
 //! It also owns the process plumbing every binary shares: turning SIGINT/SIGTERM into a
-//! cancellation, [`boot`], the one start-up shape of every service, and [`runtime`], the tokio
-//! runtime they all run on.
+//! cancellation, [`boot`], the one start-up shape of every service, [`runtime`], the tokio
+//! runtime they all run on, and [`alloc`], the allocator they all use.
 //!
 //! Nothing sensitive goes into spans or logs: callers record ids, sizes, codes and timings, never
 //! prompts, completions, tool results or tokens.
 
+pub mod alloc;
 pub mod boot;
 pub mod handles;
 pub mod runtime;
