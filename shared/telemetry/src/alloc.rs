@@ -22,7 +22,7 @@
 //!   as lazily-freed (`MADV_FREE`) pages the kernel reclaims only under memory pressure.
 //! - `tcache_nslots_large:4`: a thread caches at most 4 freed objects of each size class from
 //!   16 to 32 KiB (a run's task, protocol buffers), not 20. A full cache of those is over a MiB
-//!   per thread that no purge reaches; measured, the parked executor's RSS grew 4.4–4.5 MiB with
+//!   per thread that no purge reaches; measured, the parked executor's RSS grew 4.4–4.7 MiB with
 //!   it and 5.0–7.6 MiB without, at no CPU cost the runs benchmark could tell apart.
 //!
 //! And one thing at run time: **an idle worker flushes its thread cache** ([`flush_when_idle`],
