@@ -1,9 +1,9 @@
 //! `proxy`: the floor under weft's gateway on this machine. A bare reverse proxy on the stack
 //! weft is built on (axum serving, hyper's client calling, tokio with two workers; weft's
-//! allocator not included): every request's method, path, body and content type go to the upstream as they
-//! came, and its status and body come back, with no parsing, no auth, no routing and no
-//! accounting. What it costs per request is what serving one HTTP hop and making another costs
-//! here; weft's CPU per request minus this is what weft's own work costs.
+//! allocator not included): every request's method, path, body and content type go to the
+//! upstream as they came, and its status and body come back, with no parsing, no auth, no
+//! routing and no accounting. What it costs per request is what serving one HTTP hop and
+//! making another costs here; weft's CPU per request minus this is what weft's own work costs.
 
 use anyhow::Context as _;
 use axum::body::Body;
