@@ -21,7 +21,7 @@ pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,
 };
-pub use steps::{LedgerDone, LedgerStart, STEP_SQL, Step, StepChange, StepWriter, WRITER_SESSION};
+pub use steps::{LedgerDone, LedgerStart, Step, StepChange, StepShape, StepWriter, WRITER_SESSION};
 pub use tokens::{NewToken, TokenRecord, TokenStore};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 

@@ -4,12 +4,13 @@
 //! step in flight (its driver waits for each), so its seq order is kept; each step is fenced by
 //! its own lease epoch; and a step is durable when its caller hears so.
 //!
-//! The statement ([`STEP_SQL`]) takes every step as rows of arrays. Its first part is the fence:
-//! each run row is locked `FOR SHARE` (a step that only appends) or updated (a turn's progress,
-//! parking, finishing) **where `lease_epoch` is still the step's**; the events and ledger rows are
+//! The statement takes every step as rows of arrays. Its first part is the fence: each run row
+//! is locked `FOR SHARE` (a step that only appends) or updated (a turn's progress, parking,
+//! finishing) **where `lease_epoch` is still the step's**; the events and ledger rows are
 //! inserted joined to that part, so a step whose lease was lost writes nothing, and its caller is
-//! told so, while the others commit. A batch the database refuses as a whole (one step's content
-//! is unstorable, a deadlock) is written again one step at a time, so only the bad step fails.
+//! told so, while the others commit. The parts no step of a batch needs are left out of its
+//! statement ([`StepShape`]). A batch the database refuses as a whole (one step's content is
+//! unstorable, a deadlock) is written again one step at a time, so only the bad step fails.
 
 use std::sync::Arc;
 
@@ -221,16 +222,113 @@ impl Columns {
     }
 }
 
-/// The steps of many runs in one statement (see the module's doc). Returns the (run id, epoch)
-/// of every step whose fence held; each step's rows are joined to its own run and epoch.
-pub const STEP_SQL: &str = "WITH req AS (
-        SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::smallint[], $4::int[], $5::jsonb[],
-                             $6::text[], $7::text[], $8::jsonb[], $9::jsonb[])
-            AS r(id, epoch, mode, iterations, usage, status, stop_reason, error, interrupt)),
+/// Which parts of the step statement a batch needs. A part with no rows in the batch is left
+/// out of the statement, so Postgres neither sets it up nor runs it: most batches append events
+/// and update or lock their runs, few record tool calls, and setting up the unused inserts (their
+/// tables, indexes, conflict clauses) was a fifth of the statement's cost. Each shape is its own
+/// prepared statement (at most 24 on the writer's connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    /// Some step only appends: its run row is locked `FOR SHARE` (mode 0).
+    pub lock: bool,
+    /// Some step changes its run row (a turn, parking, finishing: modes 1 to 3).
+    pub update: bool,
+    /// Some step appends events.
+    pub events: bool,
+    /// Some step records tool calls as about to run.
+    pub starts: bool,
+    /// Some step records tool results.
+    pub dones: bool,
+}
+
+impl StepShape {
+    /// Every part.
+    pub const ALL: Self = Self {
+        lock: true,
+        update: true,
+        events: true,
+        starts: true,
+        dones: true,
+    };
+
+    /// Every shape a batch can have (it has at least one step, so it locks or updates).
+    pub fn every() -> impl Iterator<Item = Self> {
+        (0..32u8)
+            .map(Self::from_bits)
+            .filter(|s| s.lock || s.update)
+    }
+
+    fn from_bits(b: u8) -> Self {
+        Self {
+            lock: b & 1 != 0,
+            update: b & 2 != 0,
+            events: b & 4 != 0,
+            starts: b & 8 != 0,
+            dones: b & 16 != 0,
+        }
+    }
+
+    fn bits(self) -> usize {
+        usize::from(self.lock)
+            | usize::from(self.update) << 1
+            | usize::from(self.events) << 2
+            | usize::from(self.starts) << 3
+            | usize::from(self.dones) << 4
+    }
+
+    /// The statement for this shape (built once per process).
+    pub fn sql(self) -> &'static str {
+        static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            (0..32u8)
+                .map(|b| StepShape::from_bits(b).build().0)
+                .collect()
+        });
+        SQL.get(self.bits()).map_or("", String::as_str)
+    }
+
+    /// The types of the statement's parameters, `$1` onwards, in the order they are bound.
+    pub fn param_types(self) -> Vec<&'static str> {
+        self.build().1
+    }
+
+    /// The statement and its parameter types. Parameters are numbered in the order of the
+    /// parts: the steps (9), then the events (5), the calls started (6), the results (7).
+    fn build(self) -> (String, Vec<&'static str>) {
+        let mut types: Vec<&'static str> = Vec::new();
+        let mut p = |ty: &'static str| {
+            types.push(ty);
+            format!("${}::{ty}", types.len())
+        };
+        let mut sql = format!(
+            "WITH req AS (
+        SELECT * FROM UNNEST({}, {}, {}, {}, {}, {}, {}, {}, {})
+            AS r(id, epoch, mode, iterations, usage, status, stop_reason, error, interrupt))",
+            p("uuid[]"),
+            p("bigint[]"),
+            p("smallint[]"),
+            p("int[]"),
+            p("jsonb[]"),
+            p("text[]"),
+            p("text[]"),
+            p("jsonb[]"),
+            p("jsonb[]"),
+        );
+        // The fence: a batch of no step would lock nothing; it is never written.
+        let lock = self.lock || !self.update;
+        let mut fence = Vec::new();
+        if lock {
+            sql.push_str(
+                ",
     locked AS (
         SELECT runs.id, runs.tenant_id, runs.lease_epoch FROM runs JOIN req ON runs.id = req.id
         WHERE runs.lease_epoch = req.epoch AND req.mode = 0
-        FOR SHARE OF runs),
+        FOR SHARE OF runs)",
+            );
+            fence.push("SELECT * FROM locked");
+        }
+        if self.update {
+            sql.push_str(
+                ",
     updated AS (
         UPDATE runs SET iterations = req.iterations, usage = req.usage,
             status = COALESCE(req.status, runs.status),
@@ -243,35 +341,73 @@ pub const STEP_SQL: &str = "WITH req AS (
             finished_at = CASE WHEN req.mode = 3 THEN now() ELSE runs.finished_at END,
             lapses = 0, updated_at = now()
         FROM req WHERE runs.id = req.id AND runs.lease_epoch = req.epoch AND req.mode > 0
-        RETURNING runs.id, runs.tenant_id, runs.lease_epoch),
-    fence AS (SELECT * FROM locked UNION ALL SELECT * FROM updated),
+        RETURNING runs.id, runs.tenant_id, runs.lease_epoch)",
+            );
+            fence.push("SELECT * FROM updated");
+        }
+        sql.push_str(",\n    fence AS (");
+        sql.push_str(&fence.join(" UNION ALL "));
+        sql.push(')');
+        if self.events {
+            sql.push_str(&format!(
+                ",
     appended AS (
         INSERT INTO run_events (run_id, seq, tenant_id, kind, data, epoch)
         SELECT e.run_id, e.seq, f.tenant_id, e.kind, e.data, f.lease_epoch
-        FROM UNNEST($10::uuid[], $25::bigint[], $11::bigint[], $12::text[], $13::jsonb[])
-            AS e(run_id, epoch, seq, kind, data)
-        JOIN fence f ON f.id = e.run_id AND f.lease_epoch = e.epoch),
+        FROM UNNEST({}, {}, {}, {}, {}) AS e(run_id, epoch, seq, kind, data)
+        JOIN fence f ON f.id = e.run_id AND f.lease_epoch = e.epoch)",
+                p("uuid[]"),
+                p("bigint[]"),
+                p("bigint[]"),
+                p("text[]"),
+                p("jsonb[]"),
+            ));
+        }
+        if self.starts {
+            sql.push_str(&format!(
+                ",
     started AS (
         INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status, epoch)
         SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, c.idempotent, 'started', f.lease_epoch
-        FROM UNNEST($14::uuid[], $26::bigint[], $15::text[], $16::text[], $17::jsonb[], $18::bool[])
-            AS c(run_id, epoch, id, tool, input, idempotent)
+        FROM UNNEST({}, {}, {}, {}, {}, {}) AS c(run_id, epoch, id, tool, input, idempotent)
         JOIN fence f ON f.id = c.run_id AND f.lease_epoch = c.epoch
         ON CONFLICT (run_id, tool_use_id) DO UPDATE SET epoch = EXCLUDED.epoch, started_at = now()
-        WHERE tool_ledger.status = 'started'),
+        WHERE tool_ledger.status = 'started')",
+                p("uuid[]"),
+                p("bigint[]"),
+                p("text[]"),
+                p("text[]"),
+                p("jsonb[]"),
+                p("bool[]"),
+            ));
+        }
+        if self.dones {
+            sql.push_str(&format!(
+                ",
     finished AS (
         INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status,
                                  result, is_error, epoch, finished_at)
         SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, false, 'finished', c.result,
                c.is_error, f.lease_epoch, now()
-        FROM UNNEST($19::uuid[], $27::bigint[], $20::text[], $21::text[], $22::jsonb[], $23::text[],
-                    $24::bool[])
+        FROM UNNEST({}, {}, {}, {}, {}, {}, {})
             AS c(run_id, epoch, id, tool, input, result, is_error)
         JOIN fence f ON f.id = c.run_id AND f.lease_epoch = c.epoch
         ON CONFLICT (run_id, tool_use_id) DO UPDATE SET status = 'finished',
             result = EXCLUDED.result, is_error = EXCLUDED.is_error,
-            finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)
-    SELECT id, lease_epoch FROM fence";
+            finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)",
+                p("uuid[]"),
+                p("bigint[]"),
+                p("text[]"),
+                p("text[]"),
+                p("jsonb[]"),
+                p("text[]"),
+                p("bool[]"),
+            ));
+        }
+        sql.push_str("\n    SELECT id, lease_epoch FROM fence");
+        (sql, types)
+    }
+}
 
 /// Writes the steps of many runs (at most one per run) in one statement and one commit, on
 /// `ex` (the group writer's own connection: see [`WRITER_SESSION`]). Returns, in order, which
@@ -286,7 +422,14 @@ async fn write_steps_on<'e>(
         storable(&mut s.events);
         c.push(s);
     }
-    let rows = sqlx::query(STEP_SQL)
+    let shape = StepShape {
+        lock: c.mode.contains(&0),
+        update: c.mode.iter().any(|m| *m > 0),
+        events: !c.ev_run.is_empty(),
+        starts: !c.start_run.is_empty(),
+        dones: !c.done_run.is_empty(),
+    };
+    let mut q = sqlx::query(shape.sql())
         .bind(c.id)
         .bind(c.epoch)
         .bind(c.mode)
@@ -295,27 +438,35 @@ async fn write_steps_on<'e>(
         .bind(c.status)
         .bind(c.stop_reason)
         .bind(c.error)
-        .bind(c.interrupt)
-        .bind(c.ev_run)
-        .bind(c.ev_seq)
-        .bind(c.ev_kind)
-        .bind(c.ev_data)
-        .bind(c.start_run)
-        .bind(c.start_id)
-        .bind(c.start_tool)
-        .bind(c.start_input)
-        .bind(c.start_idempotent)
-        .bind(c.done_run)
-        .bind(c.done_id)
-        .bind(c.done_tool)
-        .bind(c.done_input)
-        .bind(c.done_result)
-        .bind(c.done_error)
-        .bind(c.ev_epoch)
-        .bind(c.start_epoch)
-        .bind(c.done_epoch)
-        .fetch_all(ex)
-        .await?;
+        .bind(c.interrupt);
+    if shape.events {
+        q = q
+            .bind(c.ev_run)
+            .bind(c.ev_epoch)
+            .bind(c.ev_seq)
+            .bind(c.ev_kind)
+            .bind(c.ev_data);
+    }
+    if shape.starts {
+        q = q
+            .bind(c.start_run)
+            .bind(c.start_epoch)
+            .bind(c.start_id)
+            .bind(c.start_tool)
+            .bind(c.start_input)
+            .bind(c.start_idempotent);
+    }
+    if shape.dones {
+        q = q
+            .bind(c.done_run)
+            .bind(c.done_epoch)
+            .bind(c.done_id)
+            .bind(c.done_tool)
+            .bind(c.done_input)
+            .bind(c.done_result)
+            .bind(c.done_error);
+    }
+    let rows = q.fetch_all(ex).await?;
     let mut held = std::collections::HashSet::with_capacity(rows.len());
     for r in rows {
         held.insert((
@@ -398,14 +549,14 @@ async fn writer_connection(
     Ok(c)
 }
 
-/// The writer's session setting. [`STEP_SQL`] runs as a prepared statement, and Postgres plans
-/// it once for every later execution (a generic plan) — with the sizes `runs` had then. Planned
-/// while `runs` was nearly empty (a new deployment, every test database), the update of the
-/// runs that end a turn, park or finish joined them by reading the **whole table**, and went on
-/// doing so on every step as the table grew (until an `ANALYZE` re-planned it): most of
-/// Postgres's time in the runs benchmark. Without sequential scans on this connection, each run
-/// is found by its primary key whatever the statistics say; nothing the statement does is a
-/// scan of a whole table.
+/// The writer's session setting. The step statements (one per [`StepShape`]) run as prepared
+/// statements, and Postgres plans each once for every later execution (a generic plan) — with
+/// the sizes `runs` had then. Planned while `runs` was nearly empty (a new deployment, every test
+/// database), the update of the runs that end a turn, park or finish joined them by reading the
+/// **whole table**, and went on doing so on every step as the table grew (until an `ANALYZE`
+/// re-planned it): most of Postgres's time in the runs benchmark. Without sequential scans on
+/// this connection, each run is found by its primary key whatever the statistics say; nothing
+/// the statements do is a scan of a whole table.
 pub const WRITER_SESSION: &str = "SET enable_seqscan = off";
 
 async fn write_batches(store: RunStore, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>) {

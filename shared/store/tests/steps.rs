@@ -1,6 +1,7 @@
 //! The group writer's statement against a real Postgres: planned once for every later execution
 //! (as a prepared statement is), on a database whose `runs` table is still empty, it must still
-//! find each run by its primary key — never by reading the whole table.
+//! find each run by its primary key — never by reading the whole table. Every shape of the
+//! statement (the parts a batch needs) is checked.
 //!
 //! The tests use the multi-thread runtime: `TestDb`'s drop closes its pool from another thread
 //! while blocking this one.
@@ -12,42 +13,11 @@
 )]
 
 use sqlx::Row as _;
-use weft_store::{STEP_SQL, WRITER_SESSION};
+use weft_store::{StepShape, WRITER_SESSION};
 use weft_testkit::TestDb;
 
-/// The parameter types of [`STEP_SQL`], `$1` to `$27`.
-const TYPES: [&str; 27] = [
-    "uuid[]",
-    "bigint[]",
-    "smallint[]",
-    "int[]",
-    "jsonb[]",
-    "text[]",
-    "text[]",
-    "jsonb[]",
-    "jsonb[]",
-    "uuid[]",
-    "bigint[]",
-    "text[]",
-    "jsonb[]",
-    "uuid[]",
-    "text[]",
-    "text[]",
-    "jsonb[]",
-    "bool[]",
-    "uuid[]",
-    "text[]",
-    "text[]",
-    "jsonb[]",
-    "text[]",
-    "bool[]",
-    "bigint[]",
-    "bigint[]",
-    "bigint[]",
-];
-
 #[tokio::test(flavor = "multi_thread")]
-async fn the_step_statement_finds_runs_by_key_even_when_planned_on_an_empty_table() {
+async fn every_step_statement_finds_runs_by_key_even_when_planned_on_an_empty_table() {
     let db = TestDb::new().await;
     let mut c = db.pool.acquire().await.unwrap();
     sqlx::query(WRITER_SESSION).execute(&mut *c).await.unwrap();
@@ -55,33 +25,58 @@ async fn the_step_statement_finds_runs_by_key_even_when_planned_on_an_empty_tabl
         .execute(&mut *c)
         .await
         .unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "PREPARE step({}) AS {STEP_SQL}",
-        TYPES.join(", ")
-    )))
-    .execute(&mut *c)
-    .await
-    .unwrap();
-    let plan: Vec<String> = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN EXECUTE step({})",
-        vec!["NULL"; TYPES.len()].join(", ")
-    )))
-    .fetch_all(&mut *c)
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get::<String, _>(0))
-    .collect();
-    let plan = plan.join("\n");
-    assert!(
-        !plan.contains("Seq Scan on runs"),
-        "a step would read the whole runs table:\n{plan}"
-    );
+    let shapes: Vec<StepShape> = StepShape::every().collect();
     assert_eq!(
-        plan.matches("Index Scan using runs_pkey on runs").count(),
-        2,
-        "the lock and the update both find runs by key:\n{plan}"
+        shapes.len(),
+        24,
+        "lock or update, times events, starts, results"
     );
+    assert!(shapes.contains(&StepShape::ALL));
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let types = shape.param_types();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PREPARE step{i}({}) AS {}",
+            types.join(", "),
+            shape.sql()
+        )))
+        .execute(&mut *c)
+        .await
+        .unwrap_or_else(|e| panic!("{shape:?}: {e}\n{}", shape.sql()));
+        let plan: Vec<String> = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN EXECUTE step{i}({})",
+            vec!["NULL"; types.len()].join(", ")
+        )))
+        .fetch_all(&mut *c)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect();
+        let plan = plan.join("\n");
+        assert!(
+            !plan.contains("Seq Scan on runs"),
+            "{shape:?}: a step would read the whole runs table:\n{plan}"
+        );
+        assert_eq!(
+            plan.matches("Index Scan using runs_pkey on runs").count(),
+            usize::from(shape.lock) + usize::from(shape.update),
+            "{shape:?}: the lock and the update each find runs by key:\n{plan}"
+        );
+        for (part, table, present) in [
+            ("events", "Insert on run_events", shape.events),
+            (
+                "calls started or finished",
+                "Insert on tool_ledger",
+                shape.starts || shape.dones,
+            ),
+        ] {
+            assert_eq!(
+                plan.contains(table),
+                present,
+                "{shape:?}: the {part} part is there exactly when the batch has it:\n{plan}"
+            );
+        }
+    }
     // Not given back to the pool with the writer's setting (as the writer does with its own).
     c.close_on_drop();
 }
