@@ -322,10 +322,12 @@ impl Executor {
                     Some(Ok(msg)) => {
                         let inner = inner.clone();
                         let stop = shutdown.clone();
-                        drop(tasks.spawn(async move {
+                        // Boxed: the run's future is tens of KiB, and a task copies its
+                        // future whole when it is spawned and again when it ends.
+                        drop(tasks.spawn(Box::pin(async move {
                             dispatch::handle(inner, msg, stop).await;
                             drop(permit);
-                        }));
+                        })));
                     }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "jetstream pull failed; re-subscribing");
@@ -413,10 +415,11 @@ impl LocalStart for Reserved {
             epoch: run.lease_epoch,
             run,
         };
-        self.inner.local_tasks.spawn(async move {
+        // Boxed, as in the pull loop: the run's future is not copied when spawned or ended.
+        self.inner.local_tasks.spawn(Box::pin(async move {
             dispatch::work_local(inner, lease, events, cancel, input, stop).await;
             drop(permit);
-        });
+        }));
     }
 }
 
