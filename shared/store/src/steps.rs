@@ -241,6 +241,9 @@ pub struct StepShape {
     pub dones: bool,
 }
 
+/// One statement per combination of [`StepShape`]'s five flags.
+const SHAPES: usize = 32;
+
 impl StepShape {
     /// Every part.
     pub const ALL: Self = Self {
@@ -253,12 +256,12 @@ impl StepShape {
 
     /// Every shape a batch can have (it has at least one step, so it locks or updates).
     pub fn every() -> impl Iterator<Item = Self> {
-        (0..32u8)
+        (0..SHAPES)
             .map(Self::from_bits)
             .filter(|s| s.lock || s.update)
     }
 
-    fn from_bits(b: u8) -> Self {
+    fn from_bits(b: usize) -> Self {
         Self {
             lock: b & 1 != 0,
             update: b & 2 != 0,
@@ -278,12 +281,10 @@ impl StepShape {
 
     /// The statement for this shape (built once per process).
     pub fn sql(self) -> &'static str {
-        static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-            (0..32u8)
-                .map(|b| StepShape::from_bits(b).build().0)
-                .collect()
-        });
-        SQL.get(self.bits()).map_or("", String::as_str)
+        static SQL: std::sync::LazyLock<[String; SHAPES]> =
+            std::sync::LazyLock::new(|| std::array::from_fn(|b| StepShape::from_bits(b).build().0));
+        // Five flags, so `bits` is below `SHAPES`.
+        &SQL[self.bits()]
     }
 
     /// The types of the statement's parameters, `$1` onwards, in the order they are bound.
