@@ -375,6 +375,9 @@ if [[ $PARKED_SPLIT == 1 ]]; then
     done
     grep -q "executor pulling runs" "$TMP/executor.log" || die "weft executor did not start pulling runs"
     log "weft executor pid $EXEC_PID"
+    # Where the executor's memory is, mapping by mapping, before the first batch and after the
+    # second (diff the two to see what grew: heap, stacks, or the binary's code paged in).
+    cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-before.txt" 2>/dev/null || true
     for batch in 1 2; do
         put_agent "park-$batch" '{"model":"mock-1"}'
         "$LT" parked --url "$WEFT_URL" --agent "park-$batch" --count "$PARKED" \
@@ -382,6 +385,7 @@ if [[ $PARKED_SPLIT == 1 ]]; then
             --executor-pid "$EXEC_PID" --threads "$GEN_THREADS" \
             --out "$STAGING/parked-split-$batch.json" >/dev/null
     done
+    cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-after.txt" 2>/dev/null || true
 fi
 unset WEFT_LOADTEST_TOKEN
 
