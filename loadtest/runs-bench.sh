@@ -9,7 +9,7 @@
 #      interactive runs parked, the executor's memory before and after); then, with
 #      PARKED_SPLIT=1, restarts weft as a gateway-only `weft up` and a separate `weft executor`
 #      and parks two batches of PARKED runs, both kept parked, reading that executor's memory
-#      before the first and after the second;
+#      (and keeping its smaps) before the first and after the second;
 #   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
 # Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
 #
