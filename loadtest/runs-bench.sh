@@ -8,8 +8,9 @@
 #      every 10th run of a worker a long run cancelled while its reply streams), then `parked` (10000
 #      interactive runs parked, the executor's memory before and after); then, with
 #      PARKED_SPLIT=1, restarts weft as a gateway-only `weft up` and a separate `weft executor`
-#      and parks two batches of PARKED runs, both kept parked, reading that executor's memory
-#      (and keeping its smaps) before the first and after the second;
+#      and parks PARKED_BATCHES (2) batches of PARKED runs, all kept parked, reading that
+#      executor's memory (and keeping its smaps) before the first and after the second and each
+#      later batch, and sampling its RSS every half second;
 #   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
 # Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
 #
@@ -20,7 +21,7 @@
 # the run, so the counts are weft's alone.
 #
 # Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
-# PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), SETTLE (5s), SLOW_LATENCY_MS (0), SLOW_TOKEN_MS (200),
+# PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), PARKED_BATCHES (2), SETTLE (5s), SLOW_LATENCY_MS (0), SLOW_TOKEN_MS (200),
 # SLOW_TURNS (0), GEN_THREADS (1),
 # RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
 # (127.0.0.1), PGPORT (5432), PGUSER (postgres), PRIVATE_INFRA (1), and without it NATS_HOST
@@ -38,6 +39,10 @@ CANCEL_EVERY=${CANCEL_EVERY:-10}
 PARKED=${PARKED:-10000}
 PARKED_IN_FLIGHT=${PARKED_IN_FLIGHT:-64}
 PARKED_SPLIT=${PARKED_SPLIT:-1}
+# Batches parked through the separate executor (at least 2): the after-the-second reading is one
+# sample of a plateau that moves from batch to batch; more batches show its spread.
+PARKED_BATCHES=${PARKED_BATCHES:-2}
+(( PARKED_BATCHES >= 2 )) || { echo "runs-bench: PARKED_BATCHES must be at least 2 (got $PARKED_BATCHES)" >&2; exit 2; }
 SETTLE=${SETTLE:-5s}
 # The long (cancelled) run: SLOW_TURNS turns of `Context`, then a reply whose words come
 # SLOW_TOKEN_MS apart after SLOW_LATENCY_MS. The cancel is sent once the stream shows
@@ -376,9 +381,22 @@ if [[ $PARKED_SPLIT == 1 ]]; then
     grep -q "executor pulling runs" "$TMP/executor.log" || die "weft executor did not start pulling runs"
     log "weft executor pid $EXEC_PID"
     # Where the executor's memory is, mapping by mapping, before the first batch and after the
-    # second (diff the two to see what grew: heap, stacks, or the binary's code paged in).
+    # last (diff the two to see what grew: heap, stacks, or the binary's code paged in).
     cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-before.txt" 2>/dev/null || true
-    for batch in 1 2; do
+    # Its RSS every half second while the batches run: where it peaks, and the plateau each
+    # batch settles to (RssAnon and RssFile in KiB).
+    (
+        t0=$(date +%s%N)
+        echo "ms	rss_anon_kib	rss_file_kib	threads"
+        while [[ -r /proc/$EXEC_PID/status ]]; do
+            awk -v ms=$((($(date +%s%N) - t0) / 1000000)) \
+                '/^RssAnon/{a=$2} /^RssFile/{f=$2} /^Threads/{t=$2} END{if (a != "") print ms "\t" a "\t" f "\t" t}' \
+                "/proc/$EXEC_PID/status" 2>/dev/null || true
+            sleep 0.5
+        done
+    ) >"$STAGING/executor-rss-series.tsv" &
+    SERIES_PID=$!
+    for batch in $(seq "$PARKED_BATCHES"); do
         put_agent "park-$batch" '{"model":"mock-1"}'
         "$LT" parked --url "$WEFT_URL" --agent "park-$batch" --count "$PARKED" \
             --in-flight "$PARKED_IN_FLIGHT" --settle "$SETTLE" --keep-parked \
@@ -386,6 +404,7 @@ if [[ $PARKED_SPLIT == 1 ]]; then
             --out "$STAGING/parked-split-$batch.json" >/dev/null
     done
     cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-after.txt" 2>/dev/null || true
+    kill "$SERIES_PID" 2>/dev/null || true
 fi
 unset WEFT_LOADTEST_TOKEN
 
@@ -455,12 +474,14 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
         a="$STAGING/parked-split-1.json" b="$STAGING/parked-split-2.json"
         kib() { jq -r "$1 // null | if . == null then \"n/a\" else tostring end" "$2"; }
         echo
-        echo "A separate \`weft executor\` process (gateway-only \`weft up\`), two batches of $PARKED interactive runs kept parked (RSS in KiB):"
+        echo "A separate \`weft executor\` process (gateway-only \`weft up\`), $PARKED_BATCHES batches of $PARKED interactive runs kept parked (RSS in KiB):"
         echo
         echo "| batch | created | parked | all parked (s) | failures | executor RSS before | after the batch settled |"
         echo "|---:|---:|---:|---:|---:|---:|---:|"
-        for f in "$a" "$b"; do
-            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$([[ $f == "$a" ]] && echo 1 || echo 2)" \
+        for batch in $(seq "$PARKED_BATCHES"); do
+            f="$STAGING/parked-split-$batch.json"
+            [[ -f $f ]] || continue
+            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$batch" \
                 "$(jq -r .created "$f")" "$(jq -r .parked "$f")" "$(jq -r .park_s "$f")" "$(jq -r .failures "$f")" \
                 "$(kib .executor_memory_before.rss_kib "$f")" "$(kib .executor_memory_settled.rss_kib "$f")"
         done
@@ -469,6 +490,12 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
             '($a[0].executor_memory_before.rss_kib) as $x | ($b[0].executor_memory_settled.rss_kib) as $y
              | if $x == null or $y == null then "Executor RSS: not measured."
                else "Executor RSS after the second batch minus before the first: \(($y - $x) / 1024 * 100 | round / 100) MiB (\($a[0].parked + $b[0].parked) runs parked)." end'
+        if (( PARKED_BATCHES > 2 )); then
+            jq -rs '(.[0].executor_memory_before.rss_kib) as $x | [.[1:][] | .executor_memory_settled.rss_kib]
+                | if $x == null or any(.[]; . == null) then empty
+                  else "After each of batches 2 to \(length + 1), minus before the first: \(map((. - $x) / 1024 * 100 | round / 100 | tostring) | join(", ")) MiB." end' \
+                $(for batch in $(seq "$PARKED_BATCHES"); do echo "$STAGING/parked-split-$batch.json"; done)
+        fi
     fi
 } >"$STAGING/summary.md"
 
