@@ -9,8 +9,8 @@
 #      interactive runs parked, the executor's memory before and after); then, with
 #      PARKED_SPLIT=1, restarts weft as a gateway-only `weft up` and a separate `weft executor`
 #      and parks PARKED_BATCHES (2) batches of PARKED runs, all kept parked, reading that
-#      executor's memory (and keeping its smaps) before the first and after the second and each
-#      later batch, and sampling its RSS every half second;
+#      executor's memory before the first batch and after each one (its smaps before the first
+#      and after the last), and sampling its RSS every half second;
 #   4. writes the JSON reports and a markdown summary to loadtest/results/<date>/runs/.
 # Everything it starts is stopped, and its database, NATS stream and Redis keys removed, on exit.
 #
@@ -42,7 +42,13 @@ PARKED_SPLIT=${PARKED_SPLIT:-1}
 # Batches parked through the separate executor (at least 2): the after-the-second reading is one
 # sample of a plateau that moves from batch to batch; more batches show its spread.
 PARKED_BATCHES=${PARKED_BATCHES:-2}
-(( PARKED_BATCHES >= 2 )) || { echo "runs-bench: PARKED_BATCHES must be at least 2 (got $PARKED_BATCHES)" >&2; exit 2; }
+if [[ $PARKED_SPLIT == 1 ]]; then
+    if ! [[ $PARKED_BATCHES =~ ^[0-9]+$ ]] || (( 10#$PARKED_BATCHES < 2 )); then
+        echo "runs-bench: PARKED_BATCHES must be a whole number, at least 2 (got '$PARKED_BATCHES')" >&2
+        exit 2
+    fi
+    PARKED_BATCHES=$((10#$PARKED_BATCHES))
+fi
 SETTLE=${SETTLE:-5s}
 # The long (cancelled) run: SLOW_TURNS turns of `Context`, then a reply whose words come
 # SLOW_TOKEN_MS apart after SLOW_LATENCY_MS. The cancel is sent once the stream shows
@@ -86,6 +92,7 @@ done
 TMP=$(mktemp -d)
 WEFT_PID=""
 EXEC_PID=""
+SERIES_PID=""
 NATS_PID=""
 REDIS_PID=""
 NATS_MON=""
@@ -122,6 +129,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     [[ -n $WEFT_PID ]] && stop_pid "$WEFT_PID"
+    [[ -n $SERIES_PID ]] && kill "$SERIES_PID" 2>/dev/null || true
     [[ -n $EXEC_PID ]] && stop_pid "$EXEC_PID"
     [[ -n $NATS_PID ]] && stop_pid "$NATS_PID"
     [[ -n $REDIS_PID ]] && stop_pid "$REDIS_PID"
@@ -359,9 +367,10 @@ log "parked: $PARKED interactive runs"
     --out "$STAGING/parked.json" >/dev/null
 
 # Parked runs cost a row, not executor memory: a gateway-only `weft up` and a separate executor
-# process, two batches kept parked, that process's memory before the first and after the second.
+# process, PARKED_BATCHES batches kept parked, that process's memory before the first and after
+# each.
 if [[ $PARKED_SPLIT == 1 ]]; then
-    log "parked with a separate executor: 2 x $PARKED interactive runs, kept parked"
+    log "parked with a separate executor: $PARKED_BATCHES x $PARKED interactive runs, kept parked"
     stop_pid "$WEFT_PID"
     rm -f "$TMP/weft.json"
     export WEFT_EXECUTOR__EMBEDDED=false
@@ -405,6 +414,7 @@ if [[ $PARKED_SPLIT == 1 ]]; then
     done
     cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-after.txt" 2>/dev/null || true
     kill "$SERIES_PID" 2>/dev/null || true
+    SERIES_PID=""
 fi
 unset WEFT_LOADTEST_TOKEN
 
@@ -418,11 +428,11 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     --argjson cancel_every "$CANCEL_EVERY" --argjson parked "$PARKED" \
     --argjson slow_latency_ms "$SLOW_LATENCY_MS" --argjson slow_token_ms "$SLOW_TOKEN_MS" \
     --argjson slow_turns "$SLOW_TURNS" --argjson gen_threads "$GEN_THREADS" \
-    --argjson steal_pct "$STEAL_PCT" \
+    --argjson steal_pct "$STEAL_PCT" --arg parked_split "$PARKED_SPLIT" --arg parked_batches "$PARKED_BATCHES" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, concurrency: $concurrency, cancel_every: $cancel_every, parked: $parked,
       slow_latency_ms: $slow_latency_ms, slow_token_ms: $slow_token_ms, slow_turns: $slow_turns,
-      generator_threads: $gen_threads,
+      generator_threads: $gen_threads, parked_split: $parked_split, parked_batches: $parked_batches,
       cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
 
 ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 | tostring end" "$2"; }
@@ -491,10 +501,12 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
              | if $x == null or $y == null then "Executor RSS: not measured."
                else "Executor RSS after the second batch minus before the first: \(($y - $x) / 1024 * 100 | round / 100) MiB (\($a[0].parked + $b[0].parked) runs parked)." end'
         if (( PARKED_BATCHES > 2 )); then
+            reports=()
+            for batch in $(seq "$PARKED_BATCHES"); do reports+=("$STAGING/parked-split-$batch.json"); done
             jq -rs '(.[0].executor_memory_before.rss_kib) as $x | [.[1:][] | .executor_memory_settled.rss_kib]
-                | if $x == null or any(.[]; . == null) then empty
+                | if $x == null or any(.[]; . == null) then "Executor RSS after batches 2 to \(length + 1): not measured."
                   else "After each of batches 2 to \(length + 1), minus before the first: \(map((. - $x) / 1024 * 100 | round / 100 | tostring) | join(", ")) MiB." end' \
-                $(for batch in $(seq "$PARKED_BATCHES"); do echo "$STAGING/parked-split-$batch.json"; done)
+                "${reports[@]}"
         fi
     fi
 } >"$STAGING/summary.md"
