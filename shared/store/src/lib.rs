@@ -1,6 +1,7 @@
 //! Postgres for weft: connecting (creating the database when it is missing), the migrations in
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
+mod kept;
 mod runs;
 mod schedules;
 mod steps;

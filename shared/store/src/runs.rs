@@ -10,6 +10,8 @@
 //! epoch (under a row lock that waits for those statements and transactions), so a stale
 //! executor's writes fail with [`RunStoreError::StaleLease`] and change nothing.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
 use time::OffsetDateTime;
@@ -18,6 +20,7 @@ use weft_core::run::{ErrorEvent, RunEvent, RunFinished, RunStatus, StopReason};
 use weft_core::{RunId, TenantId};
 
 use crate::StoreError;
+use crate::kept::Kept;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunStoreError {
@@ -255,11 +258,20 @@ pub struct RunFilter {
 #[derive(Clone, Debug)]
 pub struct RunStore {
     pool: PgPool,
+    /// Connections kept for the gateway's per-request statements (insert, read, page of events),
+    /// which would otherwise each pay the pool's test on release.
+    kept: Arc<Kept>,
 }
+
+/// At most this many connections kept by a [`RunStore`] beside its pool ([`Kept`]).
+const KEPT_CONNECTIONS: usize = 4;
 
 impl RunStore {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            kept: Arc::new(Kept::new(pool.clone(), KEPT_CONNECTIONS)),
+            pool,
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -269,7 +281,8 @@ impl RunStore {
     /// Inserts a run with its first events. With an idempotency key already used by the same
     /// subject, returns the existing run and `false`.
     pub async fn create(&self, new: &NewRun) -> Result<(RunRecord, bool), RunStoreError> {
-        let created = insert_run(&self.pool, new).await?;
+        let mut conn = self.kept.get().await?;
+        let created = insert_run(&mut *conn, new).await?;
         let run = match created {
             Some(run) => run,
             None => {
@@ -282,11 +295,13 @@ impl RunStore {
                 .bind(new.tenant.as_str())
                 .bind(&new.subject)
                 .bind(key)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *conn)
                 .await?;
+                conn.finished();
                 return Ok((run_from_row(&r)?, false));
             }
         };
+        conn.finished();
         Ok((run, true))
     }
 
@@ -318,6 +333,7 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Option<RunRecord>, RunStoreError> {
+        let mut conn = self.kept.get().await?;
         let r = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -325,21 +341,24 @@ impl RunStore {
         ))
         .bind(id.0)
         .bind(tenant.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await?;
+        conn.finished();
         r.as_ref().map(run_from_row).transpose()
     }
 
     /// A run by id alone: for the executor, which learns the tenant from the row.
     pub async fn get_any(&self, id: RunId) -> Result<Option<RunRecord>, RunStoreError> {
+        let mut conn = self.kept.get().await?;
         let r = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE id = $1"
         ))
         .bind(id.0)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await?;
+        conn.finished();
         r.as_ref().map(run_from_row).transpose()
     }
 
@@ -377,14 +396,16 @@ impl RunStore {
         from_seq: i64,
         limit: i64,
     ) -> Result<Vec<EventRecord>, RunStoreError> {
+        let mut conn = self.kept.get().await?;
         let rows = sqlx::query(
             "SELECT seq, kind, data, created_at FROM run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
         )
         .bind(id.0)
         .bind(from_seq)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
+        conn.finished();
         rows.iter()
             .map(|r| {
                 Ok(EventRecord {
@@ -403,6 +424,7 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Vec<RunId>, RunStoreError> {
+        let mut conn = self.kept.get().await?;
         let rows = sqlx::query(
             "WITH RECURSIVE d(id) AS (
                 SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
@@ -414,8 +436,9 @@ impl RunStore {
         )
         .bind(id.0)
         .bind(tenant.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
+        conn.finished();
         rows.iter().map(|r| Ok(RunId(r.try_get("id")?))).collect()
     }
 
