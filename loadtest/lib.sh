@@ -94,9 +94,11 @@ PY
 }
 
 # start_weft_up: `weft up` with $TMP/weft.toml on $WEFT_PORT / $ROUTER_PORT against database $DB,
-# logging to $TMP/weft.log; waits for its ready file and sets WEFT_PID and WEFT_URL.
+# logging to $TMP/weft.log; waits for its ready file and sets WEFT_PID and WEFT_URL. With the
+# array WEFT_LAUNCHER set (a program that execs the rest of its command line in its own process,
+# valgrind.bin say), weft runs under it, with the same pid.
 start_weft_up() {
-    (cd "$TMP" && exec "$WEFT" up --config "$TMP/weft.toml" \
+    (cd "$TMP" && exec ${WEFT_LAUNCHER[@]+"${WEFT_LAUNCHER[@]}"} "$WEFT" up --config "$TMP/weft.toml" \
         --listen "127.0.0.1:$WEFT_PORT" --router-listen "127.0.0.1:$ROUTER_PORT" \
         --database-url "postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
         --ready-file "$TMP/weft.json" >"$TMP/weft.log" 2>&1) &

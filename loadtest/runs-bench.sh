@@ -20,7 +20,13 @@
 # NATS server (JetStream in a scratch directory, monitoring on) and a Redis server of its own for
 # the run, so the counts are weft's alone.
 #
-# Knobs (environment): DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
+# Counts that do not move with the machine, per run of the `runs` scenarios: weft's system calls
+# and context switches (`perf stat`'s software events, when perf is installed and allowed), and
+# with CALLGRIND=1 its instructions: weft then runs under valgrind's callgrind (about 50x slower,
+# so run rates and latencies mean nothing), counting only while each `runs` scenario runs, and
+# the parked scenarios are skipped.
+#
+# Knobs (environment): CALLGRIND (0), DURATION (20s), WARMUP (2s), CONCURRENCY ("16 64"), CANCEL_EVERY (10),
 # PARKED (10000), PARKED_IN_FLIGHT (64), PARKED_SPLIT (1), PARKED_BATCHES (2), SETTLE (5s), SLOW_LATENCY_MS (0), SLOW_TOKEN_MS (200),
 # SLOW_TURNS (0), GEN_THREADS (1),
 # RESULTS (results dir), SKIP_BUILD (0), WEFT_BIN (default target/release/weft), PGHOST
@@ -50,6 +56,7 @@ if [[ $PARKED_SPLIT == 1 ]]; then
     PARKED_BATCHES=$((10#$PARKED_BATCHES))
 fi
 SETTLE=${SETTLE:-5s}
+CALLGRIND=${CALLGRIND:-0}
 # The long (cancelled) run: SLOW_TURNS turns of `Context`, then a reply whose words come
 # SLOW_TOKEN_MS apart after SLOW_LATENCY_MS. The cancel is sent once the stream shows
 # `provider_chosen`: by default while the reply streams. (Until 2026-11-27 the defaults were
@@ -285,7 +292,16 @@ EOF
 
 # Run from the scratch directory so nothing relative lands in the repository. `exec` makes the
 # background job's pid weft's own: the executor pid the scenarios read the memory of.
+if ((CALLGRIND)); then
+    command -v valgrind.bin >/dev/null && command -v callgrind_control >/dev/null \
+        || die "CALLGRIND=1 needs valgrind (apt-get install valgrind)"
+    # valgrind.bin, not Debian's `valgrind` script: it execs weft in its own process, so
+    # WEFT_PID is the process callgrind_control talks to.
+    WEFT_LAUNCHER=(valgrind.bin --tool=callgrind --instr-atstart=no
+        --callgrind-out-file="$TMP/callgrind.out.%p")
+fi
 start_weft_up
+unset WEFT_LAUNCHER
 WEFT_TOKEN=$(jq -r '.admin_token // empty' "$TMP/weft.json")
 [[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token"
 log "weft at $WEFT_URL (pid $WEFT_PID)"
@@ -321,8 +337,28 @@ proc_cpu_ms() {
         printf "%d\n", (f[12] + f[13]) * 1000 / hz }' "/proc/$1/stat"
 }
 
+# callgrind_total PID: instructions counted since the last zeroing, all threads.
+callgrind_total() {
+    callgrind_control -e Ir "$1" | awk '$1 == "Th" { gsub(",", "", $3); n += $3 } END { print n + 0 }'
+}
+PERF_EVENTS=raw_syscalls:sys_enter,context-switches
+HAVE_PERF=0
+if command -v perf >/dev/null && perf stat -e "$PERF_EVENTS" true >/dev/null 2>&1; then
+    HAVE_PERF=1
+else
+    log "perf stat cannot count system calls here: no syscall or context-switch counts"
+fi
+
 for c in $CONCURRENCY; do
     log "runs at concurrency $c for $DURATION"
+    if ((CALLGRIND)); then
+        callgrind_control -i on "$WEFT_PID" >/dev/null
+        callgrind_control -z "$WEFT_PID" >/dev/null
+    fi
+    if ((HAVE_PERF)); then
+        perf stat -x, -e "$PERF_EVENTS" -p "$WEFT_PID" -o "$TMP/perf-c$c.csv" &
+        PERF_PID=$!
+    fi
     CPU0=$(proc_cpu_ms "$WEFT_PID")
     counters >"$TMP/counters0.json"
     "$LT" runs --url "$WEFT_URL" --concurrency "$c" --duration "$DURATION" --warmup "$WARMUP" \
@@ -331,17 +367,36 @@ for c in $CONCURRENCY; do
     # weft's CPU per run over warm-up + measurement (the runs finished in both): stable where
     # wall-clock latencies move 2× on a shared VM.
     CPU1=$(proc_cpu_ms "$WEFT_PID")
+    SYSCALLS=null CSWITCHES=null INSTRUCTIONS=null
+    if ((HAVE_PERF)); then
+        kill -INT "$PERF_PID" 2>/dev/null || true
+        wait "$PERF_PID" 2>/dev/null || true
+        SYSCALLS=$(awk -F, '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ { print $1 }' "$TMP/perf-c$c.csv")
+        CSWITCHES=$(awk -F, '$3 == "context-switches" && $1 ~ /^[0-9]+$/ { print $1 }' "$TMP/perf-c$c.csv")
+        SYSCALLS=${SYSCALLS:-null} CSWITCHES=${CSWITCHES:-null}
+    fi
+    if ((CALLGRIND)); then
+        INSTRUCTIONS=$(callgrind_total "$WEFT_PID")
+        callgrind_control -i off "$WEFT_PID" >/dev/null
+    fi
     # Statistics reach pg_stat_database within a second of a transaction's end.
     sleep 1
     counters >"$TMP/counters1.json"
     # Per run: over warm-up + measurement, divided by the runs finished in both (as the CPU).
     jq --argjson cpu_ms $((CPU1 - CPU0)) \
+        --argjson syscalls "$SYSCALLS" --argjson cswitches "$CSWITCHES" \
+        --argjson instructions "$INSTRUCTIONS" \
         --slurpfile c0 "$TMP/counters0.json" --slurpfile c1 "$TMP/counters1.json" \
         '.weft_cpu_ms = $cpu_ms
          | (.runs_per_s * (.duration_s + .warmup_s)) as $runs
-         | .weft_cpu_ms_per_run = ($cpu_ms / $runs * 100 | round / 100)
+         | def per_run(n): if n == null then null else (n / $runs * 100 | round / 100) end;
+         .weft_cpu_ms_per_run = per_run($cpu_ms)
          | .per_run = ($c1[0] | with_entries(.key as $k | .value = (if .value == null or $c0[0][$k] == null
-             then null else ((.value - $c0[0][$k]) / $runs * 100 | round / 100) end)))' \
+             then null else ((.value - $c0[0][$k]) / $runs * 100 | round / 100) end)))
+         | .per_run.weft_syscalls = per_run($syscalls)
+         | .per_run.weft_context_switches = per_run($cswitches)
+         | .per_run.weft_instructions = (if $instructions == null then null
+             else ($instructions / $runs | round) end)' \
         "$STAGING/runs-c$c.json" >"$STAGING/runs-c$c.json.new"
     mv "$STAGING/runs-c$c.json.new" "$STAGING/runs-c$c.json"
     sleep 1
@@ -361,60 +416,65 @@ if ((PG_STATEMENTS)); then
         || log "could not read pg_stat_statements"
 fi
 
-log "parked: $PARKED interactive runs"
-"$LT" parked --url "$WEFT_URL" --count "$PARKED" --in-flight "$PARKED_IN_FLIGHT" \
-    --settle "$SETTLE" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
-    --out "$STAGING/parked.json" >/dev/null
+if ((CALLGRIND)); then
+    log "CALLGRIND=1: the parked scenarios are skipped"
+    PARKED_SPLIT=0
+else
+    log "parked: $PARKED interactive runs"
+    "$LT" parked --url "$WEFT_URL" --count "$PARKED" --in-flight "$PARKED_IN_FLIGHT" \
+        --settle "$SETTLE" --executor-pid "$WEFT_PID" --threads "$GEN_THREADS" \
+        --out "$STAGING/parked.json" >/dev/null
 
-# Parked runs cost a row, not executor memory: a gateway-only `weft up` and a separate executor
-# process, PARKED_BATCHES batches kept parked, that process's memory before the first and after
-# each.
-if [[ $PARKED_SPLIT == 1 ]]; then
-    log "parked with a separate executor: $PARKED_BATCHES x $PARKED interactive runs, kept parked"
-    stop_pid "$WEFT_PID"
-    rm -f "$TMP/weft.json"
-    export WEFT_EXECUTOR__EMBEDDED=false
-    start_weft_up
-    unset WEFT_EXECUTOR__EMBEDDED
-    (cd "$TMP" && WEFT_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
-        WEFT_EXECUTOR__ROUTER_URL="http://127.0.0.1:$ROUTER_PORT" \
-        WEFT_EXECUTOR__SUBSTRATE_URL="http://127.0.0.1:$SUBSTRATE_PORT" \
-        WEFT_TELEMETRY__LOG_LEVEL=info \
-        exec "$WEFT" executor --config "$TMP/weft.toml" >"$TMP/executor.log" 2>&1) &
-    EXEC_PID=$!
-    for _ in $(seq 600); do
-        grep -q "executor pulling runs" "$TMP/executor.log" 2>/dev/null && break
-        kill -0 "$EXEC_PID" 2>/dev/null || die "weft executor exited (see $TMP/executor.log)"
-        sleep 0.1
-    done
-    grep -q "executor pulling runs" "$TMP/executor.log" || die "weft executor did not start pulling runs"
-    log "weft executor pid $EXEC_PID"
-    # Where the executor's memory is, mapping by mapping, before the first batch and after the
-    # last (diff the two to see what grew: heap, stacks, or the binary's code paged in).
-    cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-before.txt" 2>/dev/null || true
-    # Its RSS every half second while the batches run: where it peaks, and the plateau each
-    # batch settles to (RssAnon and RssFile in KiB).
-    (
-        t0=$(date +%s%N)
-        echo "ms	rss_anon_kib	rss_file_kib	threads"
-        while [[ -r /proc/$EXEC_PID/status ]]; do
-            awk -v ms=$((($(date +%s%N) - t0) / 1000000)) \
-                '/^RssAnon/{a=$2} /^RssFile/{f=$2} /^Threads/{t=$2} END{if (a != "") print ms "\t" a "\t" f "\t" t}' \
-                "/proc/$EXEC_PID/status" 2>/dev/null || true
-            sleep 0.5
+    # Parked runs cost a row, not executor memory: a gateway-only `weft up` and a separate executor
+    # process, PARKED_BATCHES batches kept parked, that process's memory before the first and after
+    # each.
+    if [[ $PARKED_SPLIT == 1 ]]; then
+        log "parked with a separate executor: $PARKED_BATCHES x $PARKED interactive runs, kept parked"
+        stop_pid "$WEFT_PID"
+        rm -f "$TMP/weft.json"
+        export WEFT_EXECUTOR__EMBEDDED=false
+        start_weft_up
+        unset WEFT_EXECUTOR__EMBEDDED
+        (cd "$TMP" && WEFT_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" \
+            WEFT_EXECUTOR__ROUTER_URL="http://127.0.0.1:$ROUTER_PORT" \
+            WEFT_EXECUTOR__SUBSTRATE_URL="http://127.0.0.1:$SUBSTRATE_PORT" \
+            WEFT_TELEMETRY__LOG_LEVEL=info \
+            exec "$WEFT" executor --config "$TMP/weft.toml" >"$TMP/executor.log" 2>&1) &
+        EXEC_PID=$!
+        for _ in $(seq 600); do
+            grep -q "executor pulling runs" "$TMP/executor.log" 2>/dev/null && break
+            kill -0 "$EXEC_PID" 2>/dev/null || die "weft executor exited (see $TMP/executor.log)"
+            sleep 0.1
         done
-    ) >"$STAGING/executor-rss-series.tsv" &
-    SERIES_PID=$!
-    for batch in $(seq "$PARKED_BATCHES"); do
-        put_agent "park-$batch" '{"model":"mock-1"}'
-        "$LT" parked --url "$WEFT_URL" --agent "park-$batch" --count "$PARKED" \
-            --in-flight "$PARKED_IN_FLIGHT" --settle "$SETTLE" --keep-parked \
-            --executor-pid "$EXEC_PID" --threads "$GEN_THREADS" \
-            --out "$STAGING/parked-split-$batch.json" >/dev/null
-    done
-    cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-after.txt" 2>/dev/null || true
-    kill "$SERIES_PID" 2>/dev/null || true
-    SERIES_PID=""
+        grep -q "executor pulling runs" "$TMP/executor.log" || die "weft executor did not start pulling runs"
+        log "weft executor pid $EXEC_PID"
+        # Where the executor's memory is, mapping by mapping, before the first batch and after the
+        # last (diff the two to see what grew: heap, stacks, or the binary's code paged in).
+        cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-before.txt" 2>/dev/null || true
+        # Its RSS every half second while the batches run: where it peaks, and the plateau each
+        # batch settles to (RssAnon and RssFile in KiB).
+        (
+            t0=$(date +%s%N)
+            echo "ms	rss_anon_kib	rss_file_kib	threads"
+            while [[ -r /proc/$EXEC_PID/status ]]; do
+                awk -v ms=$((($(date +%s%N) - t0) / 1000000)) \
+                    '/^RssAnon/{a=$2} /^RssFile/{f=$2} /^Threads/{t=$2} END{if (a != "") print ms "\t" a "\t" f "\t" t}' \
+                    "/proc/$EXEC_PID/status" 2>/dev/null || true
+                sleep 0.5
+            done
+        ) >"$STAGING/executor-rss-series.tsv" &
+        SERIES_PID=$!
+        for batch in $(seq "$PARKED_BATCHES"); do
+            put_agent "park-$batch" '{"model":"mock-1"}'
+            "$LT" parked --url "$WEFT_URL" --agent "park-$batch" --count "$PARKED" \
+                --in-flight "$PARKED_IN_FLIGHT" --settle "$SETTLE" --keep-parked \
+                --executor-pid "$EXEC_PID" --threads "$GEN_THREADS" \
+                --out "$STAGING/parked-split-$batch.json" >/dev/null
+        done
+        cat "/proc/$EXEC_PID/smaps" >"$STAGING/executor-smaps-after.txt" 2>/dev/null || true
+        kill "$SERIES_PID" 2>/dev/null || true
+        SERIES_PID=""
+    fi
 fi
 unset WEFT_LOADTEST_TOKEN
 
@@ -459,27 +519,33 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
     echo
     echo "Per run (counted over warm-up + measurement, divided by the runs finished in it; the cancelled runs' work is included):"
     echo
-    echo "| workers | SQL statements | commits | NATS messages | Redis commands | weft CPU ms | Postgres CPU ms (all databases) | NATS CPU ms | Redis CPU ms |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| workers | SQL statements | commits | NATS messages | Redis commands | weft CPU ms | Postgres CPU ms (all databases) | NATS CPU ms | Redis CPU ms | weft system calls | weft context switches | weft instructions |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for c in $CONCURRENCY; do
-        jq -r --arg c "$c" '(.per_run // {}) as $p | "| \($c) | \($p.sql_statements // "n/a") | \($p.commits // "n/a") | \($p.nats_messages // "n/a") | \($p.redis_commands // "n/a") | \(.weft_cpu_ms_per_run) | \($p.postgres_cpu_ms // "n/a") | \($p.nats_cpu_ms // "n/a") | \($p.redis_cpu_ms // "n/a") |"' "$STAGING/runs-c$c.json"
+        jq -r --arg c "$c" '(.per_run // {}) as $p | "| \($c) | \($p.sql_statements // "n/a") | \($p.commits // "n/a") | \($p.nats_messages // "n/a") | \($p.redis_commands // "n/a") | \(.weft_cpu_ms_per_run) | \($p.postgres_cpu_ms // "n/a") | \($p.nats_cpu_ms // "n/a") | \($p.redis_cpu_ms // "n/a") | \($p.weft_syscalls // "n/a") | \($p.weft_context_switches // "n/a") | \($p.weft_instructions // "n/a") |"' "$STAGING/runs-c$c.json"
     done
+    if ((CALLGRIND)); then
+        echo
+        echo "Under callgrind (CALLGRIND=1): the rates, latencies and CPU times above are valgrind's, about 50x slower; the instructions are what to compare."
+    fi
     echo
     f="$STAGING/parked.json"
-    echo "Parked interactive runs (\`awaiting_input\`), created $(jq -r .in_flight "$f") at a time:"
-    echo
-    echo "| runs | created | parked | create p50 (ms) | create p99 (ms) | all created (s) | all parked (s) | RSS before | parked | after $SETTLE (MiB) | per parked run (bytes) | cancelled after (s) | failures |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
-        "$(jq -r .count "$f")" "$(jq -r .created "$f")" "$(jq -r .parked "$f")" \
-        "$(ms .create_us.p50 "$f")" "$(ms .create_us.p99 "$f")" \
-        "$(jq -r .create_s "$f")" "$(jq -r .park_s "$f")" \
-        "$(jq -r '.executor_memory_before.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
-        "$(jq -r '.executor_memory_parked.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
-        "$(jq -r '.executor_memory_settled.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
-        "$(jq -r '"\(.rss_per_parked_run_bytes // "n/a") (settled \(.rss_per_parked_run_settled_bytes // "n/a"))"' "$f")" \
-        "$(jq -r '.cleanup_s // "n/a"' "$f")" \
-        "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")"
+    if [[ -f $f ]]; then
+        echo "Parked interactive runs (\`awaiting_input\`), created $(jq -r .in_flight "$f") at a time:"
+        echo
+        echo "| runs | created | parked | create p50 (ms) | create p99 (ms) | all created (s) | all parked (s) | RSS before | parked | after $SETTLE (MiB) | per parked run (bytes) | cancelled after (s) | failures |"
+        echo "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|"
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+            "$(jq -r .count "$f")" "$(jq -r .created "$f")" "$(jq -r .parked "$f")" \
+            "$(ms .create_us.p50 "$f")" "$(ms .create_us.p99 "$f")" \
+            "$(jq -r .create_s "$f")" "$(jq -r .park_s "$f")" \
+            "$(jq -r '.executor_memory_before.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+            "$(jq -r '.executor_memory_parked.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+            "$(jq -r '.executor_memory_settled.rss_kib // null | if . == null then "n/a" else (. / 1024 | round | tostring) end' "$f")" \
+            "$(jq -r '"\(.rss_per_parked_run_bytes // "n/a") (settled \(.rss_per_parked_run_settled_bytes // "n/a"))"' "$f")" \
+            "$(jq -r '.cleanup_s // "n/a"' "$f")" \
+            "$(jq -r 'if .failures == 0 then "0" else "\(.failures) (\(.failure_kinds | to_entries | map("\(.key) \(.value)") | join(", ")))" end' "$f")"
+    fi
     if [[ -f $STAGING/parked-split-2.json ]]; then
         a="$STAGING/parked-split-1.json" b="$STAGING/parked-split-2.json"
         kib() { jq -r "$1 // null | if . == null then \"n/a\" else tostring end" "$2"; }
