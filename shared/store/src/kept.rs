@@ -58,7 +58,8 @@ impl Drop for Place<'_> {
 
 /// A connection for one statement, from [`Kept::get`]. Dropped without
 /// [`finished`](Self::finished), a kept connection is closed (its socket dropped: Postgres ends
-/// the session and rolls back whatever it was doing) and a pool connection goes back through the
+/// the session and rolls back whatever it was doing once it reads or writes the socket again, a
+/// running statement's end at the latest) and a pool connection goes back through the
 /// pool's own test.
 pub(crate) struct KeptConn<'a> {
     held: Held<'a>,
@@ -172,7 +173,7 @@ mod tests {
     }
 
     async fn session_gone(pool: &PgPool, pid: i32) {
-        for _ in 0..500 {
+        for _ in 0..1000 {
             let alive: bool =
                 sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
                     .bind(pid)
@@ -218,7 +219,8 @@ mod tests {
             .execute(&mut *c)
             .await
             .unwrap();
-        let slow = sqlx::query("SELECT pg_sleep(30)").execute(&mut *c);
+        // Postgres notices the closed socket only when the sleep ends and it writes the answer.
+        let slow = sqlx::query("SELECT pg_sleep(2)").execute(&mut *c);
         assert!(
             tokio::time::timeout(Duration::from_millis(200), slow)
                 .await
