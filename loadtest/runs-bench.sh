@@ -294,9 +294,9 @@ EOF
 # background job's pid weft's own: the executor pid the scenarios read the memory of.
 if ((CALLGRIND)); then
     command -v valgrind.bin >/dev/null && command -v callgrind_control >/dev/null \
-        || die "CALLGRIND=1 needs valgrind (apt-get install valgrind)"
-    # valgrind.bin, not Debian's `valgrind` script: it execs weft in its own process, so
-    # WEFT_PID is the process callgrind_control talks to.
+        || die "CALLGRIND=1 needs valgrind.bin and callgrind_control on PATH (Debian: apt-get install valgrind)"
+    # valgrind.bin, the tool itself rather than Debian's `valgrind` wrapper script: weft then runs
+    # in the very process started, so WEFT_PID is the pid callgrind_control is given.
     WEFT_LAUNCHER=(valgrind.bin --tool=callgrind --instr-atstart=no
         --callgrind-out-file="$TMP/callgrind.out.%p")
 fi
@@ -337,9 +337,11 @@ proc_cpu_ms() {
         printf "%d\n", (f[12] + f[13]) * 1000 / hz }' "/proc/$1/stat"
 }
 
-# callgrind_total PID: instructions counted since the last zeroing, all threads.
+# callgrind_total PID: instructions counted since the last zeroing, all threads (`Th 1 …`, and
+# `Th10 …` from thread 10 on); null when callgrind_control printed none.
 callgrind_total() {
-    callgrind_control -e Ir "$1" | awk '$1 == "Th" { gsub(",", "", $3); n += $3 } END { print n + 0 }'
+    callgrind_control -e Ir "$1" \
+        | awk '/^ *Th/ { v = $NF; gsub(",", "", v); n += v; seen = 1 } END { print seen ? n : "null" }'
 }
 PERF_EVENTS=raw_syscalls:sys_enter,context-switches
 HAVE_PERF=0
@@ -371,8 +373,10 @@ for c in $CONCURRENCY; do
     if ((HAVE_PERF)); then
         kill -INT "$PERF_PID" 2>/dev/null || true
         wait "$PERF_PID" 2>/dev/null || true
-        SYSCALLS=$(awk -F, '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ { print $1 }' "$TMP/perf-c$c.csv")
-        CSWITCHES=$(awk -F, '$3 == "context-switches" && $1 ~ /^[0-9]+$/ { print $1 }' "$TMP/perf-c$c.csv")
+        SYSCALLS=$(awk -F, '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ { print $1 }' \
+            "$TMP/perf-c$c.csv" 2>/dev/null || true)
+        CSWITCHES=$(awk -F, '$3 == "context-switches" && $1 ~ /^[0-9]+$/ { print $1 }' \
+            "$TMP/perf-c$c.csv" 2>/dev/null || true)
         SYSCALLS=${SYSCALLS:-null} CSWITCHES=${CSWITCHES:-null}
     fi
     if ((CALLGRIND)); then
@@ -489,10 +493,12 @@ jq -n --arg date "$DATE" --arg git "$(git describe --always --dirty --abbrev=7 2
     --argjson slow_latency_ms "$SLOW_LATENCY_MS" --argjson slow_token_ms "$SLOW_TOKEN_MS" \
     --argjson slow_turns "$SLOW_TURNS" --argjson gen_threads "$GEN_THREADS" \
     --argjson steal_pct "$STEAL_PCT" --arg parked_split "$PARKED_SPLIT" --arg parked_batches "$PARKED_BATCHES" \
+    --arg callgrind "$CALLGRIND" \
     '{date: $date, git: $git, cpu: $cpu, cores: $cores, kernel: $kernel, duration: $duration,
       warmup: $warmup, concurrency: $concurrency, cancel_every: $cancel_every, parked: $parked,
       slow_latency_ms: $slow_latency_ms, slow_token_ms: $slow_token_ms, slow_turns: $slow_turns,
       generator_threads: $gen_threads, parked_split: $parked_split, parked_batches: $parked_batches,
+      callgrind: $callgrind,
       cpu_steal_pct: $steal_pct}' >"$STAGING/machine.json"
 
 ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 | tostring end" "$2"; }
@@ -526,7 +532,7 @@ ms() { jq -r "$1 | if . == null then \"n/a\" else . / 1000 * 100 | round / 100 |
     done
     if ((CALLGRIND)); then
         echo
-        echo "Under callgrind (CALLGRIND=1): the rates, latencies and CPU times above are valgrind's, about 50x slower; the instructions are what to compare."
+        echo "Under callgrind (CALLGRIND=1): the rates, latencies and CPU times above are valgrind's (15-50x slower), and so are the system calls and context switches; the instructions are what to compare."
     fi
     echo
     f="$STAGING/parked.json"

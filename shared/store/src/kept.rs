@@ -8,7 +8,9 @@
 //! answer. One dropped any other way (its future cancelled, or its statement failed) is closed.
 //!
 //! A `Kept` holds at most `cap` connections of its own, checked out of the pool once and then
-//! detached, so the pool may open up to `cap` more than its `max_connections` beside them. When
+//! detached, so the pool may open up to `cap` more than its `max_connections` beside them; the
+//! pool's idle timeout, maximum lifetime and `close()` do not reach them (they close when the
+//! `Kept` is dropped). When
 //! none is idle, a statement runs on an ordinary pool connection, which `finished` then keeps if
 //! there is room. Like the pool, a kept connection idle for longer than [`PING_IF_IDLE`] is
 //! tested before it is used again.
@@ -57,9 +59,10 @@ impl Drop for Place<'_> {
 }
 
 /// A connection for one statement, from [`Kept::get`]. Dropped without
-/// [`finished`](Self::finished), a kept connection is closed (its socket dropped: Postgres ends
-/// the session and rolls back whatever it was doing once it reads or writes the socket again, a
-/// running statement's end at the latest) and a pool connection goes back through the
+/// [`finished`](Self::finished), a kept connection is closed: its socket is dropped, and Postgres
+/// ends the session once it reads or writes the socket again. An open transaction is then rolled
+/// back; a single statement already sent may still commit (Postgres notices the closed socket
+/// only when it writes the answer), as with a pool connection and a pool connection goes back through the
 /// pool's own test.
 pub(crate) struct KeptConn<'a> {
     held: Held<'a>,
@@ -188,13 +191,19 @@ mod tests {
         panic!("the session of backend {pid} is still open");
     }
 
-    #[tokio::test(flavor = "multi_thread")]
-    async fn a_finished_connection_is_kept_and_used_again_without_the_pool() {
+    /// A test database and a `Kept` of 4 holding one connection: its backend's pid.
+    async fn one_kept() -> (TestDb, Kept, i32) {
         let db = TestDb::new().await;
         let kept = Kept::new(db.pool.clone(), 4);
         let mut c = kept.get().await.unwrap();
         let first = pid(&mut c).await;
         c.finished();
+        (db, kept, first)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_finished_connection_is_kept_and_used_again_without_the_pool() {
+        let (_db, kept, first) = one_kept().await;
         assert_eq!(kept.open(), 1);
         for _ in 0..3 {
             let mut c = kept.get().await.unwrap();
@@ -206,11 +215,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_statement_cancelled_midway_closes_its_kept_connection() {
-        let db = TestDb::new().await;
-        let kept = Kept::new(db.pool.clone(), 4);
-        let mut c = kept.get().await.unwrap();
-        let first = pid(&mut c).await;
-        c.finished();
+        let (db, kept, first) = one_kept().await;
 
         // Inside a transaction, so the session's end must roll it back.
         let mut c = kept.get().await.unwrap();
@@ -243,11 +248,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_failed_statement_closes_its_kept_connection() {
-        let db = TestDb::new().await;
-        let kept = Kept::new(db.pool.clone(), 4);
-        let mut c = kept.get().await.unwrap();
-        let first = pid(&mut c).await;
-        c.finished();
+        let (db, kept, first) = one_kept().await;
         let mut c = kept.get().await.unwrap();
         let failed = sqlx::query("SELECT 1 / 0").execute(&mut *c).await;
         assert!(failed.is_err());

@@ -258,8 +258,8 @@ pub struct RunFilter {
 #[derive(Clone, Debug)]
 pub struct RunStore {
     pool: PgPool,
-    /// Connections kept for the gateway's per-request statements (insert, read, page of events),
-    /// which would otherwise each pay the pool's test on release.
+    /// Connections kept for the single statements made for every run (insert, read, page of
+    /// events, live sub-runs), which would otherwise each pay the pool's test on release.
     kept: Arc<Kept>,
 }
 
