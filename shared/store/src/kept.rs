@@ -3,16 +3,15 @@
 //! sqlx tests every connection given back to its pool: a task of its own and a round trip to
 //! Postgres (a `Sync`, then a wait for `ReadyForQuery`) per checkout, which cannot be turned off.
 //! The test exists because a query future dropped mid-statement leaves its connection in an
-//! unknown state. [`Kept`] knows better than the pool whether that happened: a connection goes
-//! back into it only through [`KeptConn::finished`], called after a statement returned its whole
-//! answer. One dropped any other way (its future cancelled, or its statement failed) is closed.
+//! unknown state. [`Kept`] knows better than the pool whether that happened: [`Kept::run`] keeps a
+//! connection only once its statements returned their whole answers. One dropped any other way
+//! (the future cancelled, or a statement failed) is closed.
 //!
 //! A `Kept` holds at most `cap` connections of its own, checked out of the pool once and then
 //! detached, so the pool may open up to `cap` more than its `max_connections` beside them; the
 //! pool's idle timeout, maximum lifetime and `close()` do not reach them (they close when the
-//! `Kept` is dropped). When
-//! none is idle, a statement runs on an ordinary pool connection, which `finished` then keeps if
-//! there is room. Like the pool, a kept connection idle for longer than [`PING_IF_IDLE`] is
+//! `Kept` is dropped). When none is idle, the statements run on an ordinary pool connection, kept
+//! afterwards if there is room. Like the pool, a kept connection idle for longer than [`PING_IF_IDLE`] is
 //! tested before it is used again.
 
 use std::ops::{Deref, DerefMut};
@@ -62,8 +61,8 @@ impl Drop for Place<'_> {
 /// [`finished`](Self::finished), a kept connection is closed: its socket is dropped, and Postgres
 /// ends the session once it reads or writes the socket again. An open transaction is then rolled
 /// back; a single statement already sent may still commit (Postgres notices the closed socket
-/// only when it writes the answer), as with a pool connection and a pool connection goes back through the
-/// pool's own test.
+/// only when it writes the answer), as with a pool connection. A pool connection dropped so goes
+/// back through the pool's own test.
 pub(crate) struct KeptConn<'a> {
     held: Held<'a>,
     home: &'a Kept,
@@ -100,6 +99,18 @@ impl Kept {
             held: Held::Pooled(conn),
             home: self,
         })
+    }
+
+    /// Runs `statements` on a kept connection (or a pool one) and keeps the connection when they
+    /// succeeded; see the module documentation.
+    pub(crate) async fn run<T, E: From<sqlx::Error>>(
+        &self,
+        statements: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.get().await?;
+        let out = statements(&mut conn).await?;
+        conn.finished();
+        Ok(out)
     }
 
     /// Kept connections open now (idle or in use).

@@ -281,11 +281,11 @@ impl RunStore {
     /// Inserts a run with its first events. With an idempotency key already used by the same
     /// subject, returns the existing run and `false`.
     pub async fn create(&self, new: &NewRun) -> Result<(RunRecord, bool), RunStoreError> {
-        let mut conn = self.kept.get().await?;
-        let created = insert_run(&mut *conn, new).await?;
-        let run = match created {
-            Some(run) => run,
-            None => {
+        self.kept
+            .run(async |conn| {
+                if let Some(run) = insert_run(&mut *conn, new).await? {
+                    return Ok((run, true));
+                }
                 let key = new.idempotency_key.as_deref().unwrap_or_default();
                 let r = sqlx::query(concat!(
                     "SELECT ",
@@ -295,14 +295,11 @@ impl RunStore {
                 .bind(new.tenant.as_str())
                 .bind(&new.subject)
                 .bind(key)
-                .fetch_one(&mut *conn)
+                .fetch_one(conn)
                 .await?;
-                conn.finished();
-                return Ok((run_from_row(&r)?, false));
-            }
-        };
-        conn.finished();
-        Ok((run, true))
+                Ok((run_from_row(&r)?, false))
+            })
+            .await
     }
 
     /// Deletes a run that was inserted and never started, with its first events: the launcher's
@@ -333,32 +330,38 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Option<RunRecord>, RunStoreError> {
-        let mut conn = self.kept.get().await?;
-        let r = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE id = $1 AND tenant_id = $2"
-        ))
-        .bind(id.0)
-        .bind(tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await?;
-        conn.finished();
+        let r = self
+            .kept
+            .run(async |conn| {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE id = $1 AND tenant_id = $2"
+                ))
+                .bind(id.0)
+                .bind(tenant.as_str())
+                .fetch_optional(conn)
+                .await
+            })
+            .await?;
         r.as_ref().map(run_from_row).transpose()
     }
 
     /// A run by id alone: for the executor, which learns the tenant from the row.
     pub async fn get_any(&self, id: RunId) -> Result<Option<RunRecord>, RunStoreError> {
-        let mut conn = self.kept.get().await?;
-        let r = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE id = $1"
-        ))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?;
-        conn.finished();
+        let r = self
+            .kept
+            .run(async |conn| {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE id = $1"
+                ))
+                .bind(id.0)
+                .fetch_optional(conn)
+                .await
+            })
+            .await?;
         r.as_ref().map(run_from_row).transpose()
     }
 
@@ -396,16 +399,19 @@ impl RunStore {
         from_seq: i64,
         limit: i64,
     ) -> Result<Vec<EventRecord>, RunStoreError> {
-        let mut conn = self.kept.get().await?;
-        let rows = sqlx::query(
-            "SELECT seq, kind, data, created_at FROM run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(id.0)
-        .bind(from_seq)
-        .bind(limit)
-        .fetch_all(&mut *conn)
-        .await?;
-        conn.finished();
+        let rows = self
+            .kept
+            .run(async |conn| {
+                sqlx::query(
+                "SELECT seq, kind, data, created_at FROM run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(id.0)
+            .bind(from_seq)
+            .bind(limit)
+                .fetch_all(conn)
+                .await
+            })
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(EventRecord {
@@ -424,21 +430,24 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Vec<RunId>, RunStoreError> {
-        let mut conn = self.kept.get().await?;
-        let rows = sqlx::query(
-            "WITH RECURSIVE d(id) AS (
-                SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
-                UNION ALL
-                SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id
-             )
-             SELECT runs.id FROM runs JOIN d ON runs.id = d.id
-             WHERE runs.status NOT IN ('succeeded', 'failed', 'cancelled')",
-        )
-        .bind(id.0)
-        .bind(tenant.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-        conn.finished();
+        let rows = self
+            .kept
+            .run(async |conn| {
+                sqlx::query(
+                    "WITH RECURSIVE d(id) AS (
+                    SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
+                    UNION ALL
+                    SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id
+                 )
+                 SELECT runs.id FROM runs JOIN d ON runs.id = d.id
+                 WHERE runs.status NOT IN ('succeeded', 'failed', 'cancelled')",
+                )
+                .bind(id.0)
+                .bind(tenant.as_str())
+                .fetch_all(conn)
+                .await
+            })
+            .await?;
         rows.iter().map(|r| Ok(RunId(r.try_get("id")?))).collect()
     }
 
