@@ -459,7 +459,7 @@ impl RunStore {
         id: RunId,
         text: &str,
     ) -> Result<Result<bool, RunStatus>, RunStoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let Some(status) = lock_status(&mut tx, tenant, id).await? else {
             return Err(RunStoreError::Store(StoreError::Db(
                 sqlx::Error::RowNotFound,
@@ -495,7 +495,7 @@ impl RunStore {
         interrupt_id: &str,
         answer: &str,
     ) -> Result<bool, RunStoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let row = sqlx::query(
             "SELECT pending_interrupt FROM runs WHERE id = $1 AND tenant_id = $2 AND status = 'awaiting_input' FOR UPDATE",
         )
@@ -546,7 +546,7 @@ impl RunStore {
         id: RunId,
         reason: Option<&str>,
     ) -> Result<bool, RunStoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let r = sqlx::query(
             "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
                  lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL,
@@ -631,7 +631,7 @@ impl RunStore {
         message: &str,
     ) -> Result<Option<Vec<EventRecord>>, RunStoreError> {
         let error = serde_json::json!({"code": code, "message": message});
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let r = sqlx::query(
             "UPDATE runs SET status = 'failed', stop_reason = 'error', error = $3,
                  lease_epoch = lease_epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
@@ -808,7 +808,7 @@ impl RunStore {
 
     /// Starts a fenced write transaction.
     pub async fn fenced(&self, lease: &Lease) -> Result<Fenced, RunStoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let ok =
             sqlx::query("SELECT 1 AS one FROM runs WHERE id = $1 AND lease_epoch = $2 FOR SHARE")
                 .bind(lease.run.id.0)

@@ -352,7 +352,7 @@ impl ScheduleStore {
         claimer: &str,
         decide: &mut (dyn FnMut(&DueSchedule) -> Decision + Send),
     ) -> Result<Vec<ClaimedFire>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let rows = sqlx::query(
             "SELECT s.id, s.tenant_id, s.name, s.def_hash, s.content, s.next_fire_at, s.cron_fires,
                     (COALESCE(r.status IN ('queued', 'running', 'awaiting_input'), false)
@@ -564,7 +564,7 @@ impl ScheduleStore {
         ),
         StoreError,
     > {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::begin(&self.pool).await?;
         let rows = sqlx::query(
             "SELECT f.id, f.tenant_id, s.name, f.fire_at, f.run_id, r.status AS run_status, s.content
              FROM schedule_fires f
