@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use serde::Deserialize;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
-use weft_core::{Principal, Scope, Scopes};
+use weft_core::run::RunSpec;
+use weft_core::{Principal, RunId, Scope, Scopes, TenantId};
 use weft_store::{Lease, LeaseRefused, RunStoreError};
 
 use crate::Inner;
@@ -137,7 +139,11 @@ async fn work(
     let beat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(heartbeat(
         inner.clone(),
-        lease.clone(),
+        Held {
+            run_id,
+            tenant: lease.run.tenant.clone(),
+            epoch: lease.epoch,
+        },
         msg,
         lost.clone(),
         beat_stop.clone(),
@@ -161,7 +167,8 @@ async fn work(
             ]),
             token_id: None,
         },
-        spec: serde_json::from_value(lease.run.spec.clone()).unwrap_or_default(),
+        // Read in place: the stored spec is not copied to be parsed.
+        spec: RunSpec::deserialize(&lease.run.spec).unwrap_or_default(),
         lease,
         fresh,
         cancel,
@@ -183,11 +190,19 @@ async fn work(
     outcome
 }
 
+/// What the heartbeat needs of a lease: not the run's record (its spec and usage), which would
+/// be copied once more per run for nothing.
+struct Held {
+    run_id: RunId,
+    tenant: TenantId,
+    epoch: i64,
+}
+
 /// Renews the lease, tells JetStream the work goes on, and keeps the admission slot, until
 /// `stop`; cancels `lost` when the lease is gone.
 async fn heartbeat(
     inner: Arc<Inner>,
-    lease: Lease,
+    lease: Held,
     msg: Option<Arc<jetstream::Message>>,
     lost: CancellationToken,
     stop: CancellationToken,
@@ -203,7 +218,7 @@ async fn heartbeat(
         }
         match inner
             .store
-            .renew_lease(lease.run.id, lease.epoch, ttl)
+            .renew_lease(lease.run_id, lease.epoch, ttl)
             .await
         {
             Ok(()) => {}
@@ -220,7 +235,7 @@ async fn heartbeat(
         // Renews only a slot the run holds: a parent that lent its slot to its sub-runs has none.
         let _ = inner
             .coord
-            .renew(&lease.run.tenant, lease.run.id, inner.admission_lease)
+            .renew(&lease.tenant, lease.run_id, inner.admission_lease)
             .await;
     }
 }

@@ -17,13 +17,9 @@ use crate::driver::{Driver, Stop, parse_input};
 use crate::machine::LoopState;
 
 impl Driver {
-    /// One model turn. `Ok(Err(e))` is a model failure that ends the run; `Ok(Ok(ids))` names
-    /// the tool calls whose ledger rows the turn's commit recorded as about to run.
-    pub(crate) async fn model_turn(
-        &self,
-        def: &AgentContent,
-        state: &mut LoopState,
-    ) -> Result<Result<Vec<String>, Error>, Stop> {
+    /// The router request of a model turn: the system prompt, the transcript as it can be
+    /// replayed, the run's tools and sampling.
+    async fn chat_request(&self, def: &AgentContent, state: &LoopState) -> ChatRequest {
         let mut messages = Vec::with_capacity(state.messages.len() + 1);
         if !def.system_prompt.is_empty() {
             messages.push(Message {
@@ -40,7 +36,7 @@ impl Driver {
         );
         let tools = self.tool_specs(def).await;
         let s = &self.spec.sampling;
-        let req = ChatRequest {
+        ChatRequest {
             model: self.spec.model.clone(),
             messages,
             tools,
@@ -55,12 +51,28 @@ impl Driver {
             },
             stream: true,
             ..Default::default()
-        };
+        }
+    }
+
+    /// One model turn. `Ok(Err(e))` is a model failure that ends the run; `Ok(Ok(ids))` names
+    /// the tool calls whose ledger rows the turn's commit recorded as about to run.
+    pub(crate) async fn model_turn(
+        &self,
+        def: &AgentContent,
+        state: &mut LoopState,
+    ) -> Result<Result<Vec<String>, Error>, Stop> {
+        // Built for the first attempt and moved into it; a retry (rare) builds it again, so the
+        // transcript is not copied once more per turn just in case.
+        let mut first = Some(self.chat_request(def, state).await);
         let mut retries = ROUTER_RETRY_MS.iter();
         let (turn, held) = loop {
             // After a broken attempt, the seq of the last event it committed.
             let last_seq = *self.seq.lock().await - 1;
-            let call = self.stream_turn(req.clone(), last_seq);
+            let req = match first.take() {
+                Some(req) => req,
+                None => self.chat_request(def, state).await,
+            };
+            let call = self.stream_turn(req, last_seq);
             let turn = tokio::select! {
                 () = self.cancel.cancelled() => return Ok(Err(Error::new(ErrorCode::Conflict, "cancelled"))),
                 () = self.lost.cancelled() => return Err(Stop::Lost),
