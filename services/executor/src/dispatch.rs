@@ -139,7 +139,7 @@ async fn work(
     let beat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(heartbeat(
         inner.clone(),
-        Held {
+        LeaseKey {
             run_id,
             tenant: lease.run.tenant.clone(),
             epoch: lease.epoch,
@@ -192,7 +192,7 @@ async fn work(
 
 /// What the heartbeat needs of a lease: not the run's record (its spec and usage), which would
 /// be copied once more per run for nothing.
-struct Held {
+struct LeaseKey {
     run_id: RunId,
     tenant: TenantId,
     epoch: i64,
@@ -202,7 +202,7 @@ struct Held {
 /// `stop`; cancels `lost` when the lease is gone.
 async fn heartbeat(
     inner: Arc<Inner>,
-    lease: Held,
+    key: LeaseKey,
     msg: Option<Arc<jetstream::Message>>,
     lost: CancellationToken,
     stop: CancellationToken,
@@ -216,11 +216,7 @@ async fn heartbeat(
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match inner
-            .store
-            .renew_lease(lease.run_id, lease.epoch, ttl)
-            .await
-        {
+        match inner.store.renew_lease(key.run_id, key.epoch, ttl).await {
             Ok(()) => {}
             Err(RunStoreError::StaleLease(_)) => {
                 tracing::warn!("lease lost; stopping this run here");
@@ -235,7 +231,7 @@ async fn heartbeat(
         // Renews only a slot the run holds: a parent that lent its slot to its sub-runs has none.
         let _ = inner
             .coord
-            .renew(&lease.tenant, lease.run_id, inner.admission_lease)
+            .renew(&key.tenant, key.run_id, inner.admission_lease)
             .await;
     }
 }

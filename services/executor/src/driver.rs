@@ -294,7 +294,7 @@ impl Driver {
                     self.take_input(&mut state).await?;
                     input_waiting = false;
                 }
-                // Boxed: a model turn's future (~7.7 KiB, the stream it reads included) would
+                // Boxed: a model turn's future (several KiB, the stream it reads included) would
                 // otherwise be laid out inside every run's task, parked or not, all its life.
                 Action::CallModel => match Box::pin(self.model_turn(&def, &mut state)).await? {
                     Ok(ids) => {
