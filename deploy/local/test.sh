@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # deploy/local/test.sh — the full suite, exactly as CI runs it (.ci/run execs this file):
 #
-#   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream)
+#   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream), then
+#      the web UI (deploy/local/web.sh): `npm ci` when web/package-lock.json changed, the vitest
+#      unit tests, and the typecheck + `vite build` into web/dist when its sources changed (the
+#      Rust build below embeds it in the gateway)
 #   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), and a short
 #      cargo-fuzz run of the request decoders and provider parsers (fuzz/run.sh)
 #   3. cargo build --bins (with --tests, so it reuses the test build), then the black-box OpenAI
@@ -19,12 +22,15 @@
 #      `weft up` (own database and prefixes) gets providers `llama-openai` and `llama-anthropic`
 #      (aliases `real-openai`, `real-anthropic`) in front of it, and tests/compat/test_real_llm.py
 #      runs against it (the `openai` and `anthropic` packages). Without it the tier is skipped.
-#   5. the security suites (tests/security, their own venv target/security-venv and their own
+#   5. the web UI's end-to-end tests (web/e2e, Playwright driving Debian's Chromium, installed
+#      when missing) against a `weft up` of their own; a failing test's screenshot is kept in
+#      target/ui-e2e/results/
+#   6. the security suites (tests/security, their own venv target/security-venv and their own
 #      `weft up` with a fresh database and prefixes, no config file): the NUL / oversize /
 #      wrong-type pass generated from /v1/openapi.json, then schemathesis over the same document
 #      (fixed seed WEFT_SCHEMATHESIS_SEED, WEFT_SCHEMATHESIS_EXAMPLES fuzzed examples per operation).
 #      The summary prints their sizes.
-#   6. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
+#   7. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
 #      repro against the built `weft`, one `weft up` of its own per check.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
@@ -51,6 +57,8 @@ export WEFT_WEBHOOK_TEST_HMAC=bare-hmac-secret
 
 # shellcheck source=deploy/local/deps.sh
 source deploy/local/deps.sh
+# shellcheck source=deploy/local/web.sh
+source deploy/local/web.sh
 
 COMPAT_ONLY=0
 for arg in "$@"; do
@@ -692,6 +700,31 @@ security_up() {
     SECURITY_URL=$READY_URL SECURITY_TOKEN=$READY_TOKEN
 }
 
+# ui_e2e: the web UI's end-to-end tests (Playwright in Debian's Chromium) against a `weft up` of
+# their own (fresh database and prefixes, no config file).
+ui_e2e() {
+    local ports db prefix gport rport sport log=$LOGS/ui-e2e.log ready=$LOGS/ui-e2e.ready.json
+    local PY=python3 pid status=0
+    ports=$(free_ports 3) || return 1
+    read -r gport rport sport <<<"$ports"
+    db=weft_ui_$(rand_hex 6)
+    prefix=ui$(rand_hex 4)
+    DATABASES+=("$db")
+    rm -f "$ready"
+    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/ui-e2e.admin-token" \
+        "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
+        "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
+        --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
+        --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
+    pid=$LAST_PID
+    wait_ready "weft up (ui e2e)" "$pid" "$log" "$ready" || return 1
+    ROOT=$ROOT timeout --foreground 600 bash -c 'source deploy/local/web.sh && web_e2e "$1" "$2"' _ \
+        "$READY_URL" "$READY_TOKEN" || status=$?
+    if ((status != 0)); then show_log "$log" 40; fi
+    stop_all "weft up (ui e2e):$pid" || status=1
+    return "$status"
+}
+
 # security_pytest NAME TARGET: one security suite against the security `weft up`; its sizes go
 # to $LOGS/security-NAME.json, its report to $LOGS/security-NAME.xml.
 security_pytest() {
@@ -788,8 +821,12 @@ fi
 
 BUILD_OK=1
 if ((COMPAT_ONLY)); then
+    skip "web UI" "--compat-only"
     skip "rust checks" "--compat-only"
 else
+    # Before the Rust build, which embeds web/dist in the gateway.
+    step "web UI: build (web/dist)" web_build || true
+    step "web UI: unit tests (vitest)" web_unit || true
     step "cargo fmt --check" cargo fmt --all --check || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
     step "rust tests" rust_tests || true
@@ -827,6 +864,13 @@ else
     else
         skip "compat: real LLM tier" "set WEFT_REAL_LLM=1 to run it"
     fi
+fi
+
+if ((!BUILD_OK)); then
+    skip "web UI: end-to-end" "the build failed"
+else
+    step "web UI: end-to-end (Playwright, Chromium)" ui_e2e || true
+    teardown
 fi
 
 if ((!BUILD_OK)); then

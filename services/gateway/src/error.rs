@@ -46,7 +46,9 @@ pub fn anthropic_type(code: ErrorCode) -> &'static str {
         ErrorCode::Conflict => "conflict_error",
         ErrorCode::RateLimited | ErrorCode::TenantConcurrencyExhausted => "rate_limit_error",
         ErrorCode::UpstreamTimeout => "timeout_error",
-        ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable => "overloaded_error",
+        ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable | ErrorCode::UiNotBuilt => {
+            "overloaded_error"
+        }
         ErrorCode::UpstreamError | ErrorCode::Internal => "api_error",
     }
 }

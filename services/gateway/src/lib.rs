@@ -22,6 +22,7 @@ mod openai;
 mod openapi;
 pub mod runs;
 pub mod tokens;
+pub mod ui;
 pub mod usage;
 
 use std::sync::Arc;
@@ -107,6 +108,8 @@ pub struct State {
     /// those runs read them here instead of subscribing on NATS.
     pub hub: weft_bus::LiveHub,
     request_timeout: Duration,
+    /// How long a web UI session lasts.
+    pub ui_session_ttl: Duration,
     /// The MCP server face's settings (`/mcp`).
     pub mcp: weft_config::McpServerFaceConfig,
     /// Cancelled when the gateway stops (ends open MCP sessions).
@@ -180,6 +183,7 @@ impl AppState {
             )),
             hub: weft_bus::LiveHub::new(),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
+            ui_session_ttl: Duration::from_secs(config.gateway.ui_session_ttl_secs),
             mcp: config.mcp.clone(),
             shutdown: CancellationToken::new(),
         }))
@@ -362,6 +366,9 @@ fn auth(state: &AppState, shape: Shape) -> BearerAuth {
     BearerAuth {
         resolver: state.resolver.clone(),
         render: Arc::new(move |e: Error| render(&e, shape)),
+        // The web UI calls the native routes with its session cookie; the OpenAI and Anthropic
+        // doors take tokens only.
+        sessions: matches!(shape, Shape::Native).then(|| state.tokens.clone()),
     }
 }
 
@@ -421,6 +428,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(anthropic)
         .merge(native)
         .merge(ingress::receiver())
+        .merge(ui::routes())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -4,7 +4,7 @@
 //! The document is `openapi.json` plus fragments of route families kept in their own files
 //! (`openapi.agents.json`, `openapi.runs.json`, `openapi.llm.json`, `openapi.usage.json`,
 //! `openapi.skills.json`, `openapi.memory.json`, `openapi.channels.json`, `openapi.mcp.json`,
-//! `openapi.ingress.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
+//! `openapi.ingress.json`, `openapi.ui.json`), each `{"paths": …, "components": {"schemas": …}}`, merged once on
 //! first use.
 
 use std::sync::LazyLock;
@@ -16,7 +16,7 @@ use serde_json::Value;
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// Route families merged into the base document.
-const FRAGMENTS: [&str; 9] = [
+const FRAGMENTS: [&str; 10] = [
     include_str!("../openapi.agents.json"),
     include_str!("../openapi.runs.json"),
     include_str!("../openapi.llm.json"),
@@ -26,6 +26,7 @@ const FRAGMENTS: [&str; 9] = [
     include_str!("../openapi.channels.json"),
     include_str!("../openapi.mcp.json"),
     include_str!("../openapi.ingress.json"),
+    include_str!("../openapi.ui.json"),
 ];
 
 /// `base` with the paths and schemas of every fragment added.

@@ -95,6 +95,8 @@ enum Access {
     AnyOf(&'static [&'static str]),
     /// `tenant:admin` (or `admin`).
     TenantAdmin,
+    /// The web UI's session cookie; a bearer token does not open it.
+    Session,
 }
 
 impl Access {
@@ -103,7 +105,7 @@ impl Access {
     /// route no scope opens, one unrelated scope (nothing is missing, so it must get through).
     fn missing_scope_token_scopes(self) -> Vec<&'static str> {
         let opens: &[&str] = match self {
-            Access::Public | Access::AnyToken => return vec!["memory:read"],
+            Access::Public | Access::AnyToken | Access::Session => return vec!["memory:read"],
             Access::AnyOf(s) => s,
             Access::TenantAdmin => &[],
         };
@@ -247,6 +249,15 @@ impl Entry {
 
 // Statuses per identity:   none unknown revoked scope other-tenant other-subject
 const PUBLIC: [u16; 6] = [200, 200, 200, 200, 200, 200];
+/// The web UI's app: public, and 503 `ui_not_built` alike for everyone from a binary built
+/// without it.
+fn ui_app() -> [u16; 6] {
+    if weft_gateway::ui::built() {
+        PUBLIC
+    } else {
+        [503; 6]
+    }
+}
 /// A's own resource: another tenant gets 404 (never 403), another non-admin subject too.
 const OWN_RESOURCE: [u16; 6] = [401, 401, 401, 403, 404, 404];
 /// Tenant-scoped definitions: readable by every reader of the tenant, invisible to others.
@@ -278,7 +289,7 @@ fn mint_body(p: &Params) -> Option<Value> {
 /// serves; the order is the order of execution (writes that create something come last, so
 /// they cannot change what an earlier read finds).
 fn expectations() -> Vec<Entry> {
-    use Access::{AnyOf, AnyToken, Public, TenantAdmin};
+    use Access::{AnyOf, AnyToken, Public, Session, TenantAdmin};
     use Shape::{Anthropic, Native, OpenAi};
     let get = Method::GET;
     let post = Method::POST;
@@ -288,6 +299,36 @@ fn expectations() -> Vec<Entry> {
         entry(get.clone(), "/readyz", Public, Native, PUBLIC),
         entry(get.clone(), "/metrics", Public, Native, PUBLIC),
         entry(get.clone(), "/v1/openapi.json", Public, Native, PUBLIC),
+        // The web UI: the app (no tenant data in it; 503 `ui_not_built` from a binary built
+        // without web/dist), and its session, which only the session cookie opens: a bearer
+        // token gets 401 from GET, and logging out without a session only clears the cookie.
+        // Logging in with a token never minted is refused alike whoever asks. What a session
+        // sees is tests/ui_session.rs's (the same principal as its token, so this matrix).
+        entry(get.clone(), "/ui", Public, Native, ui_app()),
+        entry(get.clone(), "/ui/", Public, Native, ui_app()),
+        entry(get.clone(), "/ui/{*path}", Public, Native, ui_app()),
+        entry(
+            get.clone(),
+            "/ui/api/session",
+            Session,
+            Native,
+            [401, 401, 401, 401, 401, 401],
+        ),
+        entry(
+            post.clone(),
+            "/ui/api/session",
+            Public,
+            Native,
+            [401, 401, 401, 401, 401, 401],
+        )
+        .body(|_| Some(json!({"token": format!("wft_{}", "x".repeat(43))}))),
+        entry(
+            Method::DELETE,
+            "/ui/api/session",
+            Session,
+            Native,
+            [204, 204, 204, 204, 204, 204],
+        ),
         // weft's MCP server face: any valid token gets through to the MCP layer, which answers
         // these bare requests (no body, no session) with its own protocol errors, in weft's
         // shape. What each tool shows whom is tests/compat/test_mcp.py's (tenancy and scopes
@@ -1073,6 +1114,8 @@ fn fill(template: &str, p: &Params) -> String {
             ("name", t) if t.starts_with("/v1/_webhooks/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/channels/") => p.channel.as_str(),
             ("interrupt_id", _) => INTERRUPT,
+            // The web UI: one of the app's own routes.
+            ("*path", _) => "runs",
             // Memory routes name alice's run scope.
             ("scope", _) => "run",
             ("scope_id", _) => p.run.as_str(),
@@ -1765,16 +1808,22 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
             }
         }
     }
-    for (m, p) in served.difference(&documented) {
+    // OpenAPI has no catch-all parameter: axum's `{*path}` is `{path}` there.
+    let as_documented = |p: &str| p.replace("{*", "{");
+    let served_doc: BTreeSet<(String, String)> = served
+        .iter()
+        .map(|(m, p)| (m.clone(), as_documented(p)))
+        .collect();
+    for (m, p) in served_doc.difference(&documented) {
         failures.push(format!("OpenAPI: {m} {p} is served but not documented"));
     }
-    for (m, p) in documented.difference(&served) {
+    for (m, p) in documented.difference(&served_doc) {
         failures.push(format!("OpenAPI: {m} {p} is documented but not served"));
     }
     let public_in_matrix: BTreeSet<_> = entries
         .iter()
         .filter(|e| matches!(e.access, Access::Public))
-        .map(|e| (e.method.to_string(), e.path.to_owned()))
+        .map(|e| (e.method.to_string(), as_documented(e.path)))
         .collect();
     if public_in_doc != public_in_matrix {
         failures.push(format!(

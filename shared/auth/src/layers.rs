@@ -8,6 +8,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use weft_core::{Error, Principal};
 
+use weft_store::TokenStore;
+
+use crate::session::{self, SESSION_COOKIE};
 use crate::{InternalJwt, TokenResolver};
 
 /// The token in an `Authorization: Bearer …` header, if any; without an `Authorization` header,
@@ -34,6 +37,9 @@ pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
 pub struct BearerAuth {
     pub resolver: TokenResolver,
     pub render: Arc<dyn Fn(Error) -> Response + Send + Sync>,
+    /// Where web UI sessions are read, when a request without a bearer token may carry the
+    /// session cookie instead (the native routes); `None` accepts bearer tokens only.
+    pub sessions: Option<TokenStore>,
 }
 
 impl BearerAuth {
@@ -44,6 +50,21 @@ impl BearerAuth {
         next: Next,
     ) -> Response {
         let Some(token) = bearer_token(req.headers()) else {
+            if let (Some(store), Some(id)) = (
+                &auth.sessions,
+                session::cookie(req.headers(), SESSION_COOKIE),
+            ) {
+                let id = id.to_owned();
+                let csrf = session::is_unsafe(req.method())
+                    .then(|| req.headers().get(session::CSRF_HEADER).cloned());
+                return match session_principal(store, &id, csrf).await {
+                    Ok(p) => {
+                        req.extensions_mut().insert(p);
+                        next.run(req).await
+                    }
+                    Err(e) => (auth.render)(e),
+                };
+            }
             return (auth.render)(Error::unauthenticated(
                 "missing bearer token; send `Authorization: Bearer wft_…` (or `x-api-key: wft_…`)",
             ));
@@ -56,6 +77,20 @@ impl BearerAuth {
             Err(e) => (auth.render)(e),
         }
     }
+}
+
+/// The principal of the UI session `id`. `csrf` is `Some` for a call that changes state: the
+/// `x-csrf-token` it carried, which must be the session's.
+async fn session_principal(
+    store: &TokenStore,
+    id: &str,
+    csrf: Option<Option<http::HeaderValue>>,
+) -> Result<Principal, Error> {
+    let s = session::find_session(store, id).await?;
+    if let Some(sent) = csrf {
+        session::check_csrf(&s, sent.as_ref())?;
+    }
+    Ok(session::principal(&s))
 }
 
 /// Verifies the internal JWT on every gRPC call and puts the [`Principal`] in the extensions.

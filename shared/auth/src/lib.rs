@@ -10,6 +10,7 @@
 mod jwt;
 mod layers;
 mod resolver;
+pub mod session;
 mod token;
 
 pub use jwt::{INTERNAL_JWT_TTL, InternalJwt, JWT_AUDIENCE};

@@ -407,6 +407,9 @@ pub struct GatewayConfig {
     /// Run streams (`GET /v1/runs/{id}/stream`, `POST /v1/runs` with SSE) one principal may
     /// have open at once on one gateway replica; more get 429.
     pub max_streams_per_principal: u32,
+    /// How long a web UI session (`/ui`, a cookie traded for a token) lasts, in seconds; it
+    /// also ends when its token is revoked or expires.
+    pub ui_session_ttl_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -421,6 +424,7 @@ impl Default for GatewayConfig {
             tenant_max_concurrent_runs: 1000,
             admission_lease_secs: 600,
             max_streams_per_principal: 64,
+            ui_session_ttl_secs: 12 * 3600,
         }
     }
 }
@@ -953,6 +957,12 @@ impl Config {
         }
         if self.gateway.max_streams_per_principal == 0 {
             return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());
+        }
+        if !(60..=30 * 86_400).contains(&self.gateway.ui_session_ttl_secs) {
+            return bad(format!(
+                "gateway.ui_session_ttl_secs must be between 60 and 2592000 (30 days), got {}",
+                self.gateway.ui_session_ttl_secs
+            ));
         }
         if self.gateway.tenant_max_concurrent_runs == 0 {
             return bad("gateway.tenant_max_concurrent_runs must be at least 1, got 0".into());

@@ -48,12 +48,14 @@ pub enum ErrorCode {
     UpstreamTimeout,
     /// An internal dependency (router, database) is unreachable.
     Unavailable,
+    /// The gateway was built without the web UI (`web/dist` was missing at compile time).
+    UiNotBuilt,
     /// A bug or an unexpected failure; details are logged, never returned.
     Internal,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         Self::InvalidRequest,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -68,6 +70,7 @@ impl ErrorCode {
         Self::UpstreamError,
         Self::UpstreamTimeout,
         Self::Unavailable,
+        Self::UiNotBuilt,
         Self::Internal,
     ];
 
@@ -88,6 +91,7 @@ impl ErrorCode {
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::Unavailable => "unavailable",
+            Self::UiNotBuilt => "ui_not_built",
             Self::Internal => "internal",
         }
     }
@@ -109,7 +113,7 @@ impl ErrorCode {
             Self::RateLimited | Self::TenantConcurrencyExhausted => 429,
             Self::Internal => 500,
             Self::UpstreamError => 502,
-            Self::Unavailable | Self::AdmissionUnavailable => 503,
+            Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => 503,
             Self::UpstreamTimeout => 504,
         }
     }
@@ -128,7 +132,7 @@ impl ErrorCode {
             Self::RateLimited | Self::TenantConcurrencyExhausted => Code::ResourceExhausted,
             Self::UpstreamError => Code::Unknown,
             Self::UpstreamTimeout => Code::DeadlineExceeded,
-            Self::Unavailable | Self::AdmissionUnavailable => Code::Unavailable,
+            Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => Code::Unavailable,
             Self::Internal => Code::Internal,
         }
     }
@@ -165,6 +169,7 @@ impl ErrorCode {
             | Self::UpstreamTimeout
             | Self::Unavailable
             | Self::AdmissionUnavailable
+            | Self::UiNotBuilt
             | Self::Internal => "server_error",
         }
     }

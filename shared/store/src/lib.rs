@@ -23,7 +23,7 @@ pub use schedules::{
     ScheduleRow, ScheduleStore,
 };
 pub use steps::{LedgerDone, LedgerStart, Step, StepChange, StepShape, StepWriter, WRITER_SESSION};
-pub use tokens::{NewToken, TokenRecord, TokenStore};
+pub use tokens::{NewToken, TokenRecord, TokenStore, UiSession};
 pub use usage::{GroupBy, UsageRow, UsageStore, UsageSummary};
 
 /// The migrations under `migrations/`, embedded at build time.

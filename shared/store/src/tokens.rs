@@ -198,4 +198,88 @@ impl TokenStore {
         .await?;
         Ok(n > 0)
     }
+
+    /// Opens a web UI session bound to token `token`, and drops sessions that ended over a day
+    /// ago.
+    pub async fn open_session(
+        &self,
+        id_hash: &[u8],
+        token: TokenId,
+        csrf_token: &str,
+        expires_at: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "WITH swept AS (DELETE FROM ui_sessions WHERE expires_at < now() - interval '1 day') \
+             INSERT INTO ui_sessions (id_hash, token_id, csrf_token, expires_at) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(id_hash)
+        .bind(token.0)
+        .bind(csrf_token)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The session with this hash and its token as it is now, ended or not.
+    pub async fn find_session(&self, id_hash: &[u8]) -> Result<Option<UiSession>, StoreError> {
+        let row: Option<SessionRow> = sqlx::query_as(concat!(
+            "SELECT t.*, s.csrf_token, s.expires_at AS session_expires_at, \
+             s.revoked_at AS session_revoked_at FROM ui_sessions s \
+             JOIN LATERAL (SELECT ",
+            columns!(),
+            " FROM tokens WHERE id = s.token_id) t ON true WHERE s.id_hash = $1"
+        ))
+        .bind(id_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(UiSession {
+                token: r.token.into_record()?,
+                csrf_token: r.csrf_token,
+                expires_at: r.session_expires_at,
+                revoked_at: r.session_revoked_at,
+            })
+        })
+        .transpose()
+    }
+
+    /// Ends the session with this hash; whether one was open.
+    pub async fn close_session(&self, id_hash: &[u8]) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE ui_sessions SET revoked_at = now() WHERE id_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(id_hash)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+/// A web UI session: a random cookie value (only its SHA-256 stored) bound to the token it was
+/// opened with. It acts as that token, so revoking the token ends it.
+#[derive(Clone, Debug)]
+pub struct UiSession {
+    pub token: TokenRecord,
+    /// What the page sends back in `x-csrf-token` on state-changing calls.
+    pub csrf_token: String,
+    pub expires_at: OffsetDateTime,
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl UiSession {
+    /// Neither the session nor its token revoked or expired at `now`.
+    pub fn is_active(&self, now: OffsetDateTime) -> bool {
+        self.revoked_at.is_none() && self.expires_at > now && self.token.is_active(now)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SessionRow {
+    #[sqlx(flatten)]
+    token: Row,
+    csrf_token: String,
+    session_expires_at: OffsetDateTime,
+    session_revoked_at: Option<OffsetDateTime>,
 }

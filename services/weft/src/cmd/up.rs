@@ -51,6 +51,13 @@ pub async fn run(config: weft_config::Config, args: UpArgs) -> ExitCode {
     let url = fleet.url();
     println!("weft is up");
     println!("url: {url}");
+    if weft_gateway::ui::built() {
+        println!("ui: {url}/ui (sign in with the admin token below; docs/ui.md)");
+    } else {
+        println!(
+            "ui: not in this build ({url}/ui answers 503 ui_not_built); `deploy/local/up.sh` builds it"
+        );
+    }
     if config_mcp_enabled {
         println!("mcp: {url}/mcp (streamable HTTP, the same bearer token; docs/mcp.md)");
     }

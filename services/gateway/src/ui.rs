@@ -1,0 +1,310 @@
+//! The web UI at `/ui`: `web/dist`, built by Vite, embedded in the binary at compile time.
+//!
+//! - A path that names a built file is that file. Hashed assets (`/ui/assets/…`) are cached for
+//!   a year as immutable; everything else, `index.html` included, is `no-cache`, so a new build
+//!   is picked up on the next load.
+//! - Any other path under `/ui` is the single-page app's own route: it gets `index.html`, except
+//!   under `/ui/assets/`, where a missing file is a 404 (a stale page asking for an old hash).
+//! - A binary built without `web/dist` compiles and answers every `/ui` path with 503
+//!   `ui_not_built`, saying how to build it.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rust_embed::RustEmbed;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+use weft_auth::session::{self, SESSION_COOKIE};
+use weft_core::{Error, ErrorCode, TokenId};
+use weft_store::UiSession;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{NativeJson, ValidJson};
+
+#[derive(RustEmbed)]
+#[folder = "../../web/dist/"]
+#[allow_missing = true]
+struct Dist;
+
+/// The UI's routes: the app at `/ui` and everything under it, and its session at
+/// `/ui/api/session`.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/ui", get(index))
+        .route("/ui/", get(index))
+        .route("/ui/{*path}", get(asset))
+        .route(
+            "/ui/api/session",
+            get(session_handler)
+                .post(login_handler)
+                .delete(logout_handler),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
+pub struct LoginBody {
+    token: String,
+}
+
+weft_core::objects_only!(deserialize: LoginBody);
+
+fn session_json(s: &UiSession) -> Value {
+    json!({
+        "tenant": s.token.tenant,
+        "subject": s.token.subject,
+        "scopes": s.token.scopes.to_strings(),
+        "token_name": s.token.name,
+        "csrf_token": s.csrf_token,
+        "expires_at": s.expires_at.format(&Rfc3339).ok(),
+    })
+}
+
+/// `Set-Cookie` for session `value`, living `max_age` seconds (0 clears it). `Secure` when the
+/// request reached the TLS terminator in front over https (`X-Forwarded-Proto: https`).
+fn session_cookie(value: &str, max_age: u64, headers: &HeaderMap) -> HeaderValue {
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let secure = if https { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("weft_session=; Path=/; Max-Age=0"))
+}
+
+/// Refuses a request sent by a page of another origin (the `Origin` header, when a browser
+/// sends one, must name this host).
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or("", |(_, h)| h);
+    if !host.is_empty() && origin_host.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(ApiError::native(Error::forbidden(format!(
+            "a UI session can only be opened from weft's own page; Origin {origin:?} is not this \
+             host ({host:?})"
+        ))))
+    }
+}
+
+/// `POST /ui/api/session`: trades a token for a session cookie.
+async fn login_handler(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ValidJson(body): NativeJson<LoginBody>,
+) -> Result<Response, ApiError> {
+    same_origin(&headers)?;
+    let principal = st
+        .resolver
+        .resolve(body.token.trim())
+        .await
+        .map_err(ApiError::native)?;
+    let token_id = principal
+        .token_id
+        .as_deref()
+        .and_then(|id| id.parse::<Uuid>().ok())
+        .ok_or_else(|| ApiError::native(Error::internal()))?;
+    let new = session::new_session();
+    let ttl = st.ui_session_ttl;
+    let expires_at = OffsetDateTime::now_utc() + ttl;
+    st.tokens
+        .open_session(&new.hash, TokenId(token_id), &new.csrf_token, expires_at)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "opening a UI session failed");
+            ApiError::native(e.to_api())
+        })?;
+    let s = session::find_session(&st.tokens, &new.id)
+        .await
+        .map_err(ApiError::native)?;
+    let mut res = (StatusCode::CREATED, Json(session_json(&s))).into_response();
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        session_cookie(&new.id, ttl.as_secs(), &headers),
+    );
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(res)
+}
+
+/// `GET /ui/api/session`: who the session cookie acts as, and its CSRF token.
+async fn session_handler(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = session::cookie(&headers, SESSION_COOKIE).ok_or_else(|| {
+        ApiError::native(Error::unauthenticated(
+            "no UI session; sign in with a token (POST /ui/api/session)",
+        ))
+    })?;
+    let s = session::find_session(&st.tokens, id)
+        .await
+        .map_err(ApiError::native)?;
+    let mut res = Json(session_json(&s)).into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(res)
+}
+
+/// `DELETE /ui/api/session`: logs out. Ends the session (with its CSRF token) and clears the
+/// cookie; without an open session it only clears the cookie.
+async fn logout_handler(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(id) = session::cookie(&headers, SESSION_COOKIE)
+        && let Ok(s) = session::find_session(&st.tokens, id).await
+    {
+        session::check_csrf(&s, headers.get(session::CSRF_HEADER)).map_err(ApiError::native)?;
+        st.tokens
+            .close_session(&weft_auth::hash_token(id))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "closing a UI session failed");
+                ApiError::native(e.to_api())
+            })?;
+    }
+    let mut res = StatusCode::NO_CONTENT.into_response();
+    res.headers_mut()
+        .insert(header::SET_COOKIE, session_cookie("", 0, &headers));
+    Ok(res)
+}
+
+async fn index() -> Response {
+    serve("index.html")
+}
+
+async fn asset(Path(path): Path<String>) -> Response {
+    serve(&path)
+}
+
+/// Whether this binary carries a built UI.
+pub fn built() -> bool {
+    Dist::get("index.html").is_some()
+}
+
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+const NO_CACHE: &str = "no-cache";
+/// The page loads only its own scripts and styles, talks only to its own origin, and may not be
+/// framed.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; \
+                   frame-ancestors 'none'";
+
+fn serve(path: &str) -> Response {
+    if !built() {
+        return ApiError::native(Error::new(
+            ErrorCode::UiNotBuilt,
+            "this gateway was built without the web UI; run `npm ci && npm run build` in web/ \
+             and rebuild the gateway (`./deploy/local/up.sh` does both)",
+        ))
+        .into_response();
+    }
+    let (name, file) = match Dist::get(path) {
+        Some(f) if !path.ends_with('/') => (path, f),
+        _ if path.starts_with("assets/") => {
+            return ApiError::native(Error::not_found(format!(
+                "no UI asset `/ui/{path}`; reload the page to get the current build"
+            )))
+            .into_response();
+        }
+        _ => match Dist::get("index.html") {
+            Some(f) => ("index.html", f),
+            None => return ApiError::native(Error::internal()).into_response(),
+        },
+    };
+    let cache = if name.starts_with("assets/") {
+        IMMUTABLE
+    } else {
+        NO_CACHE
+    };
+    let mut res = Response::new(Body::from(file.data.into_owned()));
+    *res.status_mut() = StatusCode::OK;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type(name)),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if name.ends_with(".html") {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    res
+}
+
+/// The media type of a built file, by its extension (Vite emits only these kinds).
+fn content_type(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map_or("", |(_, e)| e);
+    match ext {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "json" | "map" => "application/json",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "woff2" => "font/woff2",
+        "txt" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_follow_the_extension() {
+        assert_eq!(content_type("index.html"), "text/html; charset=utf-8");
+        assert_eq!(
+            content_type("assets/index-abc.js"),
+            "text/javascript; charset=utf-8"
+        );
+        assert_eq!(content_type("assets/x.css"), "text/css; charset=utf-8");
+        assert_eq!(content_type("README"), "application/octet-stream");
+    }
+
+    #[test]
+    fn without_a_build_every_path_is_ui_not_built_and_with_one_the_app_is_served() {
+        let res = serve("runs/abc");
+        if built() {
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(
+                res.headers()
+                    .get(header::CACHE_CONTROL)
+                    .map(|v| v.as_bytes()),
+                Some(NO_CACHE.as_bytes())
+            );
+            assert_eq!(serve("assets/missing-0000.js").status(), 404);
+        } else {
+            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+}

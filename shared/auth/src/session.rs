@@ -1,0 +1,155 @@
+//! Web UI sessions: a browser trades a `wft_` token for an HttpOnly, `SameSite=Strict` cookie
+//! holding a random session id. The session acts as its token (read through a join on every
+//! request, so revoking the token ends it), expires, and can be closed. A state-changing call
+//! made with the cookie must also carry the session's CSRF token in `x-csrf-token`, which a page
+//! of another origin can neither read nor set.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore as _;
+use subtle::ConstantTimeEq as _;
+use time::OffsetDateTime;
+use weft_core::{Error, Principal};
+use weft_store::{TokenStore, UiSession};
+
+use crate::token::hash_token;
+
+/// The cookie that carries the session id.
+pub const SESSION_COOKIE: &str = "weft_session";
+/// The header that carries the session's CSRF token on state-changing calls.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// Every session id starts with this.
+pub const SESSION_PREFIX: &str = "wfs_";
+
+/// A new session's secrets: the cookie value (never stored), its hash, and the CSRF token.
+pub struct NewSession {
+    pub id: String,
+    pub hash: [u8; 32],
+    pub csrf_token: String,
+}
+
+impl std::fmt::Debug for NewSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewSession").finish_non_exhaustive()
+    }
+}
+
+fn random_b64() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+pub fn new_session() -> NewSession {
+    let id = format!("{SESSION_PREFIX}{}", random_b64());
+    NewSession {
+        hash: hash_token(&id),
+        id,
+        csrf_token: random_b64(),
+    }
+}
+
+/// The value of cookie `name` among the request's `Cookie` headers.
+pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// Whether a method changes state (and so needs the CSRF token when sent with the cookie).
+pub fn is_unsafe(method: &http::Method) -> bool {
+    !matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+/// The session behind cookie value `id`, if it is open; a 401 that says what to do otherwise.
+pub async fn find_session(store: &TokenStore, id: &str) -> Result<UiSession, Error> {
+    let ended = || Error::unauthenticated("the UI session has ended or is unknown; sign in again");
+    if !id.starts_with(SESSION_PREFIX) {
+        return Err(ended());
+    }
+    let hash = hash_token(id);
+    let session = store.find_session(&hash).await.map_err(|e| {
+        tracing::error!(error = %e, "session lookup failed");
+        e.to_api()
+    })?;
+    match session {
+        Some(s) if s.is_active(OffsetDateTime::now_utc()) && s.token.hash.len() == 32 => Ok(s),
+        _ => Err(ended()),
+    }
+}
+
+/// The principal a session acts as.
+pub fn principal(s: &UiSession) -> Principal {
+    Principal {
+        tenant: s.token.tenant.clone(),
+        subject: s.token.subject.clone(),
+        scopes: s.token.scopes.clone(),
+        token_id: Some(s.token.id.to_string()),
+    }
+}
+
+/// Refuses a state-changing call whose `x-csrf-token` (`sent`) is missing or not the session's.
+pub fn check_csrf(s: &UiSession, sent: Option<&http::HeaderValue>) -> Result<(), Error> {
+    let sent = sent.map(http::HeaderValue::as_bytes).unwrap_or_default();
+    if bool::from(sent.ct_eq(s.csrf_token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(Error::forbidden(format!(
+            "a state-changing call made with the UI session cookie must send the session's \
+             CSRF token in `{CSRF_HEADER}` (GET /ui/api/session returns it)"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_by_name_across_headers() {
+        let mut h = http::HeaderMap::new();
+        h.append(
+            http::header::COOKIE,
+            "a=1; weft_theme=dark".parse().unwrap(),
+        );
+        h.append(
+            http::header::COOKIE,
+            "weft_session=wfs_x ; b=2".parse().unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("wfs_x"));
+        assert_eq!(cookie(&h, "a"), Some("1"));
+        assert_eq!(cookie(&h, "weft"), None);
+        h.clear();
+        h.append(http::header::COOKIE, "weft_session=".parse().unwrap());
+        assert_eq!(cookie(&h, SESSION_COOKIE), None);
+    }
+
+    #[test]
+    fn new_sessions_are_unique_and_hash_to_themselves() {
+        let a = new_session();
+        let b = new_session();
+        assert!(a.id.starts_with(SESSION_PREFIX));
+        assert_ne!(a.id, b.id);
+        assert_ne!(a.csrf_token, b.csrf_token);
+        assert_eq!(hash_token(&a.id), a.hash);
+        assert!(!format!("{a:?}").contains(&a.id));
+    }
+
+    #[test]
+    fn only_reads_are_safe() {
+        assert!(!is_unsafe(&http::Method::GET));
+        assert!(!is_unsafe(&http::Method::HEAD));
+        assert!(is_unsafe(&http::Method::POST));
+        assert!(is_unsafe(&http::Method::DELETE));
+        assert!(is_unsafe(&http::Method::PUT));
+    }
+}

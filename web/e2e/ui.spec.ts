@@ -1,0 +1,124 @@
+import { expect, test, type APIRequestContext, type Page } from '@playwright/test';
+
+const TOKEN = process.env.WEFT_TOKEN ?? '';
+const SHOTS = process.env.WEFT_UI_SCREENSHOTS; // docs/ui.md's screenshots, when set
+
+async function api(request: APIRequestContext, method: string, path: string, token: string, data?: unknown) {
+  const res = await request.fetch(path, {
+    method,
+    headers: { authorization: `Bearer ${token}` },
+    data,
+  });
+  expect(res.ok(), `${method} ${path}: ${res.status()} ${await res.text()}`).toBeTruthy();
+  return res.status() === 204 ? null : res.json();
+}
+
+async function login(page: Page, token: string) {
+  await page.goto('/ui/');
+  await page.getByLabel('API token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByRole('navigation', { name: 'Main' })).toBeVisible();
+}
+
+async function shot(page: Page, name: string) {
+  if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+}
+
+test.beforeAll(async ({ request }) => {
+  expect(TOKEN, 'WEFT_TOKEN is set').toMatch(/^wft_/);
+  await api(request, 'PUT', '/v1/agents/ui-helper', TOKEN, {
+    description: 'the UI end-to-end tests',
+    model: 'mock-1',
+    tools: ['Context', 'Interruption'],
+  });
+});
+
+test('log in, and the session cookie is HttpOnly and the token is kept nowhere', async ({ page, context }) => {
+  await page.goto('/ui/');
+  await shot(page, 'login');
+  await login(page, TOKEN);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'weft_session');
+  expect(session?.httpOnly).toBe(true);
+  expect(session?.sameSite).toBe('Strict');
+  const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }));
+  expect(stored).not.toContain('wft_');
+  expect(page.url()).not.toContain('wft_');
+});
+
+test('start a run and watch its text and tool calls appear live', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.goto('/ui/runs');
+  const script = '#mock {"turns": [[{"name": "Context", "input": {"op": "time"}}]], "reply": "all done here"}';
+  await page.getByLabel('Agent to run').selectOption('ui-helper');
+  await page.getByLabel('Input', { exact: true }).fill(script);
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await expect(page).toHaveURL(/\/ui\/runs\/[0-9a-f-]+$/);
+  const terminal = page.getByRole('list', { name: 'Run transcript' });
+  await expect(terminal.getByText(/Context\(/)).toBeVisible();
+  await expect(terminal.getByText('all done here', { exact: true })).toBeVisible();
+  await expect(page.getByTestId('run-status')).toHaveText('succeeded');
+  await expect(page.getByTestId('run-usage')).toHaveText(/^[1-9]\d* \/ [1-9]\d*$/);
+  // The tool call unfolds to its input.
+  await terminal.getByText(/Context\(/).click();
+  await expect(terminal.locator('pre').first()).toContainText('"op": "time"');
+  await shot(page, 'run');
+  // After a reload the page re-attaches and shows the same transcript.
+  await page.reload();
+  await expect(page.getByRole('list', { name: 'Run transcript' }).getByText('all done here', { exact: true })).toBeVisible();
+  await page.goto('/ui/runs');
+  await expect(page.getByRole('table')).toContainText('ui-helper');
+  await shot(page, 'runs');
+});
+
+test('answer an interruption inline', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.goto('/ui/runs');
+  const script =
+    '#mock {"turns": [[{"name": "Interruption", "input": {"op": "ask", "question": "Proceed with the plan?"}}]], "reply": "went ahead"}';
+  await page.getByLabel('Agent to run').selectOption('ui-helper');
+  await page.getByLabel('Input', { exact: true }).fill(script);
+  await page.getByRole('button', { name: 'Start run' }).click();
+  const terminal = page.getByRole('list', { name: 'Run transcript' });
+  await expect(terminal.getByText('? Proceed with the plan?', { exact: true })).toBeVisible();
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  await terminal.getByLabel('Answer').fill('yes, go');
+  await terminal.getByRole('button', { name: 'Send' }).click();
+  await expect(terminal.getByText('went ahead', { exact: true })).toBeVisible();
+  await expect(page.getByTestId('run-status')).toHaveText('succeeded');
+});
+
+test('cancel a run that waits for input', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.goto('/ui/runs');
+  await page.getByLabel('Agent to run').selectOption('ui-helper');
+  await page.getByLabel('Input', { exact: true }).fill('hello there');
+  await page.getByLabel('interactive').check();
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  await page.getByRole('button', { name: 'Cancel' }).click();
+  await expect(page.getByTestId('run-status')).toHaveText('cancelled');
+  await expect(page.getByRole('button', { name: 'Cancel' })).toHaveCount(0);
+});
+
+test('a tenant B session sees none of tenant A runs', async ({ page, request }) => {
+  const minted = await api(request, 'POST', '/v1/tokens', TOKEN, {
+    name: 'ui-e2e-beta',
+    tenant: 'beta-ui',
+    subject: 'beta-admin',
+    scopes: ['tenant:admin'],
+  });
+  await login(page, minted.token);
+  await page.goto('/ui/runs');
+  await expect(page.getByText(/No runs yet|No agents yet/).first()).toBeVisible();
+  await expect(page.locator('body')).not.toContainText('ui-helper');
+});
+
+test('log out ends the session', async ({ page, context }) => {
+  await login(page, TOKEN);
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await expect(page.getByLabel('API token')).toBeVisible();
+  expect((await context.cookies()).find((c) => c.name === 'weft_session')).toBeUndefined();
+  await page.reload();
+  await expect(page.getByLabel('API token')).toBeVisible();
+});

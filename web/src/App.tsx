@@ -1,0 +1,69 @@
+import { useQuery, useQueryClient } from '@tanstack/react-query';
+import { NavLink, Navigate, Route, Routes } from 'react-router';
+import { can, currentSession, logout, type Session } from './api';
+import { Login } from './pages/Login';
+import { RunPage } from './pages/Run';
+import { RunsPage } from './pages/Runs';
+import { useTheme } from './theme';
+
+export function App() {
+  const session = useQuery({ queryKey: ['session'], queryFn: currentSession });
+  if (session.isPending) {
+    return <p className="centered">Loading…</p>;
+  }
+  if (session.isError) {
+    return (
+      <p className="centered error" role="alert">
+        The gateway did not answer: {String(session.error.message)}. Reload once it is up.
+      </p>
+    );
+  }
+  if (!session.data) {
+    return <Login />;
+  }
+  return <Shell session={session.data} />;
+}
+
+function Shell({ session }: { session: Session }) {
+  const client = useQueryClient();
+  const [theme, toggleTheme] = useTheme();
+  const signOut = async () => {
+    await logout();
+    // Drop every cached answer of this session; the session query itself is set (not removed),
+    // so the mounted app sees it change and shows the sign-in page.
+    client.setQueryData(['session'], null);
+    client.removeQueries({ predicate: (q) => q.queryKey[0] !== 'session' });
+  };
+  return (
+    <div className="shell">
+      <header className="topbar">
+        <span className="brand">weft</span>
+        <nav aria-label="Main">
+          {(can(session, 'runs:read') || can(session, 'runs:create')) && (
+            <NavLink to="/runs">Runs</NavLink>
+          )}
+        </nav>
+        <span className="who" title={session.scopes.join(' ')}>
+          {session.subject} · {session.tenant}
+        </span>
+        <button type="button" onClick={toggleTheme} aria-label="Switch theme">
+          {theme === 'dark' ? 'Light' : 'Dark'}
+        </button>
+        <button type="button" onClick={signOut}>
+          Log out
+        </button>
+      </header>
+      <main>
+        <Routes>
+          <Route path="/" element={<Navigate to="/runs" replace />} />
+          <Route path="/runs" element={<RunsPage />} />
+          <Route path="/runs/:id" element={<RunPage />} />
+          <Route
+            path="*"
+            element={<p className="empty">No such page. Pick one from the bar above.</p>}
+          />
+        </Routes>
+      </main>
+    </div>
+  );
+}

@@ -1,0 +1,198 @@
+import { useState, type FormEvent } from 'react';
+import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
+import { Link, useNavigate, useSearchParams } from 'react-router';
+import { getJson, sendJson } from '../api';
+
+export interface Run {
+  run_id: string;
+  status: string;
+  agent: string;
+  parent_run_id: string | null;
+  interactive: boolean;
+  stop_reason: string | null;
+  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
+interface RunPage {
+  runs: Run[];
+  next_cursor: string | null;
+}
+
+export const STATUSES = [
+  'queued',
+  'running',
+  'awaiting_input',
+  'succeeded',
+  'failed',
+  'cancelled',
+] as const;
+
+/** The query string of `GET /v1/runs` for these filters and page cursor. */
+export function runsQuery(agent: string, status: string, cursor: string | null): string {
+  const q = new URLSearchParams({ limit: '50' });
+  if (agent) q.set('agent', agent);
+  if (status) q.set('status', status);
+  if (cursor) q.set('cursor', cursor);
+  return `/v1/runs?${q.toString()}`;
+}
+
+export function RunsPage() {
+  const [params, setParams] = useSearchParams();
+  const agent = params.get('agent') ?? '';
+  const status = params.get('status') ?? '';
+  const runs = useInfiniteQuery({
+    queryKey: ['runs', agent, status],
+    queryFn: ({ pageParam }) => getJson<RunPage>(runsQuery(agent, status, pageParam)),
+    initialPageParam: null as string | null,
+    getNextPageParam: (last) => last.next_cursor,
+    refetchInterval: 5000,
+  });
+  const set = (key: string, value: string) => {
+    const next = new URLSearchParams(params);
+    if (value) next.set(key, value);
+    else next.delete(key);
+    setParams(next, { replace: true });
+  };
+  const rows = runs.data?.pages.flatMap((p) => p.runs) ?? [];
+
+  return (
+    <section>
+      <h1>Runs</h1>
+      <Launcher />
+      <form className="filters" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          Filter by agent <input value={agent} onChange={(e) => set('agent', e.target.value)} />
+        </label>
+        <label>
+          Filter by status{' '}
+          <select value={status} onChange={(e) => set('status', e.target.value)}>
+            <option value="">any</option>
+            {STATUSES.map((s) => (
+              <option key={s}>{s}</option>
+            ))}
+          </select>
+        </label>
+      </form>
+      {runs.isError && (
+        <p className="error" role="alert">
+          {runs.error.message}
+        </p>
+      )}
+      {runs.isSuccess && rows.length === 0 && (
+        <p className="empty">
+          No runs{agent || status ? ' match these filters' : ' yet'}. Start one above, or with{' '}
+          <code>POST /v1/runs</code>.
+        </p>
+      )}
+      {rows.length > 0 && (
+        <table className="grid">
+          <thead>
+            <tr>
+              <th>Run</th>
+              <th>Agent</th>
+              <th>Status</th>
+              <th>Tokens in / out</th>
+              <th>Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((r) => (
+              <tr key={r.run_id}>
+                <td>
+                  <Link to={`/runs/${r.run_id}`}>
+                    <code>{r.run_id}</code>
+                  </Link>
+                </td>
+                <td>{r.agent}</td>
+                <td>
+                  <span className={`status status-${r.status}`}>{r.status}</span>
+                  {r.stop_reason ? ` (${r.stop_reason})` : ''}
+                </td>
+                <td>
+                  {r.usage?.prompt_tokens ?? 0} / {r.usage?.completion_tokens ?? 0}
+                </td>
+                <td>
+                  <time dateTime={r.created_at}>{new Date(r.created_at).toLocaleString()}</time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {runs.hasNextPage && (
+        <button type="button" onClick={() => runs.fetchNextPage()} disabled={runs.isFetchingNextPage}>
+          More
+        </button>
+      )}
+    </section>
+  );
+}
+
+interface AgentSummary {
+  name: string;
+  retired: boolean;
+  description?: string;
+}
+
+/** Starts a run of any agent of the tenant, then opens its page. */
+function Launcher() {
+  const navigate = useNavigate();
+  const agents = useQuery({
+    queryKey: ['agents'],
+    queryFn: () => getJson<{ data: AgentSummary[] }>('/v1/agents'),
+  });
+  const [agent, setAgent] = useState('');
+  const [input, setInput] = useState('');
+  const [interactive, setInteractive] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const live = (agents.data?.data ?? []).filter((a) => !a.retired);
+  const chosen = agent || live[0]?.name || '';
+
+  const start = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      const run = await sendJson<{ run_id: string }>('POST', '/v1/runs', {
+        agent: chosen,
+        ...(input ? { input } : {}),
+        interactive,
+      });
+      navigate(`/runs/${run.run_id}`);
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+
+  if (agents.isSuccess && live.length === 0) {
+    return <p className="empty">No agents yet: define one (PUT /v1/agents/&lt;name&gt;) to start runs here.</p>;
+  }
+  return (
+    <form className="launcher" onSubmit={start} aria-label="Start a run">
+      <label>
+        Agent to run{' '}
+        <select value={chosen} onChange={(e) => setAgent(e.target.value)}>
+          {live.map((a) => (
+            <option key={a.name}>{a.name}</option>
+          ))}
+        </select>
+      </label>
+      <label className="grow">
+        Input <input value={input} onChange={(e) => setInput(e.target.value)} placeholder="What should it do?" />
+      </label>
+      <label>
+        <input type="checkbox" checked={interactive} onChange={(e) => setInteractive(e.target.checked)} />{' '}
+        interactive
+      </label>
+      <button type="submit" disabled={!chosen}>
+        Start run
+      </button>
+      {error && (
+        <p className="error" role="alert">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}
