@@ -112,6 +112,43 @@ test('a tenant B session sees none of tenant A runs', async ({ page, request }) 
   await page.goto('/ui/runs');
   await expect(page.getByText(/No runs yet|No agents yet/).first()).toBeVisible();
   await expect(page.locator('body')).not.toContainText('ui-helper');
+  await page.goto('/ui/usage');
+  await expect(page.getByText('No model calls in this range.')).toBeVisible();
+  await page.goto('/ui/tokens');
+  await expect(page.getByRole('table')).toContainText('beta-admin');
+  await expect(page.getByRole('table')).not.toContainText('bootstrap');
+});
+
+test('mint a token, use it, revoke it and see it refused', async ({ page, request }) => {
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Tokens' }).click();
+  const form = page.getByRole('form', { name: 'Mint a token' });
+  await form.getByLabel('Name').fill('ui-e2e-minted');
+  await form.getByLabel('Subject').fill('ui-e2e-robot');
+  await form.getByLabel('runs:read', { exact: true }).check();
+  await form.getByRole('button', { name: 'Mint' }).click();
+  const secret = (await page.getByTestId('minted-token').textContent()) ?? '';
+  expect(secret).toMatch(/^wft_/);
+  await shot(page, 'tokens');
+  const me = await request.get('/v1/me', { headers: { authorization: `Bearer ${secret}` } });
+  expect(me.status()).toBe(200);
+  expect((await me.json()).subject).toBe('ui-e2e-robot');
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Revoke ui-e2e-minted' }).click();
+  await expect(page.getByRole('row', { name: /ui-e2e-minted/ })).toContainText('revoked');
+  const refused = await request.get('/v1/me', { headers: { authorization: `Bearer ${secret}` } });
+  expect(refused.status()).toBe(401);
+});
+
+test('the usage chart renders the tenant calls', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Usage' }).click();
+  await expect(page.getByTestId('usage-chart').locator('canvas')).toBeVisible();
+  const table = page.getByRole('table', { name: 'Usage by group' });
+  await expect(table).toContainText('mock-1');
+  await page.getByLabel('Group by').selectOption('provider');
+  await expect(table).toContainText('mock');
+  await shot(page, 'usage');
 });
 
 test('log out ends the session', async ({ page, context }) => {

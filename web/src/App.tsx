@@ -4,6 +4,8 @@ import { can, currentSession, logout, type Session } from './api';
 import { Login } from './pages/Login';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
+import { TokensPage } from './pages/Tokens';
+import { UsagePage } from './pages/Usage';
 import { useTheme } from './theme';
 
 export function App() {
@@ -42,6 +44,8 @@ function Shell({ session }: { session: Session }) {
           {(can(session, 'runs:read') || can(session, 'runs:create')) && (
             <NavLink to="/runs">Runs</NavLink>
           )}
+          {can(session, 'tenant:admin') && <NavLink to="/tokens">Tokens</NavLink>}
+          {can(session, 'tenant:admin') && <NavLink to="/usage">Usage</NavLink>}
         </nav>
         <span className="who" title={session.scopes.join(' ')}>
           {session.subject} · {session.tenant}
@@ -58,6 +62,8 @@ function Shell({ session }: { session: Session }) {
           <Route path="/" element={<Navigate to="/runs" replace />} />
           <Route path="/runs" element={<RunsPage />} />
           <Route path="/runs/:id" element={<RunPage />} />
+          <Route path="/tokens" element={<TokensPage session={session} />} />
+          <Route path="/usage" element={<UsagePage />} />
           <Route
             path="*"
             element={<p className="empty">No such page. Pick one from the bar above.</p>}

@@ -1,0 +1,180 @@
+import { useEffect, useMemo, useRef, useState } from 'react';
+import { useQuery } from '@tanstack/react-query';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import { getJson } from '../api';
+import { label, metricOf, toSeries, type Metric, type UsageRow } from '../usage';
+
+const RANGES = [
+  { key: '1h', hours: 1 },
+  { key: '24h', hours: 24 },
+  { key: '7d', hours: 24 * 7 },
+  { key: '30d', hours: 24 * 30 },
+] as const;
+const DIMS = [
+  { key: 'provider', field: 'provider' },
+  { key: 'model', field: 'model' },
+  { key: 'subject', field: 'subject' },
+  { key: 'token', field: 'token_id' },
+  { key: 'kind', field: 'kind' },
+] as const;
+const COLORS = ['#2457c5', '#d97706', '#1a7f37', '#b42318', '#7c3aed', '#0891b2', '#be185d', '#4d7c0f'];
+
+interface UsageAnswer {
+  data: UsageRow[];
+  truncated: boolean;
+}
+
+function usageUrl(groupBy: string, from: Date, to: Date): string {
+  const q = new URLSearchParams({ group_by: groupBy, from: from.toISOString(), to: to.toISOString() });
+  return `/v1/usage?${q.toString()}`;
+}
+
+export function UsagePage() {
+  const [range, setRange] = useState<(typeof RANGES)[number]['key']>('24h');
+  const [dim, setDim] = useState<(typeof DIMS)[number]['key']>('model');
+  const [metric, setMetric] = useState<Metric>('tokens');
+  const hours = RANGES.find((r) => r.key === range)?.hours ?? 24;
+  const bucket = hours <= 24 ? 'hour' : 'day';
+  const field = DIMS.find((d) => d.key === dim)?.field ?? 'model';
+  // The window is fixed per range choice (and refreshed with the query), so the key is stable.
+  const [now, setNow] = useState(() => new Date());
+  const from = useMemo(() => new Date(now.getTime() - hours * 3600_000), [now, hours]);
+  const series = useQuery({
+    queryKey: ['usage', 'series', bucket, dim, from.toISOString(), now.toISOString()],
+    queryFn: () => getJson<UsageAnswer>(usageUrl(`${bucket},${dim}`, from, now)),
+  });
+  const totals = useQuery({
+    queryKey: ['usage', 'totals', dim, from.toISOString(), now.toISOString()],
+    queryFn: () => getJson<UsageAnswer>(usageUrl(dim, from, now)),
+  });
+
+  return (
+    <section>
+      <h1>Usage</h1>
+      <form className="filters" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          Range{' '}
+          <select value={range} onChange={(e) => setRange(e.target.value as typeof range)}>
+            {RANGES.map((r) => (
+              <option key={r.key}>{r.key}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Group by{' '}
+          <select value={dim} onChange={(e) => setDim(e.target.value as typeof dim)}>
+            {DIMS.map((d) => (
+              <option key={d.key}>{d.key}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Show{' '}
+          <select value={metric} onChange={(e) => setMetric(e.target.value as Metric)}>
+            <option value="tokens">tokens</option>
+            <option value="cost">cost (USD)</option>
+            <option value="requests">requests</option>
+          </select>
+        </label>
+        <button type="button" onClick={() => setNow(new Date())}>
+          Refresh
+        </button>
+      </form>
+      {(series.isError || totals.isError) && (
+        <p className="error" role="alert">
+          {(series.error ?? totals.error)?.message}
+        </p>
+      )}
+      {series.isSuccess && series.data.data.length === 0 && (
+        <p className="empty">No model calls in this range. Calls through any door (chat, runs) show up here.</p>
+      )}
+      {series.isSuccess && series.data.data.length > 0 && (
+        <Chart rows={series.data.data} bucket={bucket} dim={field} metric={metric} from={from} to={now} />
+      )}
+      {totals.isSuccess && totals.data.data.length > 0 && (
+        <table className="grid" aria-label="Usage by group">
+          <thead>
+            <tr>
+              <th>{dim}</th>
+              <th>Requests</th>
+              <th>Input tokens</th>
+              <th>Output tokens</th>
+              <th>Cost (USD)</th>
+              <th>Avg latency (ms)</th>
+            </tr>
+          </thead>
+          <tbody>
+            {totals.data.data.map((r, i) => (
+              <tr key={i}>
+                <td>{label(r[field])}</td>
+                <td>{r.requests}</td>
+                <td>{r.input_tokens}</td>
+                <td>{r.output_tokens}</td>
+                <td>{metricOf(r, 'cost').toFixed(6)}</td>
+                <td>{Math.round(Number(r.avg_latency_ms ?? 0))}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {(series.data?.truncated || totals.data?.truncated) && (
+        <p className="hint">Only the first rows are shown; narrow the range for all of them.</p>
+      )}
+    </section>
+  );
+}
+
+function Chart({
+  rows,
+  bucket,
+  dim,
+  metric,
+  from,
+  to,
+}: {
+  rows: UsageRow[];
+  bucket: 'hour' | 'day';
+  dim: string;
+  metric: Metric;
+  from: Date;
+  to: Date;
+}) {
+  const box = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const { xs, names, ys } = toSeries(rows, bucket, dim, metric);
+    const styles = getComputedStyle(document.documentElement);
+    const fg = styles.getPropertyValue('--fg').trim() || '#888';
+    const grid = styles.getPropertyValue('--line').trim() || '#ddd';
+    const axis = { stroke: fg, grid: { stroke: grid }, ticks: { stroke: grid } };
+    const plot = new uPlot(
+      {
+        width: Math.max(el.clientWidth, 320),
+        height: 280,
+        series: [
+          {},
+          ...names.map((n, i) => ({
+            label: n,
+            stroke: COLORS[i % COLORS.length],
+            width: 2,
+            points: { show: xs.length < 50 },
+          })),
+        ],
+        axes: [axis, axis],
+        // The whole range asked for, so one bucket is not stretched over the axis.
+        scales: { x: { time: true, range: [Math.floor(from.getTime() / 1000) - 3600, Math.ceil(to.getTime() / 1000)] } },
+      },
+      [xs, ...ys],
+      el,
+    );
+    const resize = () => plot.setSize({ width: Math.max(el.clientWidth, 320), height: 280 });
+    window.addEventListener('resize', resize);
+    return () => {
+      window.removeEventListener('resize', resize);
+      plot.destroy();
+    };
+  }, [rows, bucket, dim, metric, from, to]);
+  return <div ref={box} className="chart" data-testid="usage-chart" role="img" aria-label={`${metric} over time by ${dim}`} />;
+}
