@@ -119,6 +119,27 @@ test('a tenant B session sees none of tenant A runs', async ({ page, request }) 
   await expect(page.getByRole('table')).not.toContainText('bootstrap');
 });
 
+test('edit an agent: a bad field is shown on the field, then version 2 and its diff', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Library' }).click();
+  await page.getByRole('link', { name: 'ui-helper' }).click();
+  const editor = page.getByRole('form', { name: 'Edit' });
+  await editor.getByLabel('max iterations').fill('5000');
+  await editor.getByRole('button', { name: 'Save new version' }).click();
+  await expect(editor.getByRole('alert')).toContainText('max_iterations');
+  await editor.getByLabel('max iterations').fill('12');
+  await editor.getByLabel('System prompt').fill('You help the UI tests, briefly.');
+  await editor.getByRole('button', { name: 'Save new version' }).click();
+  await expect(page.getByRole('status')).toContainText('Saved as version #2');
+  const versions = page.getByRole('table', { name: 'Versions' });
+  await expect(versions.getByRole('row')).toHaveCount(3);
+  const diff = page.getByLabel('Diff between versions');
+  await expect(diff).toContainText('+   "system_prompt": "You help the UI tests, briefly."');
+  await expect(diff).toContainText('+   "max_iterations": 12');
+  await expect(diff.locator('.del')).not.toHaveCount(0);
+  await shot(page, 'library');
+});
+
 test('mint a token, use it, revoke it and see it refused', async ({ page, request }) => {
   await login(page, TOKEN);
   await page.getByRole('link', { name: 'Tokens' }).click();

@@ -1,6 +1,7 @@
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { NavLink, Navigate, Route, Routes } from 'react-router';
 import { can, currentSession, logout, type Session } from './api';
+import { DefinitionPage, LibraryPage } from './pages/Library';
 import { Login } from './pages/Login';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
@@ -44,6 +45,9 @@ function Shell({ session }: { session: Session }) {
           {(can(session, 'runs:read') || can(session, 'runs:create')) && (
             <NavLink to="/runs">Runs</NavLink>
           )}
+          {(can(session, 'runs:read') || can(session, 'runs:create')) && (
+            <NavLink to="/library">Library</NavLink>
+          )}
           {can(session, 'tenant:admin') && <NavLink to="/tokens">Tokens</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/usage">Usage</NavLink>}
         </nav>
@@ -62,6 +66,9 @@ function Shell({ session }: { session: Session }) {
           <Route path="/" element={<Navigate to="/runs" replace />} />
           <Route path="/runs" element={<RunsPage />} />
           <Route path="/runs/:id" element={<RunPage />} />
+          <Route path="/library" element={<Navigate to="/library/agents" replace />} />
+          <Route path="/library/:kind" element={<LibraryPage session={session} />} />
+          <Route path="/library/:kind/:name" element={<DefinitionPage session={session} />} />
           <Route path="/tokens" element={<TokensPage session={session} />} />
           <Route path="/usage" element={<UsagePage />} />
           <Route

@@ -1,0 +1,432 @@
+import { useMemo, useState, type FormEvent } from 'react';
+import { useQuery, useQueryClient } from '@tanstack/react-query';
+import { Link, NavLink, useNavigate, useParams } from 'react-router';
+import { ApiError, can, getJson, sendJson, type Session } from '../api';
+import { canonical, diffLines } from '../diff';
+
+/** The definition kinds the API serves, and their paths. */
+export const KINDS = [
+  { kind: 'agents', title: 'Agents', one: 'agent' },
+  { kind: 'skills', title: 'Skills', one: 'skill' },
+  { kind: 'mcp-servers', title: 'MCP servers', one: 'MCP server' },
+] as const;
+type Kind = (typeof KINDS)[number]['kind'];
+
+interface Summary {
+  name: string;
+  active_version: string;
+  retired: boolean;
+  versions: number;
+  description: string;
+  updated_at: string;
+}
+
+interface Version {
+  name: string;
+  version: string;
+  number: number;
+  parent_version: string | null;
+  created_at: string;
+  active: boolean;
+  retired: boolean;
+  content: Record<string, unknown>;
+}
+
+function kindOf(k: string | undefined): (typeof KINDS)[number] {
+  return KINDS.find((x) => x.kind === k) ?? KINDS[0];
+}
+
+const short = (hash: string) => hash.replace(/^sha256:/, '').slice(0, 10);
+
+export function LibraryPage({ session }: { session: Session }) {
+  const kind = kindOf(useParams().kind);
+  const list = useQuery({
+    queryKey: ['defs', kind.kind],
+    queryFn: () => getJson<{ data: Summary[] }>(`/v1/${kind.kind}`),
+  });
+  const navigate = useNavigate();
+  const [newName, setNewName] = useState('');
+  const rows = list.data?.data ?? [];
+  return (
+    <section>
+      <h1>Library</h1>
+      <nav className="tabs" aria-label="Definition kinds">
+        {KINDS.map((k) => (
+          <NavLink key={k.kind} to={`/library/${k.kind}`}>
+            {k.title}
+          </NavLink>
+        ))}
+      </nav>
+      {can(session, 'tenant:admin') && (
+        <form
+          className="row"
+          onSubmit={(e) => {
+            e.preventDefault();
+            if (newName) navigate(`/library/${kind.kind}/${encodeURIComponent(newName)}?new=1`);
+          }}
+        >
+          <label>
+            New {kind.one} named <input value={newName} onChange={(e) => setNewName(e.target.value.trim())} />
+          </label>
+          <button type="submit" disabled={!newName}>
+            Create
+          </button>
+        </form>
+      )}
+      {list.isError && (
+        <p className="error" role="alert">
+          {list.error.message}
+        </p>
+      )}
+      {list.isSuccess && rows.length === 0 && <p className="empty">No {kind.title.toLowerCase()} in this tenant yet.</p>}
+      {rows.length > 0 && (
+        <table className="grid">
+          <thead>
+            <tr>
+              <th>Name</th>
+              <th>Description</th>
+              <th>Versions</th>
+              <th>Active</th>
+              <th>Updated</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((r) => (
+              <tr key={r.name}>
+                <td>
+                  <Link to={`/library/${kind.kind}/${encodeURIComponent(r.name)}`}>{r.name}</Link>
+                  {r.retired && <span className="t-muted"> (retired)</span>}
+                </td>
+                <td>{r.description}</td>
+                <td>{r.versions}</td>
+                <td>
+                  <code>{short(r.active_version)}</code>
+                </td>
+                <td>{new Date(r.updated_at).toLocaleString()}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+export function DefinitionPage({ session }: { session: Session }) {
+  const params = useParams();
+  const kind = kindOf(params.kind);
+  const name = params.name ?? '';
+  const client = useQueryClient();
+  const base = `/v1/${kind.kind}/${encodeURIComponent(name)}`;
+  const versions = useQuery({
+    queryKey: ['defs', kind.kind, name, 'versions'],
+    queryFn: async () => {
+      try {
+        return (await getJson<{ data: Version[] }>(`${base}/versions`)).data;
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) return [];
+        throw e;
+      }
+    },
+  });
+  const [error, setError] = useState<string | null>(null);
+  const admin = can(session, 'tenant:admin');
+  const list = versions.data ?? [];
+  const active = list.find((v) => v.active) ?? list[list.length - 1];
+  const byHash = useMemo(() => new Map(list.map((v) => [v.version, v])), [list]);
+  const refresh = () => client.invalidateQueries({ queryKey: ['defs', kind.kind] });
+  const act = async (what: () => Promise<unknown>) => {
+    setError(null);
+    try {
+      await what();
+      await refresh();
+    } catch (e) {
+      setError(e instanceof Error ? e.message : String(e));
+    }
+  };
+
+  return (
+    <section>
+      <p>
+        <Link to={`/library/${kind.kind}`}>← {kind.title}</Link>
+      </p>
+      <h1>
+        {kind.one} <code>{name}</code>
+        {active?.retired && <span className="t-muted"> (retired)</span>}
+      </h1>
+      {versions.isError && (
+        <p className="error" role="alert">
+          {versions.error.message}
+        </p>
+      )}
+      {error && (
+        <p className="error" role="alert">
+          {error}
+        </p>
+      )}
+      {list.length > 0 && (
+        <>
+          <h2>Versions</h2>
+          <table className="grid" aria-label="Versions">
+            <thead>
+              <tr>
+                <th>#</th>
+                <th>Hash</th>
+                <th>From</th>
+                <th>Created</th>
+                <th>State</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {list.map((v) => (
+                <tr key={v.version}>
+                  <td>{v.number}</td>
+                  <td>
+                    <code title={v.version}>{short(v.version)}</code>
+                  </td>
+                  <td>
+                    {v.parent_version
+                      ? byHash.has(v.parent_version)
+                        ? `#${byHash.get(v.parent_version)?.number}`
+                        : short(v.parent_version)
+                      : '—'}
+                  </td>
+                  <td>{new Date(v.created_at).toLocaleString()}</td>
+                  <td>{v.active ? 'active' : ''}</td>
+                  <td>
+                    {admin && !v.active && (
+                      <button
+                        type="button"
+                        onClick={() => act(() => sendJson('POST', `${base}/activate`, { version: v.version }))}
+                      >
+                        Activate #{v.number}
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {list.length > 1 && <Diff versions={list} />}
+        </>
+      )}
+      {admin && (
+        <Editor
+          key={active?.version ?? 'new'}
+          kind={kind.kind}
+          base={base}
+          initial={active?.content ?? (kind.kind === 'agents' ? { model: 'mock-1', system_prompt: '', tools: [] } : {})}
+          onSaved={refresh}
+        />
+      )}
+      {admin && active && (
+        <div className="row">
+          <Fork kind={kind.kind} from={active} />
+          {!active.retired && (
+            <button type="button" onClick={() => act(() => sendJson('POST', `${base}/retire`))}>
+              Retire
+            </button>
+          )}
+        </div>
+      )}
+    </section>
+  );
+}
+
+function Diff({ versions }: { versions: Version[] }) {
+  const n = versions.length;
+  const [a, setA] = useState(versions[n - 2].version);
+  const [b, setB] = useState(versions[n - 1].version);
+  const va = versions.find((v) => v.version === a);
+  const vb = versions.find((v) => v.version === b);
+  const lines = va && vb ? diffLines(canonical(va.content), canonical(vb.content)) : [];
+  const pick = (value: string, set: (v: string) => void, label: string) => (
+    <label>
+      {label}{' '}
+      <select value={value} onChange={(e) => set(e.target.value)}>
+        {versions.map((v) => (
+          <option key={v.version} value={v.version}>
+            #{v.number}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+  return (
+    <div className="panel">
+      <h2>Diff</h2>
+      <div className="row">
+        {pick(a, setA, 'From')}
+        {pick(b, setB, 'To')}
+      </div>
+      <pre className="diff" aria-label="Diff between versions">
+        {lines.map((l, i) => (
+          <div key={i} className={l.op === '+' ? 'add' : l.op === '-' ? 'del' : ''}>
+            {l.op} {l.text}
+          </div>
+        ))}
+      </pre>
+    </div>
+  );
+}
+
+const AGENT_FIELDS = ['description', 'model', 'tier', 'system_prompt', 'tools', 'max_iterations', 'max_tokens'] as const;
+
+/** The top-level field a server error's `param` names (`tools[2]` → `tools`). */
+export function fieldOf(param: string | undefined): string | null {
+  if (!param) return null;
+  const m = /^(?:changes\.)?([A-Za-z_]+)/.exec(param);
+  return m ? m[1] : null;
+}
+
+function Editor({
+  kind,
+  base,
+  initial,
+  onSaved,
+}: {
+  kind: Kind;
+  base: string;
+  initial: Record<string, unknown>;
+  onSaved: () => Promise<unknown>;
+}) {
+  const [content, setContent] = useState<Record<string, unknown>>(initial);
+  const [raw, setRaw] = useState(kind !== 'agents');
+  const [rawText, setRawText] = useState(canonical(initial));
+  const [errors, setErrors] = useState<{ field: string | null; message: string } | null>(null);
+  const [saved, setSaved] = useState<string | null>(null);
+
+  const set = (k: string, v: unknown) => setContent((c) => ({ ...c, [k]: v }));
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setErrors(null);
+    setSaved(null);
+    let body: unknown = content;
+    if (raw) {
+      try {
+        body = JSON.parse(rawText);
+      } catch (err) {
+        setErrors({ field: null, message: `The JSON does not parse: ${String(err)}` });
+        return;
+      }
+    }
+    try {
+      const v = await sendJson<Version & { created: boolean }>('PUT', base, body);
+      setSaved(v.created ? `Saved as version #${v.number}.` : `Unchanged: that is version #${v.number}, now active.`);
+      await onSaved();
+    } catch (err) {
+      if (err instanceof ApiError) setErrors({ field: fieldOf(err.param), message: err.message });
+      else setErrors({ field: null, message: String(err) });
+    }
+  };
+  const fieldError = (f: string) =>
+    errors && errors.field === f ? (
+      <span className="error" role="alert">
+        {errors.message}
+      </span>
+    ) : null;
+  const text = (f: string) => (typeof content[f] === 'string' ? (content[f] as string) : '');
+  const num = (f: string) => (typeof content[f] === 'number' ? String(content[f]) : '');
+
+  return (
+    <form className="panel editor" onSubmit={submit} aria-label="Edit">
+      <h2>Edit</h2>
+      <label className="check">
+        <input
+          type="checkbox"
+          checked={raw}
+          onChange={(e) => {
+            if (e.target.checked) setRawText(canonical(content));
+            else {
+              try {
+                setContent(JSON.parse(rawText));
+              } catch {
+                /* keep the structured view's content */
+              }
+            }
+            setRaw(e.target.checked);
+          }}
+        />{' '}
+        Raw JSON
+      </label>
+      {raw ? (
+        <textarea className="code" rows={18} value={rawText} onChange={(e) => setRawText(e.target.value)} aria-label="Raw JSON" />
+      ) : (
+        <div className="fields">
+          {AGENT_FIELDS.map((f) => (
+            <label key={f} className={f === 'system_prompt' ? 'wide' : ''}>
+              <span>{f === 'system_prompt' ? 'System prompt' : f.replace('_', ' ')}</span>
+              {f === 'system_prompt' ? (
+                <textarea rows={8} value={text(f)} onChange={(e) => set(f, e.target.value)} />
+              ) : f === 'tools' ? (
+                <input
+                  value={Array.isArray(content.tools) ? (content.tools as string[]).join(', ') : ''}
+                  onChange={(e) =>
+                    set(
+                      'tools',
+                      e.target.value
+                        .split(',')
+                        .map((t) => t.trim())
+                        .filter(Boolean),
+                    )
+                  }
+                  placeholder="Context, Interruption"
+                />
+              ) : f === 'max_iterations' || f === 'max_tokens' ? (
+                <input
+                  type="number"
+                  value={num(f)}
+                  onChange={(e) => set(f, e.target.value === '' ? undefined : Number(e.target.value))}
+                />
+              ) : (
+                <input value={text(f)} onChange={(e) => set(f, e.target.value || undefined)} />
+              )}
+              {fieldError(f)}
+            </label>
+          ))}
+        </div>
+      )}
+      {errors && (raw || !errors.field || !(AGENT_FIELDS as readonly string[]).includes(errors.field)) && (
+        <p className="error" role="alert">
+          {errors.message}
+        </p>
+      )}
+      <button type="submit">Save new version</button>
+      {saved && <p role="status">{saved}</p>}
+    </form>
+  );
+}
+
+function Fork({ kind, from }: { kind: Kind; from: Version }) {
+  const navigate = useNavigate();
+  const client = useQueryClient();
+  const [name, setName] = useState('');
+  const [error, setError] = useState<string | null>(null);
+  const fork = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      await sendJson('POST', `/v1/${kind}/${encodeURIComponent(name)}/fork`, { from_version: from.version, changes: {} });
+      await client.invalidateQueries({ queryKey: ['defs', kind] });
+      navigate(`/library/${kind}/${encodeURIComponent(name)}`);
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+  return (
+    <form className="row" onSubmit={fork}>
+      <label>
+        Fork #{from.number} as <input value={name} onChange={(e) => setName(e.target.value.trim())} />
+      </label>
+      <button type="submit" disabled={!name}>
+        Fork
+      </button>
+      {error && (
+        <span className="error" role="alert">
+          {error}
+        </span>
+      )}
+    </form>
+  );
+}
