@@ -172,6 +172,52 @@ test('the usage chart renders the tenant calls', async ({ page }) => {
   await shot(page, 'usage');
 });
 
+test('the playground streams an answer and shows the provider chosen', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Playground' }).click();
+  await page.getByLabel('Model').fill('mock-1');
+  await page.getByLabel('Message').fill('hello playground');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const talk = page.getByRole('list', { name: 'Conversation' });
+  await expect(talk.getByText('echo: hello playground', { exact: true })).toBeVisible();
+  await expect(talk.getByTestId('chosen')).toContainText('→ mock/mock-1');
+  await shot(page, 'playground');
+});
+
+test('a schedule: state, run now, pause; a webhook: its recent deliveries', async ({ page, request }) => {
+  await api(request, 'PUT', '/v1/schedules/ui-nightly', TOKEN, {
+    description: 'the UI tests',
+    cron: '0 2 * * *',
+    agent: 'ui-helper',
+    input: 'nightly',
+  });
+  await api(request, 'PUT', '/v1/webhooks/ui-hook', TOKEN, {
+    description: 'the UI tests',
+    agent: 'ui-helper',
+    signature: 'github',
+    secret_env: 'WEFT_WEBHOOK_UI_E2E',
+  });
+  // An unsigned delivery is refused, and its verdict is kept for triage.
+  const refused = await request.post('/v1/_webhooks/default/ui-hook', { data: { hello: 1 } });
+  expect(refused.status()).toBe(401);
+
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Schedules' }).click();
+  const card = page.getByRole('article', { name: 'Schedule ui-nightly' });
+  await expect(card.getByTestId('schedule-state')).toHaveText('active');
+  await card.getByRole('button', { name: 'Run now' }).click();
+  await expect(card.getByRole('table', { name: 'Recent fires of ui-nightly' })).toContainText('run_now');
+  await card.getByRole('button', { name: 'Pause' }).click();
+  await expect(card.getByTestId('schedule-state')).toHaveText('paused');
+  await card.getByRole('button', { name: 'Resume' }).click();
+  await expect(card.getByTestId('schedule-state')).toHaveText('active');
+  await shot(page, 'schedules');
+
+  await page.getByRole('link', { name: 'Webhooks' }).click();
+  const hook = page.getByRole('article', { name: 'Webhook ui-hook' });
+  await expect(hook.getByRole('table', { name: 'Recent deliveries of ui-hook' })).toContainText('unauthorized');
+});
+
 test('log out ends the session', async ({ page, context }) => {
   await login(page, TOKEN);
   await page.getByRole('button', { name: 'Log out' }).click();

@@ -1,8 +1,10 @@
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { NavLink, Navigate, Route, Routes } from 'react-router';
 import { can, currentSession, logout, type Session } from './api';
+import { SchedulesPage, WebhooksPage } from './pages/Ingress';
 import { DefinitionPage, LibraryPage } from './pages/Library';
 import { Login } from './pages/Login';
+import { PlaygroundPage } from './pages/Playground';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
 import { TokensPage } from './pages/Tokens';
@@ -48,8 +50,11 @@ function Shell({ session }: { session: Session }) {
           {(can(session, 'runs:read') || can(session, 'runs:create')) && (
             <NavLink to="/library">Library</NavLink>
           )}
+          {can(session, 'tenant:admin') && <NavLink to="/schedules">Schedules</NavLink>}
+          {can(session, 'tenant:admin') && <NavLink to="/webhooks">Webhooks</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/tokens">Tokens</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/usage">Usage</NavLink>}
+          {can(session, 'llm:call') && <NavLink to="/playground">Playground</NavLink>}
         </nav>
         <span className="who" title={session.scopes.join(' ')}>
           {session.subject} · {session.tenant}
@@ -69,8 +74,11 @@ function Shell({ session }: { session: Session }) {
           <Route path="/library" element={<Navigate to="/library/agents" replace />} />
           <Route path="/library/:kind" element={<LibraryPage session={session} />} />
           <Route path="/library/:kind/:name" element={<DefinitionPage session={session} />} />
+          <Route path="/schedules" element={<SchedulesPage />} />
+          <Route path="/webhooks" element={<WebhooksPage />} />
           <Route path="/tokens" element={<TokensPage session={session} />} />
           <Route path="/usage" element={<UsagePage />} />
+          <Route path="/playground" element={<PlaygroundPage />} />
           <Route
             path="*"
             element={<p className="empty">No such page. Pick one from the bar above.</p>}

@@ -29,18 +29,27 @@ export async function readRunStream(
   await pump(res.body, onEvent);
 }
 
-/** Feeds an SSE body through the parser until it ends. */
+/** Feeds a run stream's SSE body through the parser until it ends. */
 export async function pump(
   body: ReadableStream<Uint8Array>,
   onEvent: (e: RunEvent) => void,
 ): Promise<void> {
+  await readSse(body, (event, data) => {
+    if (event === 'error') {
+      throw new Error(`the stream reported an error: ${data}`);
+    }
+    onEvent(JSON.parse(data) as RunEvent);
+  });
+}
+
+/** Reads any SSE body, calling `onMessage(event name, data)` per event, until it ends. */
+export async function readSse(
+  body: ReadableStream<Uint8Array>,
+  onMessage: (event: string, data: string) => void,
+): Promise<void> {
   const parser = createParser({
     onEvent(msg) {
-      if (msg.event === 'error') {
-        throw new Error(`the stream reported an error: ${msg.data}`);
-      }
-      const frame = JSON.parse(msg.data) as RunEvent;
-      onEvent(frame);
+      onMessage(msg.event ?? 'message', msg.data);
     },
   });
   const reader = body.getReader();

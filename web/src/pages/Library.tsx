@@ -9,6 +9,8 @@ export const KINDS = [
   { kind: 'agents', title: 'Agents', one: 'agent' },
   { kind: 'skills', title: 'Skills', one: 'skill' },
   { kind: 'mcp-servers', title: 'MCP servers', one: 'MCP server' },
+  { kind: 'schedules', title: 'Schedules', one: 'schedule' },
+  { kind: 'webhooks', title: 'Webhooks', one: 'webhook' },
 ] as const;
 type Kind = (typeof KINDS)[number]['kind'];
 
