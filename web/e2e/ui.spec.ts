@@ -218,6 +218,34 @@ test('a schedule: state, run now, pause; a webhook: its recent deliveries', asyn
   await expect(hook.getByRole('table', { name: 'Recent deliveries of ui-hook' })).toContainText('unauthorized');
 });
 
+test('memory: write a key, change it, delete it; channels: peek the newest messages', async ({ page, request }) => {
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Memory' }).click();
+  await page.getByRole('button', { name: 'New key' }).click();
+  const editor = page.getByRole('form', { name: 'Value' });
+  await editor.getByLabel('Key', { exact: true }).fill('ui-note');
+  await editor.getByLabel('JSON value').fill('{"mood": "sunny"}');
+  await editor.getByRole('button', { name: 'Save' }).click();
+  const keys = page.getByRole('table', { name: 'Keys' });
+  await expect(keys.getByRole('row', { name: /ui-note/ })).toContainText('1');
+  await editor.getByLabel('JSON value').fill('{"mood": "rainy"}');
+  await editor.getByRole('button', { name: 'Save' }).click();
+  await expect(editor).toContainText('version 2');
+  const stored = await api(request, 'GET', '/v1/memory/tenant/default/ui-note', TOKEN);
+  expect(stored.value).toEqual({ mood: 'rainy' });
+  await shot(page, 'memory');
+  await editor.getByRole('button', { name: 'Delete' }).click();
+  await expect(page.getByText('No keys in this scope.')).toBeVisible();
+
+  await api(request, 'PUT', '/v1/channels/ui-news', TOKEN, { scope: 'tenant' });
+  await api(request, 'POST', '/v1/channels/ui-news/publish', TOKEN, { payload: { headline: 'first' } });
+  await api(request, 'POST', '/v1/channels/ui-news/publish', TOKEN, { payload: { headline: 'second' } });
+  await page.getByRole('link', { name: 'Channels' }).click();
+  await page.getByRole('button', { name: 'ui-news' }).click();
+  await expect(page.getByTestId('channel-stats')).toContainText('Newest seq 2');
+  await expect(page.getByRole('table', { name: 'Newest messages' })).toContainText('"headline":"second"');
+});
+
 test('log out ends the session', async ({ page, context }) => {
   await login(page, TOKEN);
   await page.getByRole('button', { name: 'Log out' }).click();

@@ -1,9 +1,11 @@
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { NavLink, Navigate, Route, Routes } from 'react-router';
 import { can, currentSession, logout, type Session } from './api';
+import { ChannelsPage } from './pages/Channels';
 import { SchedulesPage, WebhooksPage } from './pages/Ingress';
 import { DefinitionPage, LibraryPage } from './pages/Library';
 import { Login } from './pages/Login';
+import { MemoryPage } from './pages/Memory';
 import { PlaygroundPage } from './pages/Playground';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
@@ -50,6 +52,10 @@ function Shell({ session }: { session: Session }) {
           {(can(session, 'runs:read') || can(session, 'runs:create')) && (
             <NavLink to="/library">Library</NavLink>
           )}
+          {can(session, 'memory:read') && <NavLink to="/memory">Memory</NavLink>}
+          {(can(session, 'channels:read') || can(session, 'channels:publish')) && (
+            <NavLink to="/channels">Channels</NavLink>
+          )}
           {can(session, 'tenant:admin') && <NavLink to="/schedules">Schedules</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/webhooks">Webhooks</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/tokens">Tokens</NavLink>}
@@ -74,6 +80,8 @@ function Shell({ session }: { session: Session }) {
           <Route path="/library" element={<Navigate to="/library/agents" replace />} />
           <Route path="/library/:kind" element={<LibraryPage session={session} />} />
           <Route path="/library/:kind/:name" element={<DefinitionPage session={session} />} />
+          <Route path="/memory" element={<MemoryPage session={session} />} />
+          <Route path="/channels" element={<ChannelsPage />} />
           <Route path="/schedules" element={<SchedulesPage />} />
           <Route path="/webhooks" element={<WebhooksPage />} />
           <Route path="/tokens" element={<TokensPage session={session} />} />
