@@ -820,12 +820,13 @@ if ! step "deps (postgres, redis, nats)" ensure_deps; then
 fi
 
 BUILD_OK=1
+WEB_OK=1
 if ((COMPAT_ONLY)); then
     skip "web UI" "--compat-only"
     skip "rust checks" "--compat-only"
 else
     # Before the Rust build, which embeds web/dist in the gateway.
-    step "web UI: build (web/dist)" web_build || true
+    step "web UI: build (web/dist)" web_build || WEB_OK=0
     step "web UI: unit tests (vitest)" web_unit || true
     step "cargo fmt --check" cargo fmt --all --check || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
@@ -868,6 +869,8 @@ fi
 
 if ((!BUILD_OK)); then
     skip "web UI: end-to-end" "the build failed"
+elif ((!WEB_OK)); then
+    skip "web UI: end-to-end" "the web UI's build failed (the gateway embeds an old web/dist or none)"
 else
     step "web UI: end-to-end (Playwright, Chromium)" ui_e2e || true
     teardown

@@ -2,7 +2,7 @@
 # The web UI (web/): Node, its packages and its build, for up.sh and test.sh.
 #
 # Source it (bash), then:
-#   web_node     picks Node: the machine's `node` when it is >= 20.19 (Vite 7's floor), else
+#   web_node     picks Node: the machine's `node` when Vite 7 runs on it (20.19+ or 22.12+), else
 #                Node 24 from PyPI (tests/mcp/node24.sh); sets WEB_NODE_BIN (put first on PATH)
 #   web_deps     `npm ci` when web/package-lock.json changed since the last install
 #   web_build    typecheck + `vite build` into web/dist when the UI's sources changed since the
@@ -19,10 +19,10 @@ web_node() {
     local v
     if v=$(node --version 2>/dev/null) && node -e '
         const [a, b] = process.versions.node.split(".").map(Number);
-        process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)'; then
+        process.exit((a === 20 && b >= 19) || (a === 22 && b >= 12) || a > 22 ? 0 : 1)'; then
         WEB_NODE_BIN=$(dirname "$(command -v node)")
     else
-        echo "web: node ${v:-not found} is older than 20.19; using Node 24 from PyPI" >&2
+        echo "web: node ${v:-not found} is not one Vite 7 runs on (20.19+, 22.12+); using Node 24 from PyPI" >&2
         # shellcheck source=tests/mcp/node24.sh
         source "$ROOT/tests/mcp/node24.sh" || return 1
         [[ -n ${NODE24_BIN:-} ]] || return 1
@@ -46,10 +46,15 @@ web_deps() {
     echo "$want" >"$WEB_DIR/node_modules/.weft-lock.sha256"
 }
 
-# The UI's sources: what a build depends on.
+# The UI's sources: what a build depends on (only the paths that exist: `find` fails on a
+# missing one, and up.sh runs with errexit and pipefail).
 _web_sources_sha() {
-    (cd "$WEB_DIR" && find src index.html package-lock.json tsconfig.json vite.config.ts \
-        public -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+    local p paths=()
+    for p in src public index.html package-lock.json tsconfig.json vite.config.ts; do
+        [[ -e $WEB_DIR/$p ]] && paths+=("$p")
+    done
+    (cd "$WEB_DIR" && find "${paths[@]}" -type f | LC_ALL=C sort | xargs sha256sum \
+        | sha256sum | cut -d' ' -f1)
 }
 
 web_build() {
@@ -77,9 +82,13 @@ web_chromium() {
         echo "web: installing Debian's chromium (apt-get)" >&2
         local sudo=()
         ((EUID == 0)) || sudo=(sudo -n)
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
-            && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
-                >/dev/null || return 1
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 \
+            update -q >/dev/null \
+            && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get \
+                -o DPkg::Lock::Timeout=120 install -y -q chromium >/dev/null || {
+            echo "web: could not install chromium with apt-get (root or passwordless sudo is needed); set WEFT_CHROMIUM to a Chromium binary" >&2
+            return 1
+        }
     fi
     export WEFT_CHROMIUM
     "$WEFT_CHROMIUM" --version

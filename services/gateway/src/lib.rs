@@ -110,6 +110,8 @@ pub struct State {
     request_timeout: Duration,
     /// How long a web UI session lasts.
     pub ui_session_ttl: Duration,
+    /// Always mark the session cookie `Secure`.
+    pub ui_cookie_secure: bool,
     /// The MCP server face's settings (`/mcp`).
     pub mcp: weft_config::McpServerFaceConfig,
     /// Cancelled when the gateway stops (ends open MCP sessions).
@@ -184,6 +186,7 @@ impl AppState {
             hub: weft_bus::LiveHub::new(),
             request_timeout: Duration::from_secs(config.gateway.request_timeout_secs),
             ui_session_ttl: Duration::from_secs(config.gateway.ui_session_ttl_secs),
+            ui_cookie_secure: config.gateway.ui_cookie_secure,
             mcp: config.mcp.clone(),
             shutdown: CancellationToken::new(),
         }))

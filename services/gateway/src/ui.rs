@@ -11,7 +11,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rust_embed::RustEmbed;
@@ -67,38 +67,86 @@ fn session_json(s: &UiSession) -> Value {
     })
 }
 
-/// `Set-Cookie` for session `value`, living `max_age` seconds (0 clears it). `Secure` when the
-/// request reached the TLS terminator in front over https (`X-Forwarded-Proto: https`).
-fn session_cookie(value: &str, max_age: u64, headers: &HeaderMap) -> HeaderValue {
+/// `Set-Cookie` for session `value`, living `max_age` seconds (0 clears it). `Secure` when
+/// `always_secure` (`gateway.ui_cookie_secure`) or when the request reached the TLS terminator
+/// in front over https (the first `X-Forwarded-Proto` is `https`).
+fn session_cookie(
+    value: &str,
+    max_age: u64,
+    always_secure: bool,
+    headers: &HeaderMap,
+) -> HeaderValue {
     let https = headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
-    let secure = if https { "; Secure" } else { "" };
+        .and_then(|v| v.split(',').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
+    let secure = if always_secure || https {
+        "; Secure"
+    } else {
+        ""
+    };
     HeaderValue::from_str(&format!(
         "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
     ))
     .unwrap_or_else(|_| HeaderValue::from_static("weft_session=; Path=/; Max-Age=0"))
 }
 
-/// Refuses a request sent by a page of another origin (the `Origin` header, when a browser
-/// sends one, must name this host).
-fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+/// The `host[:port]` of an `Origin` header (`scheme://host[:port]`, http or https, nothing
+/// after), lower-cased; `None` for anything else (`null`, a path, another scheme).
+fn origin_authority(origin: &str) -> Option<String> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let ok = (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@']);
+    ok.then(|| rest.to_ascii_lowercase())
+}
+
+/// Refuses a login a page of another origin sent: a browser's `Sec-Fetch-Site: cross-site`, or
+/// an `Origin` that is not this host. This host is the request's `Host` (or the HTTP/2
+/// authority), or the `X-Forwarded-Host` a proxy in front that rewrites `Host` sends. A request
+/// without `Origin` (not a browser's cross-origin POST) passes: the JSON body already keeps
+/// plain HTML forms out.
+fn same_origin(headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
+    let refuse = |why: String| {
+        Err(ApiError::native(Error::forbidden(format!(
+            "a UI session can only be opened from weft's own page; {why}"
+        ))))
+    };
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+    {
+        return refuse("this request came from another site (Sec-Fetch-Site: cross-site)".into());
+    }
+    let Some(raw) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let origin_host = origin.split_once("://").map_or("", |(_, h)| h);
-    if !host.is_empty() && origin_host.eq_ignore_ascii_case(host) {
+    let origin = String::from_utf8_lossy(raw.as_bytes());
+    let Some(from) = origin_authority(&origin) else {
+        return refuse(format!("Origin {origin:?} is not an http(s) origin"));
+    };
+    let first = |v: &HeaderValue| {
+        v.to_str()
+            .ok()
+            .and_then(|v| v.split(',').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+    };
+    let hosts: Vec<String> = [
+        headers.get(header::HOST).and_then(first),
+        uri.authority().map(|a| a.as_str().to_ascii_lowercase()),
+        headers.get("x-forwarded-host").and_then(first),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if hosts.contains(&from) {
         Ok(())
     } else {
-        Err(ApiError::native(Error::forbidden(format!(
-            "a UI session can only be opened from weft's own page; Origin {origin:?} is not this \
-             host ({host:?})"
-        ))))
+        refuse(format!(
+            "Origin {origin:?} is not this host ({})",
+            hosts.join(", ")
+        ))
     }
 }
 
@@ -106,9 +154,10 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
 async fn login_handler(
     State(st): State<AppState>,
     headers: HeaderMap,
+    uri: Uri,
     ValidJson(body): NativeJson<LoginBody>,
 ) -> Result<Response, ApiError> {
-    same_origin(&headers)?;
+    same_origin(&headers, &uri)?;
     let principal = st
         .resolver
         .resolve(body.token.trim())
@@ -129,13 +178,23 @@ async fn login_handler(
             tracing::error!(error = %e, "opening a UI session failed");
             ApiError::native(e.to_api())
         })?;
+    // The session this browser held before, if any, ends: one browser, one session.
+    if let Some(old) = session::cookie(&headers, SESSION_COOKIE) {
+        st.tokens
+            .close_session(&weft_auth::hash_token(old))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "closing the previous UI session failed");
+                ApiError::native(e.to_api())
+            })?;
+    }
     let s = session::find_session(&st.tokens, &new.id)
         .await
         .map_err(ApiError::native)?;
     let mut res = (StatusCode::CREATED, Json(session_json(&s))).into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,
-        session_cookie(&new.id, ttl.as_secs(), &headers),
+        session_cookie(&new.id, ttl.as_secs(), st.ui_cookie_secure, &headers),
     );
     res.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -167,9 +226,17 @@ async fn logout_handler(
     State(st): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if let Some(id) = session::cookie(&headers, SESSION_COOKIE)
-        && let Ok(s) = session::find_session(&st.tokens, id).await
-    {
+    let open = match session::cookie(&headers, SESSION_COOKIE) {
+        None => None,
+        Some(id) => match session::find_session(&st.tokens, id).await {
+            Ok(s) => Some((id, s)),
+            // Already ended: only the cookie is left to clear.
+            Err(e) if e.code == ErrorCode::Unauthenticated => None,
+            // Postgres unreachable: do not report a logout that did not happen.
+            Err(e) => return Err(ApiError::native(e)),
+        },
+    };
+    if let Some((id, s)) = open {
         session::check_csrf(&s, headers.get(session::CSRF_HEADER)).map_err(ApiError::native)?;
         st.tokens
             .close_session(&weft_auth::hash_token(id))
@@ -180,8 +247,10 @@ async fn logout_handler(
             })?;
     }
     let mut res = StatusCode::NO_CONTENT.into_response();
-    res.headers_mut()
-        .insert(header::SET_COOKIE, session_cookie("", 0, &headers));
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        session_cookie("", 0, st.ui_cookie_secure, &headers),
+    );
     Ok(res)
 }
 
@@ -213,6 +282,12 @@ fn serve(path: &str) -> Response {
             "this gateway was built without the web UI; run `npm ci && npm run build` in web/ \
              and rebuild the gateway (`./deploy/local/up.sh` does both)",
         ))
+        .into_response();
+    }
+    if path.starts_with("api/") {
+        return ApiError::native(Error::not_found(format!(
+            "no route for /ui/{path}; the UI's API is /ui/api/session"
+        )))
         .into_response();
     }
     let (name, file) = match Dist::get(path) {
@@ -249,13 +324,12 @@ fn serve(path: &str) -> Response {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    if name.ends_with(".html") {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
-        );
-        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    }
+    // On every file, not only the HTML: an SVG opened on its own is a document too.
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     res
 }
 
@@ -271,6 +345,14 @@ fn content_type(name: &str) -> &'static str {
         "png" => "image/png",
         "ico" => "image/x-icon",
         "woff2" => "font/woff2",
+        "woff" => "font/woff",
+        "ttf" => "font/ttf",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "avif" => "image/avif",
+        "wasm" => "application/wasm",
+        "webmanifest" => "application/manifest+json",
         "txt" => "text/plain; charset=utf-8",
         _ => "application/octet-stream",
     }
@@ -279,6 +361,70 @@ fn content_type(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_login_from_another_origin_is_refused() {
+        let uri: Uri = "/ui/api/session".parse().unwrap();
+        let ok = |pairs: &[(&'static str, &str)]| same_origin(&headers(pairs), &uri).is_ok();
+        assert!(ok(&[("host", "weft.example:8787")]));
+        assert!(ok(&[
+            ("host", "weft.example:8787"),
+            ("origin", "http://weft.example:8787")
+        ]));
+        assert!(ok(&[
+            ("host", "WEFT.example:8787"),
+            ("origin", "https://weft.EXAMPLE:8787")
+        ]));
+        // A proxy that rewrites Host names the public one in X-Forwarded-Host.
+        assert!(ok(&[
+            ("host", "10.0.0.5:8787"),
+            ("x-forwarded-host", "weft.example"),
+            ("origin", "https://weft.example")
+        ]));
+        assert!(!ok(&[
+            ("host", "weft.example:8787"),
+            ("origin", "http://weft.example:9999")
+        ]));
+        assert!(!ok(&[
+            ("host", "weft.example"),
+            ("origin", "https://evil.example")
+        ]));
+        assert!(!ok(&[("host", "weft.example"), ("origin", "null")]));
+        assert!(!ok(&[
+            ("host", "weft.example"),
+            ("origin", "http://weft.example/x")
+        ]));
+        assert!(!ok(&[("origin", "http://weft.example")]));
+        assert!(!ok(&[
+            ("host", "weft.example"),
+            ("sec-fetch-site", "cross-site")
+        ]));
+        // HTTP/2 has no Host header: the request's authority stands in.
+        let h2: Uri = "http://weft.example:8787/ui/api/session".parse().unwrap();
+        assert!(same_origin(&headers(&[("origin", "http://weft.example:8787")]), &h2).is_ok());
+    }
+
+    #[test]
+    fn the_cookie_is_secure_when_configured_or_behind_https() {
+        let c = |secure, pairs: &[(&'static str, &str)]| {
+            session_cookie("v", 5, secure, &headers(pairs))
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert!(!c(false, &[]).contains("Secure"));
+        assert!(c(true, &[]).ends_with("; Secure"));
+        assert!(c(false, &[("x-forwarded-proto", "https, http")]).ends_with("; Secure"));
+        assert!(!c(false, &[("x-forwarded-proto", "http")]).contains("Secure"));
+    }
 
     #[test]
     fn content_types_follow_the_extension() {
@@ -303,6 +449,8 @@ mod tests {
                 Some(NO_CACHE.as_bytes())
             );
             assert_eq!(serve("assets/missing-0000.js").status(), 404);
+            assert_eq!(serve("api/sesion").status(), 404);
+            assert!(res.headers().contains_key(header::CONTENT_SECURITY_POLICY));
         } else {
             assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         }

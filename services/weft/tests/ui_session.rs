@@ -151,6 +151,36 @@ async fn a_session_acts_as_its_token_with_csrf_and_ends_on_logout_or_revocation(
     .await;
     assert_eq!(a.status, 201, "{}", a.json);
 
+    // A request that names a token acts as that token, never as the session; a malformed
+    // `Authorization` is refused rather than replaced by the session.
+    let (_, other) = f.mint(&f.admin, "other", &["runs:read"]).await;
+    let other = other["token"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {other}");
+    let a = call(
+        &f,
+        Method::GET,
+        "/v1/me",
+        Some(&cookie),
+        None,
+        None,
+        &[("authorization", bearer.as_str())],
+    )
+    .await;
+    assert_eq!((a.status, &a.json["tenant"]), (200, &json!("other")));
+    for bad in ["Basic dXNlcjpwYXNz", "Bearer "] {
+        let a = call(
+            &f,
+            Method::GET,
+            "/v1/me",
+            Some(&cookie),
+            None,
+            None,
+            &[("authorization", bad)],
+        )
+        .await;
+        assert_eq!(a.status, 401, "{bad}: {}", a.json);
+    }
+
     // The OpenAI and Anthropic doors take tokens only.
     let a = call(
         &f,
@@ -192,6 +222,26 @@ async fn a_session_acts_as_its_token_with_csrf_and_ends_on_logout_or_revocation(
         let a = call(&f, Method::GET, path, Some(&cookie), None, None, &[]).await;
         assert_eq!(a.status, 401, "{path}: {}", a.json);
     }
+
+    // Logging in again from a browser that holds a session ends that session.
+    let (first, _) = login(&f, &token).await;
+    let a = call(
+        &f,
+        Method::POST,
+        "/ui/api/session",
+        Some(&first),
+        None,
+        Some(json!({"token": token})),
+        &[],
+    )
+    .await;
+    assert_eq!(a.status, 201, "{}", a.json);
+    let a = call(&f, Method::GET, "/v1/me", Some(&first), None, None, &[]).await;
+    assert_eq!(
+        a.status, 401,
+        "the replaced session still works: {}",
+        a.json
+    );
 
     // Revoking the token ends its other sessions at once.
     let (cookie, _) = login(&f, &token).await;
@@ -243,6 +293,19 @@ async fn logins_from_other_origins_forged_cookies_and_ended_sessions_are_refused
     .await;
     assert_eq!(a.status, 403, "{}", a.json);
     assert!(a.set_cookie.is_none());
+    for bad in ["null", "http://127.0.0.1:1", "file://x"] {
+        let a = call(
+            &f,
+            Method::POST,
+            "/ui/api/session",
+            None,
+            None,
+            Some(body.clone()),
+            &[("origin", bad)],
+        )
+        .await;
+        assert_eq!(a.status, 403, "Origin {bad}: {}", a.json);
+    }
     let own = format!("http://{host}");
     let a = call(
         &f,
@@ -283,7 +346,7 @@ async fn logins_from_other_origins_forged_cookies_and_ended_sessions_are_refused
         }
     }
 
-    // An expired session is refused (the database's clock decides, as for tokens).
+    // An expired session is refused.
     let (cookie, _) = login(&f, &f.admin).await;
     let pool = sqlx::PgPool::connect(&f.db.url).await.unwrap();
     sqlx::query("UPDATE ui_sessions SET expires_at = now() - interval '1 second'")

@@ -50,7 +50,12 @@ impl BearerAuth {
         next: Next,
     ) -> Response {
         let Some(token) = bearer_token(req.headers()) else {
-            if let (Some(store), Some(id)) = (
+            // The session cookie counts only on a request that names no token at all: a
+            // malformed `Authorization` is refused, not quietly replaced by the session.
+            let no_token = !req.headers().contains_key(http::header::AUTHORIZATION)
+                && !req.headers().contains_key("x-api-key");
+            if let (true, Some(store), Some(id)) = (
+                no_token,
                 &auth.sessions,
                 session::cookie(req.headers(), SESSION_COOKIE),
             ) {

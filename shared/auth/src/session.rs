@@ -49,17 +49,34 @@ pub fn new_session() -> NewSession {
     }
 }
 
-/// The value of cookie `name` among the request's `Cookie` headers.
+/// The value of cookie `name` among the request's `Cookie` headers. `None` when it is missing,
+/// empty, or sent more than once: a second `weft_session` can only have been planted (by a
+/// sibling domain, for a narrower path), and picking either could act as someone else.
 pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers
+    let mut found = headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
+        .filter(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim());
+    let first = found.next()?;
+    if found.next().is_some() || first.is_empty() {
+        return None;
+    }
+    Some(first)
+}
+
+/// Whether `id` has the shape of a session id (`wfs_` and 43 base64url characters), checked
+/// before any query so garbage costs nothing.
+fn well_formed(id: &str) -> bool {
+    id.strip_prefix(SESSION_PREFIX).is_some_and(|rest| {
+        rest.len() == 43
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
 }
 
 /// Whether a method changes state (and so needs the CSRF token when sent with the cookie).
@@ -70,10 +87,12 @@ pub fn is_unsafe(method: &http::Method) -> bool {
     )
 }
 
-/// The session behind cookie value `id`, if it is open; a 401 that says what to do otherwise.
+/// The session behind cookie value `id`, if it is open; a 401 that says what to do when it is
+/// not (unknown, malformed, logged out, expired, or its token revoked or expired). Any other
+/// error is the store's (Postgres unreachable).
 pub async fn find_session(store: &TokenStore, id: &str) -> Result<UiSession, Error> {
     let ended = || Error::unauthenticated("the UI session has ended or is unknown; sign in again");
-    if !id.starts_with(SESSION_PREFIX) {
+    if !well_formed(id) {
         return Err(ended());
     }
     let hash = hash_token(id);
@@ -113,6 +132,26 @@ pub fn check_csrf(s: &UiSession, sent: Option<&http::HeaderValue>) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_well_formed_ids_are_looked_up() {
+        assert!(well_formed(&new_session().id));
+        assert!(!well_formed("wfs_AAAA"));
+        assert!(!well_formed(&format!("wft_{}", "a".repeat(43))));
+        assert!(!well_formed(&format!("wfs_{}", "a/".repeat(21) + "a")));
+    }
+
+    #[test]
+    fn a_cookie_sent_twice_is_no_cookie() {
+        let mut h = http::HeaderMap::new();
+        h.append(http::header::COOKIE, "weft_session=wfs_a".parse().unwrap());
+        h.append(
+            http::header::COOKIE,
+            "x=1; weft_session=wfs_b".parse().unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), None);
+        assert_eq!(cookie(&h, "x"), Some("1"));
+    }
 
     #[test]
     fn cookies_are_found_by_name_across_headers() {

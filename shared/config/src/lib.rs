@@ -410,6 +410,9 @@ pub struct GatewayConfig {
     /// How long a web UI session (`/ui`, a cookie traded for a token) lasts, in seconds; it
     /// also ends when its token is revoked or expires.
     pub ui_session_ttl_secs: u64,
+    /// Always mark the UI session cookie `Secure` (set it when users reach weft over https
+    /// through a proxy that does not send `X-Forwarded-Proto`).
+    pub ui_cookie_secure: bool,
 }
 
 impl Default for GatewayConfig {
@@ -425,6 +428,7 @@ impl Default for GatewayConfig {
             admission_lease_secs: 600,
             max_streams_per_principal: 64,
             ui_session_ttl_secs: 12 * 3600,
+            ui_cookie_secure: false,
         }
     }
 }

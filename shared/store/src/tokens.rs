@@ -199,8 +199,8 @@ impl TokenStore {
         Ok(n > 0)
     }
 
-    /// Opens a web UI session bound to token `token`, and drops sessions that ended over a day
-    /// ago.
+    /// Opens a web UI session bound to token `token`, and drops sessions that expired or were
+    /// logged out over a day ago.
     pub async fn open_session(
         &self,
         id_hash: &[u8],
@@ -209,7 +209,8 @@ impl TokenStore {
         expires_at: OffsetDateTime,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "WITH swept AS (DELETE FROM ui_sessions WHERE expires_at < now() - interval '1 day') \
+            "WITH swept AS (DELETE FROM ui_sessions WHERE expires_at < now() - interval '1 day' \
+             OR revoked_at < now() - interval '1 day') \
              INSERT INTO ui_sessions (id_hash, token_id, csrf_token, expires_at) \
              VALUES ($1, $2, $3, $4)",
         )
