@@ -675,52 +675,47 @@ make_security_venv() {
     "$SECURITY_PY" -m pip install -q --disable-pip-version-check -r tests/security/requirements.txt
 }
 
-# security_up: one `weft up` (no config file: the mock provider), fresh database and prefixes.
-security_up() {
-    local ports db prefix gport rport sport log=$LOGS/security.log ready=$LOGS/security.ready.json
-    # free_ports and probe run on $PY; the compat venv may not exist when its step failed.
-    local PY=$SECURITY_PY
+# fresh_up NAME: one `weft up` (no config file: the mock provider) on a fresh database and
+# prefixes, logging to $LOGS/NAME.log; sets LAST_PID, READY_URL and READY_TOKEN (the admin
+# token, required). free_ports and probe run on $PY (the caller's, stdlib only).
+fresh_up() {
+    local name=$1 ports db prefix gport rport sport
+    local log=$LOGS/$name.log ready=$LOGS/$name.ready.json
     ports=$(free_ports 3) || return 1
     read -r gport rport sport <<<"$ports"
-    db=weft_security_$(rand_hex 6)
-    prefix=security$(rand_hex 4)
+    db=weft_${name//-/_}_$(rand_hex 6)
+    prefix=${name//-/}$(rand_hex 4)
     DATABASES+=("$db")
     rm -f "$ready"
-    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/security.admin-token" \
+    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/$name.admin-token" \
         "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
         "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
         --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
         --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
-    SECURITY_PID=$LAST_PID
-    wait_ready "weft up (security)" "$SECURITY_PID" "$log" "$ready" || return 1
+    wait_ready "weft up ($name)" "$LAST_PID" "$log" "$ready" || return 1
     if [[ $READY_TOKEN == - ]]; then
-        echo "the ready file of weft up has no admin_token" >&2
+        echo "the ready file of weft up ($name) has no admin_token" >&2
         return 1
     fi
-    SECURITY_URL=$READY_URL SECURITY_TOKEN=$READY_TOKEN
+}
+
+# security_up: the security suites' `weft up`.
+security_up() {
+    # The compat venv may not exist when its step failed.
+    local PY=$SECURITY_PY
+    fresh_up security || return 1
+    SECURITY_PID=$LAST_PID SECURITY_URL=$READY_URL SECURITY_TOKEN=$READY_TOKEN
 }
 
 # ui_e2e: the web UI's end-to-end tests (Playwright in Debian's Chromium) against a `weft up` of
-# their own (fresh database and prefixes, no config file).
+# their own.
 ui_e2e() {
-    local ports db prefix gport rport sport log=$LOGS/ui-e2e.log ready=$LOGS/ui-e2e.ready.json
     local PY=python3 pid status=0
-    ports=$(free_ports 3) || return 1
-    read -r gport rport sport <<<"$ports"
-    db=weft_ui_$(rand_hex 6)
-    prefix=ui$(rand_hex 4)
-    DATABASES+=("$db")
-    rm -f "$ready"
-    start_proc "$log" env "WEFT_BOOTSTRAP__TOKEN_FILE=$LOGS/ui-e2e.admin-token" \
-        "WEFT_NATS__PREFIX=$prefix" "WEFT_REDIS__PREFIX=$prefix" \
-        "$BIN_DIR/weft" up --listen "127.0.0.1:$gport" \
-        --router-listen "127.0.0.1:$rport" --substrate-listen "127.0.0.1:$sport" \
-        --database-url "postgres://postgres@127.0.0.1:5432/$db" --ready-file "$ready"
+    fresh_up ui-e2e || return 1
     pid=$LAST_PID
-    wait_ready "weft up (ui e2e)" "$pid" "$log" "$ready" || return 1
     ROOT=$ROOT timeout --foreground 600 bash -c 'source deploy/local/web.sh && web_e2e "$1" "$2"' _ \
         "$READY_URL" "$READY_TOKEN" || status=$?
-    if ((status != 0)); then show_log "$log" 40; fi
+    if ((status != 0)); then show_log "$LOGS/ui-e2e.log" 40; fi
     stop_all "weft up (ui e2e):$pid" || status=1
     return "$status"
 }

@@ -1,6 +1,7 @@
 import { useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { getJson } from '../api';
+import { ErrorNote } from '../ErrorNote';
 
 interface Channel {
   name: string;
@@ -27,11 +28,7 @@ export function ChannelsPage() {
   return (
     <section>
       <h1>Channels</h1>
-      {list.isError && (
-        <p className="error" role="alert">
-          {list.error.message}
-        </p>
-      )}
+      <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && (
         <p className="empty">No channels in this tenant. Create one with PUT /v1/channels/&lt;name&gt; (docs/api.md).</p>
       )}
@@ -94,11 +91,7 @@ function Peek({ channel }: { channel: Channel }) {
         </label>
       )}
       {channel.scope === 'agent' && stream === '' && <p className="empty">Name the agent whose stream to peek.</p>}
-      {peek.isError && (
-        <p className="error" role="alert">
-          {peek.error.message}
-        </p>
-      )}
+      <ErrorNote error={peek.error} />
       {peek.isSuccess && (
         <p data-testid="channel-stats">
           {msgs.length === 0

@@ -2,6 +2,7 @@ import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'react-router';
 import { getJson, sendJson } from '../api';
+import { ErrorNote } from '../ErrorNote';
 
 interface Summary {
   name: string;
@@ -44,11 +45,7 @@ export function SchedulesPage() {
       <p className="hint">
         A schedule starts runs of an agent on a cron. Define one in the <Link to="/library/schedules">library</Link> (docs/ingress.md).
       </p>
-      {list.isError && (
-        <p className="error" role="alert">
-          {list.error.message}
-        </p>
-      )}
+      <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No schedules in this tenant.</p>}
       {rows.map((s) => (
         <Schedule key={s.name} name={s.name} description={s.description} />
@@ -82,7 +79,7 @@ function Schedule({ name, description }: { name: string; description: string }) 
         <Link to={`/library/schedules/${encodeURIComponent(name)}`}>{name}</Link>{' '}
         <span className="t-muted">{description}</span>
       </h2>
-      {state.isError && <p className="error">{state.error.message}</p>}
+      <ErrorNote error={state.error} />
       {s && (
         <>
           <dl className="facts">
@@ -139,11 +136,7 @@ function Schedule({ name, description }: { name: string; description: string }) 
           )}
         </>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
     </article>
   );
 }
@@ -158,11 +151,7 @@ export function WebhooksPage() {
         A webhook starts a run for each signed delivery to <code>/v1/_webhooks/&lt;tenant&gt;/&lt;name&gt;</code>. Define one
         in the <Link to="/library/webhooks">library</Link> (docs/ingress.md).
       </p>
-      {list.isError && (
-        <p className="error" role="alert">
-          {list.error.message}
-        </p>
-      )}
+      <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No webhooks in this tenant.</p>}
       {rows.map((w) => (
         <Webhook key={w.name} name={w.name} description={w.description} />
@@ -184,7 +173,7 @@ function Webhook({ name, description }: { name: string; description: string }) {
         <Link to={`/library/webhooks/${encodeURIComponent(name)}`}>{name}</Link>{' '}
         <span className="t-muted">{description}</span>
       </h2>
-      {deliveries.isError && <p className="error">{deliveries.error.message}</p>}
+      <ErrorNote error={deliveries.error} />
       {deliveries.isSuccess && rows.length === 0 && <p className="empty">No deliveries yet.</p>}
       {rows.length > 0 && (
         <table className="grid" aria-label={`Recent deliveries of ${name}`}>

@@ -3,6 +3,7 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, NavLink, useNavigate, useParams } from 'react-router';
 import { ApiError, can, getJson, sendJson, type Session } from '../api';
 import { canonical, diffLines } from '../diff';
+import { ErrorNote } from '../ErrorNote';
 
 /** The definition kinds the API serves, and their paths. */
 export const KINDS = [
@@ -75,11 +76,7 @@ export function LibraryPage({ session }: { session: Session }) {
           </button>
         </form>
       )}
-      {list.isError && (
-        <p className="error" role="alert">
-          {list.error.message}
-        </p>
-      )}
+      <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No {kind.title.toLowerCase()} in this tenant yet.</p>}
       {rows.length > 0 && (
         <table className="grid">
@@ -132,6 +129,8 @@ export function DefinitionPage({ session }: { session: Session }) {
     },
   });
   const [error, setError] = useState<string | null>(null);
+  // Kept here: a save makes a new active version, which gives the editor a new key.
+  const [notice, setNotice] = useState<string | null>(null);
   const admin = can(session, 'tenant:admin');
   const list = versions.data ?? [];
   const active = list.find((v) => v.active) ?? list[list.length - 1];
@@ -156,16 +155,8 @@ export function DefinitionPage({ session }: { session: Session }) {
         {kind.one} <code>{name}</code>
         {active?.retired && <span className="t-muted"> (retired)</span>}
       </h1>
-      {versions.isError && (
-        <p className="error" role="alert">
-          {versions.error.message}
-        </p>
-      )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={versions.error} />
+      <ErrorNote error={error} />
       {list.length > 0 && (
         <>
           <h2>Versions</h2>
@@ -213,15 +204,21 @@ export function DefinitionPage({ session }: { session: Session }) {
           {list.length > 1 && <Diff versions={list} />}
         </>
       )}
-      {admin && (
+      {/* Only once the versions are in: an editor opened on the empty form would be replaced
+          (and an edit lost) when they arrive. */}
+      {admin && versions.isSuccess && (
         <Editor
           key={active?.version ?? 'new'}
           kind={kind.kind}
           base={base}
           initial={active?.content ?? (kind.kind === 'agents' ? { model: 'mock-1', system_prompt: '', tools: [] } : {})}
-          onSaved={refresh}
+          onSaved={async (message) => {
+            setNotice(message);
+            await refresh();
+          }}
         />
       )}
+      {notice && <p role="status">{notice}</p>}
       {admin && active && (
         <div className="row">
           <Fork kind={kind.kind} from={active} />
@@ -291,19 +288,17 @@ function Editor({
   kind: Kind;
   base: string;
   initial: Record<string, unknown>;
-  onSaved: () => Promise<unknown>;
+  onSaved: (message: string) => Promise<unknown>;
 }) {
   const [content, setContent] = useState<Record<string, unknown>>(initial);
   const [raw, setRaw] = useState(kind !== 'agents');
   const [rawText, setRawText] = useState(canonical(initial));
   const [errors, setErrors] = useState<{ field: string | null; message: string } | null>(null);
-  const [saved, setSaved] = useState<string | null>(null);
 
   const set = (k: string, v: unknown) => setContent((c) => ({ ...c, [k]: v }));
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     setErrors(null);
-    setSaved(null);
     let body: unknown = content;
     if (raw) {
       try {
@@ -315,8 +310,7 @@ function Editor({
     }
     try {
       const v = await sendJson<Version & { created: boolean }>('PUT', base, body);
-      setSaved(v.created ? `Saved as version #${v.number}.` : `Unchanged: that is version #${v.number}, now active.`);
-      await onSaved();
+      await onSaved(v.created ? `Saved as version #${v.number}.` : `Unchanged: that is version #${v.number}, now active.`);
     } catch (err) {
       if (err instanceof ApiError) setErrors({ field: fieldOf(err.param), message: err.message });
       else setErrors({ field: null, message: String(err) });
@@ -395,7 +389,6 @@ function Editor({
         </p>
       )}
       <button type="submit">Save new version</button>
-      {saved && <p role="status">{saved}</p>}
     </form>
   );
 }

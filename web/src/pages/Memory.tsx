@@ -2,6 +2,7 @@ import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQueryClient } from '@tanstack/react-query';
 import { can, getJson, request, sendJson, type Session } from '../api';
 import { canonical } from '../diff';
+import { ErrorNote } from '../ErrorNote';
 
 interface Entry {
   scope: string;
@@ -99,11 +100,7 @@ export function MemoryPage({ session }: { session: Session }) {
         )}
       </form>
       {scopeId === '' && <p className="empty">Name the {scope} whose memory to browse.</p>}
-      {keys.isError && (
-        <p className="error" role="alert">
-          {keys.error.message}
-        </p>
-      )}
+      <ErrorNote error={keys.error} />
       {keys.isSuccess && rows.length === 0 && <p className="empty">No keys{prefix ? ' with this prefix' : ''} in this scope.</p>}
       <div className="split">
         {rows.length > 0 && (
@@ -160,11 +157,7 @@ export function MemoryPage({ session }: { session: Session }) {
           </button>
         </form>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
       {hits && (
         <ol aria-label="Search results">
           {hits.length === 0 && <li className="empty">Nothing matches.</li>}
@@ -254,11 +247,7 @@ function ValueEditor({
           )}
         </div>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
     </form>
   );
 }

@@ -2,6 +2,7 @@ import { useRef, useState, type FormEvent } from 'react';
 import { request } from '../api';
 import { applyChat, emptyAnswer, type ChatAnswer } from '../chat';
 import { readSse } from '../sse';
+import { ErrorNote } from '../ErrorNote';
 
 interface Turn {
   role: 'user' | 'assistant';
@@ -81,11 +82,7 @@ export function PlaygroundPage() {
           </li>
         )}
       </ol>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
       <form className="inputbox" onSubmit={send}>
         <label className="grow">
           Message <input value={input} onChange={(e) => setInput(e.target.value)} disabled={live !== null} />

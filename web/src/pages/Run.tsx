@@ -5,6 +5,7 @@ import { ApiError, getJson, sendJson } from '../api';
 import { readRunStream } from '../sse';
 import { apply, emptyTerminal, summary, type Line, type Terminal } from '../terminal';
 import type { Run } from './Runs';
+import { ErrorNote } from '../ErrorNote';
 
 const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
 
@@ -120,11 +121,7 @@ export function RunPage() {
           Cancel
         </button>
       )}
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
       <ol className="terminal" aria-live="polite" aria-label="Run transcript">
         {terminal.lines.map((l, i) => (
           <TerminalLine key={`${l.seq}-${i}`} line={l} runId={id} act={act} />

@@ -2,6 +2,7 @@ import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
 import { Link, useNavigate, useSearchParams } from 'react-router';
 import { getJson, sendJson } from '../api';
+import { ErrorNote } from '../ErrorNote';
 
 export interface Run {
   run_id: string;
@@ -75,11 +76,7 @@ export function RunsPage() {
           </select>
         </label>
       </form>
-      {runs.isError && (
-        <p className="error" role="alert">
-          {runs.error.message}
-        </p>
-      )}
+      <ErrorNote error={runs.error} />
       {runs.isSuccess && rows.length === 0 && (
         <p className="empty">
           No runs{agent || status ? ' match these filters' : ' yet'}. Start one above, or with{' '}
@@ -188,11 +185,7 @@ function Launcher() {
       <button type="submit" disabled={!chosen}>
         Start run
       </button>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
     </form>
   );
 }

@@ -1,6 +1,7 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { can, getJson, request, sendJson, type Scope, type Session } from '../api';
+import { ErrorNote } from '../ErrorNote';
 
 interface Token {
   id: string;
@@ -43,16 +44,8 @@ export function TokensPage({ session }: { session: Session }) {
     <section>
       <h1>Tokens</h1>
       <MintForm session={session} />
-      {tokens.isError && (
-        <p className="error" role="alert">
-          {tokens.error.message}
-        </p>
-      )}
-      {revoke.isError && (
-        <p className="error" role="alert">
-          {revoke.error.message}
-        </p>
-      )}
+      <ErrorNote error={tokens.error} />
+      <ErrorNote error={revoke.error} />
       {tokens.isSuccess && rows.length === 0 && <p className="empty">No tokens you may see yet. Mint one above.</p>}
       {rows.length > 0 && (
         <table className="grid">
@@ -168,11 +161,7 @@ function MintForm({ session }: { session: Session }) {
       <button type="submit" disabled={!name || !subject || scopes.length === 0}>
         Mint
       </button>
-      {error && (
-        <p className="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorNote error={error} />
       {secret && (
         <div className="secret" role="status">
           <p>The new token, shown once — copy it now:</p>
