@@ -68,6 +68,8 @@ test('start a run and watch its text and tool calls appear live', async ({ page 
   await expect(page.getByRole('list', { name: 'Run transcript' }).getByText('all done here', { exact: true })).toBeVisible();
   await page.goto('/ui/runs');
   await expect(page.getByRole('table')).toContainText('ui-helper');
+  await page.getByLabel('Created in').selectOption('1h');
+  await expect(page.getByRole('table')).toContainText('ui-helper');
   await shot(page, 'runs');
 });
 
@@ -112,6 +114,8 @@ test('a tenant B session sees none of tenant A runs', async ({ page, request }) 
   await page.goto('/ui/runs');
   await expect(page.getByText(/No runs yet|No agents yet/).first()).toBeVisible();
   await expect(page.locator('body')).not.toContainText('ui-helper');
+  await page.goto('/ui/library/agents');
+  await expect(page.getByText('No agents in this tenant yet.')).toBeVisible();
   await page.goto('/ui/usage');
   await expect(page.getByText('No model calls in this range.')).toBeVisible();
   await page.goto('/ui/tokens');

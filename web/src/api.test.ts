@@ -70,5 +70,8 @@ describe('runsQuery', () => {
     expect(runsQuery('helper', 'running', 'abc')).toBe(
       '/v1/runs?limit=50&agent=helper&status=running&cursor=abc',
     );
+    expect(runsQuery('', '', null, new Date('2026-11-28T09:00:00Z'))).toBe(
+      '/v1/runs?limit=50&since=2026-11-28T09%3A00%3A00.000Z',
+    );
   });
 });

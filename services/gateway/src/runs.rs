@@ -288,6 +288,7 @@ pub struct ListQuery {
     agent: Option<String>,
     limit: Option<i64>,
     cursor: Option<String>,
+    since: Option<String>,
 }
 
 /// `GET /v1/runs`.
@@ -320,11 +321,23 @@ pub async fn list_runs_handler(
             )
         })?),
     };
+    let since = match q.since.as_deref() {
+        None => None,
+        Some(t) => Some(OffsetDateTime::parse(t, &Rfc3339).map_err(|_| {
+            ApiError::native(
+                Error::invalid(format!(
+                    "`since` must be an RFC 3339 time such as 2026-11-28T09:00:00Z; got {t:?}"
+                ))
+                .with_param("since"),
+            )
+        })?),
+    };
     let filter = RunFilter {
         subject: (!sees_all(&p)).then(|| p.subject.clone()),
         status,
         agent: q.agent,
         before,
+        since,
         limit,
     };
     let runs = st.runs.list(&p.tenant, &filter).await.map_err(store_err)?;

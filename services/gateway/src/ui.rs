@@ -259,6 +259,13 @@ async fn index() -> Response {
 }
 
 async fn asset(Path(path): Path<String>) -> Response {
+    // As everywhere in the API: a NUL in what the caller sent is a 400 naming the field.
+    if path.contains('\0') {
+        return ApiError::native(
+            Error::invalid("`path` must not contain a NUL character").with_param("path"),
+        )
+        .into_response();
+    }
     serve(&path)
 }
 

@@ -1030,3 +1030,36 @@ async fn a_step_s_events_reach_the_client_in_one_write_from_memory_and_from_nats
         each_commit_in_one_chunk(&a, &run, got).await;
     }
 }
+
+#[tokio::test]
+async fn the_run_list_filters_by_creation_time() {
+    let f = TestFleet::start().await;
+    put_agent(&f, &f.admin, "helper", json!({"model": "mock-1"})).await;
+    let before = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let id = create(&f, &f.admin, json!({"agent": "helper", "input": "hi"})).await;
+    let after = time::OffsetDateTime::now_utc() + time::Duration::minutes(1);
+    let rfc = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (s, all) = f
+        .get(&format!("/v1/runs?since={}", rfc(before)), &f.admin)
+        .await;
+    assert_eq!(s, 200, "{all}");
+    assert_eq!(ids(&all), vec![id]);
+    let (s, none) = f
+        .get(&format!("/v1/runs?since={}", rfc(after)), &f.admin)
+        .await;
+    assert_eq!((s, ids(&none).len()), (200, 0), "{none}");
+    let (s, bad) = f.get("/v1/runs?since=yesterday", &f.admin).await;
+    assert_eq!(s, 400, "{bad}");
+    assert_eq!(bad["error"]["param"], "since");
+}

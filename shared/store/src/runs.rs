@@ -251,6 +251,8 @@ pub struct RunFilter {
     pub agent: Option<String>,
     /// Runs older than this id (ids are time-ordered).
     pub before: Option<RunId>,
+    /// Runs created at or after this time.
+    pub since: Option<time::OffsetDateTime>,
     pub limit: i64,
 }
 
@@ -386,6 +388,9 @@ impl RunStore {
         }
         if let Some(b) = f.before {
             q.push(" AND id < ").push_bind(b.0);
+        }
+        if let Some(t) = f.since {
+            q.push(" AND created_at >= ").push_bind(t);
         }
         q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit);
         let rows = q.build().fetch_all(&self.pool).await?;

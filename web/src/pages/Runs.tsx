@@ -30,11 +30,20 @@ export const STATUSES = [
   'cancelled',
 ] as const;
 
+/** How far back the list reaches: `since` is now minus this many hours (0: no bound). */
+export const SINCE = [
+  { key: '', label: 'any time', hours: 0 },
+  { key: '1h', label: 'the last hour', hours: 1 },
+  { key: '24h', label: 'the last 24 hours', hours: 24 },
+  { key: '7d', label: 'the last 7 days', hours: 24 * 7 },
+] as const;
+
 /** The query string of `GET /v1/runs` for these filters and page cursor. */
-export function runsQuery(agent: string, status: string, cursor: string | null): string {
+export function runsQuery(agent: string, status: string, cursor: string | null, since: Date | null = null): string {
   const q = new URLSearchParams({ limit: '50' });
   if (agent) q.set('agent', agent);
   if (status) q.set('status', status);
+  if (since) q.set('since', since.toISOString());
   if (cursor) q.set('cursor', cursor);
   return `/v1/runs?${q.toString()}`;
 }
@@ -43,9 +52,13 @@ export function RunsPage() {
   const [params, setParams] = useSearchParams();
   const agent = params.get('agent') ?? '';
   const status = params.get('status') ?? '';
+  const span = SINCE.find((w) => w.key === (params.get('since') ?? '')) ?? SINCE[0];
   const runs = useInfiniteQuery({
-    queryKey: ['runs', agent, status],
-    queryFn: ({ pageParam }) => getJson<RunPage>(runsQuery(agent, status, pageParam)),
+    queryKey: ['runs', agent, status, span.key],
+    queryFn: ({ pageParam }) =>
+      getJson<RunPage>(
+        runsQuery(agent, status, pageParam, span.hours ? new Date(Date.now() - span.hours * 3600_000) : null),
+      ),
     initialPageParam: null as string | null,
     getNextPageParam: (last) => last.next_cursor,
     refetchInterval: 5000,
@@ -75,11 +88,21 @@ export function RunsPage() {
             ))}
           </select>
         </label>
+        <label>
+          Created in{' '}
+          <select value={span.key} onChange={(e) => set('since', e.target.value)}>
+            {SINCE.map((w) => (
+              <option key={w.key} value={w.key}>
+                {w.label}
+              </option>
+            ))}
+          </select>
+        </label>
       </form>
       <ErrorNote error={runs.error} />
       {runs.isSuccess && rows.length === 0 && (
         <p className="empty">
-          No runs{agent || status ? ' match these filters' : ' yet'}. Start one above, or with{' '}
+          No runs{agent || status || span.hours ? ' match these filters' : ' yet'}. Start one above, or with{' '}
           <code>POST /v1/runs</code>.
         </p>
       )}
