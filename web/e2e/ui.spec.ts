@@ -142,6 +142,13 @@ test('edit an agent: a bad field is shown on the field, then version 2 and its d
   await expect(diff).toContainText('+   "max_iterations": 12');
   await expect(diff.locator('.del')).not.toHaveCount(0);
   await shot(page, 'library');
+  // The raw YAML view edits the same content.
+  await editor.getByLabel('View').selectOption('yaml');
+  const yaml = editor.getByLabel('Raw YAML');
+  await expect(yaml).toHaveValue(/max_iterations: 12\n/);
+  await yaml.fill((await yaml.inputValue()).replace('max_iterations: 12', 'max_iterations: 13'));
+  await editor.getByRole('button', { name: 'Save new version' }).click();
+  await expect(page.getByRole('status')).toContainText('Saved as version #3');
 });
 
 test('mint a token, use it, revoke it and see it refused', async ({ page, request }) => {

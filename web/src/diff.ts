@@ -36,18 +36,20 @@ export function diffLines(a: string, b: string): DiffLine[] {
   return out;
 }
 
+/** `v` with the keys of every object sorted. */
+export function sortKeys(x: unknown): unknown {
+  if (Array.isArray(x)) return x.map(sortKeys);
+  if (x && typeof x === 'object') {
+    return Object.fromEntries(
+      Object.keys(x as object)
+        .sort()
+        .map((k) => [k, sortKeys((x as Record<string, unknown>)[k])]),
+    );
+  }
+  return x;
+}
+
 /** JSON with sorted keys, two-space indented: the same content always prints the same. */
 export function canonical(v: unknown): string {
-  const sort = (x: unknown): unknown => {
-    if (Array.isArray(x)) return x.map(sort);
-    if (x && typeof x === 'object') {
-      return Object.fromEntries(
-        Object.keys(x as object)
-          .sort()
-          .map((k) => [k, sort((x as Record<string, unknown>)[k])]),
-      );
-    }
-    return x;
-  };
-  return JSON.stringify(sort(v), null, 2);
+  return JSON.stringify(sortKeys(v), null, 2);
 }

@@ -3,6 +3,7 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, NavLink, useNavigate, useParams } from 'react-router';
 import { ApiError, can, getJson, sendJson, type Session } from '../api';
 import { canonical, diffLines } from '../diff';
+import { fromText, toText, type RawFormat } from '../rawtext';
 import { ErrorNote } from '../ErrorNote';
 
 /** The definition kinds the API serves, and their paths. */
@@ -291,8 +292,10 @@ function Editor({
   onSaved: (message: string) => Promise<unknown>;
 }) {
   const [content, setContent] = useState<Record<string, unknown>>(initial);
-  const [raw, setRaw] = useState(kind !== 'agents');
-  const [rawText, setRawText] = useState(canonical(initial));
+  // The structured form is for agents; every kind has the raw JSON and YAML views.
+  const [view, setView] = useState<'form' | RawFormat>(kind === 'agents' ? 'form' : 'json');
+  const [rawText, setRawText] = useState(kind === 'agents' ? '' : toText(initial, 'json'));
+  const raw = view !== 'form';
   const [errors, setErrors] = useState<{ field: string | null; message: string } | null>(null);
 
   const set = (k: string, v: unknown) => setContent((c) => ({ ...c, [k]: v }));
@@ -300,11 +303,11 @@ function Editor({
     e.preventDefault();
     setErrors(null);
     let body: unknown = content;
-    if (raw) {
+    if (view !== 'form') {
       try {
-        body = JSON.parse(rawText);
+        body = fromText(rawText, view);
       } catch (err) {
-        setErrors({ field: null, message: `The JSON does not parse: ${String(err)}` });
+        setErrors({ field: null, message: `The ${view.toUpperCase()} does not parse: ${String(err)}` });
         return;
       }
     }
@@ -328,26 +331,41 @@ function Editor({
   return (
     <form className="panel editor" onSubmit={submit} aria-label="Edit">
       <h2>Edit</h2>
-      <label className="check">
-        <input
-          type="checkbox"
-          checked={raw}
+      <label>
+        View{' '}
+        <select
+          value={view}
           onChange={(e) => {
-            if (e.target.checked) setRawText(canonical(content));
-            else {
+            const next = e.target.value as 'form' | RawFormat;
+            // Carry the content across: from the form or the other raw view.
+            let current = content;
+            if (view !== 'form') {
               try {
-                setContent(JSON.parse(rawText));
-              } catch {
-                /* keep the structured view's content */
+                current = fromText(rawText, view);
+              } catch (err) {
+                setErrors({ field: null, message: `Fix the ${view.toUpperCase()} first: ${String(err)}` });
+                return;
               }
             }
-            setRaw(e.target.checked);
+            setErrors(null);
+            setContent(current);
+            if (next !== 'form') setRawText(toText(current, next));
+            setView(next);
           }}
-        />{' '}
-        Raw JSON
+        >
+          {kind === 'agents' && <option value="form">form</option>}
+          <option value="json">JSON</option>
+          <option value="yaml">YAML</option>
+        </select>
       </label>
       {raw ? (
-        <textarea className="code" rows={18} value={rawText} onChange={(e) => setRawText(e.target.value)} aria-label="Raw JSON" />
+        <textarea
+          className="code"
+          rows={18}
+          value={rawText}
+          onChange={(e) => setRawText(e.target.value)}
+          aria-label={`Raw ${view.toUpperCase()}`}
+        />
       ) : (
         <div className="fields">
           {AGENT_FIELDS.map((f) => (
