@@ -63,9 +63,15 @@ test('start a run and watch its text and tool calls appear live', async ({ page 
   await terminal.getByText(/Context\(/).click();
   await expect(terminal.locator('pre').first()).toContainText('"op": "time"');
   await shot(page, 'run');
-  // After a reload the page re-attaches and shows the same transcript.
+  // After a reload the page re-attaches from the last seen seq: the same transcript, once.
+  const streamed = page.waitForRequest((r) => r.url().includes('/stream?from_seq='));
   await page.reload();
-  await expect(page.getByRole('list', { name: 'Run transcript' }).getByText('all done here', { exact: true })).toBeVisible();
+  const from = Number(new URL((await streamed).url()).searchParams.get('from_seq'));
+  expect(from, 'the stream resumes after the last seq seen before the reload').toBeGreaterThan(1);
+  const again = page.getByRole('list', { name: 'Run transcript' });
+  await expect(again.getByText('all done here', { exact: true })).toHaveCount(1);
+  await expect(again.getByText(/Context\(/)).toHaveCount(1);
+  await expect(page.getByText('Stream')).toBeVisible();
   await page.goto('/ui/runs');
   await expect(page.getByRole('table')).toContainText('ui-helper');
   await page.getByLabel('Created in').selectOption('1h');
@@ -261,6 +267,7 @@ test('log out ends the session', async ({ page, context }) => {
   await login(page, TOKEN);
   await page.getByRole('button', { name: 'Log out' }).click();
   await expect(page.getByLabel('API token')).toBeVisible();
+  expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
   expect((await context.cookies()).find((c) => c.name === 'weft_session')).toBeUndefined();
   await page.reload();
   await expect(page.getByLabel('API token')).toBeVisible();

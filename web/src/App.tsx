@@ -36,6 +36,8 @@ function Shell({ session }: { session: Session }) {
   const [theme, toggleTheme] = useTheme();
   const signOut = async () => {
     await logout();
+    // Transcripts kept for re-attaching after a reload belong to this session.
+    window.sessionStorage.clear();
     // Drop every cached answer of this session; the session query itself is set (not removed),
     // so the mounted app sees it change and shows the sign-in page.
     client.setQueryData(['session'], null);

@@ -9,15 +9,40 @@ import { ErrorNote } from '../ErrorNote';
 
 const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
 
-/** Streams a run's events into a terminal; reconnects from the last seen seq when cut off. */
+const saveKey = (runId: string) => `weft-run:${runId}`;
+
+/** The terminal this tab showed for the run before a reload (sessionStorage: this tab only,
+ * cleared on logout), without its unfinished live text. */
+function restore(runId: string): Terminal {
+  try {
+    const t = JSON.parse(window.sessionStorage.getItem(saveKey(runId)) ?? 'null') as Terminal | null;
+    if (t && Array.isArray(t.lines) && typeof t.lastSeq === 'number') {
+      return { lines: t.lines.filter((l) => !(l.type === 'text' && l.live)), lastSeq: t.lastSeq };
+    }
+  } catch {
+    /* nothing usable saved */
+  }
+  return emptyTerminal;
+}
+
+/** Streams a run's events into a terminal from the last seen seq: after a dropped connection,
+ * and after a reload (the terminal so far is kept in the tab's sessionStorage). */
 function useRunStream(runId: string): { terminal: Terminal; state: string } {
-  const [terminal, setTerminal] = useState<Terminal>(emptyTerminal);
+  const [terminal, setTerminal] = useState<Terminal>(() => restore(runId));
   const [state, setState] = useState('connecting');
   const last = useRef(0);
   useEffect(() => {
+    try {
+      window.sessionStorage.setItem(saveKey(runId), JSON.stringify(terminal));
+    } catch {
+      /* over the storage quota: a reload replays from the start instead */
+    }
+  }, [runId, terminal]);
+  useEffect(() => {
     const abort = new AbortController();
-    last.current = 0;
-    setTerminal(emptyTerminal);
+    const start = restore(runId);
+    last.current = start.lastSeq;
+    setTerminal(start);
     (async () => {
       let delay = 250;
       while (!abort.signal.aborted) {
