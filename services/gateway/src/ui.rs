@@ -315,7 +315,8 @@ fn serve(path: &str) -> Response {
     } else {
         NO_CACHE
     };
-    let mut res = Response::new(Body::from(file.data.into_owned()));
+    // The embedded bytes are `'static`: served without a copy.
+    let mut res = Response::new(Body::from(file.data));
     *res.status_mut() = StatusCode::OK;
     let h = res.headers_mut();
     h.insert(

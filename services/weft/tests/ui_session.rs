@@ -57,18 +57,28 @@ async fn call(
     }
 }
 
-/// Logs in with `token`; the session cookie's value and the CSRF token.
-async fn login(f: &TestFleet, token: &str) -> (String, String) {
-    let a = call(
+/// `POST /ui/api/session` with `body`, the session cookie `cookie` (if any) and extra headers.
+async fn post_login(
+    f: &TestFleet,
+    cookie: Option<&str>,
+    body: Value,
+    extra: &[(&str, &str)],
+) -> Answer {
+    call(
         f,
         Method::POST,
         "/ui/api/session",
+        cookie,
         None,
-        None,
-        Some(json!({"token": token})),
-        &[],
+        Some(body),
+        extra,
     )
-    .await;
+    .await
+}
+
+/// Logs in with `token`; the session cookie's value and the CSRF token.
+async fn login(f: &TestFleet, token: &str) -> (String, String) {
+    let a = post_login(f, None, json!({"token": token}), &[]).await;
     assert_eq!(a.status, 201, "{}", a.json);
     let set = a.set_cookie.expect("a Set-Cookie");
     for attr in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
@@ -225,16 +235,7 @@ async fn a_session_acts_as_its_token_with_csrf_and_ends_on_logout_or_revocation(
 
     // Logging in again from a browser that holds a session ends that session.
     let (first, _) = login(&f, &token).await;
-    let a = call(
-        &f,
-        Method::POST,
-        "/ui/api/session",
-        Some(&first),
-        None,
-        Some(json!({"token": token})),
-        &[],
-    )
-    .await;
+    let a = post_login(&f, Some(&first), json!({"token": token}), &[]).await;
     assert_eq!(a.status, 201, "{}", a.json);
     let a = call(&f, Method::GET, "/v1/me", Some(&first), None, None, &[]).await;
     assert_eq!(
@@ -261,16 +262,7 @@ async fn a_session_acts_as_its_token_with_csrf_and_ends_on_logout_or_revocation(
         assert_eq!(a.status, 401, "{path}: {}", a.json);
     }
     // And the revoked token cannot log in again.
-    let a = call(
-        &f,
-        Method::POST,
-        "/ui/api/session",
-        None,
-        None,
-        Some(json!({"token": token})),
-        &[],
-    )
-    .await;
+    let a = post_login(&f, None, json!({"token": token}), &[]).await;
     assert_eq!(a.status, 401, "{}", a.json);
 }
 
@@ -281,55 +273,25 @@ async fn logins_from_other_origins_forged_cookies_and_ended_sessions_are_refused
 
     // A page of another origin cannot open a session; this host's own page can.
     let body = json!({"token": f.admin});
-    let a = call(
+    let a = post_login(
         &f,
-        Method::POST,
-        "/ui/api/session",
         None,
-        None,
-        Some(body.clone()),
+        body.clone(),
         &[("origin", "https://evil.example")],
     )
     .await;
     assert_eq!(a.status, 403, "{}", a.json);
     assert!(a.set_cookie.is_none());
     for bad in ["null", "http://127.0.0.1:1", "file://x"] {
-        let a = call(
-            &f,
-            Method::POST,
-            "/ui/api/session",
-            None,
-            None,
-            Some(body.clone()),
-            &[("origin", bad)],
-        )
-        .await;
+        let a = post_login(&f, None, body.clone(), &[("origin", bad)]).await;
         assert_eq!(a.status, 403, "Origin {bad}: {}", a.json);
     }
     let own = format!("http://{host}");
-    let a = call(
-        &f,
-        Method::POST,
-        "/ui/api/session",
-        None,
-        None,
-        Some(body),
-        &[("origin", own.as_str())],
-    )
-    .await;
+    let a = post_login(&f, None, body, &[("origin", own.as_str())]).await;
     assert_eq!(a.status, 201, "{}", a.json);
 
     // A body that is not JSON, or not a token, is refused with a hint.
-    let a = call(
-        &f,
-        Method::POST,
-        "/ui/api/session",
-        None,
-        None,
-        Some(json!({"token": "hunter2"})),
-        &[],
-    )
-    .await;
+    let a = post_login(&f, None, json!({"token": "hunter2"}), &[]).await;
     assert_eq!(a.status, 401, "{}", a.json);
     assert!(
         a.json["error"]["message"]
@@ -357,13 +319,10 @@ async fn logins_from_other_origins_forged_cookies_and_ended_sessions_are_refused
     assert_eq!(a.status, 401, "{}", a.json);
 
     // Secure behind a TLS terminator.
-    let a = call(
+    let a = post_login(
         &f,
-        Method::POST,
-        "/ui/api/session",
         None,
-        None,
-        Some(json!({"token": f.admin})),
+        json!({"token": f.admin}),
         &[("x-forwarded-proto", "https")],
     )
     .await;
