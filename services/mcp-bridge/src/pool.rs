@@ -23,7 +23,7 @@ use rmcp::{ClientHandler, ServiceExt as _};
 use sha2::{Digest as _, Sha256};
 use weft_config::McpBridgeConfig;
 use weft_core::mcp::{McpServerContent, McpTransport, substitute_credentials};
-use weft_executor::tools::http::{AddressPolicy, guarded_resolver};
+use weft_executor::tools::http::{AddressPolicy, Lookup, SystemLookup, guarded_resolver_over};
 
 use crate::BridgeError;
 
@@ -86,6 +86,8 @@ struct Inner {
     /// For `http` servers: name lookups checked against the address policy.
     http: reqwest::Client,
     policy: Arc<AddressPolicy>,
+    /// The lookup behind `http`'s resolver, also used to check a name before a session opens.
+    lookup: Arc<dyn Lookup>,
     started: Instant,
 }
 
@@ -100,6 +102,11 @@ pub struct ServerRef<'a> {
 
 impl Pool {
     pub fn new(cfg: McpBridgeConfig) -> Result<Self, BridgeError> {
+        Self::with_lookup(cfg, Arc::new(SystemLookup))
+    }
+
+    /// [`Pool::new`] resolving names through `lookup` (a test's scripted DNS).
+    pub fn with_lookup(cfg: McpBridgeConfig, lookup: Arc<dyn Lookup>) -> Result<Self, BridgeError> {
         let policy = Arc::new(
             AddressPolicy::new(&cfg.private_exempt)
                 .map_err(|e| BridgeError::Config(e.to_string()))?,
@@ -110,7 +117,10 @@ impl Pool {
             .tcp_nodelay(true)
             // Same-origin redirects only would need rmcp's policy; none is simpler and safe.
             .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(guarded_resolver(Arc::clone(&policy)))
+            .dns_resolver(guarded_resolver_over(
+                Arc::clone(&policy),
+                Arc::clone(&lookup),
+            ))
             .build()
             .map_err(|e| BridgeError::Config(format!("the MCP HTTP client: {e}")))?;
         Ok(Self {
@@ -119,6 +129,7 @@ impl Pool {
                 slots: Mutex::new(HashMap::new()),
                 http,
                 policy,
+                lookup,
                 started: Instant::now(),
             }),
         })
@@ -358,7 +369,7 @@ impl Pool {
         let client = match c.transport {
             McpTransport::Http => {
                 let url = c.url.as_deref().unwrap_or_default();
-                self.check_literal_address(url)?;
+                self.check_address(url).await?;
                 let mut custom = HashMap::new();
                 for (k, v) in headers {
                     let (Ok(k), Ok(v)) = (
@@ -419,8 +430,11 @@ impl Pool {
 
     /// A URL is parsed as the HTTP client will parse it, and a host that is an IP address (in
     /// any spelling the URL standard accepts: `127.1`, `0x7f.1`, `2130706433`) is checked here,
-    /// since the guarded resolver never sees one. User info in the URL is refused.
-    fn check_literal_address(&self, url: &str) -> Result<(), BridgeError> {
+    /// since the guarded resolver never sees one. A name is looked up and checked here too, so
+    /// that its refusal reads as one (rmcp's transport error drops the resolver's words); the
+    /// connection's own lookup is checked again by the resolver, so an answer that changes in
+    /// between is refused there. User info in the URL is refused.
+    async fn check_address(&self, url: &str) -> Result<(), BridgeError> {
         let refused = || BridgeError::Refused("refused: not an allowed address".into());
         let parsed = reqwest::Url::parse(url).map_err(|_| refused())?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
@@ -431,10 +445,22 @@ impl Pool {
         };
         // The parser has turned every IPv4 spelling into dotted form; IPv6 keeps its brackets.
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        match bare.parse::<std::net::IpAddr>() {
-            Ok(ip) => self.inner.policy.check(ip, None).map_err(|_| refused()),
-            Err(_) => Ok(()),
+        if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+            return self.inner.policy.check(ip, None).map_err(|_| refused());
         }
+        let ips = self
+            .inner
+            .lookup
+            .lookup(bare.to_owned())
+            .await
+            .map_err(|_| refused())?;
+        if ips.is_empty() {
+            return Err(refused());
+        }
+        for ip in ips {
+            self.inner.policy.check(ip, None).map_err(|_| refused())?;
+        }
+        Ok(())
     }
 
     /// Closes sessions unused for `idle_timeout_ms`.

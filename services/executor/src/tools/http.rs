@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -396,36 +398,78 @@ fn non_public_class(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// Where a guarded client's names are looked up. The system's resolver ([`SystemLookup`]) in
+/// production; a test puts a scripted one here to play DNS answers that change between calls.
+pub trait Lookup: Send + Sync + 'static {
+    /// The addresses `host` resolves to now.
+    fn lookup(
+        &self,
+        host: String,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>;
+}
+
+/// tokio's lookup, which is the system's (`getaddrinfo`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemLookup;
+
+impl Lookup for SystemLookup {
+    fn lookup(
+        &self,
+        host: String,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
+    }
+}
+
 /// A resolver for any outbound client that must keep to `policy` at dial time (the MCP
 /// bridge's client for tenant-defined servers uses it too).
 pub fn guarded_resolver(policy: Arc<AddressPolicy>) -> Arc<dyn Resolve> {
-    Arc::new(GuardedResolver { policy })
+    guarded_resolver_over(policy, Arc::new(SystemLookup))
 }
 
-/// The client's resolver: tokio's (the system's) lookup, refusing the name outright if any of
-/// its addresses is non-public, so a name cannot smuggle one in among public ones.
+/// [`guarded_resolver`] over another [`Lookup`]. The addresses checked are the addresses the
+/// client connects to: there is one lookup per connection, so an answer that changes between a
+/// check and a connect cannot happen.
+pub fn guarded_resolver_over(
+    policy: Arc<AddressPolicy>,
+    lookup: Arc<dyn Lookup>,
+) -> Arc<dyn Resolve> {
+    Arc::new(GuardedResolver { policy, lookup })
+}
+
+/// The client's resolver: the lookup, refusing the name outright if any of its addresses is
+/// non-public, so a name cannot smuggle one in among public ones.
 struct GuardedResolver {
     policy: Arc<AddressPolicy>,
+    lookup: Arc<dyn Lookup>,
 }
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = Arc::clone(&self.policy);
         let host = name.as_str().to_owned();
+        let lookup = self.lookup.lookup(host.clone());
         Box::pin(async move {
             // A name that does not resolve is refused in the same words as one that resolves
             // to a non-public address: the difference would tell a model which internal names
-            // exist.
-            let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), 0)).await {
-                Ok(addrs) => addrs.collect(),
+            // exist. So is a name with no address at all.
+            let ips = match lookup.await {
+                Ok(ips) if !ips.is_empty() => ips,
+                Ok(_) => return Err(Box::new(Unresolved) as Box<dyn StdError + Send + Sync>),
                 Err(e) => {
                     tracing::debug!(%host, error = %e, "http tool: lookup failed");
                     return Err(Box::new(Unresolved) as Box<dyn StdError + Send + Sync>);
                 }
             };
-            for addr in &addrs {
-                policy.check(addr.ip(), Some(&host))?;
+            for ip in &ips {
+                policy.check(*ip, Some(&host))?;
             }
+            let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
     }
@@ -456,6 +500,14 @@ impl HttpTool {
     /// The tool for this executor's config (`http_private_exempt`, `http_timeout_ms`,
     /// `http_max_bytes`; the host allowlist is per call).
     pub fn new(cfg: &ExecutorConfig) -> Result<Self, HttpToolError> {
+        Self::with_lookup(cfg, Arc::new(SystemLookup))
+    }
+
+    /// [`HttpTool::new`] resolving names through `lookup` (a test's scripted DNS).
+    pub fn with_lookup(
+        cfg: &ExecutorConfig,
+        lookup: Arc<dyn Lookup>,
+    ) -> Result<Self, HttpToolError> {
         let addresses = Arc::new(AddressPolicy::new(&cfg.http_private_exempt)?);
         let client = reqwest::Client::builder()
             .tls_backend_rustls()
@@ -464,9 +516,7 @@ impl HttpTool {
             .redirect(reqwest::redirect::Policy::none())
             .referer(false)
             .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(Arc::new(GuardedResolver {
-                policy: Arc::clone(&addresses),
-            }))
+            .dns_resolver(guarded_resolver_over(Arc::clone(&addresses), lookup))
             .build()?;
         Ok(Self {
             client,
