@@ -4,7 +4,9 @@
 #   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream), then
 #      the web UI (deploy/local/web.sh): `npm ci` when web/package-lock.json changed, the vitest
 #      unit tests, and the typecheck + `vite build` into web/dist when its sources changed (the
-#      Rust build below embeds it in the gateway)
+#      Rust build below embeds it in the gateway); the deployment files (deploy/check.sh:
+#      Dockerfile, docker-compose.yaml through `docker-compose config`, the Helm chart through
+#      helm lint/template and the Kubernetes schemas; docs/deploy.md)
 #   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), and a short
 #      cargo-fuzz run of the request decoders and provider parsers (fuzz/run.sh)
 #   3. cargo build --bins (with --tests, so it reuses the test build), then the black-box OpenAI
@@ -30,7 +32,11 @@
 #      wrong-type pass generated from /v1/openapi.json, then schemathesis over the same document
 #      (fixed seed WEFT_SCHEMATHESIS_SEED, WEFT_SCHEMATHESIS_EXAMPLES fuzzed examples per operation).
 #      The summary prints their sizes.
-#   7. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
+#   7. the fault harness (deploy/local/chaos.sh, docs/reliability.md): 2 replicas of every service
+#      as separate processes on a Postgres, Redis and NATS of its own, a mixed load, kill -9 of a
+#      random replica every 5 s, Redis/NATS/Postgres restarts, an executor frozen past its lease,
+#      then a checker of the final state; 2 minutes, 10 with WEFT_CHAOS=1 (the long tier)
+#   8. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
 #      repro against the built `weft`, one `weft up` of its own per check.
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
@@ -805,6 +811,18 @@ summary() {
     if [[ -s $LOGS/mcp-conformance.txt ]]; then grep '^conformance ' "$LOGS/mcp-conformance.txt"; fi
     if compgen -G "$LOGS/security-*.json" >/dev/null; then security_totals 2>/dev/null || true; fi
     if [[ -n $REAL_LLM_TIMING ]]; then echo "real LLM tier: $REAL_LLM_TIMING"; fi
+    if [[ -s $LOGS/chaos.txt ]]; then
+        grep -E '^(load held|  chat:|  runs:|  webhooks:|violations:)' "$LOGS/chaos.txt" | sed 's/^/chaos: /'
+    fi
+}
+
+# chaos_run: deploy/local/chaos.sh with the binaries built above; its report in $LOGS/chaos.txt.
+chaos_run() {
+    local dur=120s
+    if [[ ${WEFT_CHAOS:-0} == 1 ]]; then dur=10m; fi
+    SKIP_BUILD=1 WEFT_BIN_DIR=$BIN_DIR timeout --foreground 1500 deploy/local/chaos.sh "$dur" \
+        --work "$ROOT/target/chaos" 2>&1 | tee "$LOGS/chaos.txt"
+    return "${PIPESTATUS[0]}"
 }
 
 # --- main ---------------------------------------------------------------------------------------
@@ -823,6 +841,7 @@ else
     # Before the Rust build, which embeds web/dist in the gateway.
     step "web UI: build (web/dist)" web_build || WEB_OK=0
     step "web UI: unit tests (vitest)" web_unit || true
+    step "deploy files: Dockerfile, compose, Helm chart (deploy/check.sh)" deploy/check.sh || true
     step "cargo fmt --check" cargo fmt --all --check || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
     step "rust tests" rust_tests || true
@@ -884,6 +903,15 @@ elif step "security: weft up" security_up; then
     teardown
 else
     teardown
+fi
+
+# The fleet under fire: 2 replicas of every service as separate processes, a mixed load, faults
+# and a checker of the final state (deploy/local/chaos.sh, docs/reliability.md); 2 minutes, or
+# 10 with WEFT_CHAOS=1.
+if ((BUILD_OK)); then
+    step "chaos: fault schedule, 2 replicas of every service (deploy/local/chaos.sh)" chaos_run || true
+else
+    skip "chaos" "the build failed"
 fi
 
 # The findings of the hardening review, each as a black-box repro against the built `weft`
