@@ -1,0 +1,463 @@
+//! The checker: once the load and the faults have stopped and the fleet has settled, it reads
+//! the final state from Postgres (and from the load's own records) and lists every violation
+//! of weft's promises.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use sqlx::{PgPool, Row as _};
+
+use crate::load::{Accepted, CHANNEL, TENANT_A, Tally};
+
+pub struct Report {
+    /// (invariant, checked count, violations).
+    pub lines: Vec<(String, u64, Vec<String>)>,
+}
+
+impl Report {
+    pub fn violations(&self) -> usize {
+        self.lines.iter().map(|(_, _, v)| v.len()).sum()
+    }
+
+    fn add(&mut self, what: &str, checked: u64, violations: Vec<String>) {
+        self.lines.push((what.to_owned(), checked, violations));
+    }
+}
+
+/// Waits until every accepted run has ended (or `within` passes).
+pub async fn settle(db: &PgPool, accepted: &[Accepted], within: Duration) -> usize {
+    let ids: Vec<uuid::Uuid> = accepted.iter().filter_map(|a| a.id.parse().ok()).collect();
+    let deadline = Instant::now() + within;
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM runs WHERE (id = ANY($1) OR root_run_id = ANY($1))
+               AND status NOT IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(&ids)
+        .fetch_one(db)
+        .await
+        .unwrap_or(i64::MAX);
+        if open == 0 || Instant::now() > deadline {
+            return usize::try_from(open).unwrap_or(usize::MAX);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+pub async fn check(
+    db: &PgPool,
+    tally: &Tally,
+    echo: &HashMap<String, u32>,
+    chat_token_subject: &str,
+    started: std::time::SystemTime,
+    held: Duration,
+) -> anyhow::Result<Report> {
+    let mut r = Report { lines: Vec::new() };
+    let accepted = tally.accepted();
+    let ids: Vec<uuid::Uuid> = accepted.iter().filter_map(|a| a.id.parse().ok()).collect();
+
+    // 1. Every accepted run ended, and so did every sub-run.
+    let rows = sqlx::query(
+        "SELECT id::text, status FROM runs WHERE id = ANY($1) OR root_run_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut status: HashMap<String, String> = HashMap::new();
+    for row in &rows {
+        status.insert(row.try_get(0)?, row.try_get(1)?);
+    }
+    let mut v = Vec::new();
+    for a in &accepted {
+        match status.get(&a.id).map(String::as_str) {
+            None => v.push(format!(
+                "accepted run {} ({}) is not in the database",
+                a.id, a.kind
+            )),
+            Some(s) if !["succeeded", "failed", "cancelled"].contains(&s) => {
+                v.push(format!("run {} ({}) never ended: {s}", a.id, a.kind));
+            }
+            Some(_) => {}
+        }
+    }
+    for (id, s) in &status {
+        if !["succeeded", "failed", "cancelled"].contains(&s.as_str())
+            && !accepted.iter().any(|a| &a.id == id)
+        {
+            v.push(format!("sub-run {id} never ended: {s}"));
+        }
+    }
+    r.add(
+        "every accepted run (and sub-run) ended",
+        u64::try_from(rows.len()).unwrap_or(0),
+        v,
+    );
+
+    // 2. Event seqs: 1..n with no gap and no duplicate (the key forbids duplicates of a seq;
+    //    a gap or a second run_finished would show a lost or repeated write).
+    let gaps = sqlx::query(
+        "SELECT run_id::text, min(seq), max(seq), count(*), count(*) FILTER (WHERE kind = 'run_finished')
+           FROM run_events WHERE run_id IN (SELECT id FROM runs WHERE id = ANY($1) OR root_run_id = ANY($1))
+          GROUP BY run_id",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut v = Vec::new();
+    for row in &gaps {
+        let (id, min, max, n, finished): (String, i64, i64, i64, i64) = (
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+        );
+        if min != 1 || max != n {
+            v.push(format!("run {id}: seqs {min}..{max} but {n} events"));
+        }
+        if finished > 1 {
+            v.push(format!("run {id}: {finished} run_finished events"));
+        }
+        if let Some(s) = status.get(&id)
+            && ["succeeded", "failed", "cancelled"].contains(&s.as_str())
+            && finished != 1
+        {
+            v.push(format!(
+                "run {id} is {s} with {finished} run_finished events"
+            ));
+        }
+    }
+    r.add(
+        "event seqs without gap or duplicate, one run_finished",
+        u64::try_from(gaps.len()).unwrap_or(0),
+        v,
+    );
+
+    // 3. No tool call answered twice; every tool call of a finished run answered once.
+    let dup = sqlx::query(
+        "SELECT e.run_id::text, e.data->>'tool_use_id', count(*) FROM run_events e
+          WHERE e.kind = 'tool_result' AND e.run_id IN (SELECT id FROM runs WHERE id = ANY($1) OR root_run_id = ANY($1))
+          GROUP BY 1, 2 HAVING count(*) > 1",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let calls: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM run_events WHERE kind = 'tool_call' AND run_id IN (SELECT id FROM runs WHERE id = ANY($1) OR root_run_id = ANY($1))",
+    )
+    .bind(&ids)
+    .fetch_one(db)
+    .await?;
+    let mut v: Vec<String> = dup
+        .iter()
+        .map(|row| {
+            format!(
+                "run {} tool call {} has {} results",
+                row.try_get::<String, _>(0).unwrap_or_default(),
+                row.try_get::<String, _>(1).unwrap_or_default(),
+                row.try_get::<i64, _>(2).unwrap_or_default()
+            )
+        })
+        .collect();
+    let ledger_dup: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT run_id, tool_use_id FROM tool_ledger GROUP BY 1, 2 HAVING count(*) > 1) d",
+    )
+    .fetch_one(db)
+    .await?;
+    if ledger_dup > 0 {
+        v.push(format!("{ledger_dup} tool calls have two ledger rows"));
+    }
+    let unanswered = sqlx::query(
+        "SELECT c.run_id::text, c.data->>'id' FROM run_events c JOIN runs r ON r.id = c.run_id
+          WHERE c.kind = 'tool_call' AND r.status = 'succeeded' AND (r.id = ANY($1) OR r.root_run_id = ANY($1))
+            AND NOT EXISTS (SELECT 1 FROM run_events t WHERE t.run_id = c.run_id AND t.kind = 'tool_result'
+                             AND t.data->>'tool_use_id' = c.data->>'id')",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    for row in &unanswered {
+        v.push(format!(
+            "succeeded run {} left tool call {:?} unanswered",
+            row.try_get::<String, _>(0).unwrap_or_default(),
+            row.try_get::<Option<String>, _>(1).unwrap_or_default()
+        ));
+    }
+    r.add(
+        "no tool result recorded twice; every call of a succeeded run answered",
+        u64::try_from(calls).unwrap_or(0),
+        v,
+    );
+
+    // 4. Effectful calls: an HTTP POST was made at most once (the echo server counts bodies),
+    //    and one that started without a recorded result was answered "outcome unknown".
+    let mut v: Vec<String> = echo
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(body, n)| format!("effectful POST {body:?} was made {n} times"))
+        .collect();
+    let interrupted = sqlx::query(
+        "SELECT l.run_id::text, l.tool_use_id,
+                (SELECT t.data->>'content' FROM run_events t WHERE t.run_id = l.run_id AND t.kind = 'tool_result'
+                   AND t.data->>'tool_use_id' = l.tool_use_id LIMIT 1)
+           FROM tool_ledger l JOIN runs r ON r.id = l.run_id
+          WHERE l.status = 'started' AND NOT l.idempotent AND r.status IN ('succeeded', 'failed')",
+    )
+    .fetch_all(db)
+    .await?;
+    let mut unknown = 0u64;
+    for row in &interrupted {
+        let content: Option<String> = row.try_get(2).unwrap_or_default();
+        match content {
+            Some(c) if c.contains("is unknown") => unknown += 1,
+            Some(c) if c.contains("cancel") => {}
+            other => v.push(format!(
+                "interrupted effectful call {} of run {} was answered {:?}",
+                row.try_get::<String, _>(1).unwrap_or_default(),
+                row.try_get::<String, _>(0).unwrap_or_default(),
+                other
+            )),
+        }
+    }
+    let posts = u64::try_from(echo.len()).unwrap_or(0);
+    r.add(
+        &format!("effectful calls made at most once ({posts} POSTs); interrupted ones reported outcome-unknown ({unknown})"),
+        posts + u64::try_from(interrupted.len()).unwrap_or(0),
+        v,
+    );
+
+    // 5. Exactly-once state writes of succeeded runs: the memory key and the channel message.
+    let succeeded: Vec<u64> = accepted
+        .iter()
+        .filter(|a| a.kind == "worker" && status.get(&a.id).is_some_and(|s| s == "succeeded"))
+        .map(|a| a.n)
+        .collect();
+    let mem: HashMap<String, String> = sqlx::query(
+        "SELECT key, value_json FROM memory_entries WHERE tenant_id = $1 AND scope = 'tenant' AND key LIKE 'k%'",
+    )
+    .bind(TENANT_A)
+    .fetch_all(db)
+    .await?
+    .iter()
+    .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
+    .collect();
+    let msgs = sqlx::query(
+        "SELECT m.payload, count(*) FROM channel_messages m JOIN channels c ON c.id = m.channel_id
+          WHERE c.tenant_id = $1 AND c.name = $2 GROUP BY 1",
+    )
+    .bind(TENANT_A)
+    .bind(CHANNEL)
+    .fetch_all(db)
+    .await?;
+    let mut published: HashMap<String, i64> = HashMap::new();
+    for row in &msgs {
+        published.insert(row.try_get(0)?, row.try_get(1)?);
+    }
+    let mut v = Vec::new();
+    for n in &succeeded {
+        if mem.get(&format!("k{n}")).map(String::as_str) != Some(n.to_string().as_str()) {
+            v.push(format!(
+                "memory k{n} of a succeeded run is {:?}",
+                mem.get(&format!("k{n}"))
+            ));
+        }
+        match published.get(&format!("{{\"n\":{n}}}")) {
+            Some(1) => {}
+            other => v.push(format!(
+                "the publish of succeeded run {n} is stored {other:?} times"
+            )),
+        }
+    }
+    for (payload, count) in &published {
+        if *count > 1 {
+            v.push(format!("channel message {payload} stored {count} times"));
+        }
+    }
+    let seq_gaps: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT m.partition, max(m.seq) - min(m.seq) + 1 - count(*) AS gap
+           FROM channel_messages m JOIN channels c ON c.id = m.channel_id
+          WHERE c.tenant_id = $1 AND c.name = $2 GROUP BY 1) g WHERE gap <> 0",
+    )
+    .bind(TENANT_A)
+    .bind(CHANNEL)
+    .fetch_one(db)
+    .await?;
+    if seq_gaps > 0 {
+        v.push(format!("{seq_gaps} channel partitions have seq gaps"));
+    }
+    r.add(
+        "memory writes and channel publishes of succeeded runs stored exactly once; channel seqs contiguous",
+        u64::try_from(succeeded.len() * 2).unwrap_or(0),
+        v,
+    );
+
+    // 6. Usage: every chat the client saw succeed has one record; none beyond what was tried.
+    let attempts = tally
+        .chat_attempts
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let ok = tally.chat_ok.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut records: i64;
+    loop {
+        records = sqlx::query_scalar(
+            "SELECT count(*) FROM usage WHERE tenant_id = $1 AND subject = $2 AND kind = 'chat'",
+        )
+        .bind(TENANT_A)
+        .bind(chat_token_subject)
+        .fetch_one(db)
+        .await?;
+        if u64::try_from(records).unwrap_or(0) >= ok || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let records = u64::try_from(records).unwrap_or(0);
+    let mut v = Vec::new();
+    if records < ok {
+        v.push(format!("{ok} chats succeeded but {records} usage records"));
+    }
+    if records > attempts {
+        v.push(format!(
+            "{records} usage records for {attempts} chats tried (doubled)"
+        ));
+    }
+    r.add(
+        &format!("usage: {ok} ≤ {records} records ≤ {attempts} tried"),
+        ok,
+        v,
+    );
+
+    // 7. Schedules: every 2-s slot from the first fire to the end of the load (less the
+    //    misfire grace) fired once, and each fire made at most one run, which ended.
+    let fires = sqlx::query(
+        "SELECT extract(epoch FROM f.fire_at)::float8, f.status, f.run_id::text, r.status
+           FROM schedule_fires f JOIN schedules s ON s.id = f.schedule_id
+           LEFT JOIN runs r ON r.id = f.run_id
+          WHERE s.tenant_id = $1 AND s.name = 'tick' AND f.kind = 'cron' ORDER BY f.fire_at",
+    )
+    .bind(TENANT_A)
+    .fetch_all(db)
+    .await?;
+    let mut v = Vec::new();
+    let slots: Vec<f64> = fires
+        .iter()
+        .filter_map(|r| r.try_get::<f64, _>(0).ok())
+        .collect();
+    let start = started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let last_due = start + held.as_secs_f64() - 6.0;
+    if let Some(first) = slots.first().copied() {
+        let mut want = (first.max(start) / 2.0).ceil() * 2.0;
+        while want <= last_due {
+            if !slots.iter().any(|s| (s - want).abs() < 0.001) {
+                v.push(format!("slot {want:.0} never fired"));
+            }
+            want += 2.0;
+        }
+    } else {
+        v.push("the schedule never fired".to_owned());
+    }
+    for row in &fires {
+        let fire_status: String = row.try_get(1).unwrap_or_default();
+        let run_status: Option<String> = row.try_get(3).unwrap_or_default();
+        if fire_status == "dispatched"
+            && !matches!(
+                run_status.as_deref(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+        {
+            v.push(format!(
+                "the fire at {:.0} has run {:?} in state {run_status:?}",
+                row.try_get::<f64, _>(0).unwrap_or_default(),
+                row.try_get::<Option<String>, _>(2).unwrap_or_default()
+            ));
+        }
+    }
+    let doubled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT spec->'metadata'->>'fire_id' FROM runs
+          WHERE tenant_id = $1 AND spec->'metadata' ? 'fire_id' GROUP BY 1 HAVING count(*) > 1) d",
+    )
+    .bind(TENANT_A)
+    .fetch_one(db)
+    .await?;
+    if doubled > 0 {
+        v.push(format!("{doubled} schedule fires made more than one run"));
+    }
+    r.add(
+        "schedule slots fired exactly once, each fire one run that ended",
+        u64::try_from(slots.len()).unwrap_or(0),
+        v,
+    );
+
+    // 8. Webhooks: a delivery id answered one run, however often it was sent, and that run
+    //    ended.
+    let deliveries = tally
+        .deliveries
+        .lock()
+        .map(|m| m.clone())
+        .unwrap_or_default();
+    let mut v = Vec::new();
+    let mut runs_of_deliveries = Vec::new();
+    for (id, runs) in &deliveries {
+        let mut distinct = runs.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() > 1 {
+            v.push(format!(
+                "delivery {id} answered {} different runs",
+                distinct.len()
+            ));
+        }
+        runs_of_deliveries.extend(distinct.iter().filter_map(|r| r.parse::<uuid::Uuid>().ok()));
+    }
+    let per_delivery = sqlx::query(
+        "SELECT spec->'metadata'->>'delivery_id', count(*), count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled'))
+           FROM runs WHERE tenant_id = $1 AND spec->'metadata'->>'webhook' = 'hook' GROUP BY 1",
+    )
+    .bind(TENANT_A)
+    .fetch_all(db)
+    .await?;
+    for row in &per_delivery {
+        let (id, n, ended): (Option<String>, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        if n > 1 {
+            v.push(format!("delivery {id:?} made {n} runs"));
+        }
+        if ended < n {
+            v.push(format!("the run of delivery {id:?} never ended"));
+        }
+    }
+    for id in deliveries.keys() {
+        if !per_delivery.iter().any(|row| {
+            row.try_get::<Option<String>, _>(0)
+                .ok()
+                .flatten()
+                .as_deref()
+                == Some(id.as_str())
+        }) {
+            v.push(format!("accepted delivery {id} has no run"));
+        }
+    }
+    r.add(
+        "webhook deliveries: one run per delivery id, replays answered with it, every run ended",
+        u64::try_from(deliveries.len()).unwrap_or(0),
+        v,
+    );
+
+    // 9. Violations the load saw as it ran (isolation, admission while Redis was down).
+    let seen = tally
+        .violations
+        .lock()
+        .map(|l| l.clone())
+        .unwrap_or_default();
+    let probes = tally.probes.load(std::sync::atomic::Ordering::Relaxed);
+    r.add(
+        "seen during the load (tenant isolation probes, admission with Redis down)",
+        probes,
+        seen,
+    );
+
+    Ok(r)
+}

@@ -1,0 +1,255 @@
+//! The fault schedule: a random replica of a random service killed (-9) every few seconds and
+//! restarted; Redis, NATS and Postgres each restarted once, in turn (Postgres by a crash:
+//! immediate stop); one executor frozen (SIGSTOP) past its lease and thawed. While Redis is
+//! down, admission must fail closed: `POST /v1/runs` answers 503 and nothing is accepted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng as _;
+use rand::seq::IndexedRandom as _;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::api::Api;
+use crate::fleet::{Fleet, SERVICES, wait_port};
+use crate::load::Tally;
+
+#[derive(Default, Debug)]
+pub struct Injected {
+    /// Faults by kind (`kill -9 executor`, `restart redis`, …).
+    pub by_kind: BTreeMap<String, u64>,
+    /// What the fleet answered while Redis was down: status → count.
+    pub redis_down_answers: BTreeMap<u16, u64>,
+    pub log: Vec<String>,
+    /// "lease lost" lines the frozen executor logged after it was thawed.
+    pub stale_lease_refusals: usize,
+}
+
+impl Injected {
+    fn count(&mut self, kind: &str, t0: Instant, detail: &str) {
+        *self.by_kind.entry(kind.to_owned()).or_default() += 1;
+        self.log.push(format!(
+            "{:>6.1}s {kind} {detail}",
+            t0.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+pub struct Plan {
+    pub duration: Duration,
+    pub kill_every: Duration,
+    pub lease_ttl: Duration,
+}
+
+/// Runs the schedule until `plan.duration` has passed; every process is running at the end.
+pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>) -> Injected {
+    let t0 = Instant::now();
+    let mut out = Injected::default();
+    let d = plan.duration;
+    // The one-off faults, at fixed fractions of the run.
+    let mut once: Vec<(Duration, &str)> = vec![
+        (d.mul_f64(0.2), "restart redis"),
+        (d.mul_f64(0.4), "freeze executor"),
+        (d.mul_f64(0.55), "restart nats"),
+        (d.mul_f64(0.75), "restart postgres"),
+    ];
+    let mut next_kill = t0 + plan.kill_every;
+    let end = t0 + d;
+    while Instant::now() < end {
+        if let Some(&(at, what)) = once.first()
+            && t0.elapsed() >= at
+        {
+            once.remove(0);
+            match what {
+                "restart redis" => restart_redis(&fleet, &a, &tally, &mut out, t0).await,
+                "restart nats" => {
+                    out.count("restart nats", t0, "down 2s");
+                    restart_proc(&fleet, "nats", Duration::from_secs(2), &mut out).await;
+                }
+                "restart postgres" => {
+                    let f = fleet.lock().await;
+                    match f.postgres("restart").await {
+                        Ok(()) => out.count("restart postgres (crash)", t0, ""),
+                        Err(e) => out.log.push(format!("postgres restart failed: {e:#}")),
+                    }
+                }
+                "freeze executor" => freeze_executor(&fleet, plan.lease_ttl, &mut out, t0).await,
+                _ => {}
+            }
+            continue;
+        }
+        if Instant::now() >= next_kill {
+            kill_random(&fleet, &mut out, t0).await;
+            next_kill = Instant::now() + plan.kill_every;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Anything that died on its own is started again, so the fleet can settle.
+    let mut f = fleet.lock().await;
+    for p in f.procs.iter_mut() {
+        if let Some(status) = p.exited() {
+            out.log
+                .push(format!("{} had exited ({status}); restarted", p.name));
+            let _ = p.start().await;
+        }
+    }
+    out
+}
+
+async fn kill_random(fleet: &Arc<Mutex<Fleet>>, out: &mut Injected, t0: Instant) {
+    let (service, name) = {
+        let f = fleet.lock().await;
+        let mut rng = rand::rng();
+        let Some(service) = SERVICES.choose(&mut rng) else {
+            return;
+        };
+        let names: Vec<String> = f
+            .procs
+            .iter()
+            .filter(|p| p.service == *service)
+            .map(|p| p.name.clone())
+            .collect();
+        let Some(name) = names.choose(&mut rng).cloned() else {
+            return;
+        };
+        (*service, name)
+    };
+    let down = Duration::from_millis(rand::rng().random_range(300..1500));
+    {
+        let mut f = fleet.lock().await;
+        if let Some(p) = f.find(&name) {
+            p.kill().await;
+        }
+    }
+    out.count(&format!("kill -9 {service}"), t0, &name);
+    tokio::time::sleep(down).await;
+    let mut f = fleet.lock().await;
+    if let Some(p) = f.find(&name)
+        && let Err(e) = p.start().await
+    {
+        out.log.push(format!("restart {name} failed: {e:#}"));
+    }
+}
+
+async fn restart_proc(fleet: &Arc<Mutex<Fleet>>, name: &str, down: Duration, out: &mut Injected) {
+    let port = {
+        let mut f = fleet.lock().await;
+        let Some(p) = f.find(name) else {
+            return;
+        };
+        p.kill().await;
+        p.port
+    };
+    tokio::time::sleep(down).await;
+    let mut f = fleet.lock().await;
+    if let Some(p) = f.find(name)
+        && let Err(e) = p.start().await
+    {
+        out.log.push(format!("restart {name} failed: {e:#}"));
+    }
+    drop(f);
+    if let Some(port) = port
+        && let Err(e) = wait_port(name, port, Duration::from_secs(20)).await
+    {
+        out.log.push(format!("{e:#}"));
+    }
+}
+
+/// Redis down for 3 s: while it is down, every `POST /v1/runs` must be refused (503) — admission
+/// fails closed. The probe's answers are kept; the checker judges them.
+async fn restart_redis(
+    fleet: &Arc<Mutex<Fleet>>,
+    a: &Api,
+    tally: &Tally,
+    out: &mut Injected,
+    t0: Instant,
+) {
+    {
+        let mut f = fleet.lock().await;
+        let Some(p) = f.find("redis") else {
+            return;
+        };
+        p.kill().await;
+    }
+    out.count("restart redis", t0, "down 3s");
+    let down_until = Instant::now() + Duration::from_secs(3);
+    // Give the fleet's connections a moment to notice, then probe.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut i = 0;
+    while Instant::now() + Duration::from_millis(300) < down_until {
+        i += 1;
+        let ans = a
+            .post(
+                "/v1/runs",
+                &json!({"agent": "leaf", "input": format!("while redis is down {i}"), "idempotency_key": format!("redis-down-{i}")}),
+            )
+            .await;
+        *out.redis_down_answers.entry(ans.status).or_default() += 1;
+        if ans.ok() {
+            tally.violation(format!(
+                "a run was admitted while Redis was down: {} {}",
+                ans.status, ans.body
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep_until(down_until.into()).await;
+    restart_proc(fleet, "redis", Duration::ZERO, out).await;
+}
+
+/// One executor frozen for 2.5 leases, then thawed: its lease has lapsed, another executor
+/// has taken its runs, and its writes must be refused.
+async fn freeze_executor(
+    fleet: &Arc<Mutex<Fleet>>,
+    lease: Duration,
+    out: &mut Injected,
+    t0: Instant,
+) {
+    let name = {
+        let f = fleet.lock().await;
+        let names: Vec<String> = f
+            .procs
+            .iter()
+            .filter(|p| p.service == "executor" && p.pid().is_some())
+            .map(|p| p.name.clone())
+            .collect();
+        let Some(n) = names.choose(&mut rand::rng()).cloned() else {
+            return;
+        };
+        n
+    };
+    let frozen = lease.mul_f64(2.5);
+    {
+        let mut f = fleet.lock().await;
+        if let Some(p) = f.find(&name)
+            && p.signal("STOP").await.is_ok()
+        {
+            out.count(
+                "freeze executor (SIGSTOP past its lease)",
+                t0,
+                &format!("{name} for {frozen:?}"),
+            );
+        }
+    }
+    tokio::time::sleep(frozen).await;
+    let log = {
+        let mut f = fleet.lock().await;
+        let Some(p) = f.find(&name) else {
+            return;
+        };
+        let _ = p.signal("CONT").await;
+        p.log().to_path_buf()
+    };
+    // What it logs from here on: every write it tries under the lapsed lease is refused.
+    let before = lease_lost_lines(&log);
+    tokio::time::sleep(lease).await;
+    out.stale_lease_refusals += lease_lost_lines(&log).saturating_sub(before);
+}
+
+fn lease_lost_lines(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .map(|t| t.lines().filter(|l| l.contains("lease lost")).count())
+        .unwrap_or(0)
+}
