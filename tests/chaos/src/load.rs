@@ -343,7 +343,8 @@ fn next_n() -> u64 {
 pub async fn runs_worker(s: &Setup, tally: &Tally, stop: Instant) {
     while Instant::now() < stop {
         let n = next_n();
-        let body = json!({"agent": "worker", "input": worker_script(n, s.echo_port, 200)});
+        // The POST takes 1 s, so that a killed executor often dies in the middle of one.
+        let body = json!({"agent": "worker", "input": worker_script(n, s.echo_port, 1000)});
         if let Some(id) = start_run(&s.a, tally, body, "worker", n, stop).await {
             wait_end(&s.a, &id, stop).await;
         }
