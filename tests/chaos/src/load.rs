@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
+use weft_core::Scope;
+
 use crate::api::Api;
 
 pub const TENANT_A: &str = "acme";
@@ -183,16 +185,12 @@ async fn must(what: &str, mut f: impl AsyncFnMut() -> crate::api::Answer) -> any
 
 pub async fn prepare(gateway: &str, admin_token: &str, echo_port: u16) -> anyhow::Result<Setup> {
     let admin = Api::new(gateway, admin_token)?;
-    let all = [
-        "tenant:admin",
-        "runs:create",
-        "runs:read",
-        "memory:read",
-        "memory:write",
-        "channels:publish",
-        "channels:read",
-        "llm:call",
-    ];
+    // Every scope a tenant's token can hold (`admin` is the operator's).
+    let all: Vec<&str> = Scope::ALL
+        .iter()
+        .filter(|s| **s != Scope::Admin)
+        .map(|s| s.as_str())
+        .collect();
     let a = admin.with(None, Some(&token(&admin, TENANT_A, "chaos-a", &all).await?));
     let b = admin.with(None, Some(&token(&admin, TENANT_B, "chaos-b", &all).await?));
     let chat = admin.with(

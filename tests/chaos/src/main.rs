@@ -57,26 +57,29 @@ enum Cmd {
     /// Start the fleet and keep it up until Ctrl-C.
     Cluster,
     /// Load + faults + check.
-    Run {
-        /// How long the load and the faults last, e.g. 120s, 10m, 1h.
-        #[arg(long, default_value = "120s", value_parser = parse_duration)]
-        duration: Duration,
-        /// A replica is killed (-9) this often.
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
-        kill_every: Duration,
-        /// Run workers (each has one run with tools and a sub-run at a time).
-        #[arg(long, default_value_t = 3)]
-        run_workers: usize,
-        /// Chat workers.
-        #[arg(long, default_value_t = 4)]
-        chat_workers: usize,
-        /// Chat calls a second, at most, across the chat workers.
-        #[arg(long, default_value_t = 40)]
-        chat_rate: u32,
-        /// How long the fleet may take to finish every accepted run after the faults stop.
-        #[arg(long, default_value = "90s", value_parser = parse_duration)]
-        settle: Duration,
-    },
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Clone, Copy)]
+struct RunArgs {
+    /// How long the load and the faults last, e.g. 120s, 10m, 1h.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    duration: Duration,
+    /// A replica is killed (-9) this often.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    kill_every: Duration,
+    /// Run workers (each has one run with tools and a sub-run at a time).
+    #[arg(long, default_value_t = 3)]
+    run_workers: usize,
+    /// Chat workers.
+    #[arg(long, default_value_t = 4)]
+    chat_workers: usize,
+    /// Chat calls a second, at most, across the chat workers.
+    #[arg(long, default_value_t = 40)]
+    chat_rate: u32,
+    /// How long the fleet may take to finish every accepted run after the faults stop.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    settle: Duration,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -145,23 +148,11 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             let _ = tokio::signal::ctrl_c().await;
             Ok(std::process::ExitCode::SUCCESS)
         }
-        Cmd::Run {
-            duration,
-            kill_every,
-            run_workers,
-            chat_workers,
-            chat_rate,
-            settle,
-        } => {
+        Cmd::Run(args) => {
             run(
                 Arc::clone(&fleet),
                 &echo,
-                duration,
-                kill_every,
-                run_workers,
-                chat_workers,
-                chat_rate,
-                settle,
+                &args,
                 Duration::from_millis(cli.lease_ttl_ms),
             )
             .await
@@ -176,16 +167,10 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     outcome
 }
 
-#[expect(clippy::too_many_arguments, reason = "the run's knobs, passed once")]
 async fn run(
     fleet: Arc<Mutex<fleet::Fleet>>,
     echo: &load::Echo,
-    duration: Duration,
-    kill_every: Duration,
-    run_workers: usize,
-    chat_workers: usize,
-    chat_rate: u32,
-    settle: Duration,
+    args: &RunArgs,
     lease_ttl: Duration,
 ) -> anyhow::Result<std::process::ExitCode> {
     let (gateway, admin, replicas, database_url) = {
@@ -202,6 +187,14 @@ async fn run(
     let revoked_before =
         load::revocation_across_replicas(&setup, &replicas, Duration::from_secs(5)).await;
 
+    let RunArgs {
+        duration,
+        kill_every,
+        run_workers,
+        chat_workers,
+        chat_rate,
+        settle,
+    } = *args;
     let t0 = Instant::now();
     let t0_wall = std::time::SystemTime::now();
     let stop = t0 + duration;
