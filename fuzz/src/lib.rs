@@ -5,6 +5,8 @@
     reason = "fuzz targets are test code: a panic is how they report a broken property"
 )]
 
+pub mod defs;
+
 use std::collections::HashSet;
 
 use prost::Message as _;

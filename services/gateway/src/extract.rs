@@ -213,7 +213,7 @@ where
 /// Deserializes `bytes`, naming the path of the offending field on failure.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|err| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         let msg = inner.to_string();
@@ -239,7 +239,15 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
         } else {
             Error::invalid(format!("`{path}`: {msg}")).with_param(path)
         }
-    })
+    })?;
+    // One JSON value, then only whitespace: a bare `Deserializer` stops after the value, so
+    // without this `{"a":1} junk` (or `{"a":1}{"a":2}`) would be read as `{"a":1}`.
+    de.end().map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
+        Error::invalid(format!("the request body is not valid JSON: {msg}"))
+    })?;
+    Ok(value)
 }
 
 fn missing_field(msg: &str) -> Option<String> {
@@ -274,6 +282,24 @@ mod tests {
         assert!(parse_native::<Value>(br#"{"a":"\\u0000"}"#).is_ok());
         // The OpenAI door passes it through.
         assert!(parse::<Value>(br#"{"a":"\u0000"}"#).is_ok());
+    }
+
+    #[test]
+    fn a_body_is_one_json_value() {
+        // What the fuzzer found (def_schedule, def_mcp_server): each was read as its first value.
+        for body in [
+            &br#"{"a":1} junk"#[..],
+            br#"{"a":1}{"a":2}"#,
+            br#"0 12 ? * MON#1",}"#,
+            b"{}}",
+        ] {
+            let e = parse::<Value>(body).unwrap_err();
+            assert_eq!(
+                e.message, "the request body is not valid JSON: trailing characters",
+                "{body:?}"
+            );
+        }
+        assert!(parse::<Value>(b" {\"a\": 1} \r\n\t").is_ok());
     }
 
     #[derive(serde::Deserialize, Debug)]

@@ -26,3 +26,28 @@ pub fn llm_chat(body: &[u8]) -> Result<ChatRequest, Error> {
         extract::parse_native::<crate::llm::LlmChatRequest>(body).map_err(crate::llm::strict)?;
     crate::llm::to_chat(r, &HeaderMap::new())
 }
+
+/// `/mcp` as [`crate::mcp::routes`] mounts it, without the bearer check (which needs the token
+/// store) and the session store: the gateway's own checks and error shapes
+/// ([`crate::mcp::weft_errors`]: NUL, `Mcp-Session-Id`, `MCP-Protocol-Version`, the JSON-RPC
+/// envelope) around the MCP bridge's face served by rmcp. Put the
+/// [`weft_mcp_bridge::face::Caller`] in each request's extensions, as the bearer check does.
+pub fn mcp_door(
+    face: weft_mcp_bridge::face::Face,
+    cfg: &weft_config::McpServerFaceConfig,
+    max_body: usize,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> axum::Router {
+    let svc = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(
+            max_body,
+            crate::mcp::weft_errors,
+        ))
+        .service(weft_mcp_bridge::face::streamable(face, cfg, None, shutdown));
+    axum::Router::new().route(
+        "/mcp",
+        axum::routing::post_service(svc.clone())
+            .get_service(svc.clone())
+            .delete_service(svc),
+    )
+}

@@ -108,8 +108,15 @@ impl Face {
     }
 }
 
-/// Percent-encodes one path segment.
-fn seg(s: &str) -> String {
+/// Percent-encodes one path segment. `.` and `..` are refused: a URL parser folds them (and
+/// their `%2e` spellings) into the path around them, so `get_run` of `..` would call another
+/// route (`weft mcp` sends its calls through one).
+fn seg(s: &str) -> Result<String, String> {
+    if s == "." || s == ".." {
+        return Err(format!(
+            "`{s}` is not a name or id weft uses (it would change the path of the call)"
+        ));
+    }
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -118,7 +125,7 @@ fn seg(s: &str) -> String {
             out.push_str(&format!("%{b:02X}"));
         }
     }
-    out
+    Ok(out)
 }
 
 fn schema(v: Value) -> Arc<Map<String, Value>> {
@@ -393,14 +400,14 @@ impl Face {
             }
             "get_run" => {
                 let id = str_arg(args, "run_id")?;
-                self.api(c, M::GET, format!("/v1/runs/{}", seg(id)), None)
+                self.api(c, M::GET, format!("/v1/runs/{}", seg(id)?), None)
                     .await
             }
             "list_runs" => {
                 let mut q = Vec::new();
                 for k in ["status", "agent", "cursor"] {
                     if let Some(v) = args.get(k).and_then(Value::as_str) {
-                        q.push(format!("{k}={}", seg(v)));
+                        q.push(format!("{k}={}", seg(v)?));
                     }
                 }
                 if let Some(l) = args.get("limit").and_then(Value::as_u64) {
@@ -422,7 +429,7 @@ impl Face {
                 self.api(
                     c,
                     M::POST,
-                    format!("/v1/runs/{}/cancel", seg(id)),
+                    format!("/v1/runs/{}/cancel", seg(id)?),
                     Some(body),
                 )
                 .await
@@ -433,7 +440,7 @@ impl Face {
                 self.api(
                     c,
                     M::POST,
-                    format!("/v1/runs/{}/input", seg(id)),
+                    format!("/v1/runs/{}/input", seg(id)?),
                     Some(json!({ "text": text })),
                 )
                 .await
@@ -441,9 +448,9 @@ impl Face {
             "memory_get" | "memory_set" => {
                 let path = format!(
                     "/v1/memory/{}/{}/{}",
-                    seg(str_arg(args, "scope")?),
-                    seg(str_arg(args, "scope_id")?),
-                    seg(str_arg(args, "key")?)
+                    seg(str_arg(args, "scope")?)?,
+                    seg(str_arg(args, "scope_id")?)?,
+                    seg(str_arg(args, "key")?)?
                 );
                 if name == "memory_get" {
                     return self.api(c, M::GET, path, None).await;
@@ -476,7 +483,7 @@ impl Face {
                 self.api(
                     c,
                     M::POST,
-                    format!("/v1/channels/{}/publish", seg(ch)),
+                    format!("/v1/channels/{}/publish", seg(ch)?),
                     Some(json!({ "payload": payload })),
                 )
                 .await
@@ -492,7 +499,7 @@ impl Face {
                 self.api(
                     c,
                     M::POST,
-                    format!("/v1/channels/{}/read", seg(ch)),
+                    format!("/v1/channels/{}/read", seg(ch)?),
                     Some(body),
                 )
                 .await
@@ -501,8 +508,8 @@ impl Face {
             "get_agent" => {
                 let name = str_arg(args, "name")?;
                 let path = match args.get("version").and_then(Value::as_str) {
-                    Some(v) => format!("/v1/agents/{}?version={}", seg(name), seg(v)),
-                    None => format!("/v1/agents/{}", seg(name)),
+                    Some(v) => format!("/v1/agents/{}?version={}", seg(name)?, seg(v)?),
+                    None => format!("/v1/agents/{}", seg(name)?),
                 };
                 self.api(c, M::GET, path, None).await
             }
@@ -513,7 +520,7 @@ impl Face {
                     .filter(|d| d.is_object())
                     .cloned()
                     .ok_or("`definition` (an object of the agent's content fields) is required")?;
-                self.api(c, M::PUT, format!("/v1/agents/{}", seg(name)), Some(def))
+                self.api(c, M::PUT, format!("/v1/agents/{}", seg(name)?), Some(def))
                     .await
             }
             other => Err(format!(
@@ -574,9 +581,9 @@ impl Face {
         loop {
             let frame = tokio::select! {
                 () = ctx.ct.cancelled() => {
-                    if let Some(id) = &run_id {
+                    if let Some(Ok(id)) = run_id.as_deref().map(seg) {
                         let _ = self
-                            .api(c, http::Method::POST, format!("/v1/runs/{}/cancel", seg(id)), Some(json!({"reason": "cancelled by the MCP client"})))
+                            .api(c, http::Method::POST, format!("/v1/runs/{id}/cancel"), Some(json!({"reason": "cancelled by the MCP client"})))
                             .await;
                     }
                     return tool_error("cancelled");
@@ -691,21 +698,39 @@ fn run_body(args: &Map<String, Value>) -> Result<Value, String> {
 /// Splits an SSE body into (event, data) frames.
 struct SseFrames {
     body: BoxStream<'static, Result<Bytes, String>>,
-    buf: String,
+    /// Bytes not yet framed: decoded only once a whole frame has arrived, as a chunk may end
+    /// inside a character or between the `\r` and `\n` of a line end.
+    buf: Vec<u8>,
+}
+
+/// The length of the first frame in `buf` up to and including the empty line that ends it
+/// (lines end with `\n` or `\r\n`), if it has arrived.
+fn frame_end(buf: &[u8]) -> Option<usize> {
+    let mut line_start = 0;
+    for (i, &b) in buf.iter().enumerate() {
+        if b == b'\n' {
+            if matches!(&buf[line_start..i], b"" | b"\r") {
+                return Some(i + 1);
+            }
+            line_start = i + 1;
+        }
+    }
+    None
 }
 
 impl SseFrames {
     fn new(body: BoxStream<'static, Result<Bytes, String>>) -> Self {
         Self {
             body,
-            buf: String::new(),
+            buf: Vec::new(),
         }
     }
 
     async fn next(&mut self) -> Option<Result<(String, String), String>> {
         loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let frame: String = self.buf.drain(..end + 2).collect();
+            if let Some(end) = frame_end(&self.buf) {
+                let frame: Vec<u8> = self.buf.drain(..end).collect();
+                let frame = String::from_utf8_lossy(&frame);
                 let mut event = String::from("message");
                 let mut data = Vec::new();
                 for line in frame.lines() {
@@ -721,9 +746,7 @@ impl SseFrames {
                 return Some(Ok((event, data.join("\n"))));
             }
             match self.body.next().await {
-                Some(Ok(chunk)) => self
-                    .buf
-                    .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
                 Some(Err(e)) => return Some(Err(e)),
                 None => return None,
             }
@@ -830,13 +853,9 @@ impl ServerHandler for Face {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let c = caller(&context, self.fixed.as_ref())?;
+        let name = seg(&request.name).map_err(|e| ErrorData::invalid_params(e, None))?;
         let v = self
-            .api(
-                &c,
-                http::Method::GET,
-                format!("/v1/skills/{}", seg(&request.name)),
-                None,
-            )
+            .api(&c, http::Method::GET, format!("/v1/skills/{name}"), None)
             .await
             .map_err(|e| ErrorData::invalid_params(e, None))?;
         let body = v["content"]["body"].as_str().unwrap_or_default();
@@ -890,4 +909,58 @@ where
         config.session_store = Some(Arc::new(store));
     }
     rmcp::transport::StreamableHttpService::new(move || Ok(handler.clone()), Arc::default(), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dot_segment_is_refused_and_the_rest_encoded() {
+        // What the fuzzer found (mcp_face): `get_run` of `..` called `GET /v1/runs/..`, which
+        // `weft mcp`'s HTTP client sends as `GET /v1/`.
+        assert!(seg("..").is_err());
+        assert!(seg(".").is_err());
+        assert_eq!(seg("...").as_deref(), Ok("..."));
+        assert_eq!(seg("a/b c").as_deref(), Ok("a%2Fb%20c"));
+        assert_eq!(seg("run_1.x-y~").as_deref(), Ok("run_1.x-y~"));
+    }
+
+    async fn frames(body: &'static [u8], chunk: usize) -> Vec<(String, String)> {
+        let chunks: Vec<Result<Bytes, String>> = body
+            .chunks(chunk)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let mut f = SseFrames::new(futures::stream::iter(chunks).boxed());
+        let mut out = Vec::new();
+        while let Some(Ok(frame)) = f.next().await {
+            out.push(frame);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn frames_do_not_depend_on_how_the_body_is_chunked() {
+        // What the fuzzer found (mcp_face): a chunk ending inside `é` turned it into two U+FFFD,
+        // and one ending between `\r` and `\n` left the frame unterminated.
+        let body = "event: assistant_message\r\ndata: {\"text\":\"h\u{e9}llo \u{65e5}\"}\r\n\r\n: keepalive\n\nevent: run_finished\ndata: a\ndata: b\n\n";
+        let whole = frames(body.as_bytes(), body.len()).await;
+        assert_eq!(
+            whole,
+            [
+                (
+                    "assistant_message".to_owned(),
+                    "{\"text\":\"h\u{e9}llo \u{65e5}\"}".to_owned()
+                ),
+                ("run_finished".to_owned(), "a\nb".to_owned()),
+            ]
+        );
+        for chunk in 1..8 {
+            assert_eq!(
+                frames(body.as_bytes(), chunk).await,
+                whole,
+                "chunks of {chunk}"
+            );
+        }
+    }
 }

@@ -499,11 +499,7 @@ impl AgentContent {
     pub fn validate(&self) -> Result<(), Error> {
         // Definitions are stored, and Postgres cannot store U+0000: refused here, so a definition
         // from a file or the config is held to the same rule as one sent over HTTP.
-        if let Ok(v) = serde_json::to_value(self)
-            && let Some(path) = crate::storable::nul_path(&v)
-        {
-            return Err(crate::storable::nul_error(&path));
-        }
+        crate::storable::refuse_nul(self)?;
         if self.description.len() > limits::DESCRIPTION_BYTES {
             return Err(bad(
                 "description",

@@ -222,6 +222,9 @@ impl McpServerContent {
                 ),
             ));
         }
+        // A NUL anywhere (as for agents and skills; a definition from the config file does
+        // not pass the gateway's check).
+        crate::storable::refuse_nul(self)?;
         Ok(())
     }
 
@@ -390,6 +393,17 @@ mod tests {
         let c = McpServerContent::from_json(v)?;
         c.validate()?;
         Ok(c)
+    }
+
+    #[test]
+    fn a_nul_anywhere_is_refused_naming_the_field() {
+        // What the fuzzer found (def_mcp_server): a stdio server, which only the config file
+        // declares, so the gateway's check never sees it.
+        let e = content(json!({"transport": "stdio", "command": "npx", "args": ["-y", "a\u{0}b"]}))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("args[1]"), "{}", e.message);
+        let e = content(json!({"url": "https://x/mcp", "description": "d\u{0}"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("description"), "{}", e.message);
     }
 
     #[test]

@@ -338,6 +338,9 @@ impl ScheduleContent {
         for (i, action) in self.on_complete.iter().enumerate() {
             action.validate(&format!("on_complete[{i}]"))?;
         }
+        // A NUL anywhere (as for agents and skills; a definition from the config file does
+        // not pass the gateway's check).
+        crate::storable::refuse_nul(self)?;
         Ok(())
     }
 
@@ -854,6 +857,14 @@ mod tests {
                 t
             })
             .collect()
+    }
+
+    #[test]
+    fn a_nul_in_the_description_is_refused() {
+        let mut v = base();
+        v["description"] = json!("a\u{0}b");
+        let e = content(v).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("description"), "{}", e.message);
     }
 
     #[test]

@@ -116,11 +116,7 @@ impl SkillContent {
             ));
         }
         // Stored text cannot hold U+0000 (a NUL in a file name is reported at that name).
-        if let Ok(v) = serde_json::to_value(self)
-            && let Some(path) = crate::storable::nul_path(&v)
-        {
-            return Err(crate::storable::nul_error(&path));
-        }
+        crate::storable::refuse_nul(self)?;
         check_text(
             "description",
             &self.description,

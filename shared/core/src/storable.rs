@@ -91,6 +91,17 @@ pub fn nul_error(path: &str) -> crate::Error {
     .with_param(path)
 }
 
+/// `Err` (the 400 of [`nul_error`]) when a definition's content holds a NUL anywhere. Every
+/// definition is stored, and Postgres cannot store U+0000: refused in `validate`, so one from a
+/// file or the config (which does not pass the gateway) is held to the API's rule instead of
+/// failing in the store.
+pub fn refuse_nul<T: serde::Serialize>(content: &T) -> Result<(), crate::Error> {
+    match serde_json::to_value(content) {
+        Ok(v) => nul_path(&v).map_or(Ok(()), |path| Err(nul_error(&path))),
+        Err(_) => Ok(()),
+    }
+}
+
 /// `v` made storable (see [`json`]).
 pub fn json_owned(mut v: Value) -> Value {
     json(&mut v);

@@ -315,6 +315,9 @@ impl WebhookContent {
                 "`sync_timeout_ms` applies only when `allow_sync` is true; set `allow_sync: true` or remove `sync_timeout_ms`",
             ));
         }
+        // A NUL anywhere (as for agents and skills; a definition from the config file does
+        // not pass the gateway's check).
+        crate::storable::refuse_nul(self)?;
         Ok(())
     }
 
@@ -950,6 +953,14 @@ mod tests {
             }
         }
         v
+    }
+
+    #[test]
+    fn a_nul_in_the_description_is_refused() {
+        assert_eq!(
+            param(with(json!({"description": "a\u{0}b"}))),
+            "description"
+        );
     }
 
     #[test]

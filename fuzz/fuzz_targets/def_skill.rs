@@ -1,0 +1,72 @@
+//! Skill definitions: a `PUT /v1/skills/{name}` body (first byte even) or a `SKILL.md` (odd:
+//! front matter `name`, `description`; the instructions as the body, `parse_skill_markdown`).
+//! Beyond "no panic" ([`weft_fuzz::defs`]): refusals are 4xx naming the field, the gateway hop
+//! changes nothing, accepted content is storable and has a stable content address; a
+//! `SKILL.md` that parses is written back and parses to the same name and content.
+#![no_main]
+
+use serde_json::{Map, Value};
+use weft_core::def::{DefKind, validate_def_name};
+use weft_core::skill::{SkillContent, parse_skill_markdown};
+use weft_fuzz::defs;
+
+const HINT: &str = "folder";
+
+fn check_skill(c: &SkillContent) {
+    for name in c.files.keys() {
+        assert!(
+            !name.is_empty() && !name.starts_with('/') && !name.split('/').any(|s| s == ".."),
+            "a file path that escapes the skill's folder was accepted: {name:?}"
+        );
+    }
+}
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let [selector, rest @ ..] = data else {
+        return;
+    };
+    if selector & 1 == 0 {
+        if let Some(c) = defs::check_body::<SkillContent>(rest) {
+            check_skill(&c);
+        }
+        return;
+    }
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let (name, content) = match parse_skill_markdown(HINT, text) {
+        Ok(ok) => ok,
+        Err(e) => {
+            defs::assert_4xx("parse_skill_markdown", &e);
+            return;
+        }
+    };
+    assert!(
+        validate_def_name(DefKind::Skill, &name).is_ok(),
+        "an invalid name was accepted: {name:?}"
+    );
+    assert!(content.files.is_empty(), "a SKILL.md alone has no files");
+    assert_eq!(content.body, content.body.trim(), "the body is not trimmed");
+    defs::check_valid(&content);
+
+    let mut fields = Map::new();
+    fields.insert("name".into(), Value::String(name.clone()));
+    fields.insert(
+        "description".into(),
+        Value::String(content.description.clone()),
+    );
+    let md = format!("---\n{}---\n\n{}\n", defs::yaml(&fields), content.body);
+    match parse_skill_markdown("other", &md) {
+        Ok((n, c)) => {
+            assert_eq!(n, name, "the name changed when written back:\n{md}");
+            assert!(
+                c == content,
+                "the content changed when written back:\n{md}\n{c:?}\n{content:?}"
+            );
+        }
+        Err(e) => panic!(
+            "written back, the SKILL.md does not parse: {}\n{md}",
+            e.message
+        ),
+    }
+});
