@@ -225,6 +225,22 @@ fn parse_cron(cron: &str) -> Result<Cron, Error> {
             format!("`cron` `{cron}` has {fields} fields; {CRON_HINT}"),
         ));
     }
+    // An empty list element (`,`, `1,,2`, `5,`) is refused here: croner reads it as a field
+    // that matches nothing, and finding that such a cron never fires walks every hour to the
+    // year 5000 (seconds of CPU for one request; what the def_schedule fuzzer found).
+    if let Some((i, f)) = cron
+        .split_whitespace()
+        .enumerate()
+        .find(|(_, f)| f.split(',').any(str::is_empty))
+    {
+        return Err(bad(
+            "cron",
+            format!(
+                "`cron` `{cron}`: field {} (`{f}`) has an empty list element; separate values with one comma, like `1,15`",
+                i + 1
+            ),
+        ));
+    }
     CronParser::builder()
         .seconds(Seconds::Optional)
         .year(Year::Disallowed)
@@ -857,6 +873,22 @@ mod tests {
                 t
             })
             .collect()
+    }
+
+    #[test]
+    fn an_empty_list_element_is_refused_at_once() {
+        // What the def_schedule fuzzer found: `,` as the hour field took seconds to refuse.
+        for cron in ["0 , * * 0-6", "0 1,,2 * * *", "5, * * * *", "0 0 * * ,1"] {
+            let mut v = base();
+            v["cron"] = json!(cron);
+            let e = content(v).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("cron"), "{cron}");
+            assert!(
+                e.message.contains("empty list element"),
+                "{cron}: {}",
+                e.message
+            );
+        }
     }
 
     #[test]
