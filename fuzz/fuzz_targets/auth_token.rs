@@ -7,6 +7,10 @@
 //! documented shape, hashes to its hash, and is found again in either header and in any case of
 //! `Bearer`.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

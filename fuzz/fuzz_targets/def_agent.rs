@@ -6,6 +6,10 @@
 //! prompt as the body) and parses to the same name and content; and its content through the
 //! JSON path hashes the same.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use serde_json::Value;
 use weft_core::agent::{AgentContent, parse_agent_markdown, validate_agent_name};

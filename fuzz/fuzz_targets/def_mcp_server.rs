@@ -6,6 +6,10 @@
 //! `credential_refs` and `substitute_credentials` agree; `glob_matches` agrees with the textbook
 //! dynamic programme.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use std::collections::BTreeMap;
 

@@ -6,6 +6,10 @@
 //! window and at most its limit; an `on_complete` memory key renders, with every placeholder at
 //! its longest, to 1-512 bytes (what the substrate stores).
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use std::time::Duration;
 

@@ -4,6 +4,10 @@
 //! changes nothing, accepted content is storable and has a stable content address; a
 //! `SKILL.md` that parses is written back and parses to the same name and content.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use serde_json::{Map, Value};
 use weft_core::def::{DefKind, validate_def_name};

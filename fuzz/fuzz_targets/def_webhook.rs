@@ -7,6 +7,10 @@
 //! delivery it refuses is the sender's fault (4xx); a mapped `user` is at most 256 bytes, and an
 //! unmapped `input` is the whole payload.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use weft_core::webhook::{WebhookContent, limits};

@@ -18,6 +18,10 @@
 //! does not depend on how the API's body was cut into chunks. `WEFT_FUZZ_DEBUG=1` prints the calls
 //! and the answer of each input (to reproduce one).
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "fuzz targets are test code: a panic is how they report a broken property"
+)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
