@@ -25,6 +25,12 @@ pub struct Injected {
     pub log: Vec<String>,
     /// "lease lost" lines the frozen executor logged after it was thawed.
     pub stale_lease_refusals: usize,
+    /// "lease lost" lines the partitioned executor logged from the cut until a lease after the
+    /// heal.
+    pub partition_lease_lost: usize,
+    /// When Redis went down, in Unix milliseconds (it comes back empty: the quota check allows
+    /// for it).
+    pub redis_restarts: Vec<u64>,
 }
 
 impl Injected {
@@ -37,6 +43,9 @@ impl Injected {
     }
 }
 
+/// The longest cycle of the fault schedule.
+const CYCLE: Duration = Duration::from_secs(300);
+
 pub struct Plan {
     pub duration: Duration,
     pub kill_every: Duration,
@@ -48,13 +57,25 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
     let t0 = Instant::now();
     let mut out = Injected::default();
     let d = plan.duration;
-    // The one-off faults, at fixed fractions of the run.
-    let mut once: Vec<(Duration, &str)> = vec![
-        (d.mul_f64(0.2), "restart redis"),
-        (d.mul_f64(0.4), "freeze executor"),
-        (d.mul_f64(0.55), "restart nats"),
-        (d.mul_f64(0.75), "restart postgres"),
-    ];
+    // The other faults, at fixed fractions of each cycle: one cycle in a run of up to 5
+    // minutes, so that a longer run (10 min, 1 h) goes through every fault again and again.
+    let cycle = d.min(CYCLE);
+    let cycles =
+        u32::try_from((d.as_millis() / cycle.as_millis().max(1)).max(1)).unwrap_or(u32::MAX);
+    let mut once: Vec<(Duration, &str)> = Vec::new();
+    for k in 0..cycles {
+        let base = cycle * k;
+        for (frac, what) in [
+            (0.2, "restart redis"),
+            (0.3, "partition executor"),
+            (0.4, "freeze executor"),
+            (0.55, "restart nats"),
+            (0.75, "restart postgres"),
+            (0.85, "partition gateway"),
+        ] {
+            once.push((base + cycle.mul_f64(frac), what));
+        }
+    }
     let mut next_kill = t0 + plan.kill_every;
     let end = t0 + d;
     while Instant::now() < end {
@@ -76,6 +97,12 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
                     }
                 }
                 "freeze executor" => freeze_executor(&fleet, plan.lease_ttl, &mut out, t0).await,
+                "partition executor" => {
+                    partition(&fleet, "executor", plan.lease_ttl, &mut out, t0).await;
+                }
+                "partition gateway" => {
+                    partition(&fleet, "gateway", plan.lease_ttl, &mut out, t0).await;
+                }
                 _ => {}
             }
             continue;
@@ -140,7 +167,7 @@ async fn restart_proc(fleet: &Arc<Mutex<Fleet>>, name: &str, down: Duration, out
             return;
         };
         p.kill().await;
-        p.port
+        p.port.map(|port| (p.ip, port))
     };
     tokio::time::sleep(down).await;
     let mut f = fleet.lock().await;
@@ -150,8 +177,8 @@ async fn restart_proc(fleet: &Arc<Mutex<Fleet>>, name: &str, down: Duration, out
         out.log.push(format!("restart {name} failed: {e:#}"));
     }
     drop(f);
-    if let Some(port) = port
-        && let Err(e) = wait_port(name, port, Duration::from_secs(20)).await
+    if let Some((ip, port)) = port
+        && let Err(e) = wait_port(name, ip, port, Duration::from_secs(20)).await
     {
         out.log.push(format!("{e:#}"));
     }
@@ -173,6 +200,7 @@ async fn restart_redis(
         };
         p.kill().await;
     }
+    out.redis_restarts.push(crate::load::unix_ms());
     out.count("restart redis", t0, "down 3s");
     let down_until = Instant::now() + Duration::from_secs(3);
     // Give the fleet's connections a moment to notice, then probe.
@@ -246,6 +274,65 @@ async fn freeze_executor(
     let before = lease_lost_lines(&log);
     tokio::time::sleep(lease).await;
     out.stale_lease_refusals += lease_lost_lines(&log).saturating_sub(before);
+}
+
+/// The replica of `service` that runs in a network namespace cut from everything for 2.5
+/// leases (the host end of its veth down), then healed. It keeps running all along: an
+/// executor's lease lapses and another takes its runs; its writes after the heal must be
+/// refused, and nothing may be duplicated.
+async fn partition(
+    fleet: &Arc<Mutex<Fleet>>,
+    service: &str,
+    lease: Duration,
+    out: &mut Injected,
+    t0: Instant,
+) {
+    let found = {
+        let f = fleet.lock().await;
+        f.procs
+            .iter()
+            .filter(|p| p.service == service)
+            .find_map(|p| {
+                let (k, _) = p.space.as_ref()?;
+                Some((*k, p.name.clone(), p.log().to_path_buf()))
+            })
+    };
+    let Some((k, name, log)) = found else {
+        out.log.push(format!(
+            "no {service} replica runs in a network namespace: partition skipped"
+        ));
+        return;
+    };
+    let cut = lease.mul_f64(2.5);
+    let before = lease_lost_lines(&log);
+    {
+        let f = fleet.lock().await;
+        let Some(n) = &f.netns else {
+            return;
+        };
+        if let Err(e) = n.link(k, false) {
+            out.log.push(format!("partition {name}: {e:#}"));
+            return;
+        }
+    }
+    out.count(
+        &format!("partition {service} (its link down past the lease)"),
+        t0,
+        &format!("{name} for {cut:?}"),
+    );
+    tokio::time::sleep(cut).await;
+    {
+        let f = fleet.lock().await;
+        if let Some(n) = &f.netns
+            && let Err(e) = n.link(k, true)
+        {
+            out.log.push(format!("heal {name}: {e:#}"));
+        }
+    }
+    if service == "executor" {
+        tokio::time::sleep(lease).await;
+        out.partition_lease_lost += lease_lost_lines(&log).saturating_sub(before);
+    }
 }
 
 fn lease_lost_lines(log: &std::path::Path) -> usize {

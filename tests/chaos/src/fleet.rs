@@ -3,7 +3,7 @@
 //! the six services, the gRPC ones and the gateway behind a [`Balancer`] each.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 use tokio::process::{Child, Command};
 
 use crate::lb::Balancer;
+use crate::netns::Netns;
 
 /// The services, in start order.
 pub const SERVICES: [&str; 6] = [
@@ -35,6 +36,10 @@ pub struct Proc {
     log: PathBuf,
     /// Its port, where it listens on one.
     pub port: Option<u16>,
+    /// The address it listens on (the host address, or its namespace's).
+    pub ip: IpAddr,
+    /// The network namespace it runs in (`netns` index), if any.
+    pub space: Option<(usize, String)>,
     child: Option<Child>,
     /// Times it was killed (-9), stopped, restarted.
     pub kills: u32,
@@ -49,7 +54,15 @@ impl Proc {
             .open(&self.log)
             .with_context(|| format!("log {}", self.log.display()))?;
         let err = log.try_clone()?;
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = match &self.space {
+            // `ip netns exec` execs the program: the pid is the program's own.
+            Some((_, ns)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.program);
+                c
+            }
+            None => Command::new(&self.program),
+        };
         cmd.args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -104,14 +117,11 @@ impl Proc {
     }
 }
 
-/// Waits until something accepts connections on `port`.
-pub async fn wait_port(name: &str, port: u16, within: Duration) -> anyhow::Result<()> {
+/// Waits until something accepts connections on `ip`:`port`.
+pub async fn wait_port(name: &str, ip: IpAddr, port: u16, within: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     loop {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+        if tokio::net::TcpStream::connect((ip, port)).await.is_ok() {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -121,9 +131,9 @@ pub async fn wait_port(name: &str, port: u16, within: Duration) -> anyhow::Resul
     }
 }
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// A free port on `ip` (bound, then released).
+pub fn free_port(ip: IpAddr) -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind((ip, 0))?;
     Ok(l.local_addr()?.port())
 }
 
@@ -141,7 +151,7 @@ fn pg_bin() -> anyhow::Result<PathBuf> {
         .context("no initdb under /usr/lib/postgresql/*/bin")
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::env::var("USER").is_ok_and(|u| u == "root")
         || std::process::Command::new("id")
             .arg("-u")
@@ -154,7 +164,6 @@ pub struct Spec {
     pub replicas: usize,
     pub bin_dir: PathBuf,
     pub work: PathBuf,
-    /// Extra config TOML appended to the harness's own.
     pub lease_ttl_ms: u64,
 }
 
@@ -167,6 +176,11 @@ pub struct Fleet {
     pub gateway_url: String,
     /// Each gateway replica's own URL (to read through a given replica).
     pub gateway_replicas: Vec<String>,
+    /// Where everything on the host side listens (127.0.0.1 without namespaces).
+    pub host: IpAddr,
+    /// The namespaces of the partitionable replicas (the last replica of `executor` and of
+    /// `gateway`), when the machine allows them.
+    pub netns: Option<Netns>,
     pg_data: PathBuf,
     pg_port: u16,
     pg_bin: PathBuf,
@@ -174,7 +188,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    pub async fn start(spec: &Spec) -> anyhow::Result<Self> {
+    /// Starts the fleet; with `netns`, the last replica of the executor and of the gateway run
+    /// in namespaces 0 and 1, and the host side listens on `netns.host`.
+    pub async fn start(spec: &Spec, netns: Option<Netns>) -> anyhow::Result<Self> {
+        let host = netns
+            .as_ref()
+            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |n| IpAddr::V4(n.host));
         std::fs::create_dir_all(&spec.work)?;
         let logs = spec.work.join("logs");
         std::fs::create_dir_all(&logs)?;
@@ -185,7 +204,7 @@ impl Fleet {
         let pg_bin = pg_bin()?;
         let as_postgres = is_root();
         let pg_data = spec.work.join("pg");
-        let pg_port = free_port()?;
+        let pg_port = free_port(host)?;
         std::fs::create_dir_all(&pg_data)?;
         if as_postgres {
             run(Command::new("chown")
@@ -205,13 +224,25 @@ impl Fleet {
             "UTF8",
         ]);
         run(&mut init).await.context("initdb")?;
+        if let IpAddr::V4(v4) = host
+            && !v4.is_loopback()
+        {
+            // initdb trusts loopback only; the namespaces connect from 10.213.x.y.
+            use std::io::Write as _;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(pg_data.join("pg_hba.conf"))?;
+            writeln!(hba, "host all all 10.213.0.0/16 trust")?;
+        }
         let mut fleet = Self {
             procs: Vec::new(),
             balancers: BTreeMap::new(),
-            database_url: format!("postgres://postgres@127.0.0.1:{pg_port}/weft"),
+            database_url: format!("postgres://postgres@{host}:{pg_port}/weft"),
             admin_token: String::new(),
             gateway_url: String::new(),
             gateway_replicas: Vec::new(),
+            host,
+            netns,
             pg_data,
             pg_port,
             pg_bin,
@@ -220,13 +251,13 @@ impl Fleet {
         fleet.postgres("start").await?;
         let mut create = Command::new(fleet.pg_bin.join("psql"));
         create
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+            .args(["-h", &host.to_string(), "-U", "postgres", "-p"])
             .arg(pg_port.to_string())
             .args(["-d", "postgres", "-qc", "CREATE DATABASE weft"]);
         run(&mut create).await.context("create database")?;
 
         // Redis and NATS, as children of ours.
-        let redis_port = free_port()?;
+        let redis_port = free_port(host)?;
         fleet.procs.push(Proc {
             name: "redis".into(),
             service: "redis".into(),
@@ -235,10 +266,13 @@ impl Fleet {
                 "--port",
                 &redis_port.to_string(),
                 "--bind",
-                "127.0.0.1",
+                &host.to_string(),
                 "--save",
                 "",
                 "--appendonly",
+                "no",
+                // Bound to the namespaces' host address, which is not loopback.
+                "--protected-mode",
                 "no",
             ]
             .map(str::to_owned)
@@ -246,10 +280,12 @@ impl Fleet {
             env: Vec::new(),
             log: logs.join("redis.log"),
             port: Some(redis_port),
+            ip: host,
+            space: None,
             child: None,
             kills: 0,
         });
-        let nats_port = free_port()?;
+        let nats_port = free_port(host)?;
         let nats_store = spec.work.join("nats");
         std::fs::create_dir_all(&nats_store)?;
         fleet.procs.push(Proc {
@@ -258,7 +294,7 @@ impl Fleet {
             program: "nats-server".into(),
             args: vec![
                 "-a".into(),
-                "127.0.0.1".into(),
+                host.to_string(),
                 "-p".into(),
                 nats_port.to_string(),
                 "-js".into(),
@@ -268,14 +304,16 @@ impl Fleet {
             env: Vec::new(),
             log: logs.join("nats.log"),
             port: Some(nats_port),
+            ip: host,
+            space: None,
             child: None,
             kills: 0,
         });
         for p in fleet.procs.iter_mut() {
             p.start().await?;
         }
-        wait_port("redis", redis_port, Duration::from_secs(10)).await?;
-        wait_port("nats", nats_port, Duration::from_secs(10)).await?;
+        wait_port("redis", host, redis_port, Duration::from_secs(10)).await?;
+        wait_port("nats", host, nats_port, Duration::from_secs(10)).await?;
 
         // The migrations and the admin token.
         let weft = spec.bin_dir.join("weft");
@@ -311,19 +349,40 @@ impl Fleet {
                 continue;
             }
             let list = (0..spec.replicas)
-                .map(|_| free_port())
+                .map(|_| free_port(host))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             ports.insert(s, list);
         }
+        // The namespace a replica runs in, if any, and the address it listens on.
+        let spaces: Vec<(String, IpAddr)> = fleet.netns.as_ref().map_or_else(Vec::new, |n| {
+            n.spaces
+                .iter()
+                .map(|sp| (sp.ns.clone(), IpAddr::V4(sp.ip)))
+                .collect()
+        });
+        let space = |s: &str, i: usize| -> Option<(usize, String, IpAddr)> {
+            let k = match s {
+                "executor" => 0,
+                "gateway" => 1,
+                _ => return None,
+            };
+            if spec.replicas < 2 || i + 1 != spec.replicas {
+                return None;
+            }
+            let (ns, ip) = spaces.get(k)?;
+            Some((k, ns.clone(), *ip))
+        };
+        let addr_of = |s: &str, i: usize| space(s, i).map_or(host, |(_, _, ip)| ip);
+        let mut balancers = BTreeMap::new();
         for s in ["router", "substrate", "mcp-bridge", "gateway"] {
             let backends = ports[s]
                 .iter()
-                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                .enumerate()
+                .map(|(i, p)| SocketAddr::new(addr_of(s, i), *p))
                 .collect();
-            fleet
-                .balancers
-                .insert(s.to_owned(), Balancer::start(backends).await?);
+            balancers.insert(s.to_owned(), Balancer::start(host, backends).await?);
         }
+        fleet.balancers = balancers;
         let lb = |s: &str| fleet.balancers[s].url();
         let config = format!(
             r#"# written by weft-chaos
@@ -339,10 +398,12 @@ lease_ttl_ms = {lease}
 heartbeat_ms = {heartbeat}
 sweep_interval_ms = 1000
 sweep_after_ms = {sweep_after}
-allowed_hosts = ["127.0.0.1"]
-http_private_exempt = ["127.0.0.1/32"]
+allowed_hosts = ["{host}"]
+http_private_exempt = ["{host}/32"]
 http_timeout_ms = 10000
 max_deliver = 50
+[router.tenants.{quota_tenant}.limits]
+requests_per_minute = {quota_rpm}
 [substrate]
 router_url = "{router}"
 [mcp_bridge]
@@ -358,6 +419,9 @@ log_format = "text"
             lease = spec.lease_ttl_ms,
             heartbeat = (spec.lease_ttl_ms / 4).max(100),
             sweep_after = spec.lease_ttl_ms * 2,
+            quota_tenant = crate::load::TENANT_Q,
+            host = host,
+            quota_rpm = crate::load::QUOTA_RPM,
         );
         let config_file = spec.work.join("chaos.toml");
         std::fs::write(&config_file, config)?;
@@ -366,11 +430,11 @@ log_format = "text"
             ("WEFT_DATABASE__URL".to_owned(), fleet.database_url.clone()),
             (
                 "WEFT_REDIS__URL".to_owned(),
-                format!("redis://127.0.0.1:{redis_port}"),
+                format!("redis://{host}:{redis_port}"),
             ),
             (
                 "WEFT_NATS__URL".to_owned(),
-                format!("nats://127.0.0.1:{nats_port}"),
+                format!("nats://{host}:{nats_port}"),
             ),
             ("WEFT_AUTH__INTERNAL_JWT_SECRET".to_owned(), secret),
             (
@@ -387,9 +451,10 @@ log_format = "text"
                 let name = format!("{s}-{}", i + 1);
                 let port = ports.get(s).and_then(|p| p.get(i)).copied();
                 let mut args = Vec::new();
+                let ip = addr_of(s, i);
                 if let Some(port) = port {
                     args.push("--listen".to_owned());
-                    args.push(format!("127.0.0.1:{port}"));
+                    args.push(SocketAddr::new(ip, port).to_string());
                 }
                 let mut p = Proc {
                     name: name.clone(),
@@ -399,6 +464,8 @@ log_format = "text"
                     env: env.clone(),
                     log: logs.join(format!("{name}.log")),
                     port,
+                    ip,
+                    space: space(s, i).map(|(k, ns, _)| (k, ns)),
                     child: None,
                     kills: 0,
                 };
@@ -408,14 +475,15 @@ log_format = "text"
             // Each service's replicas listen before the next service starts.
             for p in fleet.procs.iter().filter(|p| p.service == s) {
                 if let Some(port) = p.port {
-                    wait_port(&p.name, port, Duration::from_secs(60)).await?;
+                    wait_port(&p.name, p.ip, port, Duration::from_secs(60)).await?;
                 }
             }
         }
         fleet.gateway_url = fleet.balancers["gateway"].url();
         fleet.gateway_replicas = ports["gateway"]
             .iter()
-            .map(|p| format!("http://127.0.0.1:{p}"))
+            .enumerate()
+            .map(|(i, p)| format!("http://{}", SocketAddr::new(addr_of("gateway", i), *p)))
             .collect();
         Ok(fleet)
     }
@@ -437,8 +505,9 @@ log_format = "text"
                     .arg(self.pg_data.join("server.log"))
                     .arg("-o")
                     .arg(format!(
-                        "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c max_connections=400",
+                        "-p {} -c listen_addresses={} -c unix_socket_directories={} -c max_connections=400",
                         self.pg_port,
+                        self.host,
                         self.pg_data.display()
                     ))
                     .arg("start");

@@ -7,7 +7,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::net::IpAddr;
+use std::time::Duration;
+
 use tokio::net::{TcpListener, TcpStream};
+
+/// How long a backend may take to accept a connection before the next one is tried (a
+/// partitioned replica drops it silently).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A running balancer: its address, and how many connections found no backend up.
 pub struct Balancer {
@@ -17,9 +24,9 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    /// Listens on 127.0.0.1 (a free port) in front of `backends`.
-    pub async fn start(backends: Vec<SocketAddr>) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// Listens on `ip` (a free port) in front of `backends`.
+    pub async fn start(ip: IpAddr, backends: Vec<SocketAddr>) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let no_backend = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&no_backend);
@@ -37,7 +44,9 @@ impl Balancer {
                         let Some(backend) = backends.get((start + i) % backends.len()) else {
                             break;
                         };
-                        if let Ok(mut upstream) = TcpStream::connect(backend).await {
+                        if let Ok(Ok(mut upstream)) =
+                            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend)).await
+                        {
                             let _ = upstream.set_nodelay(true);
                             let mut client = client;
                             let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;

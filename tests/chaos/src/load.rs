@@ -18,7 +18,13 @@ use crate::api::Api;
 
 pub const TENANT_A: &str = "acme";
 pub const TENANT_B: &str = "blue";
+/// The tenant with a request quota (`router.tenants.quota.limits`), loaded past it.
+pub const TENANT_Q: &str = "quota";
+/// Its `requests_per_minute`.
+pub const QUOTA_RPM: u64 = 120;
 pub const CHANNEL: &str = "chaos.events";
+/// The channel the REST writer publishes to (each publish with an `op_key`).
+pub const REST_CHANNEL: &str = "chaos.rest";
 /// The environment variable the fleet reads the webhook's signing secret from.
 pub const WEBHOOK_SECRET_ENV: &str = "WEFT_WEBHOOK_CHAOS";
 pub const WEBHOOK_SECRET: &str = "chaos-webhook-signing-secret";
@@ -44,6 +50,15 @@ pub struct Tally {
     pub deliveries_sent: AtomicU64,
     /// Violations seen while the load ran (isolation, a stream's shape).
     pub violations: Mutex<Vec<String>>,
+    /// The quota tenant's chat calls: (sent, answered, status), times in Unix milliseconds.
+    pub quota_calls: Mutex<Vec<(u64, u64, u16)>>,
+    /// REST writes acknowledged: memory keys `r<n>` set to n, and publishes of `{"rest": n}`.
+    pub rest_acked: Mutex<Vec<u64>>,
+    /// REST writes tried (acknowledged or not).
+    pub rest_tried: Mutex<Vec<u64>>,
+    /// Increments of the `hits` counter acknowledged, and sent.
+    pub incr_acked: AtomicU64,
+    pub incr_sent: AtomicU64,
 }
 
 #[derive(Clone, Debug)]
@@ -80,14 +95,15 @@ impl Tally {
 /// The receiving end of the runs' effectful `HTTP` POSTs: it counts each body it is sent, so
 /// that a POST made twice shows up. `POST /slow?ms=N` answers after N ms.
 pub struct Echo {
-    pub port: u16,
+    /// Where it listens (the fleet's host address).
+    pub addr: std::net::SocketAddr,
     pub seen: std::sync::Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl Echo {
-    pub async fn start() -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let port = listener.local_addr()?.port();
+    pub async fn start(ip: std::net::IpAddr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((ip, 0)).await?;
+        let addr = listener.local_addr()?;
         let seen = std::sync::Arc::new(Mutex::new(HashMap::new()));
         let counted = std::sync::Arc::clone(&seen);
         tokio::spawn(async move {
@@ -138,7 +154,7 @@ impl Echo {
                 });
             }
         });
-        Ok(Self { port, seen })
+        Ok(Self { addr, seen })
     }
 }
 
@@ -147,8 +163,11 @@ pub struct Setup {
     pub a: Api,
     pub b: Api,
     pub chat: Api,
+    /// A chat token of the quota tenant.
+    pub quota: Api,
     pub admin: Api,
-    pub echo_port: u16,
+    /// The echo server the runs' HTTP tool posts to (`host:port`).
+    pub echo: std::net::SocketAddr,
 }
 
 async fn token(
@@ -183,7 +202,12 @@ async fn must(what: &str, mut f: impl AsyncFnMut() -> crate::api::Answer) -> any
     anyhow::bail!("{what}: {last:?}")
 }
 
-pub async fn prepare(gateway: &str, admin_token: &str, echo_port: u16) -> anyhow::Result<Setup> {
+pub async fn prepare(
+    gateway: &str,
+    admin_token: &str,
+    echo: std::net::SocketAddr,
+) -> anyhow::Result<Setup> {
+    let echo_host = echo.ip().to_string();
     let admin = Api::new(gateway, admin_token)?;
     // Every scope a tenant's token can hold (`admin` is the operator's).
     let all: Vec<&str> = Scope::ALL
@@ -197,15 +221,22 @@ pub async fn prepare(gateway: &str, admin_token: &str, echo_port: u16) -> anyhow
         None,
         Some(&token(&admin, TENANT_A, "chaos-chat", &["llm:call"]).await?),
     );
+    let quota = admin.with(
+        None,
+        Some(&token(&admin, TENANT_Q, "chaos-quota", &["llm:call"]).await?),
+    );
     for t in [&a, &b] {
-        must("channel", async || {
-            t.put(
-                &format!("/v1/channels/{CHANNEL}"),
-                &json!({"scope": "tenant"}),
-            )
-            .await
-        })
-        .await?;
+        // Room for an hour of messages: the checker reads every one of them back.
+        for channel in [CHANNEL, REST_CHANNEL] {
+            must("channel", async || {
+                t.put(
+                    &format!("/v1/channels/{channel}"),
+                    &json!({"scope": "tenant", "max_messages": 100_000}),
+                )
+                .await
+            })
+            .await?;
+        }
         must("leaf agent", async || {
             t.put(
                 "/v1/agents/leaf",
@@ -223,7 +254,7 @@ pub async fn prepare(gateway: &str, admin_token: &str, echo_port: u16) -> anyhow
                     "tools": ["Memory", "Channel", "Agent", "HTTP", "Interruption"],
                     "memory_scopes": ["tenant"],
                     "channels": {"publish": [CHANNEL], "subscribe": [CHANNEL]},
-                    "allowed_hosts": ["127.0.0.1"],
+                    "allowed_hosts": [echo_host],
                     "max_iterations": 8
                 }),
             )
@@ -255,13 +286,14 @@ pub async fn prepare(gateway: &str, admin_token: &str, echo_port: u16) -> anyhow
         a,
         b,
         chat,
+        quota,
         admin,
-        echo_port,
+        echo,
     })
 }
 
 /// The script of a worker run `n`: memory write and publish, a child, an effectful POST.
-fn worker_script(n: u64, echo: u16, slow_ms: u64) -> String {
+fn worker_script(n: u64, echo: std::net::SocketAddr, slow_ms: u64) -> String {
     let script = json!({
         "turns": [
             [
@@ -269,7 +301,7 @@ fn worker_script(n: u64, echo: u16, slow_ms: u64) -> String {
                 {"name": "Channel", "input": {"op": "publish", "channel": CHANNEL, "payload": {"n": n}}}
             ],
             [{"name": "Agent", "input": {"op": "spawn", "agent": "leaf", "input": format!("child of {n}")}}],
-            [{"name": "HTTP", "input": {"method": "POST", "url": format!("http://127.0.0.1:{echo}/slow?ms={slow_ms}"), "body": format!("post-{n}")}}]
+            [{"name": "HTTP", "input": {"method": "POST", "url": format!("http://{echo}/slow?ms={slow_ms}"), "body": format!("post-{n}")}}]
         ],
         "reply": format!("done {n}")
     });
@@ -342,7 +374,7 @@ pub async fn runs_worker(s: &Setup, tally: &Tally, stop: Instant) {
     while Instant::now() < stop {
         let n = next_n();
         // The POST takes 1 s, so that a killed executor often dies in the middle of one.
-        let body = json!({"agent": "worker", "input": worker_script(n, s.echo_port, 1000)});
+        let body = json!({"agent": "worker", "input": worker_script(n, s.echo, 1000)});
         if let Some(id) = start_run(&s.a, tally, body, "worker", n, stop).await {
             wait_end(&s.a, &id, stop).await;
         }
@@ -398,7 +430,7 @@ pub async fn interactive_worker(s: &Setup, tally: &Tally, stop: Instant, finish:
 pub async fn cancel_worker(s: &Setup, tally: &Tally, stop: Instant) {
     while Instant::now() < stop {
         let n = next_n();
-        let body = json!({"agent": "worker", "input": worker_script(n, s.echo_port, 2000)});
+        let body = json!({"agent": "worker", "input": worker_script(n, s.echo, 2000)});
         let Some(id) = start_run(&s.a, tally, body, "cancelled", n, stop).await else {
             continue;
         };
@@ -452,6 +484,100 @@ pub async fn chat_worker(s: &Setup, tally: &Tally, stop: Instant, every: Duratio
                 tally.refused("chat", ans.status, ans.code());
             }
         }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The quota tenant's chat calls, at `per_sec` (twice its `requests_per_minute`), each recorded
+/// with when it was sent and answered: the checker counts the admitted ones per minute window.
+pub async fn quota_worker(s: &Setup, tally: &Tally, stop: Instant, per_sec: f64) {
+    let every = Duration::from_secs_f64(1.0 / per_sec.max(0.1));
+    let mut next = Instant::now();
+    let mut i = 0u64;
+    while Instant::now() < stop {
+        tokio::time::sleep_until(next.into()).await;
+        next += every;
+        i += 1;
+        let body = json!({
+            "model": "mock-1",
+            "messages": [{"role": "user", "content": format!("quota {i}")}]
+        });
+        let sent = unix_ms();
+        let ans = s.quota.post("/v1/chat/completions", &body).await;
+        let answered = unix_ms();
+        if let Ok(mut calls) = tally.quota_calls.lock() {
+            calls.push((sent, answered, ans.status));
+        }
+        if ans.status != 200 && ans.status != 429 {
+            tally.refused("quota chat", ans.status, ans.code());
+        }
+    }
+}
+
+/// Memory and channel writes through the REST API, as an application makes them: `PUT` of key
+/// `r<n>` = n, a publish of `{"rest": n}` with `op_key` `rest-<n>` (both retried until
+/// answered), and an increment of `hits` (not idempotent: sent once, never retried).
+pub async fn rest_writer(s: &Setup, tally: &Tally, stop: Instant) {
+    while Instant::now() < stop {
+        let n = next_n();
+        if let Ok(mut t) = tally.rest_tried.lock() {
+            t.push(n);
+        }
+        let mut done = (false, false);
+        while !(done.0 && done.1) && Instant::now() < stop {
+            if !done.0 {
+                let ans =
+                    s.a.put(
+                        &format!("/v1/memory/tenant/{TENANT_A}/r{n}"),
+                        &json!({"value": n}),
+                    )
+                    .await;
+                done.0 = ans.ok();
+                if !done.0 {
+                    tally.refused("PUT memory", ans.status, ans.code());
+                }
+            }
+            if !done.1 {
+                let ans =
+                    s.a.post(
+                        &format!("/v1/channels/{REST_CHANNEL}/publish"),
+                        &json!({"payload": {"rest": n}, "op_key": format!("rest-{n}")}),
+                    )
+                    .await;
+                done.1 = ans.ok();
+                if !done.1 {
+                    tally.refused("POST publish", ans.status, ans.code());
+                }
+            }
+            if !(done.0 && done.1) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        if done.0
+            && done.1
+            && let Ok(mut acked) = tally.rest_acked.lock()
+        {
+            acked.push(n);
+        }
+        tally.incr_sent.fetch_add(1, Ordering::Relaxed);
+        let ans =
+            s.a.post(
+                &format!("/v1/memory/tenant/{TENANT_A}/hits/incr"),
+                &json!({"by": 1}),
+            )
+            .await;
+        if ans.ok() {
+            tally.incr_acked.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tally.refused("POST incr", ans.status, ans.code());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

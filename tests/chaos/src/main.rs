@@ -21,6 +21,7 @@ mod faults;
 mod fleet;
 mod lb;
 mod load;
+mod netns;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,6 +51,10 @@ struct Cli {
     /// The executors' lease, in milliseconds (a frozen executor is held for 2.5 of them).
     #[arg(long, global = true, default_value_t = 3000)]
     lease_ttl_ms: u64,
+    /// Keep every replica on loopback: no network namespaces, so no partition is injected.
+    /// Without root or iproute2 that is what happens anyway.
+    #[arg(long, global = true)]
+    no_partition: bool,
 }
 
 #[derive(Subcommand)]
@@ -114,7 +119,30 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let work = std::path::absolute(&cli.work)?.join(format!("{stamp}-{}", std::process::id()));
-    let echo = load::Echo::start().await?;
+    // The last replica of the executor and of the gateway in network namespaces of their own,
+    // to be partitioned (runs only; `cluster` keeps everything on loopback).
+    let netns = if matches!(cli.cmd, Cmd::Run(_)) && !cli.no_partition && cli.replicas >= 2 {
+        if fleet::is_root() {
+            netns::Netns::create(2)
+                .map_err(|e| {
+                    println!(
+                        "network namespaces unavailable ({e:#}): replicas share loopback, no partition"
+                    );
+                })
+                .ok()
+        } else {
+            println!("not root: replicas share loopback, no partition");
+            None
+        }
+    } else {
+        None
+    };
+    let host = netns
+        .as_ref()
+        .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), |n| {
+            std::net::IpAddr::V4(n.host)
+        });
+    let echo = load::Echo::start(host).await?;
     let spec = fleet::Spec {
         replicas: cli.replicas.max(1),
         bin_dir: std::path::absolute(&cli.bin_dir)?,
@@ -122,7 +150,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         lease_ttl_ms: cli.lease_ttl_ms,
     };
     let t_start = Instant::now();
-    let fleet = fleet::Fleet::start(&spec).await;
+    let fleet = fleet::Fleet::start(&spec, netns).await;
     let fleet = match fleet {
         Ok(f) => f,
         Err(e) => {
@@ -182,7 +210,7 @@ async fn run(
             f.database_url.clone(),
         )
     };
-    let setup = Arc::new(load::prepare(&gateway, &admin, echo.port).await?);
+    let setup = Arc::new(load::prepare(&gateway, &admin, echo.addr).await?);
     let tally = Arc::new(load::Tally::default());
     let revoked_before =
         load::revocation_across_replicas(&setup, &replicas, Duration::from_secs(5)).await;
@@ -217,6 +245,12 @@ async fn run(
         tasks.spawn(async move { load::webhook_sender(&s, &t, stop).await });
         let (s, t, r) = (Arc::clone(&setup), Arc::clone(&tally), replicas.clone());
         tasks.spawn(async move { load::isolation_prober(&s, &r, &t, stop).await });
+        let (s, t) = (Arc::clone(&setup), Arc::clone(&tally));
+        tasks.spawn(async move { load::rest_writer(&s, &t, stop).await });
+        // Twice the quota tenant's requests_per_minute.
+        let per_sec = 2.0 * load::QUOTA_RPM as f64 / 60.0;
+        let (s, t) = (Arc::clone(&setup), Arc::clone(&tally));
+        tasks.spawn(async move { load::quota_worker(&s, &t, stop, per_sec).await });
     }
     let plan = faults::Plan {
         duration,
@@ -259,7 +293,16 @@ async fn run(
         ));
     }
     let echo_seen = echo.seen.lock().map(|m| m.clone()).unwrap_or_default();
-    let report = check::check(&db, &tally, &echo_seen, "chaos-chat", t0_wall, held).await?;
+    let report = check::check(
+        &db,
+        &tally,
+        &echo_seen,
+        "chaos-chat",
+        t0_wall,
+        held,
+        &injected.redis_restarts,
+    )
+    .await?;
 
     // The report.
     let secs = held.as_secs_f64();
@@ -292,6 +335,28 @@ async fn run(
         tally.deliveries.lock().map(|m| m.len()).unwrap_or(0),
         tally.deliveries_sent.load(Ordering::Relaxed)
     );
+    {
+        let calls = tally
+            .quota_calls
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let admitted = calls.iter().filter(|c| c.2 == 200).count();
+        let refused = calls.iter().filter(|c| c.2 == 429).count();
+        println!(
+            "  quota tenant: {} chat calls at {:.1}/s against {} a minute: {admitted} admitted, {refused} refused (429)",
+            calls.len(),
+            calls.len() as f64 / secs,
+            load::QUOTA_RPM
+        );
+    }
+    println!(
+        "  REST writes: {} memory sets + publishes acknowledged of {} tried; {} of {} increments acknowledged",
+        tally.rest_acked.lock().map(|a| a.len()).unwrap_or(0),
+        tally.rest_tried.lock().map(|a| a.len()).unwrap_or(0),
+        tally.incr_acked.load(Ordering::Relaxed),
+        tally.incr_sent.load(Ordering::Relaxed)
+    );
     println!("faults injected:");
     for (k, n) in &injected.by_kind {
         println!("  {n:>4}  {k}");
@@ -303,6 +368,10 @@ async fn run(
     println!(
         "  the frozen executor, thawed, found its lease lost {} times (its writes refused)",
         injected.stale_lease_refusals
+    );
+    println!(
+        "  the partitioned executor, healed, found its lease lost {} times",
+        injected.partition_lease_lost
     );
     println!(
         "  tenant isolation: {} reads of tenant A's runs as tenant B through each gateway replica, {} of B's run lists",
