@@ -1419,7 +1419,9 @@ fn random_hex() -> String {
     weft_core::RunId::new().0.simple().to_string()
 }
 
-async fn set_up(f: &TestFleet) -> World {
+/// The world of the matrix, made through `f`; `via` is where the matrix sends its requests
+/// (`f` itself, or another replica).
+async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     let canary = &random_hex()[20..];
     let a_admin_subject = format!("acme-admin-{canary}");
     let alice_subject = format!("alice-{canary}");
@@ -1563,6 +1565,10 @@ async fn set_up(f: &TestFleet) -> World {
     assert_eq!(r.status(), 200);
 
     let revoked_token = mint(f, "acme", "revoked", "revoked", &["tenant:admin"]).await;
+    let revoked = bearer(&revoked_token);
+    // The replica the matrix goes through knows the token as valid before it is revoked.
+    let (s, _) = via.get("/v1/me", &revoked).await;
+    assert_eq!(s, 200, "a fresh token works on the replica the matrix uses");
     let r = f
         .http
         .delete(format!(
@@ -1575,12 +1581,24 @@ async fn set_up(f: &TestFleet) -> World {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let revoked = bearer(&revoked_token);
     let (s, _) = f.get("/v1/me", &revoked).await;
     assert_eq!(
         s, 401,
         "revocation takes effect on the replica that revoked"
     );
+    // On another replica, within the documented bound (the revocation is broadcast on NATS).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (s, _) = via.get("/v1/me", &revoked).await;
+        if s == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a token revoked on one replica still works on another after 5 s ({s})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A tenant channel of A with one message (from a subject that is no secret).
     let channel = format!("chan-{canary}");
@@ -1747,15 +1765,33 @@ fn leaks(w: &World, who: Identity, sent: &str, text: &str) -> Vec<&'static str> 
 #[tokio::test]
 async fn every_route_answers_every_identity_as_the_trust_model_says() {
     let f = TestFleet::start().await;
+    matrix(&f, &f).await;
+}
+
+/// The same matrix across replicas: the world (tokens, the revocation, A's run and
+/// definitions) is made through one fleet, and every request of the matrix goes to another set
+/// of replicas of the same deployment (same database, NATS, Redis and internal key). The
+/// revoked token was first seen as valid by the other replica, so its 401 there is the
+/// revocation reaching it, not a cold cache.
+#[tokio::test]
+async fn every_route_answers_every_identity_across_replicas() {
+    let f = TestFleet::start().await;
+    let other = f.join(|_| {}).await;
+    matrix(&f, &other).await;
+    other.stop().await;
+}
+
+/// Sets the world up through `f` and sends every request of the matrix to `via`.
+async fn matrix(f: &TestFleet, via: &TestFleet) {
     let entries = expectations();
     let keys = entry_keys(&entries);
 
     // 1. The route table, from the router itself, must be exactly the matrix's keys.
-    let served = parse_route_table(&gateway_router(&f).await).unwrap();
+    let served = parse_route_table(&gateway_router(f).await).unwrap();
     let missing = compare(&served, &keys);
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 
-    let w = set_up(&f).await;
+    let w = set_up(f, via).await;
     let mut failures: Vec<String> = Vec::new();
 
     // 2. The parse agrees with the live server: an unknown method on each path is a 405 whose
@@ -1766,7 +1802,7 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
     }
     let probe = Method::from_bytes(b"WEFTPROBE").unwrap();
     for (path, methods) in &by_path {
-        let a = send(&f, probe.clone(), &fill(path, &w.ghost), None, None).await;
+        let a = send(via, probe.clone(), &fill(path, &w.ghost), None, None).await;
         let mut want = methods.clone();
         if want.contains("GET") {
             want.insert("HEAD".into());
@@ -1789,7 +1825,7 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
 
     // 3. The served OpenAPI document lists exactly the same operations, and marks exactly the
     // public entries as needing no token.
-    let doc = send(&f, Method::GET, "/v1/openapi.json", None, None)
+    let doc = send(via, Method::GET, "/v1/openapi.json", None, None)
         .await
         .json;
     let mut documented = BTreeSet::new();
@@ -1843,7 +1879,7 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
                 .iter()
                 .find(|s| s.what == "alice's subject")
                 .unwrap();
-            let t = mint(&f, "acme", &alice_subject.value, "scope-less", &scopes).await;
+            let t = mint(f, "acme", &alice_subject.value, "scope-less", &scopes).await;
             scope_tokens.insert(scopes.clone(), bearer(&t));
         }
         let target = |p: &Params| format!("{}{}", fill(e.path, p), (e.query)(p));
@@ -1858,7 +1894,7 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
                 Identity::OtherSubject => Some(w.bob.as_str()),
             };
             let (url, body) = (target(&w.a), (e.body)(&w.a));
-            let a = send(&f, e.method.clone(), &url, token, body.as_ref()).await;
+            let a = send(via, e.method.clone(), &url, token, body.as_ref()).await;
             let case = format!("{} {} as {who:?} ({url})", e.method, e.path);
             if a.status == 405
                 || a.json["error"]["message"]
@@ -1901,7 +1937,14 @@ async fn every_route_answers_every_identity_as_the_trust_model_says() {
                 && (ghost_url != url || ghost_body != body)
             {
                 oracle_checks += 1;
-                let g = send(&f, e.method.clone(), &ghost_url, token, ghost_body.as_ref()).await;
+                let g = send(
+                    via,
+                    e.method.clone(),
+                    &ghost_url,
+                    token,
+                    ghost_body.as_ref(),
+                )
+                .await;
                 if let Some(status) = e.existence_visible {
                     // Visible by design: the ghost gets its own status, with an opaque error
                     // that names nothing of the request.
