@@ -200,12 +200,12 @@ rust_tests() {
     fi
 }
 
-# A short cargo-fuzz run (fuzz/README.md): the three chat request decoders and the provider stream
-# and body parsers, WEFT_FUZZ_SECONDS (default 15) each after one build into fuzz/target; a crash
-# fails the step. About 1.5 min when nothing changed, 3 min when weft's crates must be rebuilt;
-# the first (cold) build takes about 10 min on 2 cores.
+# A short cargo-fuzz run (fuzz/README.md): every target (15: the chat, provider, webhook,
+# definition, token, JWT and MCP-face decoders) for WEFT_FUZZ_SECONDS (default 10) each, after
+# one build into fuzz/target; a crash fails the step. About 3 min when nothing changed; the first
+# (cold) build takes about 10 min on 2 cores.
 fuzz_short() {
-    nice -n 5 fuzz/run.sh "${WEFT_FUZZ_SECONDS:-15}"
+    nice -n 5 fuzz/run.sh "${WEFT_FUZZ_SECONDS:-10}"
 }
 
 # --- Python venv for the compat suite -----------------------------------------------------------
