@@ -240,7 +240,12 @@ impl McpServerContent {
             .or_else(|| url.strip_prefix("http://"))
             .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
             .unwrap_or_default();
-        if host.is_empty() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        // What the client will parse: a URL it refuses (`http://[::1`, a bad port) is refused
+        // here, where the author sees it, not at the first connection.
+        let parsed = ::url::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if host.is_empty() || parsed.is_none() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(bad(
                 "url",
                 format!("`url` must be an http:// or https:// URL with a host, got `{url}`"),
@@ -423,6 +428,17 @@ mod tests {
         assert!(e.message.contains("run.credentials"), "{}", e.message);
         let e = content(json!({"url": "file:///etc/passwd"})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("url"));
+        for bad_url in [
+            "http://[::1",
+            "http://[::1/mcp",
+            "https://host:99999/mcp",
+            "http://exa mple.com/",
+            "http://:80/mcp",
+        ] {
+            let e = content(json!({"url": bad_url})).unwrap_err();
+            assert!(e.to_string().contains("`url` must be"), "{bad_url}: {e}");
+        }
+        content(json!({"url": "http://[::1]:8080/mcp"})).unwrap();
         let e = content(json!({"url": "https://x/mcp", "headers": {"Host": "y"}})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("headers.Host"));
     }
