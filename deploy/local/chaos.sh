@@ -7,10 +7,13 @@
 # as separate processes behind local load balancers, on a Postgres cluster, Redis and NATS of
 # their own (under target/chaos/<stamp>/, so restarting them disturbs nothing else here), holds a
 # steady mixed load (chat, streams, runs with tools and sub-runs, interactive runs, cancels, memory
-# writes, channel publishes, schedule fires, signed webhooks, tenant-isolation probes) while
-# killing a random replica every 5 s and restarting Redis, NATS and Postgres in turn and freezing
-# an executor past its lease, then lets the fleet settle and checks the final state. It prints the
-# load held, the faults by kind and the violations, and exits 1 on any violation.
+# writes, channel publishes, schedule fires, signed webhooks, a tenant loaded past its quota,
+# tenant-isolation probes) while killing a random replica every 5 s and, in every 5-minute cycle,
+# restarting Redis, NATS and Postgres in turn, freezing an executor past its lease and
+# partitioning an executor and a gateway replica (each in a network namespace of its own, when
+# run as root; --no-partition keeps every replica on loopback), then lets the fleet settle and
+# checks the final state. It prints the load held, the faults by kind and the violations, and
+# exits 1 on any violation.
 #
 # DURATION: 120s by default (test.sh's default suite); WEFT_CHAOS=1 makes it 10m (test.sh's long
 # tier); anything `weft-chaos run --duration` takes (90s, 10m, 1h). WEFT_BIN_DIR: the binaries

@@ -233,27 +233,8 @@ pub async fn check(
         .filter(|a| a.kind == "worker" && status.get(&a.id).is_some_and(|s| s == "succeeded"))
         .map(|a| a.n)
         .collect();
-    let mem: HashMap<String, String> = sqlx::query(
-        "SELECT key, value_json FROM memory_entries WHERE tenant_id = $1 AND scope = 'tenant' AND key LIKE 'k%'",
-    )
-    .bind(TENANT_A)
-    .fetch_all(db)
-    .await?
-    .iter()
-    .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
-    .collect();
-    let msgs = sqlx::query(
-        "SELECT m.payload, count(*) FROM channel_messages m JOIN channels c ON c.id = m.channel_id
-          WHERE c.tenant_id = $1 AND c.name = $2 GROUP BY 1",
-    )
-    .bind(TENANT_A)
-    .bind(CHANNEL)
-    .fetch_all(db)
-    .await?;
-    let mut published: HashMap<String, i64> = HashMap::new();
-    for row in &msgs {
-        published.insert(row.try_get(0)?, row.try_get(1)?);
-    }
+    let mem = tenant_memory(db).await?;
+    let published = published(db, CHANNEL).await?;
     let mut v = Vec::new();
     for n in &succeeded {
         if mem.get(&format!("k{n}")).map(String::as_str) != Some(n.to_string().as_str()) {
@@ -572,28 +553,8 @@ async fn rest_writes(db: &PgPool, tally: &Tally) -> anyhow::Result<(u64, Vec<Str
         .lock()
         .map(|a| a.clone())
         .unwrap_or_default();
-    let mem: HashMap<String, String> = sqlx::query(
-        "SELECT key, value_json FROM memory_entries WHERE tenant_id = $1 AND scope = 'tenant'
-            AND (key LIKE 'r%' OR key = 'hits')",
-    )
-    .bind(TENANT_A)
-    .fetch_all(db)
-    .await?
-    .iter()
-    .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
-    .collect();
-    let mut published: HashMap<String, i64> = HashMap::new();
-    for row in sqlx::query(
-        "SELECT m.payload, count(*) FROM channel_messages m JOIN channels c ON c.id = m.channel_id
-          WHERE c.tenant_id = $1 AND c.name = $2 GROUP BY 1",
-    )
-    .bind(TENANT_A)
-    .bind(REST_CHANNEL)
-    .fetch_all(db)
-    .await?
-    {
-        published.insert(row.try_get(0)?, row.try_get(1)?);
-    }
+    let mem = tenant_memory(db).await?;
+    let published = published(db, REST_CHANNEL).await?;
     let mut v = Vec::new();
     for n in &acked {
         let key = format!("r{n}");
@@ -633,4 +594,79 @@ async fn rest_writes(db: &PgPool, tally: &Tally) -> anyhow::Result<(u64, Vec<Str
         ));
     }
     Ok((u64::try_from(acked.len() * 2).unwrap_or(0) + 1, v))
+}
+
+/// Tenant A's tenant-scope memory: key → value (compact JSON).
+async fn tenant_memory(db: &PgPool) -> anyhow::Result<HashMap<String, String>> {
+    let rows = sqlx::query(
+        "SELECT key, value_json FROM memory_entries WHERE tenant_id = $1 AND scope = 'tenant'",
+    )
+    .bind(TENANT_A)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
+        .collect())
+}
+
+/// The messages of tenant A's `channel`: payload → how many times it is stored.
+async fn published(db: &PgPool, channel: &str) -> anyhow::Result<HashMap<String, i64>> {
+    let rows = sqlx::query(
+        "SELECT m.payload, count(*) FROM channel_messages m JOIN channels c ON c.id = m.channel_id
+          WHERE c.tenant_id = $1 AND c.name = $2 GROUP BY 1",
+    )
+    .bind(TENANT_A)
+    .bind(channel)
+    .fetch_all(db)
+    .await?;
+    let mut out = HashMap::new();
+    for row in &rows {
+        out.insert(row.try_get(0)?, row.try_get(1)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(calls: &[(u64, u64, u16)]) -> Tally {
+        let t = Tally::default();
+        if let Ok(mut c) = t.quota_calls.lock() {
+            c.extend_from_slice(calls);
+        }
+        t
+    }
+
+    /// `n` admitted calls inside minute `m` (sent and answered in it), and one refused.
+    fn minute(m: u64, n: u64) -> Vec<(u64, u64, u16)> {
+        let base = m * 60_000;
+        let mut calls: Vec<_> = (0..n).map(|i| (base + i, base + i + 5, 200)).collect();
+        calls.push((base + 59_000, base + 59_001, 429));
+        calls
+    }
+
+    #[test]
+    fn quota_windows_hold_the_limit_and_twice_it_where_redis_restarted() {
+        let ok = tally(&minute(10, QUOTA_RPM));
+        assert!(quota_windows(&ok, &[]).1.is_empty());
+        let over = tally(&minute(10, QUOTA_RPM + 1));
+        assert_eq!(quota_windows(&over, &[]).1.len(), 1);
+        // A Redis restart in that minute allows up to twice the limit, not in another minute.
+        assert!(quota_windows(&over, &[10 * 60_000 + 30_000]).1.is_empty());
+        assert_eq!(quota_windows(&over, &[11 * 60_000]).1.len(), 1);
+        let far_over = tally(&minute(10, 2 * QUOTA_RPM + 1));
+        assert_eq!(quota_windows(&far_over, &[10 * 60_000]).1.len(), 1);
+    }
+
+    #[test]
+    fn a_call_across_a_minute_boundary_counts_in_neither_and_no_429_is_a_violation() {
+        let mut calls = minute(10, QUOTA_RPM);
+        calls.push((10 * 60_000 + 59_990, 11 * 60_000 + 10, 200));
+        assert!(quota_windows(&tally(&calls), &[]).1.is_empty());
+        let never_refused: Vec<_> = (0..5).map(|i| (i, i + 1, 200)).collect();
+        let v = quota_windows(&tally(&never_refused), &[]).1;
+        assert!(v.iter().any(|l| l.contains("none was refused")), "{v:?}");
+    }
 }
