@@ -8,7 +8,7 @@
 #      Dockerfile, docker-compose.yaml through `docker-compose config`, the Helm chart through
 #      helm lint/template and the Kubernetes schemas; docs/deploy.md)
 #   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), and a short
-#      cargo-fuzz run of the request decoders and provider parsers (fuzz/run.sh)
+#      cargo-fuzz run of every target (fuzz/run.sh, 10 s each)
 #   3. cargo build --bins (with --tests, so it reuses the test build), then the black-box OpenAI
 #      compatibility suite (tests/compat, with the real `openai` Python package) against two
 #      arrangements:
@@ -35,7 +35,9 @@
 #   7. the fault harness (deploy/local/chaos.sh, docs/reliability.md): 2 replicas of every service
 #      as separate processes on a Postgres, Redis and NATS of its own, a mixed load, kill -9 of a
 #      random replica every 5 s, Redis/NATS/Postgres restarts, an executor frozen past its lease,
-#      then a checker of the final state; 2 minutes, 10 with WEFT_CHAOS=1 (the long tier)
+#      an executor and a gateway replica partitioned (network namespaces, as root), a tenant over
+#      its quota, then a checker of the final state; 2 minutes, 10 with WEFT_CHAOS=1 (the long
+#      tier)
 #   8. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
 #      repro against the built `weft`, one `weft up` of its own per check.
 #
