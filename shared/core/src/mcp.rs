@@ -241,11 +241,16 @@ impl McpServerContent {
             .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
             .unwrap_or_default();
         // What the client will parse: a URL it refuses (`http://[::1`, a bad port) is refused
-        // here, where the author sees it, not at the first connection.
-        let parsed = ::url::Url::parse(url)
-            .ok()
+        // here, where the author sees it, not at the first connection (the length is checked
+        // below, and a URL over it is not parsed).
+        let parsed = (url.len() <= limits::URL_BYTES)
+            .then(|| ::url::Url::parse(url).ok())
+            .flatten()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if host.is_empty() || parsed.is_none() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        if host.is_empty()
+            || (parsed.is_none() && url.len() <= limits::URL_BYTES)
+            || url.bytes().any(|b| b <= b' ' || b == 0x7f)
+        {
             return Err(bad(
                 "url",
                 format!("`url` must be an http:// or https:// URL with a host, got `{url}`"),

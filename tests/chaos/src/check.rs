@@ -538,7 +538,15 @@ fn quota_windows(tally: &Tally, redis_restarts: &[u64]) -> (u64, Vec<String>) {
             ));
         }
     }
-    if refused == 0 && !calls.is_empty() {
+    // The limit must have applied: some minute saw more calls sent than it allows, and none was
+    // refused.
+    let mut sent_per_minute: std::collections::BTreeMap<u64, u64> =
+        std::collections::BTreeMap::new();
+    for (sent, _, _) in &calls {
+        *sent_per_minute.entry(sent / 60_000).or_default() += 1;
+    }
+    let pressed = sent_per_minute.values().any(|n| *n > QUOTA_RPM);
+    if refused == 0 && pressed {
         v.push(format!(
             "the quota tenant made {} calls at twice its limit and none was refused (429): the limit did not apply",
             calls.len()
@@ -665,7 +673,10 @@ mod tests {
         let mut calls = minute(10, QUOTA_RPM);
         calls.push((10 * 60_000 + 59_990, 11 * 60_000 + 10, 200));
         assert!(quota_windows(&tally(&calls), &[]).1.is_empty());
-        let never_refused: Vec<_> = (0..5).map(|i| (i, i + 1, 200)).collect();
+        // Under the limit, no 429 is expected; over it, none at all means the limit did not apply.
+        let under: Vec<_> = (0..5).map(|i| (i, i + 1, 200)).collect();
+        assert!(quota_windows(&tally(&under), &[]).1.is_empty());
+        let never_refused: Vec<_> = (0..=QUOTA_RPM).map(|i| (i, i + 1, 200)).collect();
         let v = quota_windows(&tally(&never_refused), &[]).1;
         assert!(v.iter().any(|l| l.contains("none was refused")), "{v:?}");
     }

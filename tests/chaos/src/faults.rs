@@ -1,7 +1,9 @@
 //! The fault schedule: a random replica of a random service killed (-9) every few seconds and
-//! restarted; Redis, NATS and Postgres each restarted once, in turn (Postgres by a crash:
-//! immediate stop); one executor frozen (SIGSTOP) past its lease and thawed. While Redis is
-//! down, admission must fail closed: `POST /v1/runs` answers 503 and nothing is accepted.
+//! restarted; and in every cycle (the run, up to 5 minutes, then each 5 minutes) Redis, NATS and
+//! Postgres restarted in turn (Postgres by a crash: immediate stop), one executor frozen
+//! (SIGSTOP) past its lease and thawed, and the namespaced executor and gateway replicas
+//! partitioned past the lease and healed. While Redis is down, admission must fail closed:
+//! `POST /v1/runs` answers 503 and nothing is accepted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,10 +100,10 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
                 }
                 "freeze executor" => freeze_executor(&fleet, plan.lease_ttl, &mut out, t0).await,
                 "partition executor" => {
-                    partition(&fleet, "executor", plan.lease_ttl, &mut out, t0).await;
+                    partition(&fleet, "executor", plan.lease_ttl, &tally, &mut out, t0).await;
                 }
                 "partition gateway" => {
-                    partition(&fleet, "gateway", plan.lease_ttl, &mut out, t0).await;
+                    partition(&fleet, "gateway", plan.lease_ttl, &tally, &mut out, t0).await;
                 }
                 _ => {}
             }
@@ -279,11 +281,13 @@ async fn freeze_executor(
 /// The replica of `service` that runs in a network namespace cut from everything for 2.5
 /// leases (the host end of its veth down), then healed. It keeps running all along: an
 /// executor's lease lapses and another takes its runs; its writes after the heal must be
-/// refused, and nothing may be duplicated.
+/// refused (the checker finds no duplicate; its "lease lost" lines are counted). A heal that
+/// fails is a violation: the rest of the run would be judged with a replica cut off.
 async fn partition(
     fleet: &Arc<Mutex<Fleet>>,
     service: &str,
     lease: Duration,
+    tally: &Tally,
     out: &mut Injected,
     t0: Instant,
 ) {
@@ -324,9 +328,11 @@ async fn partition(
     {
         let f = fleet.lock().await;
         if let Some(n) = &f.netns
-            && let Err(e) = n.link(k, true)
+            && let Err(e) = n.link(k, true).or_else(|_| n.link(k, true))
         {
-            out.log.push(format!("heal {name}: {e:#}"));
+            tally.violation(format!(
+                "the partition of {name} could not be healed: {e:#}"
+            ));
         }
     }
     if service == "executor" {

@@ -24,6 +24,10 @@ pub struct Space {
 pub struct Netns {
     pub host: Ipv4Addr,
     pub spaces: Vec<Space>,
+    /// What was made, so that dropping removes exactly that (another run's resources are not
+    /// ours to delete): the address on `lo`, the blackhole route.
+    host_added: bool,
+    blackhole: Option<String>,
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -48,7 +52,13 @@ impl Netns {
             .args(["-o", "-4", "addr", "show"])
             .output()
             .context("ip -o -4 addr show (iproute2 missing?)")?;
+        if !addrs.status.success() {
+            bail!("ip -o -4 addr show failed");
+        }
         let addrs = String::from_utf8_lossy(&addrs.stdout).into_owned();
+        if n > 60 {
+            bail!("at most 60 network namespaces");
+        }
         let Some(b) = (0..64)
             .map(|_| rand::random_range(1u8..=254))
             .find(|b| !addrs.contains(&format!(" 10.213.{b}.")))
@@ -60,8 +70,16 @@ impl Netns {
         let mut me = Self {
             host,
             spaces: Vec::new(),
+            host_added: false,
+            blackhole: None,
         };
         ip(&["addr", "add", &format!("{host}/32"), "dev", "lo"])?;
+        me.host_added = true;
+        // While a space's link is down its /30 route is gone: without this, what the host
+        // sends it would follow the default route out of the machine instead of being dropped.
+        let net = format!("10.213.{b}.0/24");
+        ip(&["route", "add", "blackhole", &net])?;
+        me.blackhole = Some(net);
         for i in 1..=n {
             let (ns, veth, peer) = (
                 format!("{tag}-{b}-{i}"),
@@ -73,12 +91,18 @@ impl Netns {
                 Ipv4Addr::new(10, 213, b, 4 * u8::try_from(i)? + 2),
             );
             ip(&["netns", "add", &ns])?;
+            let made = ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
             me.spaces.push(Space {
                 ns: ns.clone(),
-                veth: veth.clone(),
+                // Only a veth we made is ours to delete.
+                veth: if made.is_ok() {
+                    veth.clone()
+                } else {
+                    String::new()
+                },
                 ip: addr,
             });
-            ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])?;
+            made?;
             ip(&["link", "set", &peer, "netns", &ns])?;
             ip(&["addr", "add", &format!("{gw}/30"), "dev", &veth])?;
             ip(&["link", "set", &veth, "up"])?;
@@ -109,8 +133,15 @@ impl Drop for Netns {
         // Deleting a namespace deletes its end of the veth pair, and with it the host end.
         for s in &self.spaces {
             let _ = ip(&["netns", "delete", &s.ns]);
-            let _ = ip(&["link", "delete", &s.veth]);
+            if !s.veth.is_empty() {
+                let _ = ip(&["link", "delete", &s.veth]);
+            }
         }
-        let _ = ip(&["addr", "del", &format!("{}/32", self.host), "dev", "lo"]);
+        if let Some(net) = &self.blackhole {
+            let _ = ip(&["route", "del", "blackhole", net]);
+        }
+        if self.host_added {
+            let _ = ip(&["addr", "del", &format!("{}/32", self.host), "dev", "lo"]);
+        }
     }
 }
