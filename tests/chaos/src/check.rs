@@ -51,8 +51,10 @@ pub async fn check(
     chat_token_subject: &str,
     started: std::time::SystemTime,
     held: Duration,
-    redis_restarts: &[u64],
+    injected: &crate::faults::Injected,
 ) -> anyhow::Result<Report> {
+    let redis_restarts = injected.redis_restarts.as_slice();
+    let router_kills_while_nats_away = injected.router_kills_while_nats_away();
     let mut r = Report { lines: Vec::new() };
     let accepted = tally.accepted();
     let ids: Vec<uuid::Uuid> = accepted.iter().filter_map(|a| a.id.parse().ok()).collect();
@@ -295,8 +297,17 @@ pub async fn check(
     }
     let records = u64::try_from(records).unwrap_or(0);
     let mut v = Vec::new();
-    if records < ok {
+    // The one documented loss (docs/providers.md, Publishing): a router that dies while NATS is
+    // away takes the records it still holds for NATS with it. Missing records are a violation
+    // unless a router was killed in such a window; then they are reported as that loss.
+    let mut documented_loss = String::new();
+    if records < ok && router_kills_while_nats_away == 0 {
         v.push(format!("{ok} chats succeeded but {records} usage records"));
+    } else if records < ok {
+        documented_loss = format!(
+            "; {} answered chats have no record: lost with a router killed while NATS was away ({router_kills_while_nats_away} such kills), the loss providers.md documents",
+            ok - records
+        );
     }
     if records > attempts {
         v.push(format!(
@@ -304,7 +315,7 @@ pub async fn check(
         ));
     }
     r.add(
-        &format!("usage: {ok} ≤ {records} records ≤ {attempts} tried"),
+        &format!("usage: {ok} ≤ {records} records ≤ {attempts} tried{documented_loss}"),
         ok,
         v,
     );
@@ -545,7 +556,15 @@ fn quota_windows(tally: &Tally, redis_restarts: &[u64]) -> (u64, Vec<String>) {
     for (sent, _, _) in &calls {
         *sent_per_minute.entry(sent / 60_000).or_default() += 1;
     }
-    let pressed = sent_per_minute.values().any(|n| *n > QUOTA_RPM);
+    let restarted_in = |minute: u64| redis_restarts.iter().any(|t| t / 60_000 == minute);
+    // A minute Redis restarted in may admit twice the limit without refusing any.
+    let pressed = sent_per_minute.iter().any(|(m, n)| {
+        *n > if restarted_in(*m) {
+            2 * QUOTA_RPM
+        } else {
+            QUOTA_RPM
+        }
+    });
     if refused == 0 && pressed {
         v.push(format!(
             "the quota tenant made {} calls at twice its limit and none was refused (429): the limit did not apply",
@@ -679,5 +698,7 @@ mod tests {
         let never_refused: Vec<_> = (0..=QUOTA_RPM).map(|i| (i, i + 1, 200)).collect();
         let v = quota_windows(&tally(&never_refused), &[]).1;
         assert!(v.iter().any(|l| l.contains("none was refused")), "{v:?}");
+        // Unless Redis restarted in that minute: it may then admit twice the limit unrefused.
+        assert!(quota_windows(&tally(&never_refused), &[1]).1.is_empty());
     }
 }

@@ -30,12 +30,33 @@ pub struct Injected {
     /// "lease lost" lines the partitioned executor logged from the cut until a lease after the
     /// heal.
     pub partition_lease_lost: usize,
+    /// NATS outages, (down, back up) in Unix milliseconds.
+    pub nats_outages: Vec<(u64, u64)>,
+    /// When a router replica was killed, in Unix milliseconds.
+    pub router_kills: Vec<u64>,
     /// When Redis went down, in Unix milliseconds (it comes back empty: the quota check allows
     /// for it).
     pub redis_restarts: Vec<u64>,
 }
 
+/// How long after NATS is back a router may still hold usage records it could not write
+/// (it publishes again every second, three times).
+const NATS_CATCH_UP_MS: u64 = 10_000;
+
 impl Injected {
+    /// Router kills while NATS was down or catching up: each may lose the usage records the
+    /// router held for NATS, the loss window docs/providers.md documents.
+    pub fn router_kills_while_nats_away(&self) -> usize {
+        self.router_kills
+            .iter()
+            .filter(|k| {
+                self.nats_outages
+                    .iter()
+                    .any(|(down, up)| **k >= *down && **k <= up + NATS_CATCH_UP_MS)
+            })
+            .count()
+    }
+
     fn count(&mut self, kind: &str, t0: Instant, detail: &str) {
         *self.by_kind.entry(kind.to_owned()).or_default() += 1;
         self.log.push(format!(
@@ -89,7 +110,9 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
                 "restart redis" => restart_redis(&fleet, &a, &tally, &mut out, t0).await,
                 "restart nats" => {
                     out.count("restart nats", t0, "down 2s");
+                    let down = crate::load::unix_ms();
                     restart_proc(&fleet, "nats", Duration::from_secs(2), &mut out).await;
+                    out.nats_outages.push((down, crate::load::unix_ms()));
                 }
                 "restart postgres" => {
                     let f = fleet.lock().await;
@@ -153,6 +176,9 @@ async fn kill_random(fleet: &Arc<Mutex<Fleet>>, out: &mut Injected, t0: Instant)
         }
     }
     out.count(&format!("kill -9 {service}"), t0, &name);
+    if service == "router" {
+        out.router_kills.push(crate::load::unix_ms());
+    }
     tokio::time::sleep(down).await;
     let mut f = fleet.lock().await;
     if let Some(p) = f.find(&name)
@@ -345,4 +371,20 @@ fn lease_lost_lines(log: &std::path::Path) -> usize {
     std::fs::read_to_string(log)
         .map(|t| t.lines().filter(|l| l.contains("lease lost")).count())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_kills_count_only_while_nats_is_away_or_catching_up() {
+        let i = Injected {
+            nats_outages: vec![(100_000, 102_000)],
+            router_kills: vec![99_999, 100_000, 101_000, 112_000, 112_001],
+            ..Injected::default()
+        };
+        assert_eq!(i.router_kills_while_nats_away(), 3);
+        assert_eq!(Injected::default().router_kills_while_nats_away(), 0);
+    }
 }

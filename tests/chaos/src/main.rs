@@ -300,7 +300,7 @@ async fn run(
         "chaos-chat",
         t0_wall,
         held,
-        &injected.redis_restarts,
+        &injected,
     )
     .await?;
 
