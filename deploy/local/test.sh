@@ -814,7 +814,7 @@ summary() {
     if compgen -G "$LOGS/security-*.json" >/dev/null; then security_totals 2>/dev/null || true; fi
     if [[ -n $REAL_LLM_TIMING ]]; then echo "real LLM tier: $REAL_LLM_TIMING"; fi
     if [[ -s $LOGS/chaos.txt ]]; then
-        grep -E '^(load held|  chat:|  runs:|  webhooks:|violations:)' "$LOGS/chaos.txt" | sed 's/^/chaos: /'
+        grep -E '^(load held|  chat:|  runs:|  webhooks:|  quota tenant:|  REST writes:|violations:)' "$LOGS/chaos.txt" | sed 's/^/chaos: /'
     fi
 }
 
