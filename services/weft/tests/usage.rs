@@ -594,3 +594,29 @@ async fn records_that_end_together_travel_as_one_batch() {
     let after = within("read the usage stream again", messages()).await;
     assert_eq!(after - before, 1, "ten records, one message");
 }
+
+/// Replicas starting together on a fresh prefix all get the usage and dispatch streams. The
+/// chaos harness caught a router that failed to start when another replica created the usage
+/// stream at the same moment ("subjects overlap with an existing stream", NATS 2.9); `Bus` now
+/// takes the stream the other made. This test did not reproduce that race here (32 replicas, a
+/// few tries, before the fix): it guards the concurrent path, it does not prove the fix.
+#[tokio::test]
+async fn replicas_starting_together_all_get_the_streams() {
+    let url = weft_config::Config::default().nats.url;
+    let prefix = format!("race{}", Uuid::now_v7().simple());
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        tasks.spawn(async move {
+            let bus = Bus::connect(&url, &prefix).await.unwrap();
+            let usage = bus.ensure_usage_stream().await.map(|_| ());
+            let dispatch = bus.ensure_dispatch_stream().await.map(|_| ());
+            (usage, dispatch)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (usage, dispatch) = done.unwrap();
+        usage.expect("the usage stream, created or found");
+        dispatch.expect("the dispatch stream, created or found");
+    }
+}

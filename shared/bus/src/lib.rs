@@ -249,16 +249,26 @@ impl Bus {
 
     /// Creates the dispatch stream if it is missing. Idempotent; every replica calls it.
     pub async fn ensure_dispatch_stream(&self) -> Result<stream::Stream, BusError> {
-        self.js
-            .get_or_create_stream(stream::Config {
-                name: self.names.dispatch_stream(),
-                subjects: vec![self.names.dispatch_subject()],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(nats_err)
+        self.ensure_stream(stream::Config {
+            name: self.names.dispatch_stream(),
+            subjects: vec![self.names.dispatch_subject()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// `get_or_create_stream`, safe when replicas start together: when two create the same
+    /// stream at once, JetStream answers the loser with an error ("subjects overlap with an
+    /// existing stream", seen from NATS 2.9 with two routers starting on a fresh server), and
+    /// the stream the winner made is then taken.
+    async fn ensure_stream(&self, config: stream::Config) -> Result<stream::Stream, BusError> {
+        let name = config.name.clone();
+        match self.js.get_or_create_stream(config).await {
+            Ok(s) => Ok(s),
+            Err(e) => self.js.get_stream(&name).await.map_err(|_| nats_err(e)),
+        }
     }
 
     /// The executors' shared durable pull consumer, created if missing. An existing consumer
@@ -301,18 +311,16 @@ impl Bus {
     /// by limits (age), not by acks, so a record is never lost to a consumer mistake; the
     /// writer's acks only move the shared consumer on.
     pub async fn ensure_usage_stream(&self) -> Result<stream::Stream, BusError> {
-        self.js
-            .get_or_create_stream(stream::Config {
-                name: self.names.usage_stream(),
-                subjects: vec![self.names.usage_subject()],
-                retention: stream::RetentionPolicy::Limits,
-                storage: stream::StorageType::File,
-                max_age: USAGE_MAX_AGE,
-                duplicate_window: USAGE_DUPLICATE_WINDOW,
-                ..Default::default()
-            })
-            .await
-            .map_err(nats_err)
+        self.ensure_stream(stream::Config {
+            name: self.names.usage_stream(),
+            subjects: vec![self.names.usage_subject()],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            max_age: USAGE_MAX_AGE,
+            duplicate_window: USAGE_DUPLICATE_WINDOW,
+            ..Default::default()
+        })
+        .await
     }
 
     /// Publishes one usage record and waits for JetStream to store it: once this returns `Ok`,
