@@ -352,7 +352,13 @@ pub async fn check(
     } else {
         v.push("the schedule never fired".to_owned());
     }
+    let load_end = start + held.as_secs_f64();
     for row in &fires {
+        // The schedule goes on firing while the fleet settles; a fire after the load stopped
+        // may not have run yet when this reads, and is not judged.
+        if row.try_get::<f64, _>(0).unwrap_or_default() > load_end {
+            continue;
+        }
         let fire_status: String = row.try_get(1).unwrap_or_default();
         let run_status: Option<String> = row.try_get(3).unwrap_or_default();
         if fire_status == "dispatched"
