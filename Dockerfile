@@ -74,7 +74,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 weft \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/weft --create-home \
-        --shell /usr/sbin/nologin weft
+        --shell /usr/sbin/nologin weft \
+    && install -d -o weft -g weft /var/lib/weft/usage-spool
 COPY --from=build /out/ /usr/local/bin/
 COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/weft-entrypoint
 # A numeric user, so Kubernetes' runAsNonRoot can verify it.

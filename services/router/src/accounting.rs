@@ -2,11 +2,10 @@
 //! under concurrency: one atomic Lua charge over every applicable counter), its reconciliation
 //! with real usage afterwards, the fleet-wide provider concurrency slot, and the usage record
 //! sent to JetStream when the call ends, batched with the records of calls that end at the same
-//! time ([`UsageSender`]): written to the NATS socket before the caller sees the end,
-//! acknowledged after (and published again if the ack does not come), so the caller does
-//! not wait a JetStream round trip and a crash after the answer loses no record (the window of
-//! loss is a NATS server that dies before storing a record it received, or a lost connection
-//! while a record sits in the socket; see docs/architecture.md).
+//! time ([`UsageSender`]): appended to the usage spool ([`crate::spool`]) and written to the
+//! NATS socket before the caller sees the end, acknowledged after (and published again if the
+//! ack does not come), so the caller does not wait a JetStream round trip and a router killed
+//! after the answer loses no record, even while NATS is away (see docs/providers.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +16,7 @@ use weft_coord::{Coord, QuotaCounter, QuotaVerdict};
 use weft_core::message::{ContentBlock, Usage};
 use weft_core::{Error, ErrorCode, Principal, UsageRecord, ratelimit};
 
+use crate::spool::{Claimed, Segment, Spool};
 use crate::types::ChatRequest;
 
 /// How long a call's end waits for its usage record to be written to NATS.
@@ -35,11 +35,12 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// Starts the usage sender on `bus` (a task of the current runtime).
-    pub fn new(coord: Coord, bus: Bus) -> Self {
+    /// Starts the usage sender on `bus` (a task of the current runtime), with its records
+    /// spooled in `spool` when there is one.
+    pub fn new(coord: Coord, bus: Bus, spool: Option<Spool>) -> Self {
         Self {
             coord,
-            usage: UsageSender::spawn(bus),
+            usage: UsageSender::spawn(bus, spool),
         }
     }
 }
@@ -50,35 +51,44 @@ type Pending = (UsageRecord, Option<tokio::sync::oneshot::Sender<()>>);
 /// Sends usage records to JetStream in batches, a group flush at a time: while one batch is
 /// being written to the NATS socket, the records of the calls that end meanwhile queue up and
 /// go out together (one publish per [`weft_bus::USAGE_MESSAGE_BYTES`] of records, one flush,
-/// one ack per message; a lone call is a batch of one, so nothing waits for company). Each
-/// caller is released once its batch is in the socket; the acks are awaited after, on a
-/// spawned task, and a message that is not acknowledged is published again under its id.
+/// one ack per message; a lone call is a batch of one, so nothing waits for company). A batch
+/// is appended to the [`Spool`] first, when there is one. Each caller is released once its
+/// batch is in the socket; the acks are awaited after, on a spawned task, and a message that is
+/// not acknowledged is published again under its id, then left in the spool for a later try.
 #[derive(Clone)]
 pub struct UsageSender {
     bus: Bus,
+    spool: Option<Arc<Spool>>,
     tx: tokio::sync::mpsc::Sender<Pending>,
 }
 
 impl UsageSender {
-    pub fn spawn(bus: Bus) -> Self {
+    /// Starts the sender (and, with a spool, the task that publishes what dead routers left in
+    /// it) on the current runtime.
+    pub fn spawn(bus: Bus, spool: Option<Spool>) -> Self {
+        let spool = spool.map(Arc::new);
         let (tx, rx) = tokio::sync::mpsc::channel(USAGE_QUEUE);
-        tokio::spawn(send_batches(bus.clone(), rx));
-        Self { bus, tx }
+        tokio::spawn(send_batches(bus.clone(), spool.clone(), rx));
+        if let Some(spool) = &spool {
+            tokio::spawn(reclaim(bus.clone(), spool.clone()));
+        }
+        Self { bus, spool, tx }
     }
 
     /// Queues `rec`; `sent` is signalled once it is written to the NATS socket. When the queue
     /// is full (NATS unreachable for a while) or the sender task is gone (its runtime shutting
-    /// down), the record is published on its own, on a spawned task, and `sent` signalled
-    /// once JetStream stored it (or it was given up and logged whole).
+    /// down), the record is spooled and published on its own, on a spawned task, and `sent`
+    /// signalled once JetStream stored it (or it was given up).
     pub fn send(&self, rec: UsageRecord, sent: Option<tokio::sync::oneshot::Sender<()>>) {
         if let Err(
             tokio::sync::mpsc::error::TrySendError::Full((rec, sent))
             | tokio::sync::mpsc::error::TrySendError::Closed((rec, sent)),
         ) = self.tx.try_send((rec, sent))
         {
+            let seg = spill(self.spool.as_deref(), std::slice::from_ref(&rec));
             let bus = self.bus.clone();
             tokio::spawn(async move {
-                publish(&bus, std::slice::from_ref(&rec)).await;
+                publish(&bus, std::slice::from_ref(&rec), seg.as_deref()).await;
                 if let Some(sent) = sent {
                     let _ = sent.send(());
                 }
@@ -87,12 +97,32 @@ impl UsageSender {
     }
 }
 
-/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), writes it as
-/// messages and flushes, releases the callers, and leaves the acks to a spawned task.
-async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
+/// Appends `recs` to `spool` when there is one. A spool that cannot be written is logged and
+/// counted; the records then travel without it.
+fn spill(spool: Option<&Spool>, recs: &[UsageRecord]) -> Option<Arc<Segment>> {
+    let spool = spool?;
+    match spool.append(recs) {
+        Ok(seg) => Some(seg),
+        Err(e) => {
+            metrics::counter!("weft_router_usage_spool_errors_total").increment(1);
+            tracing::error!(error = %e, dir = %spool.dir().display(), records = recs.len(), "cannot write usage records to the spool");
+            None
+        }
+    }
+}
+
+/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), spools it,
+/// writes it as messages and flushes, releases the callers, and leaves the acks to a spawned
+/// task.
+async fn send_batches(
+    bus: Bus,
+    spool: Option<Arc<Spool>>,
+    mut rx: tokio::sync::mpsc::Receiver<Pending>,
+) {
     let mut queued = Vec::with_capacity(USAGE_BATCH_MAX);
     while rx.recv_many(&mut queued, USAGE_BATCH_MAX).await > 0 {
         let (recs, waiters): (Vec<UsageRecord>, Vec<_>) = queued.drain(..).unzip();
+        let seg = spill(spool.as_deref(), &recs);
         // Bounded: while NATS is unreachable the callers get their answers after this long and
         // the records are published again below (the same ids, so each is stored once).
         let sent = tokio::time::timeout(SEND_USAGE_WITHIN, async {
@@ -120,7 +150,7 @@ async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
                 Ok(acks) => acks,
                 Err(e) => {
                     tracing::warn!(error = %e, records = recs.len(), "sending usage records failed; publishing them again");
-                    publish(&bus, &recs).await;
+                    publish(&bus, &recs, seg.as_deref()).await;
                     return;
                 }
             };
@@ -136,11 +166,76 @@ async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, records = m.records, "a usage message was not acknowledged; publishing it again");
-                        publish_message(&bus, &m).await;
+                        if !publish_message(&bus, &m).await {
+                            unpublished(seg.as_deref(), &m);
+                        }
                     }
                 }
             }
+            // `seg` goes here: the spool file is removed once no batch in it waits.
         });
+    }
+}
+
+/// How often a router looks for spool files that no live router holds.
+const RECLAIM_EVERY: Duration = Duration::from_secs(5);
+
+/// Publishes, at start and then every [`RECLAIM_EVERY`], the spool files whose writer died or
+/// gave them up (this router's own, after a failed publish, included), removing each once
+/// every record in it is stored.
+async fn reclaim(bus: Bus, spool: Arc<Spool>) {
+    loop {
+        let s = spool.clone();
+        match tokio::task::spawn_blocking(move || s.claim_orphans()).await {
+            Ok(Ok(claimed)) => {
+                for c in claimed {
+                    republish(&bus, c).await;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, dir = %spool.dir().display(), "cannot read the usage spool");
+            }
+            Err(e) => tracing::warn!(error = %e, "the usage spool reclaim failed"),
+        }
+        tokio::time::sleep(RECLAIM_EVERY).await;
+    }
+}
+
+/// Publishes the records of one claimed spool file and removes it; on a failure the file is
+/// left for the next round.
+async fn republish(bus: &Bus, c: Claimed) {
+    if c.bad_lines > 0 {
+        // A write cut short by its writer's death: that call was not answered yet.
+        metrics::counter!("weft_router_usage_lost_total").increment(c.bad_lines as u64);
+        tracing::error!(path = %c.path().display(), lines = c.bad_lines, "usage spool lines that do not decode are skipped");
+    }
+    let messages = match weft_bus::usage_messages(&c.records, weft_bus::USAGE_MESSAGE_BYTES) {
+        // Batched anew, so under ids of their own: a message the dead router sent under its
+        // first record's id may hold fewer records than this one, and JetStream would take
+        // this one for a copy of it. A record stored twice this way is kept once by the
+        // `usage` table's key; this id still makes a repeated reclaim of the file a duplicate.
+        Ok(mut m) => {
+            for m in &mut m {
+                m.id = format!("spool-{}-{}", m.id, m.records);
+            }
+            m
+        }
+        Err(e) => {
+            tracing::error!(path = %c.path().display(), error = %e, "usage spool records could not be encoded");
+            return;
+        }
+    };
+    for m in &messages {
+        if !publish_message(bus, m).await {
+            tracing::warn!(path = %c.path().display(), "usage spool records not published; trying again later");
+            return;
+        }
+    }
+    metrics::counter!("weft_router_usage_reclaimed_total").increment(c.records.len() as u64);
+    tracing::info!(path = %c.path().display(), records = c.records.len(), "published the usage records a router left in the spool");
+    let path = c.path().to_path_buf();
+    if let Err(e) = c.done() {
+        tracing::warn!(path = %path.display(), error = %e, "cannot remove a published usage spool file");
     }
 }
 
@@ -590,13 +685,15 @@ impl LedgerInner {
 }
 
 /// Publishes usage records (as messages of at most [`weft_bus::USAGE_MESSAGE_BYTES`]),
-/// retrying each briefly; records that cannot be published are logged whole so they can be
-/// recovered from the logs.
-async fn publish(bus: &Bus, recs: &[UsageRecord]) {
+/// retrying each briefly; what cannot be published is left in the spool (`seg`), or without
+/// one logged whole so it can be recovered from the logs.
+async fn publish(bus: &Bus, recs: &[UsageRecord], seg: Option<&Segment>) {
     match weft_bus::usage_messages(recs, weft_bus::USAGE_MESSAGE_BYTES) {
         Ok(messages) => {
             for m in &messages {
-                publish_message(bus, m).await;
+                if !publish_message(bus, m).await {
+                    unpublished(seg, m);
+                }
             }
         }
         Err(e) => {
@@ -609,19 +706,31 @@ async fn publish(bus: &Bus, recs: &[UsageRecord]) {
     }
 }
 
-/// Publishes one usage message, retrying briefly; one that cannot be published is logged whole.
-async fn publish_message(bus: &Bus, m: &weft_bus::UsageMessage) {
+/// Publishes one usage message, retrying briefly; whether JetStream stored it.
+async fn publish_message(bus: &Bus, m: &weft_bus::UsageMessage) -> bool {
     for attempt in 0..3u32 {
         match bus.publish_usage_message(m).await {
             Ok(()) => {
                 metrics::counter!("weft_router_usage_published_total").increment(m.records as u64);
-                return;
+                return true;
             }
             Err(e) => {
                 tracing::warn!(error = %e, attempt, "publishing usage records failed");
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
         }
+    }
+    false
+}
+
+/// A message that could not be published: kept in its spool file for a later reclaim, or
+/// (no spool, or the spool could not be written) logged whole and counted as lost.
+fn unpublished(seg: Option<&Segment>, m: &weft_bus::UsageMessage) {
+    if let Some(seg) = seg {
+        seg.keep();
+        metrics::counter!("weft_router_usage_spool_kept_total").increment(m.records as u64);
+        tracing::warn!(records = m.records, path = %seg.path().display(), "usage records not published; left in the spool for a later try");
+        return;
     }
     let text = String::from_utf8_lossy(&m.payload);
     match weft_bus::decode_usage(&m.payload) {

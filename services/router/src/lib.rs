@@ -9,6 +9,7 @@ pub mod fuzzing;
 pub mod grpc;
 pub mod providers;
 pub mod routing;
+pub mod spool;
 pub mod types;
 
 use std::sync::Arc;
@@ -47,9 +48,29 @@ pub async fn connect(config: &Config) -> Result<Arc<Routing>, RouterError> {
     bus.ensure_usage_stream()
         .await
         .map_err(|e| RouterError::Config(format!("nats usage stream: {e}")))?;
+    let spool = open_spool(config)?;
     Ok(Arc::new(
-        Routing::from_config(&config.router)?.with_deps(accounting::Deps::new(coord, bus)),
+        Routing::from_config(&config.router)?.with_deps(accounting::Deps::new(coord, bus, spool)),
     ))
+}
+
+/// The usage spool in `router.usage_spool_dir`, a subdirectory per NATS prefix (the records of
+/// one deployment's stream); `None` when the setting is empty.
+fn open_spool(config: &Config) -> Result<Option<spool::Spool>, RouterError> {
+    let dir = &config.router.usage_spool_dir;
+    if dir.as_os_str().is_empty() {
+        tracing::warn!(
+            "router.usage_spool_dir is empty: a router that dies while NATS is unreachable loses the usage records it holds"
+        );
+        return Ok(None);
+    }
+    let dir = dir.join(&config.nats.prefix);
+    spool::Spool::open(&dir).map(Some).map_err(|e| {
+        RouterError::Config(format!(
+            "router.usage_spool_dir: cannot write usage records under {}: {e}; point it at a writable directory (WEFT_ROUTER__USAGE_SPOOL_DIR), or set it empty to run without a spool",
+            dir.display()
+        ))
+    })
 }
 
 /// Serves the router's gRPC API on `listener` until `shutdown` is cancelled, then drains.

@@ -29,6 +29,7 @@ pub fn config(db: &TestDb) -> weft_config::Config {
     c.router.listen = "127.0.0.1:0".parse().unwrap();
     c.substrate.listen = "127.0.0.1:0".parse().unwrap();
     c.bootstrap.token_file = std::env::temp_dir().join(format!("{}-admin-token", db.name));
+    c.router.usage_spool_dir = std::env::temp_dir().join("weft-test-usage-spool");
     // Each test its own NATS subjects/streams and Redis keys.
     c.nats.prefix = db.name.clone();
     c.redis.prefix = db.name.clone();

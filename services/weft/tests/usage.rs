@@ -563,7 +563,7 @@ async fn records_that_end_together_travel_as_one_batch() {
             .messages
     };
     let before = within("read the usage stream", messages()).await;
-    let sender = weft_router::accounting::UsageSender::spawn(bus.clone());
+    let sender = weft_router::accounting::UsageSender::spawn(bus.clone(), None);
     let c = Call {
         tenant: "acme",
         provider: "mock",
@@ -593,6 +593,52 @@ async fn records_that_end_together_travel_as_one_batch() {
     assert_eq!(within("count the rows", rows(&f)).await, 10);
     let after = within("read the usage stream again", messages()).await;
     assert_eq!(after - before, 1, "ten records, one message");
+}
+
+/// A router that dies while NATS is unreachable leaves its records in the usage spool; a
+/// router sharing the directory (here the fleet's own) publishes them, each stored once even
+/// when JetStream already had it, and removes the file.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_a_dead_router_left_in_the_spool_are_stored_once() {
+    let f = within("fleet start", TestFleet::start()).await;
+    let acme = within("mint a token", token(&f, "acme", &["tenant:admin"])).await;
+    let c = Call {
+        tenant: "acme",
+        provider: "mock",
+        model: "m1",
+        input: 3,
+        output: 2,
+        cost: 0.0,
+    };
+    let at = now_ms() - 1000;
+    let recs: Vec<_> = (0..3).map(|_| record(&c, at)).collect();
+    // The first reached JetStream before its router died; the other two did not.
+    let bus = within("connect to NATS", bus(&f)).await;
+    within("publish one", bus.publish_usage(&recs[0]))
+        .await
+        .unwrap();
+    // The dead router's spool: written, given up, its lock gone with it.
+    let dir = f.config.router.usage_spool_dir.join(&f.config.nats.prefix);
+    let dead = weft_router::spool::Spool::open(&dir).unwrap();
+    let seg = dead.append(&recs).unwrap();
+    let path = seg.path().to_path_buf();
+    seg.keep();
+    drop(seg);
+    drop(dead);
+    assert!(path.exists());
+    let body = within(
+        "the usage totals",
+        until(&f, "/v1/usage", &acme, |b| total_requests(b) >= 3),
+    )
+    .await;
+    assert_eq!(total_requests(&body), 3, "{body}");
+    assert_eq!(within("count the rows", rows(&f)).await, 3);
+    within("the spool file's removal", async {
+        while path.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
 }
 
 /// Replicas starting together on a fresh prefix all get the usage and dispatch streams. The

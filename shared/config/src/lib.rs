@@ -458,6 +458,13 @@ pub struct RouterConfig {
     /// After a retryable failure, a (provider, model) is skipped for this many seconds while
     /// other candidates remain. 0 disables the cool-down.
     pub cooldown_secs: u64,
+    /// Where the router keeps the usage records JetStream has not yet stored (a subdirectory per
+    /// `nats.prefix`): each is appended here before its call's end reaches the caller, and a file
+    /// is removed once every record in it is stored. Files a dead router left behind are
+    /// published by any router sharing the directory. Relative paths are from the working
+    /// directory; empty = no spool (a router that dies while NATS is unreachable then loses the
+    /// records it still holds).
+    pub usage_spool_dir: PathBuf,
 }
 
 /// One tenant's routing overlay.
@@ -563,6 +570,7 @@ impl Default for RouterConfig {
             limits: Limits::default(),
             prices: BTreeMap::new(),
             cooldown_secs: 30,
+            usage_spool_dir: PathBuf::from(".weft/usage-spool"),
         }
     }
 }

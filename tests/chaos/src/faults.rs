@@ -6,6 +6,7 @@
 //! `POST /v1/runs` answers 503 and nothing is accepted.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,7 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
         }
     }
     let mut next_kill = t0 + plan.kill_every;
+    let mut next_supervise = t0;
     let end = t0 + d;
     while Instant::now() < end {
         if let Some(&(at, what)) = once.first()
@@ -109,9 +111,14 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
             match what {
                 "restart redis" => restart_redis(&fleet, &a, &tally, &mut out, t0).await,
                 "restart nats" => {
-                    out.count("restart nats", t0, "down 2s");
+                    out.count("restart nats", t0, "down about 2s, a router killed 1.5s in");
                     let down = crate::load::unix_ms();
-                    restart_proc(&fleet, "nats", Duration::from_secs(2), &mut out).await;
+                    let port = stop_proc(&fleet, "nats").await;
+                    // The routers hold the records of the calls they answered since: the one
+                    // killed must have left them in the usage spool for the others.
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    kill_one(&fleet, Some("router"), &mut out, t0).await;
+                    start_proc(&fleet, "nats", port, &mut out).await;
                     out.nats_outages.push((down, crate::load::unix_ms()));
                 }
                 "restart postgres" => {
@@ -133,40 +140,60 @@ pub async fn run(fleet: Arc<Mutex<Fleet>>, plan: Plan, a: Api, tally: Arc<Tally>
             continue;
         }
         if Instant::now() >= next_kill {
-            kill_random(&fleet, &mut out, t0).await;
+            kill_one(&fleet, None, &mut out, t0).await;
             next_kill = Instant::now() + plan.kill_every;
+        }
+        if Instant::now() >= next_supervise {
+            restart_exited(&fleet, &mut out, t0).await;
+            next_supervise = Instant::now() + Duration::from_secs(1);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Anything that died on its own is started again, so the fleet can settle.
-    let mut f = fleet.lock().await;
-    for p in f.procs.iter_mut() {
-        if let Some(status) = p.exited() {
-            out.log
-                .push(format!("{} had exited ({status}); restarted", p.name));
-            let _ = p.start().await;
-        }
-    }
+    restart_exited(&fleet, &mut out, t0).await;
     out
 }
 
-async fn kill_random(fleet: &Arc<Mutex<Fleet>>, out: &mut Injected, t0: Instant) {
+/// Starts again every process that exited on its own (one the harness killed is not running,
+/// not exited), as a supervisor would: a replica that cannot start while NATS is down, say.
+async fn restart_exited(fleet: &Arc<Mutex<Fleet>>, out: &mut Injected, t0: Instant) {
+    let mut f = fleet.lock().await;
+    for p in f.procs.iter_mut() {
+        if let Some(status) = p.exited() {
+            out.log.push(format!(
+                "{:>6.1}s {} had exited ({status}); restarted",
+                t0.elapsed().as_secs_f64(),
+                p.name
+            ));
+            let _ = p.start().await;
+        }
+    }
+}
+
+/// Kills a random replica of `only`, or of a random service, and starts it again a moment
+/// later.
+async fn kill_one(
+    fleet: &Arc<Mutex<Fleet>>,
+    only: Option<&'static str>,
+    out: &mut Injected,
+    t0: Instant,
+) {
     let (service, name) = {
         let f = fleet.lock().await;
         let mut rng = rand::rng();
-        let Some(service) = SERVICES.choose(&mut rng) else {
+        let Some(service) = only.or_else(|| SERVICES.choose(&mut rng).copied()) else {
             return;
         };
         let names: Vec<String> = f
             .procs
             .iter()
-            .filter(|p| p.service == *service)
+            .filter(|p| p.service == service)
             .map(|p| p.name.clone())
             .collect();
         let Some(name) = names.choose(&mut rng).cloned() else {
             return;
         };
-        (*service, name)
+        (service, name)
     };
     let down = Duration::from_millis(rand::rng().random_range(300..1500));
     {
@@ -189,15 +216,26 @@ async fn kill_random(fleet: &Arc<Mutex<Fleet>>, out: &mut Injected, t0: Instant)
 }
 
 async fn restart_proc(fleet: &Arc<Mutex<Fleet>>, name: &str, down: Duration, out: &mut Injected) {
-    let port = {
-        let mut f = fleet.lock().await;
-        let Some(p) = f.find(name) else {
-            return;
-        };
-        p.kill().await;
-        p.port.map(|port| (p.ip, port))
-    };
+    let port = stop_proc(fleet, name).await;
     tokio::time::sleep(down).await;
+    start_proc(fleet, name, port, out).await;
+}
+
+/// Kills `name`; its address, to wait on when it is started again.
+async fn stop_proc(fleet: &Arc<Mutex<Fleet>>, name: &str) -> Option<(IpAddr, u16)> {
+    let mut f = fleet.lock().await;
+    let p = f.find(name)?;
+    p.kill().await;
+    p.port.map(|port| (p.ip, port))
+}
+
+/// Starts `name` again and waits until it listens on `port`.
+async fn start_proc(
+    fleet: &Arc<Mutex<Fleet>>,
+    name: &str,
+    port: Option<(IpAddr, u16)>,
+    out: &mut Injected,
+) {
     let mut f = fleet.lock().await;
     if let Some(p) = f.find(name)
         && let Err(e) = p.start().await

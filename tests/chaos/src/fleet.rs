@@ -402,6 +402,8 @@ allowed_hosts = ["{host}"]
 http_private_exempt = ["{host}/32"]
 http_timeout_ms = 10000
 max_deliver = 50
+[router]
+usage_spool_dir = "{spool}"
 [router.tenants.{quota_tenant}.limits]
 requests_per_minute = {quota_rpm}
 [substrate]
@@ -422,6 +424,7 @@ log_format = "text"
             quota_tenant = crate::load::TENANT_Q,
             host = host,
             quota_rpm = crate::load::QUOTA_RPM,
+            spool = spec.work.join("usage-spool").display(),
         );
         let config_file = spec.work.join("chaos.toml");
         std::fs::write(&config_file, config)?;
