@@ -16,7 +16,7 @@ use weft_coord::{Coord, QuotaCounter, QuotaVerdict};
 use weft_core::message::{ContentBlock, Usage};
 use weft_core::{Error, ErrorCode, Principal, UsageRecord, ratelimit};
 
-use crate::spool::{Claimed, Segment, Spool};
+use crate::spool::{Claimed, Spool, Ticket};
 use crate::types::ChatRequest;
 
 /// How long a call's end waits for its usage record to be written to NATS.
@@ -45,16 +45,22 @@ impl Deps {
     }
 }
 
-/// A usage record on its way, and who waits for it to reach the NATS socket.
-type Pending = (UsageRecord, Option<tokio::sync::oneshot::Sender<()>>);
+/// A usage record on its way, its place in the spool, and who waits for it to reach the NATS
+/// socket.
+type Pending = (
+    UsageRecord,
+    Option<Ticket>,
+    Option<tokio::sync::oneshot::Sender<()>>,
+);
 
 /// Sends usage records to JetStream in batches, a group flush at a time: while one batch is
 /// being written to the NATS socket, the records of the calls that end meanwhile queue up and
 /// go out together (one publish per [`weft_bus::USAGE_MESSAGE_BYTES`] of records, one flush,
-/// one ack per message; a lone call is a batch of one, so nothing waits for company). A batch
-/// is appended to the [`Spool`] first, when there is one. Each caller is released once its
-/// batch is in the socket; the acks are awaited after, on a spawned task, and a message that is
-/// not acknowledged is published again under its id, then left in the spool for a later try.
+/// one ack per message; a lone call is a batch of one, so nothing waits for company). Each
+/// record is appended to the [`Spool`] first, when there is one, by [`UsageSender::send`]
+/// itself: before its caller can be answered. Each caller is released once its batch is in
+/// the socket; the acks are awaited after, on a spawned task, and a message that is not
+/// acknowledged is published again under its id, then left in the spool for a later try.
 #[derive(Clone)]
 pub struct UsageSender {
     bus: Bus,
@@ -68,27 +74,32 @@ impl UsageSender {
     pub fn spawn(bus: Bus, spool: Option<Spool>) -> Self {
         let spool = spool.map(Arc::new);
         let (tx, rx) = tokio::sync::mpsc::channel(USAGE_QUEUE);
-        tokio::spawn(send_batches(bus.clone(), spool.clone(), rx));
+        tokio::spawn(send_batches(bus.clone(), rx));
         if let Some(spool) = &spool {
-            tokio::spawn(reclaim(bus.clone(), spool.clone()));
+            tokio::spawn(reclaim(bus.clone(), Arc::downgrade(spool)));
         }
         Self { bus, spool, tx }
     }
 
-    /// Queues `rec`; `sent` is signalled once it is written to the NATS socket. When the queue
-    /// is full (NATS unreachable for a while) or the sender task is gone (its runtime shutting
-    /// down), the record is spooled and published on its own, on a spawned task, and `sent`
-    /// signalled once JetStream stored it (or it was given up).
+    /// Appends `rec` to the spool and queues it; `sent` is signalled once it is written to the
+    /// NATS socket. When the queue is full (NATS unreachable for a while) or the sender task is
+    /// gone (its runtime shutting down), the record is published on its own, on a spawned task,
+    /// and `sent` signalled once JetStream stored it (or it was given up).
     pub fn send(&self, rec: UsageRecord, sent: Option<tokio::sync::oneshot::Sender<()>>) {
+        let ticket = spill(self.spool.as_deref(), std::slice::from_ref(&rec));
         if let Err(
-            tokio::sync::mpsc::error::TrySendError::Full((rec, sent))
-            | tokio::sync::mpsc::error::TrySendError::Closed((rec, sent)),
-        ) = self.tx.try_send((rec, sent))
+            tokio::sync::mpsc::error::TrySendError::Full((rec, ticket, sent))
+            | tokio::sync::mpsc::error::TrySendError::Closed((rec, ticket, sent)),
+        ) = self.tx.try_send((rec, ticket, sent))
         {
-            let seg = spill(self.spool.as_deref(), std::slice::from_ref(&rec));
             let bus = self.bus.clone();
             tokio::spawn(async move {
-                publish(&bus, std::slice::from_ref(&rec), seg.as_deref()).await;
+                let spooled = ticket.is_some();
+                if publish(&bus, std::slice::from_ref(&rec), spooled).await
+                    && let Some(t) = ticket
+                {
+                    t.stored();
+                }
                 if let Some(sent) = sent {
                     let _ = sent.send(());
                 }
@@ -99,10 +110,10 @@ impl UsageSender {
 
 /// Appends `recs` to `spool` when there is one. A spool that cannot be written is logged and
 /// counted; the records then travel without it.
-fn spill(spool: Option<&Spool>, recs: &[UsageRecord]) -> Option<Arc<Segment>> {
+fn spill(spool: Option<&Spool>, recs: &[UsageRecord]) -> Option<Ticket> {
     let spool = spool?;
     match spool.append(recs) {
-        Ok(seg) => Some(seg),
+        Ok(t) => Some(t),
         Err(e) => {
             metrics::counter!("weft_router_usage_spool_errors_total").increment(1);
             tracing::error!(error = %e, dir = %spool.dir().display(), records = recs.len(), "cannot write usage records to the spool");
@@ -111,18 +122,19 @@ fn spill(spool: Option<&Spool>, recs: &[UsageRecord]) -> Option<Arc<Segment>> {
     }
 }
 
-/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), spools it,
-/// writes it as messages and flushes, releases the callers, and leaves the acks to a spawned
-/// task.
-async fn send_batches(
-    bus: Bus,
-    spool: Option<Arc<Spool>>,
-    mut rx: tokio::sync::mpsc::Receiver<Pending>,
-) {
+/// The usage sender's loop: takes what has queued (up to [`USAGE_BATCH_MAX`]), writes it as
+/// messages and flushes, releases the callers, and leaves the acks to a spawned task.
+async fn send_batches(bus: Bus, mut rx: tokio::sync::mpsc::Receiver<Pending>) {
     let mut queued = Vec::with_capacity(USAGE_BATCH_MAX);
     while rx.recv_many(&mut queued, USAGE_BATCH_MAX).await > 0 {
-        let (recs, waiters): (Vec<UsageRecord>, Vec<_>) = queued.drain(..).unzip();
-        let seg = spill(spool.as_deref(), &recs);
+        let mut recs = Vec::with_capacity(queued.len());
+        let mut tickets = Vec::with_capacity(queued.len());
+        let mut waiters = Vec::with_capacity(queued.len());
+        for (rec, ticket, sent) in queued.drain(..) {
+            recs.push(rec);
+            tickets.push(ticket);
+            waiters.push(sent);
+        }
         // Bounded: while NATS is unreachable the callers get their answers after this long and
         // the records are published again below (the same ids, so each is stored once).
         let sent = tokio::time::timeout(SEND_USAGE_WITHIN, async {
@@ -146,33 +158,40 @@ async fn send_batches(
         }
         let bus = bus.clone();
         tokio::spawn(async move {
-            let acks = match sent {
-                Ok(acks) => acks,
-                Err(e) => {
-                    tracing::warn!(error = %e, records = recs.len(), "sending usage records failed; publishing them again");
-                    publish(&bus, &recs, seg.as_deref()).await;
-                    return;
-                }
-            };
-            for (m, ack) in acks {
-                let stored = match ack {
-                    Ok(ack) => ack.stored().await,
-                    Err(e) => Err(e),
-                };
-                match stored {
-                    Ok(()) => {
-                        metrics::counter!("weft_router_usage_published_total")
-                            .increment(m.records as u64);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, records = m.records, "a usage message was not acknowledged; publishing it again");
-                        if !publish_message(&bus, &m).await {
-                            unpublished(seg.as_deref(), &m);
+            let spooled = tickets.iter().all(Option::is_some);
+            let all_stored = match sent {
+                Ok(acks) => {
+                    let mut all = true;
+                    for (m, ack) in acks {
+                        let stored = match ack {
+                            Ok(ack) => ack.stored().await,
+                            Err(e) => Err(e),
+                        };
+                        match stored {
+                            Ok(()) => {
+                                metrics::counter!("weft_router_usage_published_total")
+                                    .increment(m.records as u64);
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, records = m.records, "a usage message was not acknowledged; publishing it again");
+                                if !publish_message(&bus, &m).await {
+                                    unpublished(spooled, &m);
+                                    all = false;
+                                }
+                            }
                         }
                     }
+                    all
                 }
+                Err(e) => {
+                    tracing::warn!(error = %e, records = recs.len(), "sending usage records failed; publishing them again");
+                    publish(&bus, &recs, spooled).await
+                }
+            };
+            // A ticket dropped unstored keeps its spool file for a reclaim.
+            if all_stored {
+                tickets.into_iter().flatten().for_each(Ticket::stored);
             }
-            // `seg` goes here: the spool file is removed once no batch in it waits.
         });
     }
 }
@@ -181,19 +200,34 @@ async fn send_batches(
 const RECLAIM_EVERY: Duration = Duration::from_secs(5);
 
 /// Publishes, at start and then every [`RECLAIM_EVERY`], the spool files whose writer died or
-/// gave them up (this router's own, after a failed publish, included), removing each once
-/// every record in it is stored.
-async fn reclaim(bus: Bus, spool: Arc<Spool>) {
+/// gave them up (this router's own, after a failed publish, included), one at a time, removing
+/// each once every record in it is stored; a round stops at the first that cannot be
+/// published (NATS still away). Ends with its sender.
+async fn reclaim(bus: Bus, spool: std::sync::Weak<Spool>) {
     loop {
-        let s = spool.clone();
-        match tokio::task::spawn_blocking(move || s.claim_orphans()).await {
-            Ok(Ok(claimed)) => {
-                for c in claimed {
-                    republish(&bus, c).await;
+        let Some(s) = spool.upgrade() else { return };
+        s.retire_stale();
+        let dir = s.dir().to_path_buf();
+        let listed = tokio::task::spawn_blocking(move || s.segments()).await;
+        match listed {
+            Ok(Ok(paths)) => {
+                for path in paths {
+                    match tokio::task::spawn_blocking(move || crate::spool::claim(&path)).await {
+                        Ok(Ok(Some(c))) => {
+                            if !republish(&bus, c).await {
+                                break;
+                            }
+                        }
+                        Ok(Ok(None)) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot read a usage spool file");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "the usage spool reclaim failed"),
+                    }
                 }
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, dir = %spool.dir().display(), "cannot read the usage spool");
+                tracing::warn!(error = %e, dir = %dir.display(), "cannot read the usage spool");
             }
             Err(e) => tracing::warn!(error = %e, "the usage spool reclaim failed"),
         }
@@ -202,8 +236,8 @@ async fn reclaim(bus: Bus, spool: Arc<Spool>) {
 }
 
 /// Publishes the records of one claimed spool file and removes it; on a failure the file is
-/// left for the next round.
-async fn republish(bus: &Bus, c: Claimed) {
+/// left for the next round. Whether it was published.
+async fn republish(bus: &Bus, c: Claimed) -> bool {
     if c.bad_lines > 0 {
         // A write cut short by its writer's death: that call was not answered yet.
         metrics::counter!("weft_router_usage_lost_total").increment(c.bad_lines as u64);
@@ -222,13 +256,13 @@ async fn republish(bus: &Bus, c: Claimed) {
         }
         Err(e) => {
             tracing::error!(path = %c.path().display(), error = %e, "usage spool records could not be encoded");
-            return;
+            return true;
         }
     };
     for m in &messages {
         if !publish_message(bus, m).await {
             tracing::warn!(path = %c.path().display(), "usage spool records not published; trying again later");
-            return;
+            return false;
         }
     }
     metrics::counter!("weft_router_usage_reclaimed_total").increment(c.records.len() as u64);
@@ -237,6 +271,7 @@ async fn republish(bus: &Bus, c: Claimed) {
     if let Err(e) = c.done() {
         tracing::warn!(path = %path.display(), error = %e, "cannot remove a published usage spool file");
     }
+    true
 }
 
 /// The headers a caller gets with an accepted call (`x-ratelimit-*`).
@@ -685,16 +720,19 @@ impl LedgerInner {
 }
 
 /// Publishes usage records (as messages of at most [`weft_bus::USAGE_MESSAGE_BYTES`]),
-/// retrying each briefly; what cannot be published is left in the spool (`seg`), or without
-/// one logged whole so it can be recovered from the logs.
-async fn publish(bus: &Bus, recs: &[UsageRecord], seg: Option<&Segment>) {
+/// retrying each briefly; whether every one was stored. What cannot be published is left in
+/// the spool when `spooled`, or else logged whole so it can be recovered from the logs.
+async fn publish(bus: &Bus, recs: &[UsageRecord], spooled: bool) -> bool {
     match weft_bus::usage_messages(recs, weft_bus::USAGE_MESSAGE_BYTES) {
         Ok(messages) => {
+            let mut all = true;
             for m in &messages {
                 if !publish_message(bus, m).await {
-                    unpublished(seg, m);
+                    unpublished(spooled, m);
+                    all = false;
                 }
             }
+            all
         }
         Err(e) => {
             tracing::error!(error = %e, "usage records could not be encoded");
@@ -702,6 +740,7 @@ async fn publish(bus: &Bus, recs: &[UsageRecord], seg: Option<&Segment>) {
                 recs.iter()
                     .map(|r| serde_json::to_string(r).unwrap_or_default()),
             );
+            false
         }
     }
 }
@@ -723,13 +762,16 @@ async fn publish_message(bus: &Bus, m: &weft_bus::UsageMessage) -> bool {
     false
 }
 
-/// A message that could not be published: kept in its spool file for a later reclaim, or
-/// (no spool, or the spool could not be written) logged whole and counted as lost.
-fn unpublished(seg: Option<&Segment>, m: &weft_bus::UsageMessage) {
-    if let Some(seg) = seg {
-        seg.keep();
+/// A message that could not be published: left in the spool for a later reclaim (its tickets
+/// are dropped unstored), or (no spool, or the spool could not be written) logged whole and
+/// counted as lost.
+fn unpublished(spooled: bool, m: &weft_bus::UsageMessage) {
+    if spooled {
         metrics::counter!("weft_router_usage_spool_kept_total").increment(m.records as u64);
-        tracing::warn!(records = m.records, path = %seg.path().display(), "usage records not published; left in the spool for a later try");
+        tracing::warn!(
+            records = m.records,
+            "usage records not published; left in the spool for a later try"
+        );
         return;
     }
     let text = String::from_utf8_lossy(&m.payload);

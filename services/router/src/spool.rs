@@ -57,13 +57,37 @@ pub struct Segment {
 
 impl Segment {
     /// Leaves the file in place when this segment is dropped (its lock released): a record in
-    /// it could not be published, so a reclaim (this router's or another's) publishes it later.
-    pub fn keep(&self) {
+    /// it was not stored, so a reclaim (this router's or another's) publishes it later.
+    fn keep(&self) {
         self.keep.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Records appended to a segment, held until JetStream has stored them. A ticket dropped
+/// without [`Ticket::stored`] (the publish gave up, the task was dropped at shutdown, it
+/// panicked) keeps its segment's file for a reclaim: a file goes only when every record in it
+/// is known to be stored.
+pub struct Ticket {
+    seg: Arc<Segment>,
+    stored: bool,
+}
+
+impl Ticket {
+    /// JetStream stored these records.
+    pub fn stored(mut self) {
+        self.stored = true;
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.seg.path
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.stored {
+            self.seg.keep();
+        }
     }
 }
 
@@ -127,8 +151,8 @@ impl Spool {
     }
 
     /// Appends `recs`, one JSON line each, to the current segment (starting a new one when it
-    /// is full or old) and returns it: the caller holds it until the records are stored.
-    pub fn append(&self, recs: &[UsageRecord]) -> io::Result<Arc<Segment>> {
+    /// is full or old); the ticket is held until the records are stored.
+    pub fn append(&self, recs: &[UsageRecord]) -> io::Result<Ticket> {
         let mut buf = Vec::with_capacity(recs.len() * 384);
         for r in recs {
             serde_json::to_writer(&mut buf, r)?;
@@ -157,25 +181,47 @@ impl Spool {
             return Err(e);
         }
         c.records += recs.len();
-        Ok(c.seg.clone())
+        Ok(Ticket {
+            seg: c.seg.clone(),
+            stored: false,
+        })
     }
 
-    /// Takes over every segment no live writer holds (their writers died or gave them up), and
-    /// removes `.open` files a writer died creating. Blocking file I/O.
-    pub fn claim_orphans(&self) -> io::Result<Vec<Claimed>> {
+    /// Lets go of the current segment when it is old, so an idle router holds none: its file
+    /// goes once its records are stored, or becomes claimable if some were not.
+    pub fn retire_stale(&self) {
+        let mut cur = self.lock();
+        if cur
+            .as_ref()
+            .is_some_and(|c| c.opened.elapsed() >= SEGMENT_AGE)
+        {
+            *cur = None;
+        }
+    }
+
+    /// The segment files in the directory, to [`claim`] one at a time; removes `.open` files a
+    /// writer died creating. Blocking file I/O.
+    pub fn segments(&self) -> io::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
             match path.extension().and_then(|e| e.to_str()) {
-                Some(SPOOL_EXT) => match claim(&path) {
-                    Ok(Some(c)) => out.push(c),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot read a usage spool file");
-                    }
-                },
+                Some(SPOOL_EXT) => out.push(path),
                 Some(OPENING_EXT) => remove_stale_opening(&path),
                 _ => {}
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Takes over every segment no live writer holds (their writers died or gave them up).
+    /// Blocking file I/O.
+    pub fn claim_orphans(&self) -> io::Result<Vec<Claimed>> {
+        let mut out = Vec::new();
+        for path in self.segments()? {
+            if let Some(c) = claim(&path)? {
+                out.push(c);
             }
         }
         Ok(out)
@@ -203,9 +249,9 @@ impl Claimed {
     }
 }
 
-/// Locks and reads `path` when no one holds it; `None` when its writer is alive or it was
-/// removed meanwhile.
-fn claim(path: &Path) -> io::Result<Option<Claimed>> {
+/// Locks and reads the segment `path` when no one holds it; `None` when its writer is alive or
+/// it was removed meanwhile. Blocking file I/O.
+pub fn claim(path: &Path) -> io::Result<Option<Claimed>> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -244,18 +290,23 @@ fn claim(path: &Path) -> io::Result<Option<Claimed>> {
     }))
 }
 
+/// Removes an `.open` file old enough that its writer must have died between creating and
+/// renaming it. The age is read before the lock is tried, so a writer that has just created
+/// one never finds it locked by this.
 fn remove_stale_opening(path: &Path) {
-    let Ok(file) = File::open(path) else { return };
-    if file.try_lock().is_err() {
-        return;
-    }
-    let stale = file
-        .metadata()
+    let stale = fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| SystemTime::now().duration_since(t).ok())
         .is_some_and(|age| age >= OPENING_STALE);
-    if stale && let Err(e) = fs::remove_file(path) {
+    if !stale {
+        return;
+    }
+    let Ok(file) = File::open(path) else { return };
+    if file.try_lock().is_err() {
+        return;
+    }
+    if let Err(e) = fs::remove_file(path) {
         tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale usage spool file");
     }
 }
@@ -306,12 +357,12 @@ mod tests {
         let a = Spool::open(&dir).unwrap();
         let b = Spool::open(&dir).unwrap();
         let recs = [rec(1), rec(2)];
-        let seg = a.append(&recs).unwrap();
+        let t = a.append(&recs).unwrap();
         // B sees A's segment held, and its own.
         assert!(b.claim_orphans().unwrap().is_empty());
-        // A gives its segment up (a publish failed): the file stays and B can take it.
-        seg.keep();
-        drop(seg);
+        // A gives its records up (a publish failed, or its task was dropped): the file stays
+        // and B can take it.
+        drop(t);
         drop(a);
         let claimed = b.claim_orphans().unwrap();
         assert_eq!(claimed.len(), 1);
@@ -333,9 +384,9 @@ mod tests {
     fn a_segment_whose_records_are_stored_is_removed_and_a_torn_line_is_skipped() {
         let dir = tmpdir();
         let a = Spool::open(&dir).unwrap();
-        let seg = a.append(&[rec(1)]).unwrap();
-        let path = seg.path().to_path_buf();
-        drop(seg);
+        let t = a.append(&[rec(1)]).unwrap();
+        let path = t.path().to_path_buf();
+        t.stored();
         // Still the current segment: kept for the next records.
         assert!(path.exists());
         drop(a);
@@ -344,10 +395,9 @@ mod tests {
 
         // A writer killed mid-line: the whole lines are read, the torn one counted.
         let a = Spool::open(&dir).unwrap();
-        let seg = a.append(&[rec(1), rec(2)]).unwrap();
-        (&seg.file).write_all(b"{\"id\":\"0190").unwrap();
-        seg.keep();
-        drop(seg);
+        let t = a.append(&[rec(1), rec(2)]).unwrap();
+        (&t.seg.file).write_all(b"{\"id\":\"0190").unwrap();
+        drop(t);
         drop(a);
         let b = Spool::open(&dir).unwrap();
         let claimed = b.claim_orphans().unwrap();
@@ -370,12 +420,52 @@ mod tests {
         assert_eq!(files(&dir).len(), 2);
         // The first is no longer current: once its batch is stored, it goes.
         let p = first.path().to_path_buf();
-        drop(first);
+        first.stored();
         assert!(!p.exists());
         assert_eq!(files(&dir), vec![second.path().to_path_buf()]);
-        drop(second);
+        second.stored();
         drop(a);
         assert!(files(&dir).is_empty());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_segment_with_one_unstored_batch_stays_for_a_reclaim() {
+        let dir = tmpdir();
+        let a = Spool::open(&dir).unwrap();
+        let stored = a.append(&[rec(1)]).unwrap();
+        let dropped = a.append(&[rec(2)]).unwrap();
+        let path = stored.path().to_path_buf();
+        stored.stored();
+        // Its task went away (a shutdown) before JetStream answered.
+        drop(dropped);
+        drop(a);
+        assert!(path.exists());
+        let b = Spool::open(&dir).unwrap();
+        let claimed = b.claim_orphans().unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].records.len(), 2);
+        drop(claimed);
+        drop(b);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_idle_router_lets_its_old_segment_go() {
+        let dir = tmpdir();
+        let a = Spool::open(&dir).unwrap();
+        let t = a.append(&[rec(1)]).unwrap();
+        let path = t.path().to_path_buf();
+        drop(t);
+        // Not stale yet: still held.
+        a.retire_stale();
+        assert!(a.claim_orphans().unwrap().is_empty());
+        // Stale: let go, so its unstored record can be claimed (here by the same router).
+        a.lock().as_mut().unwrap().opened -= SEGMENT_AGE;
+        a.retire_stale();
+        let claimed = a.claim_orphans().unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].path(), path);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -595,6 +595,36 @@ async fn records_that_end_together_travel_as_one_batch() {
     assert_eq!(after - before, 1, "ten records, one message");
 }
 
+/// A record is in the spool when `send` returns, before the sender task has run (a
+/// current-thread runtime: it cannot run until the test yields), so the caller's answer, which
+/// comes after, never leaves before it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_record_is_spooled_before_send_returns() {
+    let f = within("fleet start", TestFleet::start()).await;
+    let bus = within("connect to NATS", bus(&f)).await;
+    let dir = std::env::temp_dir().join(format!("weft-spool-{}", Uuid::now_v7().simple()));
+    let spool = weft_router::spool::Spool::open(&dir).unwrap();
+    let sender = weft_router::accounting::UsageSender::spawn(bus, Some(spool));
+    let c = Call {
+        tenant: "acme",
+        provider: "mock",
+        model: "m1",
+        input: 1,
+        output: 1,
+        cost: 0.0,
+    };
+    let rec = record(&c, now_ms());
+    let id = rec.id.to_string();
+    sender.send(rec, None);
+    let spooled = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .any(|text| text.contains(&id));
+    assert!(spooled, "the record is not in {}", dir.display());
+    drop(sender);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A router that dies while NATS is unreachable leaves its records in the usage spool; a
 /// router sharing the directory (here the fleet's own) publishes them, each stored once even
 /// when JetStream already had it, and removes the file.
@@ -620,10 +650,9 @@ async fn records_a_dead_router_left_in_the_spool_are_stored_once() {
     // The dead router's spool: written, given up, its lock gone with it.
     let dir = f.config.router.usage_spool_dir.join(&f.config.nats.prefix);
     let dead = weft_router::spool::Spool::open(&dir).unwrap();
-    let seg = dead.append(&recs).unwrap();
-    let path = seg.path().to_path_buf();
-    seg.keep();
-    drop(seg);
+    let ticket = dead.append(&recs).unwrap();
+    let path = ticket.path().to_path_buf();
+    drop(ticket);
     drop(dead);
     assert!(path.exists());
     let body = within(

@@ -173,17 +173,24 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let fleet = Arc::new(Mutex::new(fleet));
     let outcome = match cli.cmd {
         Cmd::Cluster => {
-            let _ = tokio::signal::ctrl_c().await;
+            interrupted().await;
             Ok(std::process::ExitCode::SUCCESS)
         }
         Cmd::Run(args) => {
-            run(
-                Arc::clone(&fleet),
-                &echo,
-                &args,
-                Duration::from_millis(cli.lease_ttl_ms),
-            )
-            .await
+            tokio::select! {
+                outcome = run(
+                    Arc::clone(&fleet),
+                    &echo,
+                    &args,
+                    Duration::from_millis(cli.lease_ttl_ms),
+                ) => outcome,
+                sig = interrupted() => {
+                    // The run (its load, its faults) is dropped here; what follows stops every
+                    // process and removes the namespaces and the address the run made.
+                    println!("weft-chaos: {sig}: stopping the fleet; no verdict");
+                    Ok(std::process::ExitCode::from(130))
+                }
+            }
         }
     };
     fleet.lock().await.stop().await;
@@ -193,6 +200,19 @@ async fn real_main(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         let _ = std::fs::remove_dir_all(work.join("nats"));
     }
     outcome
+}
+
+/// Waits for SIGINT or SIGTERM (what `timeout` sends) and names it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return "SIGINT";
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 async fn run(
