@@ -109,14 +109,18 @@ impl UsageSender {
 }
 
 /// Appends `recs` to `spool` when there is one. A spool that cannot be written is logged and
-/// counted; the records then travel without it.
+/// counted, and each record logged whole (what the spool would have kept, recoverable from the
+/// logs should the router die before NATS stores it); the records then travel without it.
 fn spill(spool: Option<&Spool>, recs: &[UsageRecord]) -> Option<Ticket> {
     let spool = spool?;
     match spool.append(recs) {
         Ok(t) => Some(t),
         Err(e) => {
             metrics::counter!("weft_router_usage_spool_errors_total").increment(1);
-            tracing::error!(error = %e, dir = %spool.dir().display(), records = recs.len(), "cannot write usage records to the spool");
+            for rec in recs {
+                let record = serde_json::to_string(rec).unwrap_or_default();
+                tracing::error!(error = %e, dir = %spool.dir().display(), %record, "cannot write a usage record to the spool");
+            }
             None
         }
     }

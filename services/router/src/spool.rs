@@ -6,10 +6,11 @@
 //!
 //! Files are segments named `usage-<uuid>.spool`, one JSON record per line. The writer holds an
 //! exclusive `flock` on each of its segments for as long as it may still need it, so a segment
-//! another process can lock is one whose writer died (or gave it up after failing to publish
-//! it). A segment is created as `.open`, locked, then renamed, so no one takes a file its
-//! writer has not locked yet. A new segment is started every [`SEGMENT_RECORDS`] records or
-//! [`SEGMENT_AGE`]; the old one is removed when the last batch written to it is stored.
+//! that can be locked (by another process, or by the writer itself through a second handle) is
+//! one whose writer died, or let go of with records not known to be stored. A segment is
+//! created as `.open`, locked, then renamed, so no one takes a file its writer has not locked
+//! yet. A new segment is started every [`SEGMENT_RECORDS`] records or [`SEGMENT_AGE`]; an old
+//! one is removed once it is no longer current and every record in it is stored.
 //!
 //! Records are written (not synced): they survive the process, not the machine. A record
 //! published twice (its writer died after JetStream stored it, before removing the file) is
@@ -158,13 +159,15 @@ impl Spool {
             serde_json::to_writer(&mut buf, r)?;
             buf.push(b'\n');
         }
+        let mut retired = None;
         let mut cur = self.lock();
         let fresh = cur
             .as_ref()
             .is_some_and(|c| c.records < SEGMENT_RECORDS && c.opened.elapsed() < SEGMENT_AGE);
         if !fresh {
-            // Dropping the old segment here removes it if every batch in it is stored.
-            *cur = None;
+            // The old segment is dropped after the lock is released (removing its file when
+            // every record in it is stored), not under it.
+            retired = cur.take();
             *cur = Some(Current {
                 seg: self.new_segment()?,
                 records: 0,
@@ -181,22 +184,29 @@ impl Spool {
             return Err(e);
         }
         c.records += recs.len();
-        Ok(Ticket {
+        let ticket = Ticket {
             seg: c.seg.clone(),
             stored: false,
-        })
+        };
+        drop(cur);
+        drop(retired);
+        Ok(ticket)
     }
 
     /// Lets go of the current segment when it is old, so an idle router holds none: its file
     /// goes once its records are stored, or becomes claimable if some were not.
     pub fn retire_stale(&self) {
         let mut cur = self.lock();
-        if cur
+        let retired = if cur
             .as_ref()
             .is_some_and(|c| c.opened.elapsed() >= SEGMENT_AGE)
         {
-            *cur = None;
-        }
+            cur.take()
+        } else {
+            None
+        };
+        drop(cur);
+        drop(retired);
     }
 
     /// The segment files in the directory, to [`claim`] one at a time; removes `.open` files a
