@@ -40,6 +40,16 @@ struct Call<'a> {
     cost: f64,
 }
 
+/// A one-token call of tenant `acme` on the mock provider.
+const ACME_ONE: Call<'static> = Call {
+    tenant: "acme",
+    provider: "mock",
+    model: "m1",
+    input: 1,
+    output: 1,
+    cost: 0.0,
+};
+
 fn record(c: &Call<'_>, at_ms: i64) -> UsageRecord {
     UsageRecord {
         id: Uuid::now_v7(),
@@ -254,14 +264,7 @@ async fn time_buckets_and_ranges_are_utc_and_half_open() {
     let f = TestFleet::start().await;
     let acme = token(&f, "acme", &["tenant:admin"]).await;
     let bus = bus(&f).await;
-    let c = Call {
-        tenant: "acme",
-        provider: "mock",
-        model: "m1",
-        input: 1,
-        output: 1,
-        cost: 0.0,
-    };
+    let c = ACME_ONE;
     // 2026-11-20T10:15Z, 10:45Z, 11:30Z, and 2026-11-21T00:00Z (outside `to`).
     let base = 1_795_132_800_000_i64; // 2026-11-20T00:00:00Z
     let hour = 3_600_000;
@@ -518,14 +521,7 @@ async fn publishing_creates_a_missing_stream_and_names_the_record() {
     let config = weft_config::Config::default();
     let prefix = format!("usage_t_{}", Uuid::now_v7().simple());
     let bus = Bus::connect(&config.nats.url, &prefix).await.unwrap();
-    let c = Call {
-        tenant: "acme",
-        provider: "mock",
-        model: "m1",
-        input: 1,
-        output: 1,
-        cost: 0.0,
-    };
+    let c = ACME_ONE;
     let rec = record(&c, now_ms());
     bus.publish_usage(&rec).await.unwrap();
 
@@ -564,14 +560,7 @@ async fn records_that_end_together_travel_as_one_batch() {
     };
     let before = within("read the usage stream", messages()).await;
     let sender = weft_router::accounting::UsageSender::spawn(bus.clone(), None);
-    let c = Call {
-        tenant: "acme",
-        provider: "mock",
-        model: "m1",
-        input: 1,
-        output: 1,
-        cost: 0.0,
-    };
+    let c = ACME_ONE;
     let at = now_ms() - 1000;
     let sent: Vec<_> = (0..10)
         .map(|_| {
@@ -605,14 +594,7 @@ async fn a_record_is_spooled_before_send_returns() {
     let dir = std::env::temp_dir().join(format!("weft-spool-{}", Uuid::now_v7().simple()));
     let spool = weft_router::spool::Spool::open(&dir).unwrap();
     let sender = weft_router::accounting::UsageSender::spawn(bus, Some(spool));
-    let c = Call {
-        tenant: "acme",
-        provider: "mock",
-        model: "m1",
-        input: 1,
-        output: 1,
-        cost: 0.0,
-    };
+    let c = ACME_ONE;
     let rec = record(&c, now_ms());
     let id = rec.id.to_string();
     sender.send(rec, None);
