@@ -739,7 +739,7 @@ security_pytest() {
     WEFT_URL="$SECURITY_URL" WEFT_TOKEN="$SECURITY_TOKEN" \
         WEFT_SECURITY_REPORT="$LOGS/security-$name.json" \
         timeout --foreground "$PYTEST_TIMEOUT" "$SECURITY_PY" -m pytest "$target" \
-        -p no:cacheprovider -q -rfE --junitxml="$LOGS/security-$name.xml" || status=$?
+        -p no:cacheprovider -q -rfE --tb=short --junitxml="$LOGS/security-$name.xml" || status=$?
     if ((status != 0)); then show_log "$LOGS/security.log" 40; fi
     return "$status"
 }

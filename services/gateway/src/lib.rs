@@ -440,7 +440,95 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn(settle_body))
         .layer(middleware::from_fn(observe))
+}
+
+/// The largest request body [`settle_body`] reads ahead of the route.
+pub const SETTLE_BODY_BYTES: u64 = 64 * 1024;
+
+/// Keeps every answer honest about its connection. A route refusing a request before reading
+/// its body (a bad path parameter, a missing token, an unknown route) leaves the body unread;
+/// when it has not all arrived, hyper closes the connection after the answer without saying so
+/// (`connection: close` is decided too late), and a client reusing the connection at once
+/// (urllib3 writes headers and body apart) has its next request reset. So:
+/// - a small body (a `content-length` of at most [`SETTLE_BODY_BYTES`], no `expect:
+///   100-continue`) is read before the route sees the request, as nginx discards an unread
+///   body: the connection stays usable whatever the answer;
+/// - any other body is watched, and an answer given before it was read to its end says
+///   `connection: close`.
+pub async fn settle_body(req: Request, next: Next) -> Response {
+    use http_body::Body as _;
+    let headers = req.headers();
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let small = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| *n <= SETTLE_BODY_BYTES);
+    let (parts, body) = req.into_parts();
+    match small {
+        Some(len) if !parts.headers.contains_key(axum::http::header::EXPECT) => {
+            let limit = usize::try_from(len).unwrap_or(usize::MAX);
+            match axum::body::to_bytes(body, limit).await {
+                Ok(bytes) => {
+                    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                        .await
+                }
+                Err(e) => render(
+                    &Error::invalid(format!("the request body could not be read: {e}")),
+                    shape_for(parts.uri.path()),
+                ),
+            }
+        }
+        _ => {
+            let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let body = axum::body::Body::new(Watched {
+                inner: body,
+                ended: ended.clone(),
+            });
+            let mut resp = next.run(Request::from_parts(parts, body)).await;
+            if !ended.load(std::sync::atomic::Ordering::Acquire) {
+                resp.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
+            resp
+        }
+    }
+}
+
+/// A request body that records whether it was read to its end.
+struct Watched {
+    inner: axum::body::Body,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Watched {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.ended.store(true, std::sync::atomic::Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 async fn not_found(req: Request) -> ApiError {

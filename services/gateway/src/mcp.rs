@@ -337,6 +337,7 @@ pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router
     // The layers wrap the MCP service itself, not the method router: an unknown method is a
     // 405 before any token is looked at, as on every other route.
     let svc = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn(crate::settle_body))
         .layer(axum::middleware::from_fn_with_state(
             st.clone(),
             authenticate,

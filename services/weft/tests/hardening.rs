@@ -377,3 +377,104 @@ async fn query_string_errors_are_native_json_naming_the_parameter() {
         );
     }
 }
+
+// --- 10. an early refusal keeps the connection usable -------------------------------------------
+
+/// One answer read off `conn`: its status, its head (lowercased) and its body, or `None` when the
+/// connection closed (or was reset) before a whole answer arrived.
+async fn read_answer(conn: &mut tokio::net::TcpStream) -> Option<(u16, String, String)> {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned();
+                return Some((status, head, body));
+            }
+        }
+        match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Sends `line` with `token` and a JSON body of about `body_kib` KiB over a new connection,
+/// headers and body in two writes as urllib3 sends them; the connection and the answer.
+async fn refused_early(
+    f: &TestFleet,
+    line: &str,
+    token: Option<&str>,
+    body_kib: usize,
+) -> (tokio::net::TcpStream, (u16, String, String)) {
+    use tokio::io::AsyncWriteExt as _;
+    let addr = f.url.trim_start_matches("http://");
+    let body = format!("{{\"reason\":\"{}\"}}", "x".repeat(body_kib * 1024));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.set_nodelay(true).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{line} HTTP/1.1\r\nhost: {addr}\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer and close before taking it all.
+    let _ = conn.write_all(body.as_bytes()).await;
+    let answer = tokio::time::timeout(Duration::from_secs(30), read_answer(&mut conn))
+        .await
+        .unwrap()
+        .expect("no answer");
+    (conn, answer)
+}
+
+/// A request refused before its body is read (a NUL in the path, no token, no such route, MCP
+/// without a token) used to leave the body unread; hyper then closed the connection after the
+/// answer without `connection: close`, and a client reusing it at once (urllib3 writes headers
+/// and body apart) had its next request reset. A small body is now read first and the same
+/// connection answers the next request; a large one unread gets `connection: close`.
+#[tokio::test]
+async fn a_request_refused_before_its_body_is_read_leaves_the_connection_usable() {
+    use tokio::io::AsyncWriteExt as _;
+    let f = TestFleet::start().await;
+    let admin = Some(f.admin.as_str());
+    let cases = [
+        ("POST /v1/runs/a%00b/cancel", admin, 400),
+        ("POST /v1/runs", None, 401),
+        ("POST /v1/no-such-route", admin, 404),
+        ("POST /mcp", None, 401),
+    ];
+    for (line, token, want) in cases {
+        let (mut conn, (status, _, text)) = refused_early(&f, line, token, 48).await;
+        assert_eq!(status, want, "{line}: {text}");
+        let next = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+        let _ = conn.write_all(next).await;
+        let again = tokio::time::timeout(Duration::from_secs(30), read_answer(&mut conn))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.map(|(s, _, _)| s),
+            Some(200),
+            "{line}: the connection was closed after the refusal"
+        );
+    }
+    // A body over the read-ahead bound, refused unread: the answer says the connection closes.
+    for (line, token, want) in cases {
+        let (_, (status, head, text)) = refused_early(&f, line, token, 256).await;
+        assert_eq!(status, want, "{line}: {text}");
+        assert!(
+            head.lines().any(|l| l == "connection: close"),
+            "{line}: a refusal before a large body was read must say `connection: close`: {head}"
+        );
+    }
+    // A body read to its end keeps the connection: the answer does not say close.
+    let (_, (status, head, text)) = refused_early(&f, "POST /v1/runs", admin, 256).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(!head.contains("connection: close"), "{head}");
+}
