@@ -489,14 +489,12 @@ pub async fn settle_body(req: Request, next: Next) -> Response {
                 inner: body,
                 ended: ended.clone(),
             });
-            let mut resp = next.run(Request::from_parts(parts, body)).await;
-            if !ended.load(std::sync::atomic::Ordering::Acquire) {
-                resp.headers_mut().insert(
-                    axum::http::header::CONNECTION,
-                    axum::http::HeaderValue::from_static("close"),
-                );
+            let resp = next.run(Request::from_parts(parts, body)).await;
+            if ended.load(std::sync::atomic::Ordering::Acquire) {
+                resp
+            } else {
+                weft_ingress::webhooks::closing(resp)
             }
-            resp
         }
     }
 }
