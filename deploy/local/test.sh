@@ -39,7 +39,10 @@
 #      its quota, then a checker of the final state; 2 minutes, 10 with WEFT_CHAOS=1 (the long
 #      tier)
 #   8. tests/findings/repro.py: each finding of the hardening review (issue 9) as a black-box
-#      repro against the built `weft`, one `weft up` of its own per check.
+#      repro against the built `weft`, one `weft up` of its own per check; then
+#      tests/findings/second_pass.py, the same for the findings of the second security pass
+#      (webhook replay and secret names, credentials in logs and tool lists, /mcp sessions and
+#      Origin, channel consumers, waiters and op keys).
 #
 # Non-interactive; exits non-zero when any step fails and ends with a summary.
 # Options (for local iteration; CI uses none):
@@ -921,6 +924,8 @@ fi
 if ((BUILD_OK)); then
     step "findings: black-box repros (tests/findings/repro.py)" \
         timeout --foreground 600 python3 tests/findings/repro.py "$BIN_DIR/weft" || true
+    step "findings: second pass (tests/findings/second_pass.py)" \
+        timeout --foreground 900 python3 tests/findings/second_pass.py "$BIN_DIR/weft" || true
 else
     skip "findings repros" "the build failed"
 fi

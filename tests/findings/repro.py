@@ -38,6 +38,10 @@ latency_ms = 150
 class Weft:
     """One `weft up` on loopback with a database and prefixes of its own."""
 
+    # Where the process's standard error goes; a subclass may set subprocess.STDOUT to read it
+    # with what it prints.
+    stderr = subprocess.DEVNULL
+
     def __init__(self, binary, env=None, config=SLOW_MODELS):
         self.dir = tempfile.mkdtemp(prefix="weft-findings-")
         self.binary = binary
@@ -60,7 +64,7 @@ class Weft:
             [self.binary, "up", "--config", self.config, "--listen", "127.0.0.1:0",
              "--router-listen", "127.0.0.1:0", "--substrate-listen", "127.0.0.1:0",
              "--database-url", f"postgres://postgres@127.0.0.1:5432/{self.db}"],
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=self.env, stdout=subprocess.PIPE, stderr=self.stderr,
             stdin=subprocess.DEVNULL, text=True)
         # A start that hangs is killed, which ends the read below with EOF.
         watchdog = threading.Timer(60, self.proc.kill)
