@@ -253,6 +253,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 subject: subject.unwrap_or_default().to_owned(),
                 scopes: scopes(selector / 3),
                 token_id: tid.map(str::to_owned),
+                agent: None,
             };
             let token = match jwt.sign(&p) {
                 Ok(t) => t,

@@ -156,6 +156,7 @@ fn principal(bits: u8) -> Principal {
         subject: "fuzz".into(),
         scopes: Scopes::new(scopes),
         token_id: Some("tok_1".into()),
+        agent: None,
     }
 }
 

@@ -361,6 +361,7 @@ fn bridge_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<BridgeCaller>>
                 Scope::ChannelsRead,
             ]),
             token_id: None,
+            agent: None,
         },
         server: args.server.clone(),
         hop: args.target == McpTarget::BridgeHop,

@@ -166,6 +166,9 @@ async fn work(
                 Scope::ChannelsRead,
             ]),
             token_id: None,
+            // The run's own calls act as its agent: its channel consumer and its exactly-once
+            // publish keys are its agent's, out of reach of every token.
+            agent: Some(lease.run.agent_name.clone()),
         },
         // Read in place: the stored spec is not copied to be parsed.
         spec: RunSpec::deserialize(&lease.run.spec).unwrap_or_default(),

@@ -339,6 +339,7 @@ impl AppState {
             subject: "readyz".into(),
             scopes: weft_core::Scopes::default(),
             token_id: None,
+            agent: None,
         };
         self.router_models(&probe).await.map(|_| ())
     }

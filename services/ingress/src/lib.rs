@@ -84,6 +84,7 @@ pub fn door_principal(tenant: &TenantId, subject: String) -> Principal {
             Scope::ChannelsRead,
         ]),
         token_id: None,
+        agent: None,
     }
 }
 

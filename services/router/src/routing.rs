@@ -277,6 +277,7 @@ impl Routing {
             subject: "router".into(),
             scopes: weft_core::Scopes::default(),
             token_id: None,
+            agent: None,
         };
         self.chat_as(&p, req.clone()).await.map(|a| a.events)
     }
@@ -466,6 +467,7 @@ impl Routing {
             subject: "router".into(),
             scopes: weft_core::Scopes::default(),
             token_id: None,
+            agent: None,
         };
         self.embed_as(&p, req).await.map(|(r, _)| r)
     }

@@ -37,6 +37,7 @@ fn principal() -> Principal {
         subject: "s".into(),
         scopes: Scopes::default(),
         token_id: None,
+        agent: None,
     }
 }
 

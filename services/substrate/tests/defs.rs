@@ -366,6 +366,7 @@ fn request<T>(jwt: &InternalJwt, scopes: &str, msg: T) -> tonic::Request<T> {
         subject: "s".into(),
         scopes: Scopes::parse_list(scopes).unwrap(),
         token_id: None,
+        agent: None,
     };
     let mut req = tonic::Request::new(msg);
     let token = jwt.sign(&p).unwrap();

@@ -27,6 +27,7 @@ fn principal(tenant: &str, subject: &str, scopes: &str) -> Principal {
         subject: subject.into(),
         scopes: Scopes::parse_list(scopes).unwrap(),
         token_id: None,
+        agent: None,
     }
 }
 

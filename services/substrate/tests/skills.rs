@@ -136,6 +136,7 @@ fn request<T>(jwt: &InternalJwt, tenant_slug: &str, scopes: &str, msg: T) -> ton
         subject: "s".into(),
         scopes: Scopes::parse_list(scopes).unwrap(),
         token_id: None,
+        agent: None,
     };
     let mut req = tonic::Request::new(msg);
     let token = jwt.sign(&p).unwrap();

@@ -21,6 +21,9 @@ struct Claims {
     scopes: Scopes,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tid: Option<String>,
+    /// [`Principal::agent`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agt: Option<String>,
     iat: u64,
     exp: u64,
 }
@@ -113,6 +116,7 @@ impl InternalJwt {
             tenant: p.tenant.clone(),
             scopes: p.scopes.clone(),
             tid: p.token_id.clone(),
+            agt: p.agent.clone(),
             iat: now,
             exp: now + self.ttl.as_secs().max(1),
         };
@@ -140,6 +144,7 @@ impl InternalJwt {
             subject: data.claims.sub,
             scopes: data.claims.scopes,
             token_id: data.claims.tid,
+            agent: data.claims.agt,
         };
         if let Ok(mut cache) = self.verified.lock() {
             if cache.len() >= CACHE_LIMIT {
@@ -186,6 +191,7 @@ mod tests {
             subject: "svc".into(),
             scopes: Scopes::new([Scope::LlmCall]),
             token_id: None,
+            agent: None,
         }
     }
 
@@ -194,6 +200,12 @@ mod tests {
         let j = InternalJwt::new(b"0123456789abcdef0123456789abcdef", Duration::from_secs(60));
         let t = j.sign(&principal()).unwrap();
         assert_eq!(j.verify(&t).unwrap(), principal());
+        // A run's call carries its agent across the hop.
+        let run = Principal {
+            agent: Some("triage".into()),
+            ..principal()
+        };
+        assert_eq!(j.verify(&j.sign(&run).unwrap()).unwrap(), run);
     }
 
     #[test]
@@ -234,6 +246,7 @@ mod tests {
             tenant: TenantId::parse("a").unwrap(),
             scopes: Scopes::default(),
             tid: None,
+            agt: None,
             iat: now - 120,
             exp: now - 60,
         };

@@ -88,6 +88,7 @@ impl TokenResolver {
                     subject: r.subject,
                     scopes: r.scopes,
                     token_id: Some(r.id.to_string()),
+                    agent: None,
                 }),
                 expires_at: r.expires_at,
                 fetched: now,

@@ -113,6 +113,7 @@ pub fn principal(s: &UiSession) -> Principal {
         subject: s.token.subject.clone(),
         scopes: s.token.scopes.clone(),
         token_id: Some(s.token.id.to_string()),
+        agent: None,
     }
 }
 

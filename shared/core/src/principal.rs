@@ -156,6 +156,11 @@ pub struct Principal {
     /// subject).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id: Option<String>,
+    /// The agent a run acts as, set only by the executor on its run's calls (carried in the
+    /// internal JWT, which only weft's services can sign); never from a token. What belongs to
+    /// the agent (its channel consumer, its publish op keys) answers to this, not to a subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl Principal {
@@ -198,6 +203,7 @@ mod tests {
             subject: "s".into(),
             scopes: Scopes::parse_list(scopes).unwrap(),
             token_id: None,
+            agent: None,
         }
     }
 
