@@ -77,6 +77,7 @@ fn who(tenant: &str, subject: &str, scopes: &str) -> Principal {
         subject: subject.into(),
         scopes: Scopes::parse_list(scopes).unwrap(),
         token_id: None,
+        agent: None,
     }
 }
 
@@ -204,7 +205,7 @@ async fn publish_read_ack_flow_and_cursor_rules() {
     assert_eq!(payloads(&after_ack), [json!({"n": 3})]);
     // Another consumer has its own cursor.
     let mut other_consumer = read_req("jobs");
-    other_consumer.consumer = Some("second".into());
+    other_consumer.consumer = Some("worker/second".into());
     assert_eq!(
         read(&mut e.c, &p, other_consumer)
             .await
@@ -1010,4 +1011,187 @@ async fn declared_channels_are_created_at_boot() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("substrate.channels.alerts.scope"), "{err}");
+}
+
+/// A run's own calls: its creator's subject, acting as its agent.
+fn run_of(agent: &str) -> Principal {
+    Principal {
+        agent: Some(agent.into()),
+        ..who("acme", "creator", "channels:publish,channels:read")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_is_read_and_acked_only_by_whoever_it_belongs_to() {
+    let mut e = env().await;
+    e.create("jobs", "tenant", None, None).await;
+    for i in 1..=3 {
+        publish(&mut e.c, &admin(), "jobs", json!({"n": i})).await;
+    }
+    let as_consumer = |c: &str| {
+        let mut r = read_req("jobs");
+        r.consumer = Some(c.into());
+        r
+    };
+    // The agent `bot` reads and acks as itself (a run's call).
+    let bot = run_of("bot");
+    let got = read(&mut e.c, &bot, as_consumer("bot")).await.unwrap();
+    assert_eq!(got.messages.len(), 3);
+    // A reader of the tenant cannot read or ack as the agent, nor as another subject.
+    let reader = rw();
+    for other in ["bot", "boss", "workerx", "worker/"] {
+        let err = read(&mut e.c, &reader, as_consumer(other))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            tonic::Code::PermissionDenied,
+            "{other}: {err:?}"
+        );
+        let ack =
+            e.c.ack(req(
+                &reader,
+                v1::AckRequest {
+                    name: "jobs".into(),
+                    cursor: got.cursor.clone(),
+                    consumer: Some(other.into()),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            ack.code(),
+            tonic::Code::PermissionDenied,
+            "{other}: {ack:?}"
+        );
+    }
+    // Its own, and its own under it, are fine; so is a tenant admin naming anyone's.
+    read(&mut e.c, &reader, as_consumer("worker"))
+        .await
+        .unwrap();
+    read(&mut e.c, &reader, as_consumer("worker/jobs"))
+        .await
+        .unwrap();
+    read(&mut e.c, &admin(), as_consumer("bot")).await.unwrap();
+    // The agent's cursor was never moved by anyone else: it still reads all three.
+    let again = read(&mut e.c, &bot, as_consumer("bot")).await.unwrap();
+    assert_eq!(again.messages.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_op_key_claimed_by_one_caller_does_not_swallow_another_callers_publish() {
+    let mut e = env().await;
+    e.create("jobs", "tenant", None, None).await;
+    let with_key = |payload: Value, key: &str| v1::PublishRequest {
+        name: "jobs".into(),
+        payload_json: payload.to_string(),
+        op_key: Some(key.into()),
+        ..Default::default()
+    };
+    let key = "0197a5e0-0000-7000-8000-000000000001:toolu_1";
+    // A token publishes first with the key a run will use.
+    let squatter = who("acme", "mallory", "channels:publish,channels:read");
+    let first =
+        e.c.publish(req(&squatter, with_key(json!("squat"), key)))
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(!first.replayed);
+    // The run's publish with that key is stored all the same; its retry is a replay.
+    let run = run_of("bot");
+    let own =
+        e.c.publish(req(&run, with_key(json!("real"), key)))
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(!own.replayed, "the run's publish was swallowed");
+    let retry =
+        e.c.publish(req(&run, with_key(json!("real"), key)))
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(retry.replayed && retry.seq == own.seq);
+    // Another subject's key is its own too.
+    let other =
+        e.c.publish(req(&rw(), with_key(json!("other"), key)))
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(!other.replayed);
+    let all = read(&mut e.c, &admin(), read_req("jobs")).await.unwrap();
+    assert_eq!(
+        payloads(&all),
+        [json!("squat"), json!("real"), json!("other")]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_caller_cannot_hold_the_whole_long_poll_pool() {
+    // A pool of 8: a principal holds at most 2, a tenant at most 4.
+    let db = TestDb::new().await;
+    let pool = weft_store::connect(&db.url, 8).await.unwrap();
+    let bus = weft_bus::Bus::connect(&nats_url(), &db.name).await.unwrap();
+    let hub = ChannelHub::new(ChannelStore::new(pool.clone()), bus, 8);
+    assert_eq!((hub.principal_share(), hub.tenant_share()), (2, 4));
+    let defs = DefStore::new(pool);
+    let routes = grpc_service(
+        &common::assemble(defs.clone(), common::memory(&defs), hub.clone()),
+        InternalJwt::from_secret(SECRET),
+    );
+    let mut c = weft_proto::transport::channels_client(weft_proto::transport::in_process(routes));
+    for (tenant, admin) in [
+        ("acme", admin()),
+        ("beta", who("beta", "root", "tenant:admin")),
+    ] {
+        c.put_channel(req(
+            &admin,
+            v1::PutChannelRequest {
+                name: "quiet".into(),
+                scope: "tenant".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{tenant}: {e:?}"));
+    }
+    let spawner = c.clone();
+    let waiting = |p: Principal| {
+        let mut c = spawner.clone();
+        let mut r = read_req("quiet");
+        r.wait_ms = Some(20_000);
+        tokio::spawn(async move { read(&mut c, &p, r).await })
+    };
+    // The hog's first two wait; its third is refused with a 429 at once.
+    let hog = rw();
+    let held = [waiting(hog.clone()), waiting(hog.clone())];
+    until_waiting(&hub, 2).await;
+    let mut r = read_req("quiet");
+    r.wait_ms = Some(20_000);
+    let refused = read(&mut c, &hog, r.clone()).await.unwrap_err();
+    assert_eq!(
+        weft_core::Error::from(&refused).code,
+        ErrorCode::RateLimited,
+        "{refused:?}"
+    );
+    // Two more principals of the same tenant fill its half; a third of that tenant is refused.
+    let mate = who("acme", "mate", "channels:read");
+    let held2 = [waiting(mate.clone()), waiting(mate.clone())];
+    until_waiting(&hub, 4).await;
+    let third = who("acme", "third", "channels:read");
+    let refused = read(&mut c, &third, r.clone()).await.unwrap_err();
+    assert_eq!(
+        weft_core::Error::from(&refused).code,
+        ErrorCode::RateLimited
+    );
+    // Another tenant still waits (and answers at its deadline, empty).
+    let mut short = read_req("quiet");
+    short.wait_ms = Some(300);
+    let other = read(&mut c, &who("beta", "reader", "channels:read"), short)
+        .await
+        .unwrap();
+    assert!(other.messages.is_empty());
+    for h in held.into_iter().chain(held2) {
+        h.abort();
+    }
 }

@@ -11,6 +11,7 @@ pub mod grpc;
 pub mod rules;
 pub mod store;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,15 +136,67 @@ pub struct ChannelHub {
     bus: Bus,
     waiters: Arc<Semaphore>,
     max_waiters: usize,
+    /// Long-polls held per tenant and per principal, so that no one caller (or tenant) can
+    /// hold the whole pool: each holds at most a quarter of it, each tenant half.
+    shares: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
 
+/// A consumer (a cursor a read commits) belongs to whoever it names: the caller's subject (the
+/// default) or a consumer of its own under it (`<subject>/<name>`), or, on a run's own calls,
+/// the run's agent. Naming anyone else's needs `tenant:admin`: otherwise a reader could move
+/// another reader's cursor and make its next read silently skip messages.
 fn consumer_of<'a>(p: &'a Principal, consumer: Option<&'a str>) -> Result<&'a str, Error> {
-    match consumer {
-        Some(c) => {
-            rules::validate_key("consumer", c)?;
-            Ok(c)
+    let Some(c) = consumer else {
+        return Ok(&p.subject);
+    };
+    rules::validate_key("consumer", c)?;
+    let own = c == p.subject
+        || c.strip_prefix(p.subject.as_str())
+            .is_some_and(|rest| rest.len() > 1 && rest.starts_with('/'))
+        || p.agent.as_deref() == Some(c);
+    if own || p.administers(&p.tenant) {
+        return Ok(c);
+    }
+    Err(Error::forbidden(format!(
+        "consumer `{}` is not yours: leave `consumer` out to use your own (`{}`), or name one under it (`{}/<name>`); another subject's or an agent's consumer needs the `tenant:admin` scope",
+        c.escape_default(),
+        p.subject.escape_default(),
+        p.subject.escape_default()
+    ))
+    .with_param("consumer"))
+}
+
+/// The key a publish's `op_key` is stored under: a run's own keys (`<run id>:<tool use id>`)
+/// as they are, anyone else's inside its subject's namespace, so that no token can claim a
+/// key first and turn a run's publish (or another subject's) into a "replay" that stores
+/// nothing.
+fn op_key_of(p: &Principal, op_key: &str) -> String {
+    if p.agent.is_some() {
+        op_key.to_owned()
+    } else {
+        format!("sub:{}:{op_key}", p.subject)
+    }
+}
+
+/// A long-poll's place in the pool and in its holders' shares; both are given back on drop.
+struct Waiter {
+    _permit: OwnedSemaphorePermit,
+    shares: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    keys: [String; 2],
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.shares.lock() {
+            for k in &self.keys {
+                if let Some(n) = m.get_mut(k) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        m.remove(k);
+                    }
+                }
+            }
         }
-        None => Ok(&p.subject),
     }
 }
 
@@ -160,7 +213,18 @@ impl ChannelHub {
             bus,
             waiters: Arc::new(Semaphore::new(max_waiters)),
             max_waiters,
+            shares: Arc::default(),
         }
+    }
+
+    /// The most long-polls one principal may hold on this replica: a quarter of the pool.
+    pub fn principal_share(&self) -> usize {
+        (self.max_waiters / 4).max(1)
+    }
+
+    /// The most long-polls one tenant may hold on this replica: half of the pool.
+    pub fn tenant_share(&self) -> usize {
+        (self.max_waiters / 2).max(1)
     }
 
     pub fn store(&self) -> &ChannelStore {
@@ -172,7 +236,47 @@ impl ChannelHub {
         self.max_waiters - self.waiters.available_permits()
     }
 
-    fn waiter(&self) -> Result<OwnedSemaphorePermit, Error> {
+    /// A place for `p`'s long-poll: 429 past its own or its tenant's share, 503 when the pool
+    /// is full.
+    fn waiter(&self, p: &Principal) -> Result<Waiter, Error> {
+        let tenant_key = format!("t:{}", p.tenant);
+        let principal_key = format!(
+            "p:{}\n{}\n{}",
+            p.tenant,
+            p.subject,
+            p.agent.as_deref().unwrap_or_default()
+        );
+        let over = |held: usize, share: usize, whose: &str| {
+            Error::new(
+                weft_core::ErrorCode::RateLimited,
+                format!(
+                    "{whose} already holds {held} long-polls on this substrate, its whole share ({share} of substrate.max_channel_waiters = {}); wait for one to return, or read without `wait_ms`",
+                    self.max_waiters
+                ),
+            )
+            .with_retry_after(Duration::from_secs(1))
+        };
+        let mut shares = self.shares.lock().map_err(|_| Error::internal())?;
+        let held_p = shares.get(&principal_key).copied().unwrap_or(0);
+        if held_p >= self.principal_share() {
+            return Err(over(held_p, self.principal_share(), "this caller"));
+        }
+        let held_t = shares.get(&tenant_key).copied().unwrap_or(0);
+        if held_t >= self.tenant_share() {
+            return Err(over(held_t, self.tenant_share(), "your tenant"));
+        }
+        let permit = self.global_waiter()?;
+        *shares.entry(principal_key.clone()).or_default() += 1;
+        *shares.entry(tenant_key.clone()).or_default() += 1;
+        drop(shares);
+        Ok(Waiter {
+            _permit: permit,
+            shares: self.shares.clone(),
+            keys: [principal_key, tenant_key],
+        })
+    }
+
+    fn global_waiter(&self) -> Result<OwnedSemaphorePermit, Error> {
         self.waiters.clone().try_acquire_owned().map_err(|_| {
             Error::unavailable(format!(
                 "{} readers are already waiting on this substrate (substrate.max_channel_waiters); retry shortly",
@@ -284,9 +388,16 @@ impl ChannelHub {
         }
         let o = self.open(p, "name", name, target).await?;
         let by = format!("{}/{}", p.tenant, p.subject);
+        let op_key = op_key.map(|k| op_key_of(p, k));
         let published = self
             .store
-            .publish(o.part(&p.tenant), &o.channel, &payload, op_key, &by)
+            .publish(
+                o.part(&p.tenant),
+                &o.channel,
+                &payload,
+                op_key.as_deref(),
+                &by,
+            )
             .await
             .map_err(db("channel publish"))?
             .ok_or_else(|| no_channel("name", name))?;
@@ -350,7 +461,7 @@ impl ChannelHub {
             }
         }
         if found.is_empty() && wait > 0 {
-            let _permit = self.waiter()?;
+            let _permit = self.waiter(p)?;
             let deadline = Instant::now() + Duration::from_millis(u64::from(wait));
             // Subscribe first, then read again: a publish after this read wakes the wait.
             let mut subs = self
@@ -492,7 +603,7 @@ impl ChannelHub {
         if wait == 0 {
             return check().await;
         }
-        let _permit = self.waiter()?;
+        let _permit = self.waiter(p)?;
         let deadline = Instant::now() + Duration::from_millis(u64::from(wait));
         let keys: Vec<(i64, u64)> = opened
             .iter()
