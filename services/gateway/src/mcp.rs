@@ -3,7 +3,9 @@
 //! `WWW-Authenticate: Bearer` when missing or bad); each MCP tool then calls the gateway's own
 //! API in-process with that token, so scopes, tenancy and validation are the API's.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -14,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tower::ServiceExt as _;
 use weft_core::Error;
-use weft_mcp_bridge::face::{Caller, UpResponse, Upstream};
+use weft_mcp_bridge::face::{Caller, LocalSessionManager, UpResponse, Upstream};
 
 use crate::AppState;
 use crate::error::{ApiError, Shape};
@@ -59,8 +61,196 @@ impl Upstream for RouterUpstream {
     }
 }
 
-/// Checks the bearer token and hands the face its [`Caller`].
-pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+/// The live `/mcp` sessions of this replica, by id: whose they are and when they were last
+/// used, so that one principal (and the replica as a whole) holds a bounded number. A session
+/// idle for `mcp.session_idle_secs` is ended here and in rmcp's manager.
+pub struct SessionCaps {
+    per_principal: usize,
+    total: usize,
+    idle: Duration,
+    manager: Arc<LocalSessionManager>,
+    state: std::sync::Mutex<Live>,
+}
+
+#[derive(Default)]
+struct Live {
+    /// Session id → (owner, last used).
+    sessions: HashMap<String, (String, Instant)>,
+    /// `initialize`s admitted and not answered yet, by owner.
+    opening: HashMap<String, usize>,
+}
+
+/// An admitted `initialize`: its place is given back on drop unless it became a session.
+struct Opening<'a> {
+    caps: &'a SessionCaps,
+    owner: String,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.caps.state.lock()
+            && let Some(n) = st.opening.get_mut(&self.owner)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.opening.remove(&self.owner);
+            }
+        }
+    }
+}
+
+impl SessionCaps {
+    pub fn new(cfg: &weft_config::McpServerFaceConfig, manager: Arc<LocalSessionManager>) -> Self {
+        Self {
+            per_principal: cfg.max_sessions_per_principal,
+            total: cfg.max_sessions,
+            idle: Duration::from_secs(cfg.session_idle_secs),
+            manager,
+            state: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Ends the sessions idle past the limit (here, and in rmcp's manager).
+    fn sweep(&self, st: &mut Live) {
+        let idle = self.idle;
+        let gone: Vec<String> = st
+            .sessions
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() >= idle)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            st.sessions.remove(&id);
+            let manager = self.manager.clone();
+            tokio::spawn(async move {
+                weft_mcp_bridge::face::end_session(&manager, &id).await;
+            });
+        }
+    }
+
+    /// Whether `owner` may hold one more session; a 429 saying when one frees up otherwise.
+    fn room(&self, st: &mut Live, owner: &str) -> Result<(), Error> {
+        self.sweep(st);
+        let mine: Vec<Instant> = st
+            .sessions
+            .values()
+            .filter(|(o, _)| o == owner)
+            .map(|(_, at)| *at)
+            .collect();
+        let opening_mine = st.opening.get(owner).copied().unwrap_or(0);
+        let opening_all: usize = st.opening.values().sum();
+        // When the least recently used session would idle out.
+        let frees_in = |ats: &mut dyn Iterator<Item = Instant>| {
+            ats.min()
+                .map_or(Duration::from_secs(1), |at| {
+                    self.idle.saturating_sub(at.elapsed())
+                })
+                .max(Duration::from_secs(1))
+        };
+        if mine.len() + opening_mine >= self.per_principal {
+            return Err(Error::new(
+                weft_core::ErrorCode::RateLimited,
+                format!(
+                    "you hold {} MCP sessions on this gateway, the most one caller may (mcp.max_sessions_per_principal); end one with DELETE /mcp (its Mcp-Session-Id), reuse one, or wait for one to idle out",
+                    mine.len() + opening_mine
+                ),
+            )
+            .with_retry_after(frees_in(&mut mine.into_iter())));
+        }
+        if st.sessions.len() + opening_all >= self.total {
+            let all: Vec<Instant> = st.sessions.values().map(|(_, at)| *at).collect();
+            return Err(Error::new(
+                weft_core::ErrorCode::RateLimited,
+                format!(
+                    "this gateway holds {} MCP sessions, its most (mcp.max_sessions); retry later",
+                    st.sessions.len() + opening_all
+                ),
+            )
+            .with_retry_after(frees_in(&mut all.into_iter())));
+        }
+        Ok(())
+    }
+
+    /// Admits one `initialize` of `owner`.
+    fn admit(&self, owner: &str) -> Result<Opening<'_>, Error> {
+        let mut st = self.state.lock().map_err(|_| Error::internal())?;
+        self.room(&mut st, owner)?;
+        *st.opening.entry(owner.to_owned()).or_default() += 1;
+        Ok(Opening {
+            caps: self,
+            owner: owner.to_owned(),
+        })
+    }
+
+    /// A use of session `id`: its clock starts again. A session this replica does not hold (one
+    /// opened elsewhere, or ended here on idle) is taken on only while its owner has room.
+    fn touch(&self, id: &str, owner: &str) -> Result<(), Error> {
+        let mut st = self.state.lock().map_err(|_| Error::internal())?;
+        if let Some((_, at)) = st.sessions.get_mut(id) {
+            *at = Instant::now();
+            return Ok(());
+        }
+        self.room(&mut st, owner)?;
+        st.sessions
+            .insert(id.to_owned(), (owner.to_owned(), Instant::now()));
+        Ok(())
+    }
+
+    fn opened(&self, id: &str, owner: &str) {
+        if let Ok(mut st) = self.state.lock() {
+            st.sessions
+                .insert(id.to_owned(), (owner.to_owned(), Instant::now()));
+        }
+    }
+
+    fn closed(&self, id: &str) {
+        if let Ok(mut st) = self.state.lock() {
+            st.sessions.remove(id);
+        }
+    }
+}
+
+/// `Origin` as MCP's transport asks: a browser page of another origin (or an opaque `null`
+/// one) may not drive `/mcp` with a token the browser holds. Without `mcp.allowed_origins`,
+/// only the gateway's own origin (the `Host` the request was sent to) is accepted; with it,
+/// rmcp matches the list. A request without `Origin` is not from a browser page: accepted.
+fn check_origin(cfg: &weft_config::McpServerFaceConfig, req: &Request) -> Result<(), Error> {
+    if !cfg.allowed_origins.is_empty() {
+        return Ok(());
+    }
+    let Some(origin) = req.headers().get(http::header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(http::uri::Authority::as_str));
+    let same = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https") && host.is_some_and(|h| rest.eq_ignore_ascii_case(h))
+        });
+    if same {
+        return Ok(());
+    }
+    Err(Error::forbidden(
+        "this `Origin` may not use /mcp: only the gateway's own origin is accepted; an operator lists others in mcp.allowed_origins",
+    ))
+}
+
+/// Checks `Origin` and the bearer token, holds the caller to its session cap, and hands the
+/// face its [`Caller`].
+pub async fn authenticate(
+    State((st, caps)): State<(AppState, Arc<SessionCaps>)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if let Err(e) = check_origin(&st.mcp, &req) {
+        return ApiError(e, Shape::Native).into_response();
+    }
     let Some(token) = weft_auth::bearer_token(req.headers()).map(str::to_owned) else {
         return unauthorized(Error::unauthenticated(
             "missing bearer token; send `Authorization: Bearer wft_…` (a weft token)",
@@ -80,7 +270,11 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
             // when its owner is not on record) it does not exist.
             if let Some(id) = &session {
                 match store.owner(id).await {
-                    Ok(Some(o)) if o == owner => {}
+                    Ok(Some(o)) if o == owner => {
+                        if !delete && let Err(e) = caps.touch(id, &owner) {
+                            return ApiError(e, Shape::Native).into_response();
+                        }
+                    }
                     Ok(_) => {
                         return ApiError(
                             Error::not_found("no such MCP session; start one with `initialize`"),
@@ -98,11 +292,33 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
                     }
                 }
             }
+            // A request without a session may open one (`initialize`): it needs room under the
+            // caps first.
+            let opening = if session.is_none() && req.method() == http::Method::POST {
+                match caps.admit(&owner) {
+                    Ok(o) => Some(o),
+                    Err(e) => return ApiError(e, Shape::Native).into_response(),
+                }
+            } else {
+                None
+            };
             req.extensions_mut().insert(Caller {
                 principal: Some(p),
                 bearer: token,
             });
             let mut resp = next.run(req).await;
+            if let Some(id) = resp
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                && session.is_none()
+            {
+                caps.opened(id, &owner);
+            }
+            drop(opening);
+            if delete && let Some(id) = &session {
+                caps.closed(id);
+            }
             // A new session: record its owner before the client can use its id.
             if session.is_none()
                 && let Some(id) = resp
@@ -333,13 +549,21 @@ pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router
             .clone()
             .sweep_until(std::time::Duration::from_secs(600), st.shutdown.clone()),
     );
-    let face = weft_mcp_bridge::face::http_service(upstream, &st.mcp, store, st.shutdown.clone());
+    let sessions = weft_mcp_bridge::face::session_manager(&st.mcp);
+    let caps = Arc::new(SessionCaps::new(&st.mcp, sessions.clone()));
+    let face = weft_mcp_bridge::face::http_service(
+        upstream,
+        &st.mcp,
+        store,
+        sessions,
+        st.shutdown.clone(),
+    );
     // The layers wrap the MCP service itself, not the method router: an unknown method is a
     // 405 before any token is looked at, as on every other route.
     let svc = tower::ServiceBuilder::new()
         .layer(axum::middleware::from_fn(crate::settle_body))
         .layer(axum::middleware::from_fn_with_state(
-            st.clone(),
+            (st.clone(), caps),
             authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(max_body, weft_errors))

@@ -12,6 +12,7 @@
 //! notification (when the client sent a progress token), and answers with the run's final
 //! text; an MCP cancellation cancels the run.
 
+pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -867,16 +868,30 @@ impl ServerHandler for Face {
 
 /// The streamable HTTP service for `/mcp`: sessions for 2025-11-25 kept in `store` (any
 /// replica serves any session), stateless 2026-07-28, `Host`/`Origin` checked per `cfg`.
+/// `sessions` holds the live sessions of this replica (the gateway ends idle ones through it).
 pub fn http_service(
     upstream: Arc<dyn Upstream>,
     cfg: &weft_config::McpServerFaceConfig,
     store: crate::sessions::PgSessionStore,
+    sessions: Arc<LocalSessionManager>,
     shutdown: tokio_util::sync::CancellationToken,
-) -> rmcp::transport::StreamableHttpService<
-    Face,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    streamable(Face::new(upstream), cfg, Some(store), shutdown)
+) -> rmcp::transport::StreamableHttpService<Face, LocalSessionManager> {
+    streamable_with(Face::new(upstream), cfg, Some(store), sessions, shutdown)
+}
+
+/// Ends session `id` in `m` (nothing when it has ended already).
+pub async fn end_session(m: &LocalSessionManager, id: &str) {
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
+    if let Err(e) = m.close_session(&Arc::from(id)).await {
+        tracing::debug!(error = %e, "mcp session close");
+    }
+}
+
+/// A session manager whose sessions end after `mcp.session_idle_secs` unused.
+pub fn session_manager(cfg: &weft_config::McpServerFaceConfig) -> Arc<LocalSessionManager> {
+    let mut m = LocalSessionManager::default();
+    m.session_config.keep_alive = Some(std::time::Duration::from_secs(cfg.session_idle_secs));
+    Arc::new(m)
 }
 
 /// weft's transport and session layers around any MCP server handler: rmcp's streamable HTTP
@@ -888,10 +903,21 @@ pub fn streamable<S>(
     cfg: &weft_config::McpServerFaceConfig,
     store: Option<crate::sessions::PgSessionStore>,
     shutdown: tokio_util::sync::CancellationToken,
-) -> rmcp::transport::StreamableHttpService<
-    S,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
->
+) -> rmcp::transport::StreamableHttpService<S, LocalSessionManager>
+where
+    S: ServerHandler + Clone + Send + 'static,
+{
+    streamable_with(handler, cfg, store, session_manager(cfg), shutdown)
+}
+
+/// [`streamable`] over the given session manager.
+pub fn streamable_with<S>(
+    handler: S,
+    cfg: &weft_config::McpServerFaceConfig,
+    store: Option<crate::sessions::PgSessionStore>,
+    sessions: Arc<LocalSessionManager>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> rmcp::transport::StreamableHttpService<S, LocalSessionManager>
 where
     S: ServerHandler + Clone + Send + 'static,
 {
@@ -908,7 +934,7 @@ where
     if let Some(store) = store {
         config.session_store = Some(Arc::new(store));
     }
-    rmcp::transport::StreamableHttpService::new(move || Ok(handler.clone()), Arc::default(), config)
+    rmcp::transport::StreamableHttpService::new(move || Ok(handler.clone()), sessions, config)
 }
 
 #[cfg(test)]

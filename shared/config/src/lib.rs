@@ -163,10 +163,20 @@ pub struct McpServerFaceConfig {
     /// The default accepts loopback names only; add the public hostname in a deployment.
     pub allowed_hosts: Vec<String>,
     /// Browser `Origin`s accepted (`https://app.example.com:443`, `http://localhost:*`);
-    /// empty = `Origin` is not checked (the `Host` check still guards against DNS rebinding).
+    /// empty = only the gateway's own origin (a request whose `Origin` names the `Host` it was
+    /// sent to); a request without `Origin` (not from a browser) is always accepted.
     pub allowed_origins: Vec<String>,
     /// How long a 2025-11-25 session is kept in the database after it was opened, in seconds.
     pub session_ttl_secs: u64,
+    /// Live sessions one principal may hold on one gateway replica; an `initialize` past it is
+    /// a 429 until one of them ends (DELETE) or idles out.
+    pub max_sessions_per_principal: usize,
+    /// Live sessions one gateway replica holds across every principal (each costs memory);
+    /// an `initialize` past it is a 429.
+    pub max_sessions: usize,
+    /// A session unused for this long ends on its replica, in seconds (a client that comes
+    /// back later is served again only if its principal is under its cap).
+    pub session_idle_secs: u64,
 }
 
 impl Default for McpServerFaceConfig {
@@ -176,6 +186,9 @@ impl Default for McpServerFaceConfig {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             allowed_origins: Vec::new(),
             session_ttl_secs: 24 * 3600,
+            max_sessions_per_principal: 16,
+            max_sessions: 1024,
+            session_idle_secs: 300,
         }
     }
 }
@@ -850,10 +863,14 @@ impl Config {
             fig = fig.merge(Toml::file_exact(path));
         }
         // Only section-qualified variables (`WEFT_GATEWAY__LISTEN`) are config; `WEFT_CONFIG`
-        // and friends belong to the CLI.
+        // and friends belong to the CLI, and `WEFT_WEBHOOK_<TENANT>__<NAME>` are webhook
+        // secrets (ingress.secret_env_prefix), never config.
         fig = fig.merge(
             Env::prefixed("WEFT_")
-                .filter(|k| k.as_str().contains("__"))
+                .filter(|k| {
+                    k.as_str().contains("__")
+                        && !k.as_str().to_ascii_uppercase().starts_with("WEBHOOK_")
+                })
                 .split("__"),
         );
         Ok(fig.merge(Serialized::defaults(overrides)))
@@ -966,6 +983,15 @@ impl Config {
         }
         if self.substrate.max_channel_waiters == 0 {
             return bad("substrate.max_channel_waiters must be at least 1, got 0".into());
+        }
+        if self.mcp.max_sessions_per_principal == 0 || self.mcp.max_sessions == 0 {
+            return bad(format!(
+                "mcp.max_sessions_per_principal and mcp.max_sessions must be at least 1, got {} and {}",
+                self.mcp.max_sessions_per_principal, self.mcp.max_sessions
+            ));
+        }
+        if self.mcp.session_idle_secs == 0 {
+            return bad("mcp.session_idle_secs must be at least 1, got 0".into());
         }
         if self.gateway.max_streams_per_principal == 0 {
             return bad("gateway.max_streams_per_principal must be at least 1, got 0".into());
@@ -1172,6 +1198,7 @@ mod tests {
             )?;
             jail.set_env("WEFT_GATEWAY__MAX_BODY_BYTES", "4096");
             jail.set_env("WEFT_URL", "ignored: not section-qualified");
+            jail.set_env("WEFT_WEBHOOK_ACME__GITHUB", "ignored: a webhook secret");
             let c = Config::load(
                 Some(Path::new("weft.toml")),
                 serde_json::json!({"gateway": {"listen": "127.0.0.1:9100"}}),
