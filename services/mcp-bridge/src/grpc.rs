@@ -151,12 +151,17 @@ fn offerable(server: &str, tool: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn tool_info(t: &Tool) -> v1::McpToolInfo {
+/// A tool as runs see it, with every credential value the server echoed in its description or
+/// schema redacted (all of it reaches the model). A tool whose *name* holds one is not offered
+/// at all (see `list_tools`).
+fn tool_info(t: &Tool, credentials: &BTreeMap<String, String>) -> v1::McpToolInfo {
     let hints = t.annotations.as_ref();
+    let mut schema = serde_json::Value::Object((*t.input_schema).clone());
+    redact_value(&mut schema, credentials);
     v1::McpToolInfo {
         name: t.name.to_string(),
-        description: t.description.as_deref().unwrap_or_default().to_owned(),
-        input_schema_json: serde_json::Value::Object((*t.input_schema).clone()).to_string(),
+        description: redact(t.description.as_deref().unwrap_or_default(), credentials),
+        input_schema_json: schema.to_string(),
         read_only: hints.and_then(|h| h.read_only_hint).unwrap_or(false),
         idempotent: hints.and_then(|h| h.idempotent_hint).unwrap_or(false),
     }
@@ -181,6 +186,34 @@ pub fn redact(text: &str, credentials: &BTreeMap<String, String>) -> String {
         }
     }
     out
+}
+
+/// [`redact`] over every string and object key of a JSON value, so the value stays valid JSON
+/// whatever the credential holds.
+pub fn redact_value(v: &mut serde_json::Value, credentials: &BTreeMap<String, String>) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            let r = redact(s, credentials);
+            if r != *s {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| redact_value(i, credentials)),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (k, mut item) in entries {
+                redact_value(&mut item, credentials);
+                map.insert(redact(&k, credentials), item);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// Whether `text` holds a credential value (as it is, or JSON-escaped).
+fn holds_credential(text: &str, credentials: &BTreeMap<String, String>) -> bool {
+    redact(text, credentials) != text
 }
 
 /// A call's result as the text the model sees: text blocks joined by newlines, other blocks as
@@ -242,13 +275,19 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
             .iter()
             .filter(|t| def.content.offers(&t.name))
             .filter(|t| {
+                // A name is sent to the model as it is: one that echoes a credential is left
+                // out (and not logged, as it holds a secret).
+                if holds_credential(&t.name, &credentials) {
+                    tracing::warn!(server = %r.server, "an mcp tool's name holds a run credential; the tool is not offered");
+                    return false;
+                }
                 let ok = offerable(&r.server, &t.name);
                 if !ok {
                     tracing::debug!(tool = %t.name, "mcp tool name cannot be offered to a model; skipped");
                 }
                 ok
             })
-            .map(tool_info)
+            .map(|t| tool_info(t, &credentials))
             .collect();
         Ok(Response::new(v1::McpListToolsResponse { tools }))
     }
@@ -314,6 +353,38 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_that_echoes_a_credential_in_its_description_or_schema_is_redacted() {
+        let creds = BTreeMap::from([("k".to_owned(), "sk-0123456789abcdef".to_owned())]);
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"q": {"type": "string", "description": "key sk-0123456789abcdef"}},
+            "sk-0123456789abcdef": {"enum": ["sk-0123456789abcdef"]},
+        });
+        let serde_json::Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        let tool = Tool::new(
+            "search",
+            "uses sk-0123456789abcdef for you",
+            Arc::new(schema),
+        );
+        let info = tool_info(&tool, &creds);
+        let all = format!(
+            "{} {} {}",
+            info.name, info.description, info.input_schema_json
+        );
+        assert!(!all.contains("sk-0123456789abcdef"), "{all}");
+        assert_eq!(info.description, "uses [redacted: credential k] for you");
+        let v: serde_json::Value = serde_json::from_str(&info.input_schema_json).unwrap();
+        assert_eq!(
+            v["properties"]["q"]["description"],
+            "key [redacted: credential k]"
+        );
+        assert!(holds_credential("get_sk-0123456789abcdef", &creds));
+        assert!(!holds_credential("search", &creds));
+    }
 
     #[test]
     fn secrets_are_redacted_by_value() {

@@ -115,8 +115,14 @@ weft_core::objects_only!(deserialize: InputPart, InputMessage, CreateRun);
 /// How long a run's credentials are kept (they are dropped when the run ends).
 const CREDENTIALS_TTL_SECS: u64 = 7 * 24 * 3600;
 
-/// `credentials`: at most 32, names as `${run.credentials.<name>}` references them, values
-/// non-empty and at most 8 KiB. Messages never quote a value.
+/// The shortest credential value accepted: a shorter one would be redacted wherever its
+/// characters happen to occur in a tool's output, corrupting it.
+pub const MIN_CREDENTIAL_BYTES: usize = 8;
+
+/// `credentials`: at most 32, names as `${run.credentials.<name>}` references them, values of
+/// 8 to 8192 bytes of printable ASCII. ASCII only because a value is redacted by its bytes: a
+/// non-ASCII value echoed in another encoding (Latin-1, UTF-16, percent- or HTML-escaped)
+/// would not be recognised. Messages never quote a value.
 fn check_credentials(credentials: &BTreeMap<String, String>) -> Result<(), Error> {
     if credentials.len() > 32 {
         return Err(
@@ -130,9 +136,12 @@ fn check_credentials(credentials: &BTreeMap<String, String>) -> Result<(), Error
             ))
             .with_param(format!("credentials.{name}")));
         }
-        if value.is_empty() || value.len() > 8192 || value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        if value.len() < MIN_CREDENTIAL_BYTES
+            || value.len() > 8192
+            || !value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        {
             return Err(Error::invalid(format!(
-                "credential `{name}` must be 1 to 8192 bytes of printable text"
+                "credential `{name}` must be {MIN_CREDENTIAL_BYTES} to 8192 characters of printable ASCII (a shorter or non-ASCII value cannot be redacted reliably from what tools return); encode a binary or non-ASCII secret (e.g. base64) and have the server decode it"
             ))
             .with_param(format!("credentials.{name}")));
         }

@@ -65,6 +65,21 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// Targets whose events are never written, whatever `telemetry.log_level` says: rmcp's
+/// transports log what a peer sent (an MCP server's refusal body, a client's message), and a
+/// server that echoes the run credential it was sent would put it in weft's logs. The MCP
+/// bridge reports those failures itself, with credentials redacted.
+const QUIET_TARGETS: &[&str] = &["rmcp"];
+
+fn quiet_target(m: &tracing::Metadata<'_>) -> bool {
+    m.is_event()
+        && QUIET_TARGETS.iter().any(|t| {
+            m.target()
+                .strip_prefix(t)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
 /// Installs the global subscriber once for this process. Later calls (tests starting several
 /// services in one process) are no-ops apart from returning a guard.
 pub fn init(
@@ -109,6 +124,7 @@ pub fn init(
     // A second init in the same process fails harmlessly: the first subscriber stays.
     let _ = tracing_subscriber::registry()
         .with(filter)
+        .with(tracing_subscriber::filter::filter_fn(|m| !quiet_target(m)))
         .with(fmt)
         .with(otel)
         .try_init();
