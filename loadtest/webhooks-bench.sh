@@ -4,7 +4,7 @@
 #   1. builds release binaries of `weft` and `weft-loadtest`;
 #   2. starts `weft up` (fresh database, its own NATS/Redis prefixes, the embedded executor OFF
 #      so runs stay queued, admission set high enough never to refuse) with a random signing
-#      secret in WEFT_WEBHOOK_BENCH;
+#      secret in WEFT_WEBHOOK_DEFAULT__BENCH;
 #   3. defines (as the admin) the agent `bench` (mock-1), the channel `bench-in` and two
 #      GitHub-signed webhooks: `bench-run` (each delivery starts a run of `bench`) and
 #      `bench-channel` (each delivery publishes to `bench-in`);
@@ -150,7 +150,7 @@ TOML
 # gives (the prefix `ingress.secret_env_prefix` demands), and the generator's through
 # WEFT_LOADTEST_WEBHOOK_SECRET; never on a command line (argv is visible to `ps`).
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-WEFT_WEBHOOK_BENCH=$SECRET start_weft_up
+WEFT_WEBHOOK_DEFAULT__BENCH=$SECRET start_weft_up
 WEFT_TOKEN=$(jq -r '.admin_token // empty' "$TMP/weft.json")
 [[ -n $WEFT_TOKEN ]] || die "the ready file has no admin_token"
 log "weft at $WEFT_URL (pid $WEFT_PID)"
@@ -172,10 +172,10 @@ TENANT=$(api GET /v1/me | jq -r '.tenant // empty')
 api PUT /v1/agents/bench '{"model":"mock-1"}' >/dev/null
 api PUT /v1/channels/bench-in '{"scope":"tenant"}' >/dev/null
 api PUT /v1/webhooks/bench-run \
-    '{"agent":"bench","signature":"github","secret_env":"WEFT_WEBHOOK_BENCH","mapping":{"input":"$.text"}}' \
+    '{"agent":"bench","signature":"github","secret_env":"WEFT_WEBHOOK_DEFAULT__BENCH","mapping":{"input":"$.text"}}' \
     >/dev/null
 api PUT /v1/webhooks/bench-channel \
-    '{"channel":"bench-in","signature":"github","secret_env":"WEFT_WEBHOOK_BENCH","mapping":{"input":"$.text"}}' \
+    '{"channel":"bench-in","signature":"github","secret_env":"WEFT_WEBHOOK_DEFAULT__BENCH","mapping":{"input":"$.text"}}' \
     >/dev/null
 log "tenant $TENANT: agent bench, channel bench-in, webhooks bench-run and bench-channel"
 

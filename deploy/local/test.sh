@@ -60,11 +60,11 @@ export CI=true
 exec 0</dev/null # no stdin: nothing here may prompt
 # Signing secrets of the webhooks tests/compat/test_webhooks.py defines: the receiver reads each
 # from the environment variable its definition's `secret_env` names (test values, not secrets).
-export WEFT_WEBHOOK_TEST_STD=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
-export WEFT_WEBHOOK_TEST_GH="It's a Secret to Everybody"
-export WEFT_WEBHOOK_TEST_STRIPE=whsec_stripe_test_secret_0123456789
-export WEFT_WEBHOOK_TEST_SLACK=8f742231b10e8888abcd99yyyzzz85a5
-export WEFT_WEBHOOK_TEST_HMAC=bare-hmac-secret
+export WEFT_WEBHOOK_DEFAULT__TEST_STD=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+export WEFT_WEBHOOK_DEFAULT__TEST_GH="It's a Secret to Everybody"
+export WEFT_WEBHOOK_DEFAULT__TEST_STRIPE=whsec_stripe_test_secret_0123456789
+export WEFT_WEBHOOK_DEFAULT__TEST_SLACK=8f742231b10e8888abcd99yyyzzz85a5
+export WEFT_WEBHOOK_DEFAULT__TEST_HMAC=bare-hmac-secret
 
 # shellcheck source=deploy/local/deps.sh
 source deploy/local/deps.sh

@@ -11,11 +11,11 @@ The receiver reads each webhook's signing secret from the environment variable t
 names; deploy/local/test.sh exports these for the fleet and for pytest (a test whose secret is
 absent here is skipped):
 
-    WEFT_WEBHOOK_TEST_STD     Standard Webhooks (the spec's example key)
-    WEFT_WEBHOOK_TEST_GH      GitHub (the docs' example secret)
-    WEFT_WEBHOOK_TEST_STRIPE  Stripe
-    WEFT_WEBHOOK_TEST_SLACK   Slack (the docs' example signing secret)
-    WEFT_WEBHOOK_TEST_HMAC    bare hmac-sha256
+    WEFT_WEBHOOK_DEFAULT__TEST_STD     Standard Webhooks (the spec's example key)
+    WEFT_WEBHOOK_DEFAULT__TEST_GH      GitHub (the docs' example secret)
+    WEFT_WEBHOOK_DEFAULT__TEST_STRIPE  Stripe
+    WEFT_WEBHOOK_DEFAULT__TEST_SLACK   Slack (the docs' example signing secret)
+    WEFT_WEBHOOK_DEFAULT__TEST_HMAC    bare hmac-sha256
 
 In the split arrangement WEFT_GATEWAY2_URL names a second gateway replica; the fleet-wide rate
 limit is checked across both.
@@ -39,11 +39,11 @@ import stripe
 
 TIMEOUT = 30.0
 
-STD = "WEFT_WEBHOOK_TEST_STD"
-GH = "WEFT_WEBHOOK_TEST_GH"
-STRIPE = "WEFT_WEBHOOK_TEST_STRIPE"
-SLACK = "WEFT_WEBHOOK_TEST_SLACK"
-HMAC = "WEFT_WEBHOOK_TEST_HMAC"
+STD = "WEFT_WEBHOOK_DEFAULT__TEST_STD"
+GH = "WEFT_WEBHOOK_DEFAULT__TEST_GH"
+STRIPE = "WEFT_WEBHOOK_DEFAULT__TEST_STRIPE"
+SLACK = "WEFT_WEBHOOK_DEFAULT__TEST_SLACK"
+HMAC = "WEFT_WEBHOOK_DEFAULT__TEST_HMAC"
 
 # Standard Webhooks, the example in the spec (standard-webhooks/spec/standard-webhooks.md).
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -121,9 +121,17 @@ class Hook:
         return origin.rstrip("/") + self.url[self.url.index("/v1/_webhooks/") :]
 
     def deliveries(self):
+        """The verdicts of deliveries that verified, newest first."""
+        return self._log()["data"]
+
+    def rejected(self):
+        """The counts (and the last few) of deliveries refused before they verified."""
+        return self._log()["rejected"]
+
+    def _log(self):
         r = self.api.get(f"/v1/webhooks/{self.name}/deliveries")
         assert r.status_code == 200, r.text
-        return r.json()["data"]
+        return r.json()
 
     def dry_run(self, headers, body):
         r = self.api.post(f"/v1/webhooks/{self.name}/test", json={"headers": headers, "body": body})
@@ -279,7 +287,8 @@ def test_standard_webhooks_spec_vector_is_rejected_only_for_its_age(make_hook, a
     # The same message, signed now by the same package, is accepted under the same id.
     out = accepted(post(anon, hook.url, SPEC_BODY, std_sign(secret, SPEC_ID, SPEC_BODY)))
     assert out["delivery_id"] == SPEC_ID
-    assert [d["verdict"] for d in hook.deliveries()] == ["accepted", "unauthorized"]
+    assert [d["verdict"] for d in hook.deliveries()] == ["accepted"]
+    assert hook.rejected()["unauthorized"] == 1
 
 
 def test_standard_webhooks_key_rotation_accepts_any_listed_signature(make_hook, anon):
@@ -404,7 +413,8 @@ def test_github_docs_example_verifies_then_fails_to_parse(make_hook, api, anon):
         anon, hook.url, GH_DOC_BODY, {"x-hub-signature-256": wrong, "content-type": "text/plain"}
     )
     assert r.status_code == 401, r.text
-    assert [d["verdict"] for d in hook.deliveries()] == ["unauthorized", "bad_payload"]
+    assert [d["verdict"] for d in hook.deliveries()] == ["bad_payload"]
+    assert hook.rejected()["unauthorized"] == 1
 
     # A JSON body signed the same way runs, under X-GitHub-Delivery.
     delivery = str(uuid.uuid4())
@@ -506,16 +516,24 @@ def test_bare_hmac_in_the_definitions_header(make_hook, api, anon):
     assert post(anon, hook.url, body, {"x-signature": hex_hmac(secret, body)}).status_code == 401
 
 
-def test_a_secret_env_without_the_operator_prefix_is_never_read(make_hook, anon):
-    """`secret_env` must start with WEFT_WEBHOOK_: a definition cannot borrow another variable
-    (here PATH, whose value a sender might guess) as its key."""
-    path = os.environ.get("PATH", "")
-    hook = make_hook("hmac-sha256", "PATH", mapping={"input": "$.x"})
-    body = json.dumps({"x": "borrowed key"})
-    r = post(anon, hook.url, body, {"x-signature": hex_hmac(path, body)})
-    assert r.status_code == 401, r.text
-    dry = hook.dry_run({"x-signature": hex_hmac(path, body)}, body)
-    assert dry["verified"] is False and "secret" in dry["reason"], dry
+def test_a_secret_env_outside_the_tenants_namespace_is_refused(api, agent, tenant):
+    """`secret_env` must lie in the tenant's namespace, WEFT_WEBHOOK_<TENANT>__<NAME>: a
+    definition cannot borrow another variable of the process (PATH, whose value a sender might
+    guess; the database URL) or another tenant's secret as its key."""
+    ns = "WEFT_WEBHOOK_" + tenant.upper().replace("-", "_") + "__"
+    for env in ["PATH", "WEFT_DATABASE__URL", "WEFT_WEBHOOK_OTHER__GH", ns + "_X", ns + "A__B"]:
+        r = api.put(
+            f"/v1/webhooks/wh-ns-{_uid()}",
+            json={"agent": agent, "signature": "hmac-sha256", "secret_env": env},
+        )
+        assert r.status_code == 400, (env, r.text)
+        err = r.json()["error"]
+        assert err["param"] == "secret_env" and ns in err["message"], (env, err)
+    r = api.put(
+        f"/v1/webhooks/wh-ns-{_uid()}",
+        json={"agent": agent, "signature": "hmac-sha256", "secret_env": ns + "UNSET_YET"},
+    )
+    assert r.status_code == 201, r.text
 
 
 # --- 6. Replays ---------------------------------------------------------------------------------
@@ -619,11 +637,14 @@ def test_every_signature_failure_is_the_same_opaque_401(make_hook, anon):
     # Within the tolerance either way: accepted.
     accepted(post(anon, hook.url, body, fresh(ts=now - 200)))
     accepted(post(anon, hook.url, body, fresh(ts=now + 200)))
-    # The reasons differ, but only triage (admin-only) records them.
-    log = hook.deliveries()
-    reasons = {d.get("reason") for d in log if d["verdict"] == "unauthorized"}
-    assert len([d for d in log if d["verdict"] == "unauthorized"]) == len(cases)
+    # The reasons differ, but only triage (admin-only) records them, apart from the verdicts
+    # of deliveries that verified.
+    rejected = hook.rejected()
+    assert rejected["unauthorized"] == len(cases), rejected
+    reasons = {d.get("reason") for d in rejected["recent"] if d["verdict"] == "unauthorized"}
+    assert len(rejected["recent"]) == len(cases), rejected
     assert len(reasons) >= 5, reasons
+    assert [d["verdict"] for d in hook.deliveries()] == ["accepted", "accepted"]
 
 
 # --- 8. Body size -------------------------------------------------------------------------------
@@ -861,10 +882,9 @@ def test_the_delivery_log_lists_verdicts_newest_first_without_payloads_or_secret
     assert post(anon, hook.url, bad_map, std_sign(secret, ids[2], bad_map)).status_code == 400
 
     log = hook.deliveries()
-    assert [d["verdict"] for d in log] == ["bad_payload", "replayed", "accepted", "unauthorized"], (
-        log
-    )
-    assert [d["delivery_id"] for d in log] == [ids[2], ids[1], ids[1], None], log
+    assert [d["verdict"] for d in log] == ["bad_payload", "replayed", "accepted"], log
+    assert [d["delivery_id"] for d in log] == [ids[2], ids[1], ids[1]], log
+    assert hook.rejected()["unauthorized"] == 1
     assert log[1]["run_id"] == log[2]["run_id"] == run_id
     ats = [d["at"] for d in log]
     assert ats == sorted(ats, reverse=True), ats

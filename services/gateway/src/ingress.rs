@@ -243,8 +243,9 @@ async fn webhook_def(st: &AppState, p: &Principal, name: &str) -> Result<Webhook
     WebhookContent::from_json_str(&v.content_json).map_err(ApiError::native)
 }
 
-/// `GET /v1/webhooks/{name}/deliveries`: the last verdicts (id, verdict, time, run id; never a
-/// payload or a secret), newest first.
+/// `GET /v1/webhooks/{name}/deliveries`: the last verdicts of deliveries that verified (id,
+/// verdict, time, run id; never a payload or a secret), newest first, and the counts of those
+/// that did not (`rejected`).
 pub async fn deliveries_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -255,7 +256,10 @@ pub async fn deliveries_handler(
     let data = weft_ingress::webhooks::deliveries(&st.ingress, &p.tenant, &name)
         .await
         .map_err(ApiError::native)?;
-    Ok(Json(json!({ "data": data })).into_response())
+    let rejected = weft_ingress::webhooks::rejected(&st.ingress, &p.tenant, &name)
+        .await
+        .map_err(ApiError::native)?;
+    Ok(Json(json!({ "data": data, "rejected": rejected })).into_response())
 }
 
 /// A delivery to try: its headers and raw body.
@@ -302,7 +306,13 @@ pub async fn test_handler(
         };
         headers.insert(k, v);
     }
-    let out = weft_ingress::webhooks::dry_run(&st.ingress, &def, &headers, body.body.as_bytes());
+    let out = weft_ingress::webhooks::dry_run(
+        &st.ingress,
+        &p.tenant,
+        &def,
+        &headers,
+        body.body.as_bytes(),
+    );
     Ok(Json(out).into_response())
 }
 

@@ -35,6 +35,10 @@ pub struct Verified {
     /// The delivery id, for dropping replays: from the definition's `delivery_id_header`, else
     /// the scheme's own id header (`webhook-id`, `x-github-delivery`); `None` when absent.
     pub delivery_id: Option<String>,
+    /// Whether the signature covers `delivery_id` (Standard Webhooks signs `webhook-id`; every
+    /// other id header is not signed, so a replay can change it: the receiver then dedupes by
+    /// the body as well).
+    pub id_signed: bool,
 }
 
 /// Why a delivery was refused. The caller only ever sees a 401; this is for logs.
@@ -299,8 +303,13 @@ pub fn verify(
             matched(&mac(key, &[body])?, &[tag])?;
         }
     }
+    let delivery_id = delivery_id(def, headers)?;
+    let id_signed = delivery_id.is_some()
+        && def.signature == SignatureScheme::StandardWebhooks
+        && def.effective_delivery_id_header().as_deref() == Some("webhook-id");
     Ok(Verified {
-        delivery_id: delivery_id(def, headers)?,
+        delivery_id,
+        id_signed,
     })
 }
 

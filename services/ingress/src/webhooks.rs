@@ -141,10 +141,14 @@ fn opaque_unauthorized() -> Error {
     Error::unauthenticated("the webhook signature did not verify")
 }
 
-/// The secret of `def`, from the environment variable it names (which must carry the
-/// operator's prefix).
-fn secret(ing: &Ingress, def: &WebhookContent) -> Result<String, Rejection> {
-    if !def.secret_env.starts_with(&ing.cfg.secret_env_prefix) {
+/// The secret of `def`, from the environment variable it names, which must lie in `tenant`'s
+/// namespace under the operator's prefix (`weft_core::webhook::secret_namespace`): no other
+/// variable of the process is ever read for a tenant.
+fn secret(ing: &Ingress, tenant: &TenantId, def: &WebhookContent) -> Result<String, Rejection> {
+    if def
+        .validate_secret_namespace(&ing.cfg.secret_env_prefix, tenant)
+        .is_err()
+    {
         return Err(Rejection::BadSecret);
     }
     std::env::var(&def.secret_env).map_err(|_| Rejection::BadSecret)
@@ -207,6 +211,68 @@ async fn triage(ing: &Ingress, tenant: &TenantId, name: &str, entry: Value) {
     {
         tracing::debug!(error = %e, "webhook triage not recorded");
     }
+}
+
+/// Records one verdict given before the sender proved it holds the secret (`unauthorized`, or
+/// `too_large` before the body could be verified) apart from the triage list, which keeps only
+/// what verified: unsigned POSTs cannot push real deliveries out of it. Each is counted, and
+/// the last few are kept with their reasons.
+async fn reject(ing: &Ingress, tenant: &TenantId, name: &str, verdict: &str, reason: &str) {
+    let keys = ing.coord.keys();
+    let ttl = Duration::from_secs(u64::from(ing.cfg.delivery_retention_days.max(1)) * 86_400);
+    let at = now_rfc3339();
+    let counted = ing
+        .coord
+        .count_in(
+            &keys.webhook_rejects(tenant, name),
+            verdict,
+            &[("last_at", at.as_str())],
+            ttl,
+        )
+        .await;
+    let entry = json!({"verdict": verdict, "at": at, "reason": reason}).to_string();
+    let kept = ing
+        .coord
+        .push_recent(
+            &keys.webhook_rejects_recent(tenant, name),
+            &entry,
+            ing.cfg.triage_keep,
+            ttl,
+        )
+        .await;
+    if let Err(e) = counted.and(kept) {
+        tracing::debug!(error = %e, "webhook rejection not recorded");
+    }
+}
+
+/// Webhook `name`'s unauthenticated verdicts: `{unauthorized, too_large, last_at, recent}`,
+/// the counts over the retention and the last few (`{verdict, at, reason}`, newest first).
+pub async fn rejected(ing: &Ingress, tenant: &TenantId, name: &str) -> Result<Value, Error> {
+    let keys = ing.coord.keys();
+    let unreachable = |e: weft_coord::CoordError| {
+        tracing::warn!(error = %e, "triage read");
+        Error::unavailable("the delivery log (Redis) is unreachable; retry shortly")
+    };
+    let h = ing
+        .coord
+        .counts(&keys.webhook_rejects(tenant, name))
+        .await
+        .map_err(unreachable)?;
+    let recent: Vec<Value> = ing
+        .coord
+        .recent(&keys.webhook_rejects_recent(tenant, name))
+        .await
+        .map_err(unreachable)?
+        .iter()
+        .filter_map(|s| serde_json::from_str(s).ok())
+        .collect();
+    let count = |k: &str| h.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Ok(json!({
+        "unauthorized": count("unauthorized"),
+        "too_large": count("too_large"),
+        "last_at": h.get("last_at"),
+        "recent": recent,
+    }))
 }
 
 /// The last verdicts of webhook `name`, newest first.
@@ -279,6 +345,7 @@ async fn deliver(
     name: &str,
     def: &WebhookContent,
     id: &str,
+    dedupe: &str,
     mapped: Mapped,
 ) -> Result<Delivered, Error> {
     let p = door_principal(tenant, format!("webhook:{name}"));
@@ -289,7 +356,8 @@ async fn deliver(
     }
     metadata.insert("webhook".into(), json!(name));
     metadata.insert("delivery_id".into(), json!(id));
-    let key = format!("webhook:{name}:{}", id_digest(id));
+    // Twins racing past the dedupe check make one run (or one message) through this key.
+    let key = format!("webhook:{name}:{}", id_digest(dedupe));
     match def.target() {
         Some(WebhookTarget::Agent(agent)) => {
             let body = CreateRun {
@@ -429,32 +497,34 @@ async fn receive_def(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > cap as u64) {
-        triage(ing, tenant, name, verdict("too_large", None, json!({}))).await;
+        reject(
+            ing,
+            tenant,
+            name,
+            "too_large",
+            "declared length over the cap",
+        )
+        .await;
         return closing(error_response(&too_large()));
     }
     let bytes = match http_body_util::Limited::new(body, cap).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            triage(ing, tenant, name, verdict("too_large", None, json!({}))).await;
+            reject(ing, tenant, name, "too_large", "body over the cap").await;
             return closing(error_response(&too_large()));
         }
     };
     // 3. Verify over the raw bytes.
     let now = OffsetDateTime::now_utc().unix_timestamp();
-    let verified = secret(ing, def).and_then(|s| verify::verify(def, &s, headers, &bytes, now));
+    let verified =
+        secret(ing, tenant, def).and_then(|s| verify::verify(def, &s, headers, &bytes, now));
     let verified = match verified {
         Ok(v) => v,
         Err(r) => {
             if r == Rejection::BadSecret {
-                tracing::warn!(webhook = %name, tenant = %tenant, "webhook secret missing or unusable: set the environment variable its secret_env names (with the ingress.secret_env_prefix prefix)");
+                tracing::warn!(webhook = %name, tenant = %tenant, namespace = %weft_core::webhook::secret_namespace(&ing.cfg.secret_env_prefix, tenant), "webhook secret missing or unusable: its secret_env must lie in the tenant's namespace and the variable must be set on this process");
             }
-            triage(
-                ing,
-                tenant,
-                name,
-                verdict("unauthorized", None, json!({"reason": r.reason()})),
-            )
-            .await;
+            reject(ing, tenant, name, "unauthorized", &r.reason()).await;
             return error_response(&opaque_unauthorized());
         }
     };
@@ -466,21 +536,33 @@ async fn receive_def(
             .with_param("sync"),
         );
     }
+    let id_signed = verified.id_signed;
     let id = delivery_id(verified.delivery_id, &bytes);
+    // An id the signature does not cover proves nothing (a replay can change or drop it): the
+    // body's own id is burned too, and it is the one that makes the run, so one signed body
+    // starts one run whatever id header came with it.
+    let body_id = delivery_id(None, &bytes);
+    let burn: Vec<&str> = if id_signed || body_id == id {
+        vec![id.as_str()]
+    } else {
+        vec![body_id.as_str(), id.as_str()]
+    };
     // 4. A replay of an accepted delivery answers with what it made.
-    match ing.deliveries.find(tenant, name, &id).await {
-        Ok(Some(a)) => {
-            triage(
-                ing,
-                tenant,
-                name,
-                verdict("replayed", Some(&id), json!({"run_id": a.run_id})),
-            )
-            .await;
-            return replay_response(&id, def, a.run_id, a.channel_seq);
+    for key in &burn {
+        match ing.deliveries.find(tenant, name, key).await {
+            Ok(Some(a)) => {
+                triage(
+                    ing,
+                    tenant,
+                    name,
+                    verdict("replayed", Some(&id), json!({"run_id": a.run_id})),
+                )
+                .await;
+                return replay_response(&id, def, a.run_id, a.channel_seq);
+            }
+            Ok(None) => {}
+            Err(e) => return error_response(&e.to_api()),
         }
-        Ok(None) => {}
-        Err(e) => return error_response(&e.to_api()),
     }
     // 5. Parse and map.
     let mapped = match parse_payload(headers, &bytes).and_then(|payload| {
@@ -510,7 +592,7 @@ async fn receive_def(
         return error_response(&e);
     }
     // 7. Deliver, then burn the id.
-    let delivered = match deliver(ing, tenant, name, def, &id, mapped).await {
+    let delivered = match deliver(ing, tenant, name, def, &id, burn[0], mapped).await {
         Ok(d) => d,
         Err(e) => {
             triage(
@@ -526,12 +608,22 @@ async fn receive_def(
     let run_uuid = delivered.run_id.map(|r| r.0);
     let (accepted, first) = match ing
         .deliveries
-        .accept(tenant, name, &id, run_uuid, delivered.channel_seq)
+        .accept(tenant, name, burn[0], run_uuid, delivered.channel_seq)
         .await
     {
         Ok(a) => a,
         Err(e) => return error_response(&e.to_api()),
     };
+    for key in &burn[1..] {
+        if let Err(e) = ing
+            .deliveries
+            .accept(tenant, name, key, accepted.run_id, accepted.channel_seq)
+            .await
+        {
+            // The body's id is burned: a replay under this header id is still caught by it.
+            tracing::warn!(error = %e, "webhook delivery id not recorded");
+        }
+    }
     if !first {
         triage(
             ing,
@@ -619,9 +711,19 @@ fn replay_response(
 
 /// A dry run of one delivery against `def`, for the test route: whether it verifies (and why
 /// not), its delivery id, and what the mapping makes of it. Nothing is delivered or burned.
-pub fn dry_run(ing: &Ingress, def: &WebhookContent, headers: &HeaderMap, body: &[u8]) -> Value {
+pub fn dry_run(
+    ing: &Ingress,
+    tenant: &TenantId,
+    def: &WebhookContent,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Value {
     let now = OffsetDateTime::now_utc().unix_timestamp();
-    let verified = secret(ing, def).and_then(|s| verify::verify(def, &s, headers, body, now));
+    let verified =
+        secret(ing, tenant, def).and_then(|s| verify::verify(def, &s, headers, body, now));
+    let outside = def
+        .validate_secret_namespace(&ing.cfg.secret_env_prefix, tenant)
+        .err();
     let target = match def.target() {
         Some(WebhookTarget::Agent(a)) => json!({"agent": a}),
         Some(WebhookTarget::Channel(c)) => json!({"channel": c}),
@@ -629,13 +731,12 @@ pub fn dry_run(ing: &Ingress, def: &WebhookContent, headers: &HeaderMap, body: &
     };
     let (verified_ok, reason, id) = match verified {
         Ok(v) => (true, None, Some(delivery_id(v.delivery_id, body))),
-        // The owner's own misconfiguration, said plainly (the dry run is authenticated).
-        Err(Rejection::BadSecret) if !def.secret_env.starts_with(&ing.cfg.secret_env_prefix) => (
+        // The owner's own misconfiguration, said plainly (the dry run is authenticated). A
+        // variable outside the tenant's namespace is never looked at, so the answer says
+        // nothing of the operator's environment.
+        Err(Rejection::BadSecret) if outside.is_some() => (
             false,
-            Some(format!(
-                "`secret_env` `{}` does not start with `{}` (ingress.secret_env_prefix), so it is never read",
-                def.secret_env, ing.cfg.secret_env_prefix
-            )),
+            outside.map(|e| format!("{}; it is never read", e.message)),
             None,
         ),
         Err(Rejection::BadSecret) if std::env::var_os(&def.secret_env).is_none() => (

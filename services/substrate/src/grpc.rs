@@ -28,6 +28,9 @@ pub struct SubstrateService {
     store: DefStore,
     /// Where changes of agents are announced, so launchers drop what they cached.
     changes: Option<weft_bus::Bus>,
+    /// `ingress.secret_env_prefix`: a webhook's `secret_env` must lie in its tenant's
+    /// namespace under it.
+    webhook_secret_prefix: String,
 }
 
 impl SubstrateService {
@@ -35,6 +38,37 @@ impl SubstrateService {
         Self {
             store,
             changes: None,
+            webhook_secret_prefix: weft_config::IngressConfig::default().secret_env_prefix,
+        }
+    }
+
+    /// The operator's prefix of webhook secret variables (`ingress.secret_env_prefix`).
+    #[must_use]
+    pub fn webhook_secret_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.webhook_secret_prefix = prefix.into();
+        self
+    }
+
+    /// A webhook's `secret_env`, when `content_json` (a whole content, or a fork's changes)
+    /// names one, must lie in the tenant's namespace: 400 otherwise. Content that does not
+    /// parse is left to the kind's own validation.
+    fn check_secret_env(
+        &self,
+        kind: DefKind,
+        tenant: &TenantId,
+        content_json: &str,
+    ) -> Result<(), Error> {
+        if kind != DefKind::Webhook {
+            return Ok(());
+        }
+        let Ok(serde_json::Value::Object(m)) = serde_json::from_str(content_json) else {
+            return Ok(());
+        };
+        match m.get("secret_env").and_then(serde_json::Value::as_str) {
+            Some(env) => {
+                weft_core::webhook::check_secret_env(&self.webhook_secret_prefix, tenant, env)
+            }
+            None => Ok(()),
         }
     }
 
@@ -267,6 +301,7 @@ impl SubstrateService {
         content_json: &str,
     ) -> Result<v1::PutAgentResponse, Status> {
         let by = created_by(p);
+        self.check_secret_env(kind, &p.tenant, content_json)?;
         let out = put_kind(&self.store, kind, &p.tenant, name, content_json, Some(&by)).await?;
         self.follow(kind, &p.tenant, name).await?;
         Ok(put_to_proto(out))
@@ -329,6 +364,7 @@ impl SubstrateService {
         changes_json: &str,
     ) -> Result<v1::PutAgentResponse, Status> {
         let by = created_by(p);
+        self.check_secret_env(kind, &p.tenant, changes_json)?;
         let out = fork_kind(
             &self.store,
             kind,

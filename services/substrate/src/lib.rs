@@ -63,6 +63,8 @@ pub struct Parts {
     pub channels: ChannelHub,
     /// How often expired memory entries are swept.
     pub memory_sweep_every: Duration,
+    /// `ingress.secret_env_prefix` (webhook secrets are named in a tenant's namespace under it).
+    pub webhook_secret_prefix: String,
 }
 
 /// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`, `weft.v1.Channels`),
@@ -72,7 +74,9 @@ pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
     let check = JwtInterceptor::new(jwt);
     Routes::new(
         weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
-            SubstrateService::new(parts.defs.clone()).announcing(parts.channels.bus().clone()),
+            SubstrateService::new(parts.defs.clone())
+                .announcing(parts.channels.bus().clone())
+                .webhook_secret_prefix(parts.webhook_secret_prefix.clone()),
             check.clone(),
         ),
     )
@@ -192,6 +196,7 @@ pub async fn connect_parts(
         memory,
         channels,
         memory_sweep_every: Duration::from_millis(config.substrate.memory_sweep_interval_ms),
+        webhook_secret_prefix: config.ingress.secret_env_prefix.clone(),
     })
 }
 

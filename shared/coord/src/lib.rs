@@ -69,6 +69,19 @@ impl Keys {
         format!("{}:webhook-triage:{tenant}:{webhook}", self.prefix)
     }
 
+    /// The counts of one webhook's unauthenticated verdicts (a hash: one field per verdict,
+    /// plus `last_at` and `last_reason`): kept apart from the triage list so that anyone able
+    /// to POST cannot push the real deliveries out of it.
+    pub fn webhook_rejects(&self, tenant: &TenantId, webhook: &str) -> String {
+        format!("{}:webhook-rejects:{tenant}:{webhook}", self.prefix)
+    }
+
+    /// The last unauthenticated verdicts of one webhook (newest first), apart from
+    /// [`Keys::webhook_triage`].
+    pub fn webhook_rejects_recent(&self, tenant: &TenantId, webhook: &str) -> String {
+        format!("{}:webhook-rejects-recent:{tenant}:{webhook}", self.prefix)
+    }
+
     /// One quota counter: `scope` names who it limits (`tenant:<t>`, `subject:<t>:<s>`,
     /// `token:<id>`), `metric` what (`rpm`, `tpm`, `tpd`), `window` which fixed window.
     pub fn quota(&self, scope: &str, metric: &str, window: u64) -> String {
@@ -384,6 +397,40 @@ impl Coord {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    /// Adds one to field `counter` of the hash at `key` and sets its other `fields`, keeping it
+    /// for `ttl` (a count that costs one key however many requests come).
+    pub async fn count_in(
+        &self,
+        key: &str,
+        counter: &str,
+        fields: &[(&str, &str)],
+        ttl: Duration,
+    ) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let ttl = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut pipe = redis::pipe();
+        pipe.hincr(key, counter, 1).ignore();
+        if !fields.is_empty() {
+            pipe.hset_multiple(key, fields).ignore();
+        }
+        let _: () = pipe
+            .expire(key, ttl)
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// The hash at `key` (empty when there is none).
+    pub async fn counts(
+        &self,
+        key: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, CoordError> {
+        let mut c = self.conn().await?;
+        c.hgetall(key).await.map_err(unavailable)
     }
 
     /// The list at `key`, newest first.

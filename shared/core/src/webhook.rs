@@ -16,8 +16,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Error;
 use crate::def::{DefContent, DefKind};
+use crate::{Error, TenantId};
 
 /// The largest body accepted when the definition does not say.
 pub const DEFAULT_MAX_BODY_BYTES: u32 = 262_144;
@@ -54,6 +54,38 @@ pub mod limits {
     pub const PATH_INDEX: usize = 1_000_000;
     /// A mapped `user`.
     pub const USER_BYTES: usize = 256;
+}
+
+/// The prefix of every secret variable `tenant`'s webhooks may name: the operator's `prefix`
+/// (`ingress.secret_env_prefix`), the tenant upper-cased with `-` as `_`, and `__`
+/// (`WEFT_WEBHOOK_ACME_EU__`). The mapping is one-to-one (tenants are `a-z 0-9 -`) and the name
+/// after it may not hold `__` or start with `_`, so no name falls in two namespaces.
+pub fn secret_namespace(prefix: &str, tenant: &TenantId) -> String {
+    format!(
+        "{prefix}{}__",
+        tenant.as_str().to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// Checks that variable `env` lies in `tenant`'s secret namespace ([`secret_namespace`]); the
+/// error (param `secret_env`) says how to name it.
+pub fn check_secret_env(prefix: &str, tenant: &TenantId, env: &str) -> Result<(), Error> {
+    let ns = secret_namespace(prefix, tenant);
+    let ok = env.strip_prefix(&ns).is_some_and(|r| {
+        r.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && !r.contains("__")
+            && is_env_name(env)
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(bad(
+        "secret_env",
+        format!(
+            "`secret_env` `{}` is outside your tenant's secret namespace: name it `{ns}<NAME>` (NAME of A-Z, 0-9 and '_', starting with a letter or digit, without `__`), e.g. `{ns}GITHUB`, and have the operator set that variable on every gateway and ingress process",
+            env.escape_default()
+        ),
+    ))
 }
 
 /// How a delivery is signed. Every scheme is HMAC-SHA256 over the raw body (and, where the
@@ -366,6 +398,13 @@ impl WebhookContent {
             ));
         }
         Ok(())
+    }
+
+    /// Checks that `secret_env` lies in `tenant`'s secret namespace under the operator's
+    /// `prefix` ([`secret_namespace`]): a tenant can only name variables the operator set for
+    /// it, never another tenant's secret or any other variable of the process.
+    pub fn validate_secret_namespace(&self, prefix: &str, tenant: &TenantId) -> Result<(), Error> {
+        check_secret_env(prefix, tenant, &self.secret_env)
     }
 
     fn validate_headers(&self) -> Result<(), Error> {
@@ -734,6 +773,42 @@ mod tests {
         let c = WebhookContent::from_json(v)?;
         c.validate()?;
         Ok(c)
+    }
+
+    #[test]
+    fn a_secret_variable_belongs_to_one_tenant_namespace_at_most() {
+        let t = |s: &str| TenantId::parse(s).unwrap();
+        let with = |env: &str| content(json!({"agent": "a", "secret_env": env})).unwrap();
+        let in_ns = |env: &str, tenant: &str| {
+            with(env)
+                .validate_secret_namespace("WEFT_WEBHOOK_", &t(tenant))
+                .is_ok()
+        };
+        assert_eq!(
+            secret_namespace("WEFT_WEBHOOK_", &t("acme-eu")),
+            "WEFT_WEBHOOK_ACME_EU__"
+        );
+        assert!(in_ns("WEFT_WEBHOOK_ACME__GITHUB", "acme"));
+        assert!(in_ns("WEFT_WEBHOOK_ACME__GH_2", "acme"));
+        // Another tenant's, another prefix's, or any other variable of the process.
+        for env in [
+            "WEFT_WEBHOOK_OTHER__X",
+            "HOME",
+            "WEFT_DATABASE__URL",
+            "WEFT_WEBHOOK_ACME",
+        ] {
+            let e = with(env)
+                .validate_secret_namespace("WEFT_WEBHOOK_", &t("acme"))
+                .unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("secret_env"), "{env}");
+            assert!(e.message.contains("WEFT_WEBHOOK_ACME__"), "{}", e.message);
+        }
+        // Names that would fall in two namespaces belong to the longer tenant only.
+        assert!(!in_ns("WEFT_WEBHOOK_A___X", "a"));
+        assert!(in_ns("WEFT_WEBHOOK_A___X", "a-"));
+        assert!(!in_ns("WEFT_WEBHOOK_A__B__X", "a"));
+        assert!(in_ns("WEFT_WEBHOOK_A__B__X", "a--b"));
+        assert!(!in_ns("WEFT_WEBHOOK_ACME__", "acme"));
     }
 
     fn param(v: Value) -> String {

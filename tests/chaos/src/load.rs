@@ -26,7 +26,7 @@ pub const CHANNEL: &str = "chaos.events";
 /// The channel the REST writer publishes to (each publish with an `op_key`).
 pub const REST_CHANNEL: &str = "chaos.rest";
 /// The environment variable the fleet reads the webhook's signing secret from.
-pub const WEBHOOK_SECRET_ENV: &str = "WEFT_WEBHOOK_CHAOS";
+pub const WEBHOOK_SECRET_ENV: &str = "WEFT_WEBHOOK_ACME__CHAOS";
 pub const WEBHOOK_SECRET: &str = "chaos-webhook-signing-secret";
 
 /// Counters and records shared by the workers.

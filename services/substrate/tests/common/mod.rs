@@ -45,6 +45,7 @@ pub fn assemble(defs: DefStore, memory: Memory, channels: ChannelHub) -> Parts {
         memory,
         channels,
         memory_sweep_every: Duration::from_secs(30),
+        webhook_secret_prefix: "WEFT_WEBHOOK_".into(),
     }
 }
 
