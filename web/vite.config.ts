@@ -14,9 +14,11 @@ export default defineConfig({
   },
   server: {
     // `npm run dev` against a local fleet: the API and the session routes go to the gateway.
+    // The Host header is kept (the string shorthand would rewrite it to the gateway's): a login
+    // is refused unless its Origin is the host it was sent to.
     proxy: {
-      '/v1': 'http://127.0.0.1:8787',
-      '/ui/api': 'http://127.0.0.1:8787',
+      '/v1': { target: 'http://127.0.0.1:8787', changeOrigin: false },
+      '/ui/api': { target: 'http://127.0.0.1:8787', changeOrigin: false },
     },
   },
   test: {

@@ -11,10 +11,12 @@ import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
 import { TokensPage } from './pages/Tokens';
 import { UsagePage } from './pages/Usage';
-import { useTheme } from './theme';
+import { THEME_CHOICES, useTheme, type ThemeChoice } from './theme';
 
 export function App() {
   const session = useQuery({ queryKey: ['session'], queryFn: currentSession });
+  // Here rather than in the shell, so the sign-in page follows the theme too.
+  const theme = useTheme();
   if (session.isPending) {
     return <p className="centered">Loading…</p>;
   }
@@ -28,12 +30,11 @@ export function App() {
   if (!session.data) {
     return <Login />;
   }
-  return <Shell session={session.data} />;
+  return <Shell session={session.data} theme={theme} />;
 }
 
-function Shell({ session }: { session: Session }) {
+function Shell({ session, theme }: { session: Session; theme: ReturnType<typeof useTheme> }) {
   const client = useQueryClient();
-  const [theme, toggleTheme] = useTheme();
   const signOut = async () => {
     await logout();
     // Transcripts kept for re-attaching after a reload belong to this session.
@@ -67,9 +68,16 @@ function Shell({ session }: { session: Session }) {
         <span className="who" title={session.scopes.join(' ')}>
           {session.subject} · {session.tenant}
         </span>
-        <button type="button" onClick={toggleTheme} aria-label="Switch theme">
-          {theme === 'dark' ? 'Light' : 'Dark'}
-        </button>
+        <label className="theme">
+          Theme{' '}
+          <select value={theme.choice} onChange={(e) => theme.choose(e.target.value as ThemeChoice)}>
+            {THEME_CHOICES.map((c) => (
+              <option key={c} value={c}>
+                {c === 'system' && theme.choice === 'system' ? `system (${theme.theme})` : c}
+              </option>
+            ))}
+          </select>
+        </label>
         <button type="button" onClick={signOut}>
           Log out
         </button>
@@ -85,7 +93,7 @@ function Shell({ session }: { session: Session }) {
           <Route path="/memory" element={<MemoryPage session={session} />} />
           <Route path="/channels" element={<ChannelsPage />} />
           <Route path="/schedules" element={<SchedulesPage />} />
-          <Route path="/webhooks" element={<WebhooksPage />} />
+          <Route path="/webhooks" element={<WebhooksPage session={session} />} />
           <Route path="/tokens" element={<TokensPage session={session} />} />
           <Route path="/usage" element={<UsagePage />} />
           <Route path="/playground" element={<PlaygroundPage />} />

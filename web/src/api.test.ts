@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ApiError, can, request, setCsrfToken, type Session } from './api';
+import { ApiError, can, listOf, request, setCsrfToken, type Session } from './api';
 import { runsQuery } from './pages/Runs';
 
 const session = (scopes: Session['scopes']): Session => ({
@@ -73,5 +73,23 @@ describe('runsQuery', () => {
     expect(runsQuery('', '', null, new Date('2026-11-28T09:00:00Z'))).toBe(
       '/v1/runs?limit=50&since=2026-11-28T09%3A00%3A00.000Z',
     );
+  });
+});
+
+describe('listOf', () => {
+  it('reads the envelope: data and next_cursor', () => {
+    expect(listOf({ data: [1, 2], next_cursor: 'c2', runs: [9] }, 'runs')).toMatchObject({ data: [1, 2], next_cursor: 'c2' });
+  });
+
+  it("falls back to the route's old key, from a backend without the envelope", () => {
+    expect(listOf({ runs: [{ run_id: 'r' }], next_cursor: null }, 'runs')).toMatchObject({ data: [{ run_id: 'r' }], next_cursor: null });
+    expect(listOf({ messages: [1] }, 'messages')).toMatchObject({ data: [1], next_cursor: null });
+  });
+
+  it('keeps the answer’s other fields, and reads nothing from what is no list', () => {
+    expect(listOf<number, { truncated: boolean }>({ data: [], truncated: true }).truncated).toBe(true);
+    expect(listOf({ runs: 'no' }, 'runs').data).toEqual([]);
+    expect(listOf(null).data).toEqual([]);
+    expect(listOf({ data: [], next_cursor: '' }).next_cursor).toBeNull();
   });
 });

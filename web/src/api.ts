@@ -62,6 +62,27 @@ export async function getJson<T>(path: string): Promise<T> {
   return (await request(path)).json() as Promise<T>;
 }
 
+/**
+ * One page of a list route. List routes answer `{"data": [...], "next_cursor": ...}`; before
+ * that envelope each route had its own key (`runs`, `messages`, …), kept for one release as an
+ * alias, so the UI reads `data` first and falls back to the route's old key: it works against
+ * both. The answer's other fields (`truncated`, …) are kept.
+ */
+export type ListPage<T, Extra = object> = { data: T[]; next_cursor: string | null } & Partial<Extra>;
+
+/** Reads a list answer: `data`, else the route's old key, else no items. */
+export function listOf<T, Extra = object>(body: unknown, legacyKey?: string): ListPage<T, Extra> {
+  const b = body && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : {};
+  const items = Array.isArray(b.data) ? b.data : legacyKey && Array.isArray(b[legacyKey]) ? b[legacyKey] : [];
+  const cursor = typeof b.next_cursor === 'string' && b.next_cursor !== '' ? b.next_cursor : null;
+  return { ...b, data: items as T[], next_cursor: cursor } as ListPage<T, Extra>;
+}
+
+/** GETs a list route (see `listOf`). */
+export async function getList<T, Extra = object>(path: string, legacyKey?: string): Promise<ListPage<T, Extra>> {
+  return listOf<T, Extra>(await getJson<unknown>(path), legacyKey);
+}
+
 export async function sendJson<T>(method: string, path: string, body?: unknown): Promise<T> {
   const res = await request(path, {
     method,

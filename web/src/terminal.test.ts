@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { apply, emptyTerminal, summary, type Terminal } from './terminal';
+import { apply, emptyTerminal, follow, header, pretty, summary, type RunFacts, type Terminal } from './terminal';
 import type { RunEvent } from './sse';
 import { pump } from './sse';
 
@@ -72,5 +72,82 @@ describe('the SSE reader', () => {
       [1, 'user_input'],
       [2, 'run_finished'],
     ]);
+  });
+});
+
+describe('pretty', () => {
+  it('indents a tool result that is a string holding JSON', () => {
+    expect(pretty('{"now":"12:00","zone":{"name":"UTC"}}')).toBe('{\n  "now": "12:00",\n  "zone": {\n    "name": "UTC"\n  }\n}');
+    expect(pretty(' [1, 2] ')).toBe('[\n  1,\n  2\n]');
+  });
+
+  it('indents an input that is a value', () => {
+    expect(pretty({ op: 'time' })).toBe('{\n  "op": "time"\n}');
+    expect(pretty(42)).toBe('42');
+  });
+
+  it('leaves other text as it is, unquoted', () => {
+    expect(pretty('12:00')).toBe('12:00');
+    expect(pretty('{not json}')).toBe('{not json}');
+    expect(pretty('"quoted"')).toBe('"quoted"');
+    expect(pretty(undefined)).toBe('');
+  });
+});
+
+describe('the run header follows the stream', () => {
+  const facts = (events: RunEvent[]): RunFacts => events.reduce(follow, {});
+
+  it('takes the final status, stop reason and usage from run_finished', () => {
+    const f = facts([
+      ev(1, 'user_input', { text: 'hi' }),
+      ev(2, 'provider_chosen', { provider: 'mock' }),
+      ev(3, 'run_finished', { status: 'succeeded', stop_reason: 'end_turn', usage: { prompt_tokens: 7, completion_tokens: 3 } }),
+    ]);
+    expect(f).toEqual({
+      status: 'succeeded',
+      stop_reason: 'end_turn',
+      usage: { prompt_tokens: 7, completion_tokens: 3 },
+      pending_interrupt: null,
+    });
+    // Nothing moves a run that ended.
+    expect(follow(f, ev(4, 'tool_call', {}))).toBe(f);
+  });
+
+  it('does not claim a queued run runs, and lays no usage over the fetched one when the event has none', () => {
+    expect(facts([ev(1, 'user_input', { text: 'hi' })])).toEqual({});
+    expect('usage' in facts([ev(1, 'run_finished', { status: 'cancelled', stop_reason: 'cancelled' })])).toBe(false);
+  });
+
+  it('waits, and runs again after a reply', () => {
+    let f = facts([ev(1, 'tool_call', { id: 't' }), ev(2, 'awaiting_input', { reason: 'interruption', interrupt: { id: 'i1' } })]);
+    expect(f).toMatchObject({ status: 'awaiting_input', pending_interrupt: { id: 'i1' } });
+    f = follow(f, ev(3, 'tool_result', { tool_use_id: 't' }));
+    expect(f).toMatchObject({ status: 'running', pending_interrupt: null });
+    f = follow(f, ev(4, 'awaiting_input', { reason: 'end_turn' }));
+    expect(f).toMatchObject({ status: 'awaiting_input', pending_interrupt: null });
+    f = follow(f, ev(5, 'user_input', { text: 'more' }));
+    expect(f.status).toBe('running');
+    // Text deltas keep a running run the same object (no re-render).
+    expect(follow(f, ev(5, 'text_delta', { text: 'x' }))).toBe(f);
+  });
+});
+
+describe('the run header', () => {
+  const fetched = { status: 'awaiting_input', usage: { prompt_tokens: 5, completion_tokens: 2 }, agent: 'a' };
+
+  it('takes an end the stream heard over a fetch that has not, whenever that fetch was sent', () => {
+    const h = header(fetched, 2000, { status: 'succeeded', stop_reason: 'end_turn', usage: { prompt_tokens: 9, completion_tokens: 4 }, at: 1000 });
+    expect(h).toEqual({ status: 'succeeded', stop_reason: 'end_turn', usage: { prompt_tokens: 9, completion_tokens: 4 }, agent: 'a' });
+  });
+
+  it('takes the newer of the two otherwise', () => {
+    expect(header(fetched, 1000, { status: 'running', at: 2000 }).status).toBe('running');
+    expect(header({ ...fetched, status: 'running' }, 3000, { status: 'awaiting_input', at: 2000 }).status).toBe('running');
+    expect(header(fetched, 1000, {})).toBe(fetched);
+  });
+
+  it('keeps a fetched end: the stream does not hear every end', () => {
+    const cancelled = { ...fetched, status: 'cancelled' };
+    expect(header(cancelled, 1000, { status: 'awaiting_input', at: 5000 })).toBe(cancelled);
   });
 });

@@ -140,3 +140,91 @@ export function summary(v: unknown, max = 100): string {
   const s = str(v).replace(/\s+/g, ' ');
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }
+
+/**
+ * A tool's input or result as text to read: JSON — a value, or a string holding an object or an
+ * array, as tool results usually are — indented; any other text as it is.
+ */
+export function pretty(v: unknown): string {
+  if (v === undefined) return '';
+  if (typeof v === 'string') {
+    const t = v.trim();
+    if ((t.startsWith('{') && t.endsWith('}')) || (t.startsWith('[') && t.endsWith(']'))) {
+      try {
+        return JSON.stringify(JSON.parse(t), null, 2);
+      } catch {
+        /* text that only looks like JSON */
+      }
+    }
+    return v;
+  }
+  return JSON.stringify(v, null, 2) ?? String(v);
+}
+
+const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
+
+/** Whether a run status is final. */
+export const isEnded = (status: string | undefined): boolean => status !== undefined && ENDED.has(status);
+
+/** What the run stream has said about the run's header: its status, stop reason, usage and
+ * pending interruption, as of the newest event (each stream event is committed before it is
+ * sent, so it is never older than `GET /v1/runs/{id}`). */
+export interface RunFacts {
+  status?: string;
+  stop_reason?: string | null;
+  usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
+  pending_interrupt?: unknown;
+  /** When the newest of these facts arrived (`Date.now()`), set by the page. */
+  at?: number;
+}
+
+// Events only an executor working on the run writes.
+const WORKING = new Set([
+  'run_started',
+  'usage',
+  'provider_chosen',
+  'provider_fallback',
+  'text_delta',
+  'assistant_message',
+  'tool_call',
+  'tool_result',
+  'sub_run_started',
+  'sub_run_finished',
+]);
+
+/** Folds one stream event into the facts; the same object when it changes nothing. */
+export function follow(f: RunFacts, e: RunEvent): RunFacts {
+  if (isEnded(f.status)) return f;
+  const d = e.data;
+  switch (e.kind) {
+    case 'run_finished': {
+      const ended: RunFacts = {
+        status: str(d.status),
+        stop_reason: d.stop_reason == null ? null : str(d.stop_reason),
+        pending_interrupt: null,
+      };
+      // Facts are laid over the fetched run: a key is set only when the event says it.
+      if (d.usage && typeof d.usage === 'object') ended.usage = d.usage as RunFacts['usage'];
+      return ended;
+    }
+    case 'awaiting_input':
+      return { ...f, status: 'awaiting_input', pending_interrupt: d.interrupt ?? null };
+    case 'user_input':
+      // Also the first event of a queued run: only a reply to a waiting run makes it run.
+      return f.status === 'awaiting_input' ? { ...f, status: 'running', pending_interrupt: null } : f;
+    default:
+      return WORKING.has(e.kind) && f.status !== 'running' ? { ...f, status: 'running', pending_interrupt: null } : f;
+  }
+}
+
+/**
+ * The run's header: the run as fetched, with the stream's facts laid over it when they are the
+ * newer — they say the run ended, or arrived after the fetch was sent (an event is committed
+ * before it is sent, so a fetch sent after it sees at least as much). A fetched run that ended
+ * is final: the stream may not hear every end (a waiting run cancelled is ended by the gateway).
+ */
+export function header<R extends { status: string }>(run: R, askedAt: number, facts: RunFacts): R {
+  const { at, ...said } = facts;
+  if (isEnded(run.status) || said.status === undefined) return run;
+  return isEnded(said.status) || (at ?? -Infinity) >= askedAt ? { ...run, ...said } : run;
+}

@@ -46,3 +46,41 @@ export function toSeries(
   }
   return { xs, names, ys };
 }
+
+/** A bucket's length in seconds. */
+export const bucketSeconds = (bucket: 'hour' | 'day'): number => (bucket === 'hour' ? 3600 : 86400);
+
+/**
+ * The chart's x range: the whole window asked for, widened to whole buckets (buckets start on
+ * UTC hours and days) so every bucket's bar fits in it — one bucket is a bar among the window's
+ * empty ones, never stretched over the axis or squeezed to nothing.
+ */
+export function xRange(xs: number[], bucket: 'hour' | 'day', from: Date, to: Date): [number, number] {
+  const w = bucketSeconds(bucket);
+  const lo = Math.min(from.getTime() / 1000, ...xs);
+  const hi = Math.max(to.getTime() / 1000, ...xs.map((x) => x + w));
+  const start = Math.floor(lo / w) * w;
+  return [start, Math.max(Math.ceil(hi / w) * w, start + w)];
+}
+
+/** The chart's y range: from 0 (bars), with room above the tallest; [0, 1] when all are 0. */
+export function yRange(ys: number[][]): [number, number] {
+  const max = Math.max(0, ...ys.flat().filter(Number.isFinite));
+  return [0, max > 0 ? max * 1.1 : 1];
+}
+
+/** Where each series' bar sits in its bucket: the group fills 80% of the bucket, side by side. */
+export function barSlots(series: number, bucket: 'hour' | 'day'): { width: number; offsets: number[] } {
+  const w = bucketSeconds(bucket);
+  const width = (w * 0.8) / Math.max(series, 1);
+  return { width, offsets: Array.from({ length: series }, (_, i) => w * 0.1 + i * width) };
+}
+
+/** A bucket in words: `28 Nov 2026, 10:00–11:00` for an hour, `28 Nov 2026` for a day. */
+export function bucketLabel(x: number, bucket: 'hour' | 'day', locale?: string, timeZone?: string): string {
+  const day = new Date(x * 1000).toLocaleDateString(locale, { day: 'numeric', month: 'short', year: 'numeric', timeZone });
+  if (bucket === 'day') return day;
+  const time = (s: number) =>
+    new Date(s * 1000).toLocaleTimeString(locale, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23', timeZone });
+  return `${day}, ${time(x)}–${time(x + 3600)}`;
+}

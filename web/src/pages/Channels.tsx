@@ -1,6 +1,6 @@
 import { useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
-import { getJson } from '../api';
+import { getList } from '../api';
 import { ErrorNote } from '../ErrorNote';
 
 interface Channel {
@@ -21,7 +21,7 @@ interface Message {
 }
 
 export function ChannelsPage() {
-  const list = useQuery({ queryKey: ['channels'], queryFn: () => getJson<{ data: Channel[] }>('/v1/channels') });
+  const list = useQuery({ queryKey: ['channels'], queryFn: () => getList<Channel>('/v1/channels') });
   const [open, setOpen] = useState<string | null>(null);
   const rows = list.data?.data ?? [];
   const chosen = rows.find((c) => c.name === open);
@@ -33,32 +33,34 @@ export function ChannelsPage() {
         <p className="empty">No channels in this tenant. Create one with PUT /v1/channels/&lt;name&gt; (docs/api.md).</p>
       )}
       {rows.length > 0 && (
-        <table className="grid" aria-label="Channels">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Scope</th>
-              <th>Keeps</th>
-              <th>Message TTL</th>
-              <th>Updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((c) => (
-              <tr key={c.name}>
-                <td>
-                  <button type="button" className="link" onClick={() => setOpen(c.name)}>
-                    {c.name}
-                  </button>
-                </td>
-                <td>{c.scope}</td>
-                <td>{c.max_messages} messages</td>
-                <td>{Math.round(c.ttl_seconds / 3600)} h</td>
-                <td>{new Date(c.updated_at).toLocaleString()}</td>
+        <div className="scroll">
+          <table className="grid" aria-label="Channels">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Scope</th>
+                <th>Keeps</th>
+                <th>Message TTL</th>
+                <th>Updated</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((c) => (
+                <tr key={c.name}>
+                  <td>
+                    <button type="button" className="link" onClick={() => setOpen(c.name)}>
+                      {c.name}
+                    </button>
+                  </td>
+                  <td>{c.scope}</td>
+                  <td>{c.max_messages} messages</td>
+                  <td>{Math.round(c.ttl_seconds / 3600)} h</td>
+                  <td>{new Date(c.updated_at).toLocaleString()}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
       {chosen && <Peek key={chosen.name} channel={chosen} />}
     </section>
@@ -75,10 +77,10 @@ function Peek({ channel }: { channel: Channel }) {
     queryFn: () => {
       const q = new URLSearchParams({ max: '20' });
       if (needs && stream) q.set(needs, stream);
-      return getJson<{ messages: Message[] }>(`/v1/channels/${encodeURIComponent(channel.name)}/peek?${q.toString()}`);
+      return getList<Message>(`/v1/channels/${encodeURIComponent(channel.name)}/peek?${q.toString()}`, 'messages');
     },
   });
-  const msgs = peek.data?.messages ?? [];
+  const msgs = peek.data?.data ?? [];
   const newest = msgs[msgs.length - 1];
   return (
     <div className="panel" aria-label={`Peek ${channel.name}`}>
@@ -100,28 +102,30 @@ function Peek({ channel }: { channel: Channel }) {
         </p>
       )}
       {msgs.length > 0 && (
-        <table className="grid" aria-label="Newest messages">
-          <thead>
-            <tr>
-              <th>Seq</th>
-              <th>Published</th>
-              <th>By</th>
-              <th>Payload</th>
-            </tr>
-          </thead>
-          <tbody>
-            {msgs.map((m) => (
-              <tr key={m.seq}>
-                <td>{m.seq}</td>
-                <td>{new Date(m.published_at).toLocaleString()}</td>
-                <td>{m.published_by}</td>
-                <td>
-                  <code>{JSON.stringify(m.payload)}</code>
-                </td>
+        <div className="scroll">
+          <table className="grid" aria-label="Newest messages">
+            <thead>
+              <tr>
+                <th>Seq</th>
+                <th>Published</th>
+                <th>By</th>
+                <th>Payload</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {msgs.map((m) => (
+                <tr key={m.seq}>
+                  <td>{m.seq}</td>
+                  <td>{new Date(m.published_at).toLocaleString()}</td>
+                  <td>{m.published_by}</td>
+                  <td>
+                    <code>{JSON.stringify(m.payload)}</code>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </div>
   );

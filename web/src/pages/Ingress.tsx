@@ -1,43 +1,59 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'react-router';
-import { getJson, sendJson } from '../api';
+import { ApiError, getJson, getList, sendJson, type Session } from '../api';
+import { HealthBadge, Warnings } from '../Badges';
+import { CopyButton } from '../CopyButton';
 import { ErrorNote } from '../ErrorNote';
+import {
+  scheduleHealth,
+  verdictText,
+  webhookHealth,
+  webhookUrl,
+  type Delivery,
+  type ScheduleState,
+} from '../ingress';
 
 interface Summary {
   name: string;
   description: string;
   retired: boolean;
   versions: number;
+  /** What the definition refers to that is not there yet (newer gateways only). */
+  warnings?: string[];
 }
 
-interface ScheduleState {
-  name: string;
-  enabled: boolean;
-  paused: boolean;
-  retired: boolean;
-  retired_why: string | null;
-  next_fire_at: string | null;
-  last_fire_at: string | null;
-  last_run_id: string | null;
-  last_run_status: string | null;
-  fire_count: number;
-  skipped: number;
-  fires: { fire_id: string; kind: string; fire_at: string; status: string; run_id: string | null; error: string | null }[];
+/** The fields of a definition's active version these pages show. */
+interface Content {
+  cron?: string;
+  timezone?: string;
+  agent?: string;
+  channel?: string;
+  signature?: string;
+  secret_env?: string;
+  enabled?: boolean;
 }
 
-interface Delivery {
-  verdict: string;
-  at: string;
-  delivery_id: string | null;
-  run_id?: string;
-  reason?: string;
-}
+const when = (t: string | null | undefined) => (t ? new Date(t).toLocaleString() : '—');
 
-const when = (t: string | null) => (t ? new Date(t).toLocaleString() : '—');
+/** The active version's content of a schedule or webhook (null once it is gone). */
+function useContent(kind: 'schedules' | 'webhooks', name: string) {
+  return useQuery({
+    // Under ['defs', kind], so an edit in the library refreshes it.
+    queryKey: ['defs', kind, name, 'active'],
+    queryFn: async () => {
+      try {
+        return (await getJson<{ content: Content }>(`/v1/${kind}/${encodeURIComponent(name)}`)).content ?? {};
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) return null;
+        throw e;
+      }
+    },
+  });
+}
 
 export function SchedulesPage() {
-  const list = useQuery({ queryKey: ['defs', 'schedules'], queryFn: () => getJson<{ data: Summary[] }>('/v1/schedules') });
+  const list = useQuery({ queryKey: ['defs', 'schedules'], queryFn: () => getList<Summary>('/v1/schedules') });
   const rows = list.data?.data ?? [];
   return (
     <section>
@@ -48,15 +64,17 @@ export function SchedulesPage() {
       <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No schedules in this tenant.</p>}
       {rows.map((s) => (
-        <Schedule key={s.name} name={s.name} description={s.description} />
+        <Schedule key={s.name} summary={s} />
       ))}
     </section>
   );
 }
 
-function Schedule({ name, description }: { name: string; description: string }) {
+function Schedule({ summary }: { summary: Summary }) {
+  const { name, description } = summary;
   const client = useQueryClient();
   const path = `/v1/schedules/${encodeURIComponent(name)}`;
+  const content = useContent('schedules', name);
   const state = useQuery({
     queryKey: ['schedule', name],
     queryFn: () => getJson<ScheduleState>(`${path}/state`),
@@ -73,20 +91,37 @@ function Schedule({ name, description }: { name: string; description: string }) 
     }
   };
   const s = state.data;
+  const c = content.data;
   return (
     <article className="panel" aria-label={`Schedule ${name}`}>
       <h2>
         <Link to={`/library/schedules/${encodeURIComponent(name)}`}>{name}</Link>{' '}
-        <span className="t-muted">{description}</span>
+        {s && <HealthBadge health={scheduleHealth(s)} testId="schedule-health" />}{' '}
+        <Warnings warnings={summary.warnings} /> <span className="t-muted">{description}</span>
       </h2>
+      <ErrorNote error={content.error} />
       <ErrorNote error={state.error} />
-      {s && (
-        <>
-          <dl className="facts">
+      <dl className="facts">
+        {c && (
+          <>
+            <dt>Cron</dt>
+            <dd data-testid="schedule-cron">
+              <code>{c.cron ?? '—'}</code> in {c.timezone || 'UTC'}
+            </dd>
+            <dt>Agent</dt>
+            <dd data-testid="schedule-agent">
+              {c.agent ? <Link to={`/library/agents/${encodeURIComponent(c.agent)}`}>{c.agent}</Link> : '—'}
+            </dd>
+          </>
+        )}
+        {s && (
+          <>
             <dt>State</dt>
-            <dd data-testid="schedule-state">{s.retired ? `retired (${s.retired_why ?? ''})` : s.paused ? 'paused' : 'active'}</dd>
+            <dd data-testid="schedule-state">
+              {s.retired ? `retired (${s.retired_why ?? ''})` : s.paused ? 'paused' : s.enabled === false ? 'disabled' : 'active'}
+            </dd>
             <dt>Next fire</dt>
-            <dd>{s.paused || s.retired ? '—' : when(s.next_fire_at)}</dd>
+            <dd data-testid="schedule-next">{s.paused || s.retired ? '—' : when(s.next_fire_at)}</dd>
             <dt>Last fire</dt>
             <dd>
               {when(s.last_fire_at)}
@@ -101,104 +136,169 @@ function Schedule({ name, description }: { name: string; description: string }) 
             <dd>
               {s.fire_count} ({s.skipped} skipped)
             </dd>
-          </dl>
-          {!s.retired && (
-            <div className="row">
-              <button type="button" onClick={() => act('run-now')}>
-                Run now
-              </button>
-              <button type="button" onClick={() => act(s.paused ? 'resume' : 'pause')}>
-                {s.paused ? 'Resume' : 'Pause'}
-              </button>
-            </div>
-          )}
-          {s.fires.length > 0 && (
-            <table className="grid" aria-label={`Recent fires of ${name}`}>
-              <thead>
-                <tr>
-                  <th>At</th>
-                  <th>Kind</th>
-                  <th>Status</th>
-                  <th>Run</th>
+          </>
+        )}
+      </dl>
+      {s && !s.retired && (
+        <div className="row">
+          <button type="button" onClick={() => act('run-now')}>
+            Run now
+          </button>
+          <button type="button" onClick={() => act(s.paused ? 'resume' : 'pause')}>
+            {s.paused ? 'Resume' : 'Pause'}
+          </button>
+        </div>
+      )}
+      {s && s.fires.length > 0 && (
+        <div className="scroll">
+          <table className="grid" aria-label={`Recent fires of ${name}`}>
+            <thead>
+              <tr>
+                <th>At</th>
+                <th>Kind</th>
+                <th>Status</th>
+                <th>Run</th>
+              </tr>
+            </thead>
+            <tbody>
+              {s.fires.map((f) => (
+                <tr key={f.fire_id}>
+                  <td>{when(f.fire_at)}</td>
+                  <td>{f.kind}</td>
+                  <td>{f.error ? `${f.status}: ${f.error}` : f.status}</td>
+                  <td>
+                    {f.run_id ? <Link to={`/runs/${f.run_id}`}>{f.run_id}</Link> : '—'}
+                    {f.run_status ? ` (${f.run_status})` : ''}
+                  </td>
                 </tr>
-              </thead>
-              <tbody>
-                {s.fires.map((f) => (
-                  <tr key={f.fire_id}>
-                    <td>{when(f.fire_at)}</td>
-                    <td>{f.kind}</td>
-                    <td>{f.error ? `${f.status}: ${f.error}` : f.status}</td>
-                    <td>{f.run_id ? <Link to={`/runs/${f.run_id}`}>{f.run_id}</Link> : '—'}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          )}
-        </>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
       <ErrorNote error={error} />
     </article>
   );
 }
 
-export function WebhooksPage() {
-  const list = useQuery({ queryKey: ['defs', 'webhooks'], queryFn: () => getJson<{ data: Summary[] }>('/v1/webhooks') });
+export function WebhooksPage({ session }: { session: Session }) {
+  const list = useQuery({ queryKey: ['defs', 'webhooks'], queryFn: () => getList<Summary>('/v1/webhooks') });
   const rows = list.data?.data ?? [];
   return (
     <section>
       <h1>Webhooks</h1>
       <p className="hint">
-        A webhook starts a run for each signed delivery to <code>/v1/_webhooks/&lt;tenant&gt;/&lt;name&gt;</code>. Define one
-        in the <Link to="/library/webhooks">library</Link> (docs/ingress.md).
+        A webhook starts a run (or publishes to a channel) for each signed delivery to its URL. Define one in the{' '}
+        <Link to="/library/webhooks">library</Link> (docs/ingress.md).
       </p>
       <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No webhooks in this tenant.</p>}
       {rows.map((w) => (
-        <Webhook key={w.name} name={w.name} description={w.description} />
+        <Webhook key={w.name} summary={w} tenant={session.tenant} />
       ))}
     </section>
   );
 }
 
-function Webhook({ name, description }: { name: string; description: string }) {
+function Webhook({ summary, tenant }: { summary: Summary; tenant: string }) {
+  const { name, description } = summary;
+  const content = useContent('webhooks', name);
   const deliveries = useQuery({
     queryKey: ['webhook', name],
-    queryFn: () => getJson<{ data: Delivery[] }>(`/v1/webhooks/${encodeURIComponent(name)}/deliveries`),
+    queryFn: () => getList<Delivery>(`/v1/webhooks/${encodeURIComponent(name)}/deliveries`),
     refetchInterval: 5000,
   });
   const rows = deliveries.data?.data ?? [];
+  const { health, lastAccepted, lastRejected } = webhookHealth(rows);
+  const url = webhookUrl(window.location.origin, tenant, name);
+  const c = content.data;
   return (
     <article className="panel" aria-label={`Webhook ${name}`}>
       <h2>
         <Link to={`/library/webhooks/${encodeURIComponent(name)}`}>{name}</Link>{' '}
-        <span className="t-muted">{description}</span>
+        {deliveries.isSuccess && <HealthBadge health={health} testId="webhook-health" />}{' '}
+        <Warnings warnings={summary.warnings} /> <span className="t-muted">{description}</span>
       </h2>
+      <ErrorNote error={content.error} />
       <ErrorNote error={deliveries.error} />
+      <dl className="facts">
+        <dt>URL</dt>
+        <dd className="url">
+          <code data-testid="webhook-url">{url}</code> <CopyButton text={url} label={`Copy the URL of ${name}`} />
+        </dd>
+        {c && (
+          <>
+            <dt>{c.channel && !c.agent ? 'Channel' : 'Agent'}</dt>
+            <dd data-testid="webhook-target">
+              {c.agent ? (
+                <Link to={`/library/agents/${encodeURIComponent(c.agent)}`}>{c.agent}</Link>
+              ) : c.channel ? (
+                <>channel {c.channel}</>
+              ) : (
+                '—'
+              )}
+            </dd>
+            <dt>Signed</dt>
+            <dd>
+              {c.signature ?? '—'}
+              {c.secret_env ? (
+                <>
+                  , secret in <code>{c.secret_env}</code>
+                </>
+              ) : null}
+              {c.enabled === false ? ' (disabled: deliveries are answered 404)' : ''}
+            </dd>
+          </>
+        )}
+        {deliveries.isSuccess && (
+          <>
+            <dt>Last accepted</dt>
+            <dd data-testid="webhook-last-accepted">
+              {lastAccepted ? (
+                <>
+                  {when(lastAccepted.at)}
+                  {lastAccepted.run_id && (
+                    <>
+                      {' '}
+                      → <Link to={`/runs/${lastAccepted.run_id}`}>run</Link>
+                    </>
+                  )}
+                </>
+              ) : (
+                'never'
+              )}
+            </dd>
+            <dt>Last rejected</dt>
+            <dd data-testid="webhook-last-rejected">
+              {lastRejected ? `${when(lastRejected.at)}: ${verdictText(lastRejected)}` : 'never'}
+            </dd>
+          </>
+        )}
+      </dl>
       {deliveries.isSuccess && rows.length === 0 && <p className="empty">No deliveries yet.</p>}
       {rows.length > 0 && (
-        <table className="grid" aria-label={`Recent deliveries of ${name}`}>
-          <thead>
-            <tr>
-              <th>At</th>
-              <th>Verdict</th>
-              <th>Delivery id</th>
-              <th>Run</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((d, i) => (
-              <tr key={i}>
-                <td>{when(d.at)}</td>
-                <td>
-                  {d.verdict}
-                  {d.reason ? ` (${d.reason})` : ''}
-                </td>
-                <td>{d.delivery_id ?? '—'}</td>
-                <td>{d.run_id ? <Link to={`/runs/${d.run_id}`}>{d.run_id}</Link> : '—'}</td>
+        <div className="scroll">
+          <table className="grid" aria-label={`Recent deliveries of ${name}`}>
+            <thead>
+              <tr>
+                <th>At</th>
+                <th>Verdict</th>
+                <th>Delivery id</th>
+                <th>Run</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((d, i) => (
+                <tr key={i}>
+                  <td>{when(d.at)}</td>
+                  <td>{verdictText(d)}</td>
+                  <td>{d.delivery_id ?? '—'}</td>
+                  <td>{d.run_id ? <Link to={`/runs/${d.run_id}`}>{d.run_id}</Link> : '—'}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </article>
   );

@@ -1,9 +1,10 @@
 import { useMemo, useState, type FormEvent } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, NavLink, useNavigate, useParams } from 'react-router';
-import { ApiError, can, getJson, sendJson, type Session } from '../api';
+import { ApiError, can, getList, sendJson, type Session } from '../api';
 import { canonical, diffLines } from '../diff';
 import { fromText, toText, type RawFormat } from '../rawtext';
+import { Warnings } from '../Badges';
 import { ErrorNote } from '../ErrorNote';
 
 /** The definition kinds the API serves, and their paths. */
@@ -23,6 +24,8 @@ interface Summary {
   versions: number;
   description: string;
   updated_at: string;
+  /** What the definition refers to that is not there yet (newer gateways only). */
+  warnings?: string[];
 }
 
 interface Version {
@@ -46,7 +49,7 @@ export function LibraryPage({ session }: { session: Session }) {
   const kind = kindOf(useParams().kind);
   const list = useQuery({
     queryKey: ['defs', kind.kind],
-    queryFn: () => getJson<{ data: Summary[] }>(`/v1/${kind.kind}`),
+    queryFn: () => getList<Summary>(`/v1/${kind.kind}`),
   });
   const navigate = useNavigate();
   const [newName, setNewName] = useState('');
@@ -80,33 +83,35 @@ export function LibraryPage({ session }: { session: Session }) {
       <ErrorNote error={list.error} />
       {list.isSuccess && rows.length === 0 && <p className="empty">No {kind.title.toLowerCase()} in this tenant yet.</p>}
       {rows.length > 0 && (
-        <table className="grid">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Description</th>
-              <th>Versions</th>
-              <th>Active</th>
-              <th>Updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={r.name}>
-                <td>
-                  <Link to={`/library/${kind.kind}/${encodeURIComponent(r.name)}`}>{r.name}</Link>
-                  {r.retired && <span className="t-muted"> (retired)</span>}
-                </td>
-                <td>{r.description}</td>
-                <td>{r.versions}</td>
-                <td>
-                  <code>{short(r.active_version)}</code>
-                </td>
-                <td>{new Date(r.updated_at).toLocaleString()}</td>
+        <div className="scroll">
+          <table className="grid">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Description</th>
+                <th>Versions</th>
+                <th>Active</th>
+                <th>Updated</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((r) => (
+                <tr key={r.name}>
+                  <td>
+                    <Link to={`/library/${kind.kind}/${encodeURIComponent(r.name)}`}>{r.name}</Link>
+                    {r.retired && <span className="t-muted"> (retired)</span>} <Warnings warnings={r.warnings} />
+                  </td>
+                  <td>{r.description}</td>
+                  <td>{r.versions}</td>
+                  <td>
+                    <code>{short(r.active_version)}</code>
+                  </td>
+                  <td>{new Date(r.updated_at).toLocaleString()}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </section>
   );
@@ -122,7 +127,7 @@ export function DefinitionPage({ session }: { session: Session }) {
     queryKey: ['defs', kind.kind, name, 'versions'],
     queryFn: async () => {
       try {
-        return (await getJson<{ data: Version[] }>(`${base}/versions`)).data;
+        return (await getList<Version>(`${base}/versions`)).data;
       } catch (e) {
         if (e instanceof ApiError && e.status === 404) return [];
         throw e;
@@ -161,47 +166,49 @@ export function DefinitionPage({ session }: { session: Session }) {
       {list.length > 0 && (
         <>
           <h2>Versions</h2>
-          <table className="grid" aria-label="Versions">
-            <thead>
-              <tr>
-                <th>#</th>
-                <th>Hash</th>
-                <th>From</th>
-                <th>Created</th>
-                <th>State</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {list.map((v) => (
-                <tr key={v.version}>
-                  <td>{v.number}</td>
-                  <td>
-                    <code title={v.version}>{short(v.version)}</code>
-                  </td>
-                  <td>
-                    {v.parent_version
-                      ? byHash.has(v.parent_version)
-                        ? `#${byHash.get(v.parent_version)?.number}`
-                        : short(v.parent_version)
-                      : '—'}
-                  </td>
-                  <td>{new Date(v.created_at).toLocaleString()}</td>
-                  <td>{v.active ? 'active' : ''}</td>
-                  <td>
-                    {admin && !v.active && (
-                      <button
-                        type="button"
-                        onClick={() => act(() => sendJson('POST', `${base}/activate`, { version: v.version }))}
-                      >
-                        Activate #{v.number}
-                      </button>
-                    )}
-                  </td>
+          <div className="scroll">
+            <table className="grid" aria-label="Versions">
+              <thead>
+                <tr>
+                  <th>#</th>
+                  <th>Hash</th>
+                  <th>From</th>
+                  <th>Created</th>
+                  <th>State</th>
+                  <th />
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {list.map((v) => (
+                  <tr key={v.version}>
+                    <td>{v.number}</td>
+                    <td>
+                      <code title={v.version}>{short(v.version)}</code>
+                    </td>
+                    <td>
+                      {v.parent_version
+                        ? byHash.has(v.parent_version)
+                          ? `#${byHash.get(v.parent_version)?.number}`
+                          : short(v.parent_version)
+                        : '—'}
+                    </td>
+                    <td>{new Date(v.created_at).toLocaleString()}</td>
+                    <td>{v.active ? 'active' : ''}</td>
+                    <td>
+                      {admin && !v.active && (
+                        <button
+                          type="button"
+                          onClick={() => act(() => sendJson('POST', `${base}/activate`, { version: v.version }))}
+                        >
+                          Activate #{v.number}
+                        </button>
+                      )}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
           {list.length > 1 && <Diff versions={list} />}
         </>
       )}

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQueryClient } from '@tanstack/react-query';
-import { can, getJson, request, sendJson, type Session } from '../api';
+import { can, getList, listOf, request, sendJson, type Session } from '../api';
 import { canonical } from '../diff';
 import { ErrorNote } from '../ErrorNote';
 
@@ -42,7 +42,7 @@ export function MemoryPage({ session }: { session: Session }) {
       const q = new URLSearchParams({ limit: '100' });
       if (prefix) q.set('prefix', prefix);
       if (pageParam) q.set('cursor', pageParam);
-      return getJson<{ data: Entry[]; next_cursor: string | null }>(`${base}?${q.toString()}`);
+      return getList<Entry>(`${base}?${q.toString()}`);
     },
     initialPageParam: null as string | null,
     getNextPageParam: (last) => last.next_cursor,
@@ -54,8 +54,8 @@ export function MemoryPage({ session }: { session: Session }) {
     e.preventDefault();
     setError(null);
     try {
-      const r = await sendJson<{ data: Entry[] }>('POST', '/v1/memory/search', { scope, scope_id: scopeId, query });
-      setHits(r.data);
+      const r = await sendJson<unknown>('POST', '/v1/memory/search', { scope, scope_id: scopeId, query });
+      setHits(listOf<Entry>(r).data);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
@@ -104,30 +104,32 @@ export function MemoryPage({ session }: { session: Session }) {
       {keys.isSuccess && rows.length === 0 && <p className="empty">No keys{prefix ? ' with this prefix' : ''} in this scope.</p>}
       <div className="split">
         {rows.length > 0 && (
-          <table className="grid" aria-label="Keys">
-            <thead>
-              <tr>
-                <th>Key</th>
-                <th>Version</th>
-                <th>Updated</th>
-                <th>Expires</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((r) => (
-                <tr key={r.key}>
-                  <td>
-                    <button type="button" className="link" onClick={() => setOpen(r)}>
-                      {r.key}
-                    </button>
-                  </td>
-                  <td>{r.version}</td>
-                  <td>{new Date(r.updated_at).toLocaleString()}</td>
-                  <td>{r.expires_at ? new Date(r.expires_at).toLocaleString() : 'never'}</td>
+          <div className="scroll">
+            <table className="grid" aria-label="Keys">
+              <thead>
+                <tr>
+                  <th>Key</th>
+                  <th>Version</th>
+                  <th>Updated</th>
+                  <th>Expires</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {rows.map((r) => (
+                  <tr key={r.key}>
+                    <td>
+                      <button type="button" className="link" onClick={() => setOpen(r)}>
+                        {r.key}
+                      </button>
+                    </td>
+                    <td>{r.version}</td>
+                    <td>{new Date(r.updated_at).toLocaleString()}</td>
+                    <td>{r.expires_at ? new Date(r.expires_at).toLocaleString() : 'never'}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         )}
         {open && (
           <ValueEditor

@@ -1,13 +1,24 @@
-import { useEffect, useRef, useState, type FormEvent } from 'react';
+import { useCallback, useEffect, useRef, useState, type FormEvent } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useParams } from 'react-router';
 import { ApiError, getJson, sendJson } from '../api';
 import { readRunStream } from '../sse';
-import { apply, emptyTerminal, summary, type Line, type Terminal } from '../terminal';
+import {
+  apply,
+  emptyTerminal,
+  follow,
+  header,
+  isEnded,
+  pretty,
+  summary,
+  type Line,
+  type RunFacts,
+  type Terminal,
+} from '../terminal';
 import type { Run } from './Runs';
-import { ErrorNote } from '../ErrorNote';
 
-const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
+type RunView = Run & { pending_interrupt: unknown };
+import { ErrorNote } from '../ErrorNote';
 
 const saveKey = (runId: string) => `weft-run:${runId}`;
 
@@ -26,11 +37,15 @@ function restore(runId: string): Terminal {
 }
 
 /** Streams a run's events into a terminal from the last seen seq: after a dropped connection,
- * and after a reload (the terminal so far is kept in the tab's sessionStorage). */
-function useRunStream(runId: string): { terminal: Terminal; state: string } {
+ * after a reload (the terminal so far is kept in the tab's sessionStorage), and when `reattach`
+ * is called. The events also say what the run's header shows (`facts`) the moment they arrive. */
+function useRunStream(runId: string): { terminal: Terminal; facts: RunFacts; state: string; reattach: () => void } {
   const [terminal, setTerminal] = useState<Terminal>(() => restore(runId));
+  const [facts, setFacts] = useState<RunFacts>({});
   const [state, setState] = useState('connecting');
+  const [attach, setAttach] = useState(0);
   const last = useRef(0);
+  const reattach = useCallback(() => setAttach((n) => n + 1), []);
   useEffect(() => {
     try {
       window.sessionStorage.setItem(saveKey(runId), JSON.stringify(terminal));
@@ -54,6 +69,10 @@ function useRunStream(runId: string): { terminal: Terminal; state: string } {
             (e) => {
               if (e.kind !== 'text_delta') last.current = Math.max(last.current, e.seq);
               setTerminal((t) => apply(t, e));
+              setFacts((f) => {
+                const next = follow(f, e);
+                return next === f ? f : { ...next, at: Date.now() };
+              });
             },
             abort.signal,
           );
@@ -72,21 +91,53 @@ function useRunStream(runId: string): { terminal: Terminal; state: string } {
       }
     })();
     return () => abort.abort();
-  }, [runId]);
-  return { terminal, state };
+  }, [runId, attach]);
+  return { terminal, facts, state, reattach };
 }
 
 export function RunPage() {
   const { id = '' } = useParams();
+  // One instance per run: a link to another run (a sub-run, the parent) starts afresh.
+  return <RunOf key={id} id={id} />;
+}
+
+function RunOf({ id }: { id: string }) {
   const client = useQueryClient();
+  const { terminal, facts, state, reattach } = useRunStream(id);
+  // The header used to come from polling the run alone, so it lagged the terminal by up to the
+  // poll's interval, and a poll sent before the run ended could answer after the stream said so.
+  // Now what the stream said is laid over the run as fetched, unless that fetch is newer
+  // (`header`): the stream tells at once that the run waits, runs again or ended, with its final
+  // usage.
+  const streamEnded = isEnded(facts.status);
   const run = useQuery({
     queryKey: ['run', id],
-    queryFn: () => getJson<Run & { pending_interrupt: unknown }>(`/v1/runs/${encodeURIComponent(id)}`),
-    refetchInterval: (q) => (q.state.data && ENDED.has(q.state.data.status) ? false : 1500),
+    queryFn: async () => {
+      const askedAt = Date.now();
+      return { run: await getJson<RunView>(`/v1/runs/${encodeURIComponent(id)}`), askedAt };
+    },
+    refetchInterval: (q) => (streamEnded || isEnded(q.state.data?.run.status) ? false : 1500),
   });
-  const { terminal, state } = useRunStream(id);
+  const head = run.data ? header(run.data.run, run.data.askedAt, facts) : undefined;
   const [error, setError] = useState<string | null>(null);
-  const ended = run.data ? ENDED.has(run.data.status) : false;
+  const done = head ? isEnded(head.status) : false;
+  // Once the stream says the run ended, fetch it once more for the fields events do not carry.
+  useEffect(() => {
+    if (streamEnded) void client.invalidateQueries({ queryKey: ['run', id] });
+  }, [streamEnded, client, id]);
+  // A run can end without its live stream hearing it (a waiting run cancelled: the gateway ends
+  // it in the database). Once the fetched run says it ended and the stream has still not, attach
+  // again: the transcript replays what the stream missed, its end included. Once.
+  const fetchedEnded = isEnded(run.data?.run.status);
+  const reattached = useRef(false);
+  useEffect(() => {
+    if (!fetchedEnded || state !== 'live' || reattached.current) return;
+    const t = window.setTimeout(() => {
+      reattached.current = true;
+      reattach();
+    }, 1000);
+    return () => window.clearTimeout(t);
+  }, [fetchedEnded, state, reattach]);
 
   const act = async (what: () => Promise<unknown>) => {
     setError(null);
@@ -99,7 +150,8 @@ export function RunPage() {
   };
   const cancel = () => act(() => sendJson('POST', `/v1/runs/${id}/cancel`, { reason: 'cancelled from the UI' }));
 
-  if (run.isError) {
+  // A failed poll keeps the last answer on screen; only a run never fetched is an error page.
+  if (run.isError && !run.data) {
     return (
       <p className="error" role="alert">
         {run.error.message}. <Link to="/runs">Back to the runs</Link>
@@ -114,26 +166,26 @@ export function RunPage() {
       <h1>
         Run <code>{id}</code>
       </h1>
-      {run.data && (
+      {head && (
         <dl className="facts">
           <dt>Agent</dt>
-          <dd>{run.data.agent}</dd>
+          <dd>{head.agent}</dd>
           <dt>Status</dt>
           <dd>
-            <span className={`status status-${run.data.status}`} data-testid="run-status">
-              {run.data.status}
+            <span className={`status status-${head.status}`} data-testid="run-status">
+              {head.status}
             </span>
-            {run.data.stop_reason ? ` (${run.data.stop_reason})` : ''}
+            {head.stop_reason ? ` (${head.stop_reason})` : ''}
           </dd>
           <dt>Tokens in / out</dt>
           <dd data-testid="run-usage">
-            {run.data.usage?.prompt_tokens ?? 0} / {run.data.usage?.completion_tokens ?? 0}
+            {head.usage?.prompt_tokens ?? 0} / {head.usage?.completion_tokens ?? 0}
           </dd>
-          {run.data.parent_run_id && (
+          {head.parent_run_id && (
             <>
               <dt>Parent</dt>
               <dd>
-                <Link to={`/runs/${run.data.parent_run_id}`}>{run.data.parent_run_id}</Link>
+                <Link to={`/runs/${head.parent_run_id}`}>{head.parent_run_id}</Link>
               </dd>
             </>
           )}
@@ -141,7 +193,7 @@ export function RunPage() {
           <dd>{state}</dd>
         </dl>
       )}
-      {!ended && (
+      {head && !done && (
         <button type="button" onClick={cancel}>
           Cancel
         </button>
@@ -152,7 +204,7 @@ export function RunPage() {
           <TerminalLine key={`${l.seq}-${i}`} line={l} runId={id} act={act} />
         ))}
       </ol>
-      {run.data?.status === 'awaiting_input' && !run.data.pending_interrupt && (
+      {head?.status === 'awaiting_input' && !head.pending_interrupt && (
         <InputBox
           label="Your reply"
           onSend={(text) => act(() => sendJson('POST', `/v1/runs/${id}/input`, { text }))}
@@ -186,8 +238,8 @@ function TerminalLine({
               ⚙ {line.name}({summary(line.input, 60)})
               {line.result ? ` → ${summary(line.result.content, 80)}` : ' …'}
             </summary>
-            <pre>{JSON.stringify(line.input, null, 2)}</pre>
-            {line.result && <pre>{JSON.stringify(line.result.content, null, 2)}</pre>}
+            <pre aria-label="Input">{pretty(line.input)}</pre>
+            {line.result && <pre aria-label="Result">{pretty(line.result.content)}</pre>}
           </details>
         </li>
       );

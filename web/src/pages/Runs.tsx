@@ -1,7 +1,7 @@
 import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
 import { Link, useNavigate, useSearchParams } from 'react-router';
-import { getJson, sendJson } from '../api';
+import { getList, sendJson } from '../api';
 import { ErrorNote } from '../ErrorNote';
 
 export interface Run {
@@ -14,11 +14,6 @@ export interface Run {
   usage: { prompt_tokens?: number; completion_tokens?: number } | null;
   created_at: string;
   finished_at: string | null;
-}
-
-interface RunPage {
-  runs: Run[];
-  next_cursor: string | null;
 }
 
 export const STATUSES = [
@@ -56,8 +51,9 @@ export function RunsPage() {
   const runs = useInfiniteQuery({
     queryKey: ['runs', agent, status, span.key],
     queryFn: ({ pageParam }) =>
-      getJson<RunPage>(
+      getList<Run>(
         runsQuery(agent, status, pageParam, span.hours ? new Date(Date.now() - span.hours * 3600_000) : null),
+        'runs',
       ),
     initialPageParam: null as string | null,
     getNextPageParam: (last) => last.next_cursor,
@@ -69,7 +65,7 @@ export function RunsPage() {
     else next.delete(key);
     setParams(next, { replace: true });
   };
-  const rows = runs.data?.pages.flatMap((p) => p.runs) ?? [];
+  const rows = runs.data?.pages.flatMap((p) => p.data) ?? [];
 
   return (
     <section>
@@ -107,39 +103,41 @@ export function RunsPage() {
         </p>
       )}
       {rows.length > 0 && (
-        <table className="grid">
-          <thead>
-            <tr>
-              <th>Run</th>
-              <th>Agent</th>
-              <th>Status</th>
-              <th>Tokens in / out</th>
-              <th>Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={r.run_id}>
-                <td>
-                  <Link to={`/runs/${r.run_id}`}>
-                    <code>{r.run_id}</code>
-                  </Link>
-                </td>
-                <td>{r.agent}</td>
-                <td>
-                  <span className={`status status-${r.status}`}>{r.status}</span>
-                  {r.stop_reason ? ` (${r.stop_reason})` : ''}
-                </td>
-                <td>
-                  {r.usage?.prompt_tokens ?? 0} / {r.usage?.completion_tokens ?? 0}
-                </td>
-                <td>
-                  <time dateTime={r.created_at}>{new Date(r.created_at).toLocaleString()}</time>
-                </td>
+        <div className="scroll">
+          <table className="grid">
+            <thead>
+              <tr>
+                <th>Run</th>
+                <th>Agent</th>
+                <th>Status</th>
+                <th>Tokens in / out</th>
+                <th>Created</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((r) => (
+                <tr key={r.run_id}>
+                  <td>
+                    <Link to={`/runs/${r.run_id}`}>
+                      <code>{r.run_id}</code>
+                    </Link>
+                  </td>
+                  <td>{r.agent}</td>
+                  <td>
+                    <span className={`status status-${r.status}`}>{r.status}</span>
+                    {r.stop_reason ? ` (${r.stop_reason})` : ''}
+                  </td>
+                  <td>
+                    {r.usage?.prompt_tokens ?? 0} / {r.usage?.completion_tokens ?? 0}
+                  </td>
+                  <td>
+                    <time dateTime={r.created_at}>{new Date(r.created_at).toLocaleString()}</time>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
       {runs.hasNextPage && (
         <button type="button" onClick={() => runs.fetchNextPage()} disabled={runs.isFetchingNextPage}>
@@ -161,7 +159,7 @@ function Launcher() {
   const navigate = useNavigate();
   const agents = useQuery({
     queryKey: ['agents'],
-    queryFn: () => getJson<{ data: AgentSummary[] }>('/v1/agents'),
+    queryFn: () => getList<AgentSummary>('/v1/agents'),
   });
   const [agent, setAgent] = useState('');
   const [input, setInput] = useState('');

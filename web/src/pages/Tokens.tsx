@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
-import { can, getJson, request, sendJson, type Scope, type Session } from '../api';
+import { can, getList, request, sendJson, type Scope, type Session } from '../api';
 import { ErrorNote } from '../ErrorNote';
 
 interface Token {
@@ -34,7 +34,7 @@ export function grantable(session: Session): Scope[] {
 
 export function TokensPage({ session }: { session: Session }) {
   const client = useQueryClient();
-  const tokens = useQuery({ queryKey: ['tokens'], queryFn: () => getJson<{ data: Token[] }>('/v1/tokens') });
+  const tokens = useQuery({ queryKey: ['tokens'], queryFn: () => getList<Token>('/v1/tokens') });
   const revoke = useMutation({
     mutationFn: (id: string) => request(`/v1/tokens/${encodeURIComponent(id)}`, { method: 'DELETE' }),
     onSuccess: () => client.invalidateQueries({ queryKey: ['tokens'] }),
@@ -48,50 +48,52 @@ export function TokensPage({ session }: { session: Session }) {
       <ErrorNote error={revoke.error} />
       {tokens.isSuccess && rows.length === 0 && <p className="empty">No tokens you may see yet. Mint one above.</p>}
       {rows.length > 0 && (
-        <table className="grid">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Tenant</th>
-              <th>Subject</th>
-              <th>Scopes</th>
-              <th>Prefix</th>
-              <th>Created</th>
-              <th>State</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((t) => (
-              <tr key={t.id}>
-                <td>{t.name}</td>
-                <td>{t.tenant}</td>
-                <td>{t.subject}</td>
-                <td>{t.scopes.join(' ')}</td>
-                <td>
-                  <code>{t.prefix}…</code>
-                </td>
-                <td>{new Date(t.created_at).toLocaleString()}</td>
-                <td>{t.revoked_at ? 'revoked' : t.expires_at && new Date(t.expires_at) < new Date() ? 'expired' : 'active'}</td>
-                <td>
-                  {!t.revoked_at && (
-                    <button
-                      type="button"
-                      aria-label={`Revoke ${t.name}`}
-                      onClick={() => {
-                        if (window.confirm(`Revoke “${t.name}”? Every call and UI session using it stops at once.`)) {
-                          revoke.mutate(t.id);
-                        }
-                      }}
-                    >
-                      Revoke
-                    </button>
-                  )}
-                </td>
+        <div className="scroll">
+          <table className="grid">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Tenant</th>
+                <th>Subject</th>
+                <th>Scopes</th>
+                <th>Prefix</th>
+                <th>Created</th>
+                <th>State</th>
+                <th />
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((t) => (
+                <tr key={t.id}>
+                  <td>{t.name}</td>
+                  <td>{t.tenant}</td>
+                  <td>{t.subject}</td>
+                  <td>{t.scopes.join(' ')}</td>
+                  <td>
+                    <code>{t.prefix}…</code>
+                  </td>
+                  <td>{new Date(t.created_at).toLocaleString()}</td>
+                  <td>{t.revoked_at ? 'revoked' : t.expires_at && new Date(t.expires_at) < new Date() ? 'expired' : 'active'}</td>
+                  <td>
+                    {!t.revoked_at && (
+                      <button
+                        type="button"
+                        aria-label={`Revoke ${t.name}`}
+                        onClick={() => {
+                          if (window.confirm(`Revoke “${t.name}”? Every call and UI session using it stops at once.`)) {
+                            revoke.mutate(t.id);
+                          }
+                        }}
+                      >
+                        Revoke
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </section>
   );

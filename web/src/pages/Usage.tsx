@@ -2,8 +2,8 @@ import { useEffect, useMemo, useRef, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { getJson } from '../api';
-import { label, metricOf, toSeries, type Metric, type UsageRow } from '../usage';
+import { getList } from '../api';
+import { barSlots, bucketLabel, label, metricOf, toSeries, xRange, yRange, type Metric, type UsageRow } from '../usage';
 
 const RANGES = [
   { key: '1h', hours: 1 },
@@ -18,12 +18,9 @@ const DIMS = [
   { key: 'token', field: 'token_id' },
   { key: 'kind', field: 'kind' },
 ] as const;
+// uPlot's BarsPathBuilderFacetUnit.ScaleValue (a const enum, which isolated modules cannot read).
+const SCALE_VALUE = 1 as uPlot.Series.BarsPathBuilderFacetUnit;
 const COLORS = ['#2457c5', '#d97706', '#1a7f37', '#b42318', '#7c3aed', '#0891b2', '#be185d', '#4d7c0f'];
-
-interface UsageAnswer {
-  data: UsageRow[];
-  truncated: boolean;
-}
 
 function usageUrl(groupBy: string, from: Date, to: Date): string {
   const q = new URLSearchParams({ group_by: groupBy, from: from.toISOString(), to: to.toISOString() });
@@ -42,11 +39,11 @@ export function UsagePage() {
   const from = useMemo(() => new Date(now.getTime() - hours * 3600_000), [now, hours]);
   const series = useQuery({
     queryKey: ['usage', 'series', bucket, dim, from.toISOString(), now.toISOString()],
-    queryFn: () => getJson<UsageAnswer>(usageUrl(`${bucket},${dim}`, from, now)),
+    queryFn: () => getList<UsageRow, { truncated: boolean }>(usageUrl(`${bucket},${dim}`, from, now)),
   });
   const totals = useQuery({
     queryKey: ['usage', 'totals', dim, from.toISOString(), now.toISOString()],
-    queryFn: () => getJson<UsageAnswer>(usageUrl(dim, from, now)),
+    queryFn: () => getList<UsageRow, { truncated: boolean }>(usageUrl(dim, from, now)),
   });
 
   return (
@@ -93,30 +90,32 @@ export function UsagePage() {
         <Chart rows={series.data.data} bucket={bucket} dim={field} metric={metric} from={from} to={now} />
       )}
       {totals.isSuccess && totals.data.data.length > 0 && (
-        <table className="grid" aria-label="Usage by group">
-          <thead>
-            <tr>
-              <th>{dim}</th>
-              <th>Requests</th>
-              <th>Input tokens</th>
-              <th>Output tokens</th>
-              <th>Cost (USD)</th>
-              <th>Avg latency (ms)</th>
-            </tr>
-          </thead>
-          <tbody>
-            {totals.data.data.map((r, i) => (
-              <tr key={i}>
-                <td>{label(r[field])}</td>
-                <td>{r.requests}</td>
-                <td>{r.input_tokens}</td>
-                <td>{r.output_tokens}</td>
-                <td>{metricOf(r, 'cost').toFixed(6)}</td>
-                <td>{Math.round(Number(r.avg_latency_ms ?? 0))}</td>
+        <div className="scroll">
+          <table className="grid" aria-label="Usage by group">
+            <thead>
+              <tr>
+                <th>{dim}</th>
+                <th>Requests</th>
+                <th>Input tokens</th>
+                <th>Output tokens</th>
+                <th>Cost (USD)</th>
+                <th>Avg latency (ms)</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {totals.data.data.map((r, i) => (
+                <tr key={i}>
+                  <td>{label(r[field])}</td>
+                  <td>{r.requests}</td>
+                  <td>{r.input_tokens}</td>
+                  <td>{r.output_tokens}</td>
+                  <td>{metricOf(r, 'cost').toFixed(6)}</td>
+                  <td>{Math.round(Number(r.avg_latency_ms ?? 0))}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
       {(series.data?.truncated || totals.data?.truncated) && (
         <p className="hint">Only the first rows are shown; narrow the range for all of them.</p>
@@ -141,40 +140,65 @@ function Chart({
   to: Date;
 }) {
   const box = useRef<HTMLDivElement>(null);
+  const { xs, names, ys } = useMemo(() => toSeries(rows, bucket, dim, metric), [rows, bucket, dim, metric]);
   useEffect(() => {
     const el = box.current;
     if (!el) return;
-    const { xs, names, ys } = toSeries(rows, bucket, dim, metric);
     const styles = getComputedStyle(document.documentElement);
     const fg = styles.getPropertyValue('--fg').trim() || '#888';
     const grid = styles.getPropertyValue('--line').trim() || '#ddd';
     const axis = { stroke: fg, grid: { stroke: grid }, ticks: { stroke: grid } };
+    // Bars, one per series side by side in each bucket, sized in time (not from the gap between
+    // buckets, which one bucket does not have).
+    const slots = barSlots(names.length, bucket);
+    const bars = (i: number) =>
+      uPlot.paths.bars?.({
+        align: 1,
+        disp: {
+          x0: { unit: SCALE_VALUE, values: (u) => (u.data[0] as number[]).map((x) => x + slots.offsets[i]) },
+          size: { unit: SCALE_VALUE, values: () => [slots.width] },
+        },
+      });
+    const width = () => Math.max(el.clientWidth, 200);
     const plot = new uPlot(
       {
-        width: Math.max(el.clientWidth, 320),
+        width: width(),
         height: 280,
         series: [
-          {},
+          { value: (_u, x) => (x == null ? '—' : bucketLabel(x, bucket)) },
           ...names.map((n, i) => ({
             label: n,
             stroke: COLORS[i % COLORS.length],
-            width: 2,
-            points: { show: xs.length < 50 },
+            fill: `${COLORS[i % COLORS.length]}cc`,
+            width: 1,
+            paths: bars(i),
+            points: { show: false },
           })),
         ],
         axes: [axis, axis],
-        // The whole range asked for, so one bucket is not stretched over the axis.
-        scales: { x: { time: true, range: [Math.floor(from.getTime() / 1000) - 3600, Math.ceil(to.getTime() / 1000)] } },
+        scales: {
+          x: { time: true, range: () => xRange(xs, bucket, from, to) },
+          y: { range: () => yRange(ys) },
+        },
       },
       [xs, ...ys],
       el,
     );
-    const resize = () => plot.setSize({ width: Math.max(el.clientWidth, 320), height: 280 });
+    const resize = () => plot.setSize({ width: width(), height: 280 });
     window.addEventListener('resize', resize);
     return () => {
       window.removeEventListener('resize', resize);
       plot.destroy();
     };
-  }, [rows, bucket, dim, metric, from, to]);
-  return <div ref={box} className="chart" data-testid="usage-chart" role="img" aria-label={`${metric} over time by ${dim}`} />;
+  }, [xs, names, ys, bucket, from, to]);
+  return (
+    <>
+      <div ref={box} className="chart" data-testid="usage-chart" role="img" aria-label={`${metric} over time by ${dim}`} />
+      {xs.length === 1 && (
+        <p className="hint" data-testid="usage-one-bucket">
+          One {bucket === 'hour' ? 'hourly' : 'daily'} bucket: {bucketLabel(xs[0], bucket)}.
+        </p>
+      )}
+    </>
+  );
 }

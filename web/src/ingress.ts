@@ -1,0 +1,93 @@
+// What the Schedules and Webhooks pages say about a definition's health, from the answers of
+// `GET /v1/schedules/{name}/state` and `GET /v1/webhooks/{name}/deliveries`.
+
+export interface Fire {
+  fire_id: string;
+  kind: string;
+  fire_at: string;
+  status: string;
+  run_id: string | null;
+  run_status?: string | null;
+  error: string | null;
+}
+
+export interface ScheduleState {
+  name: string;
+  enabled: boolean;
+  paused: boolean;
+  retired: boolean;
+  retired_why: string | null;
+  next_fire_at: string | null;
+  last_fire_at: string | null;
+  last_run_id: string | null;
+  last_run_status: string | null;
+  fire_count: number;
+  skipped: number;
+  /** Newest first. */
+  fires: Fire[];
+}
+
+export interface Delivery {
+  verdict: string;
+  at: string;
+  delivery_id: string | null;
+  run_id?: string;
+  reason?: string;
+}
+
+/** A one-line verdict: `good`, `bad`, `warn`, or `idle` (nothing to judge yet). */
+export interface Health {
+  tone: 'good' | 'bad' | 'warn' | 'idle';
+  text: string;
+}
+
+/** How a schedule is doing: its state, else its newest fire and that fire's run. */
+export function scheduleHealth(s: ScheduleState): Health {
+  if (s.retired) return { tone: 'idle', text: `retired${s.retired_why ? ` (${s.retired_why})` : ''}` };
+  if (!s.enabled) return { tone: 'idle', text: 'disabled' };
+  if (s.paused) return { tone: 'idle', text: 'paused' };
+  const f = s.fires[0];
+  if (!f) return { tone: 'idle', text: 'no fires yet' };
+  switch (f.status) {
+    case 'failed':
+      return { tone: 'bad', text: `last fire failed${f.error ? `: ${f.error}` : ''}` };
+    case 'claimed':
+      return f.error ? { tone: 'warn', text: `last fire retrying: ${f.error}` } : { tone: 'idle', text: 'firing' };
+    case 'skipped':
+      return { tone: 'warn', text: 'last slot skipped' };
+    default: {
+      const run = f.run_status ?? (f.run_id === s.last_run_id ? s.last_run_status : null);
+      if (!run) return { tone: 'good', text: 'last fire started a run' };
+      return { tone: run === 'failed' || run === 'cancelled' ? 'bad' : 'good', text: `last run ${run}` };
+    }
+  }
+}
+
+/** Verdicts of a delivery that was taken (a replay is answered with the original run). */
+const TAKEN = new Set(['accepted', 'replayed']);
+
+/** A webhook's newest accepted and newest refused deliveries, and how it is doing (its newest
+ * delivery's verdict). `deliveries` is newest first, as the API lists them. */
+export function webhookHealth(deliveries: Delivery[]): {
+  health: Health;
+  lastAccepted: Delivery | undefined;
+  lastRejected: Delivery | undefined;
+} {
+  const lastAccepted = deliveries.find((d) => TAKEN.has(d.verdict));
+  const lastRejected = deliveries.find((d) => !TAKEN.has(d.verdict));
+  const newest = deliveries[0];
+  const health: Health = !newest
+    ? { tone: 'idle', text: 'no deliveries yet' }
+    : TAKEN.has(newest.verdict)
+      ? { tone: 'good', text: `last delivery ${newest.verdict}` }
+      : { tone: 'bad', text: `last delivery ${newest.verdict}` };
+  return { health, lastAccepted, lastRejected };
+}
+
+/** A verdict with its reason, if any. */
+export const verdictText = (d: Delivery): string => (d.reason ? `${d.verdict} (${d.reason})` : d.verdict);
+
+/** The URL a sender posts a webhook's deliveries to. */
+export function webhookUrl(origin: string, tenant: string, name: string): string {
+  return `${origin}/v1/_webhooks/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`;
+}
