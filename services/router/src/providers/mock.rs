@@ -277,16 +277,136 @@ fn plan_turn(cfg: &MockModelConfig, req: &ChatRequest) -> Turn {
             .and_then(|n| n.as_str())
             .filter(|n| req.tools.iter().any(|t| t.name == *n));
         let name = named.map_or_else(|| req.tools[0].name.clone(), str::to_owned);
-        return Turn::ToolCalls(vec![(name, cfg.tool_arguments.clone())]);
+        let args = if cfg.tool_arguments.trim() == "{}" {
+            let schema = req
+                .tools
+                .iter()
+                .find(|t| t.name == name)
+                .map(|t| &t.parameters);
+            let mut text = last_user_text(req);
+            if text.len() > 200 {
+                let mut at = 200;
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                text.truncate(at);
+            }
+            schema
+                .map(|s| arguments_for(s, &text).to_string())
+                .unwrap_or_else(|| "{}".to_owned())
+        } else {
+            cfg.tool_arguments.clone()
+        };
+        return Turn::ToolCalls(vec![(name, args)]);
     }
-    let text = req
-        .messages
+    Turn::Text(format!("echo: {}", last_user_text(req)))
+}
+
+fn last_user_text(req: &ChatRequest) -> String {
+    req.messages
         .iter()
         .rev()
         .find(|m| m.role == Role::User)
         .map(|m| m.text())
-        .unwrap_or_default();
-    Turn::Text(format!("echo: {text}"))
+        .unwrap_or_default()
+}
+
+/// Arguments that satisfy a tool's JSON schema as far as a model without a script can: every
+/// required property, with its `const`, its first `enum` value, its `default`, or a value of
+/// its type (the first free string gets the user's words, so a `query` asks what was asked).
+/// Optional properties are left out. Without a schema of an object: `{}`.
+fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    fn value_of(s: &Value, text: &mut Option<&str>, depth: u8) -> Value {
+        if let Some(v) = s.get("const") {
+            return v.clone();
+        }
+        if let Some(v) = s
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+        {
+            return v.clone();
+        }
+        if let Some(v) = s.get("default") {
+            return v.clone();
+        }
+        let ty = match s.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            // `["string", "null"]`: the first type that is not null.
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|t| *t != "null")
+                .unwrap_or("null"),
+            _ if s.get("properties").is_some() => "object",
+            _ => match s
+                .get("anyOf")
+                .or_else(|| s.get("oneOf"))
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+            {
+                Some(first) if depth < 8 => return value_of(first, text, depth + 1),
+                _ => "null",
+            },
+        };
+        match ty {
+            "string" => {
+                let min = s.get("minLength").and_then(Value::as_u64).unwrap_or(0);
+                let words = text.take().filter(|t| !t.trim().is_empty());
+                let v = words.map_or_else(|| "example".to_owned(), str::to_owned);
+                let pad = usize::try_from(min)
+                    .unwrap_or(0)
+                    .saturating_sub(v.chars().count());
+                json!(format!("{v}{}", "x".repeat(pad.min(1024))))
+            }
+            "integer" | "number" => s
+                .get("minimum")
+                .or_else(|| s.get("exclusiveMinimum"))
+                .cloned()
+                .unwrap_or_else(|| json!(1)),
+            "boolean" => json!(false),
+            "array" => {
+                let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+                let item = s.get("items").cloned().unwrap_or(Value::Null);
+                let n = usize::try_from(min.min(8)).unwrap_or(0);
+                Value::Array(
+                    (0..n)
+                        .map(|_| {
+                            if depth < 8 {
+                                value_of(&item, text, depth + 1)
+                            } else {
+                                Value::Null
+                            }
+                        })
+                        .collect(),
+                )
+            }
+            "object" if depth < 8 => object_of(s, text, depth + 1),
+            "object" => json!({}),
+            _ => Value::Null,
+        }
+    }
+    fn object_of(s: &Value, text: &mut Option<&str>, depth: u8) -> Value {
+        let mut out = Map::new();
+        let props = s.get("properties").and_then(Value::as_object);
+        for name in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            let prop = props.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+            out.insert(name.to_owned(), value_of(prop, text, depth));
+        }
+        Value::Object(out)
+    }
+    let mut text = Some(user_text);
+    match schema {
+        Value::Object(_) => object_of(schema, &mut text, 0),
+        _ => Value::Object(Map::new()),
+    }
 }
 
 fn estimate_tokens(req: &ChatRequest) -> u64 {
@@ -422,6 +542,38 @@ mod tests {
             collect(&p, &req).await[0],
             ChatEvent::TextDelta(_)
         ));
+    }
+
+    #[test]
+    fn arguments_satisfy_the_required_part_of_the_schema() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "op": {"type": "string", "enum": ["get", "set"]},
+                "limit": {"type": "integer", "minimum": 3},
+                "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}, "required": ["deep"]},
+                "label": {"type": ["string", "null"]},
+                "optional": {"type": "string"}
+            },
+            "required": ["query", "op", "limit", "tags", "opts", "label"]
+        });
+        assert_eq!(
+            arguments_for(&schema, "weather in Paris"),
+            serde_json::json!({
+                "query": "weather in Paris", "op": "get", "limit": 3, "tags": ["example"],
+                "opts": {"deep": false}, "label": "example"
+            })
+        );
+        assert_eq!(
+            arguments_for(&serde_json::json!({}), "x"),
+            serde_json::json!({})
+        );
+        assert_eq!(
+            arguments_for(&serde_json::Value::Null, "x"),
+            serde_json::json!({})
+        );
     }
 
     #[tokio::test]
