@@ -126,7 +126,8 @@ fn version_json(v: v1::AgentVersion) -> Value {
     })
 }
 
-fn put_json(r: v1::PutAgentResponse) -> Response {
+/// A put's answer; `warnings` for the kinds that have them (webhooks, schedules).
+fn put_json(r: v1::PutAgentResponse, warnings: Option<Vec<String>>) -> Response {
     let status = if r.created {
         StatusCode::CREATED
     } else {
@@ -134,6 +135,9 @@ fn put_json(r: v1::PutAgentResponse) -> Response {
     };
     let mut body = r.version.map(version_json).unwrap_or_else(|| json!({}));
     body["created"] = Value::Bool(r.created);
+    if let Some(w) = warnings {
+        body["warnings"] = json!(w);
+    }
     (status, Json(body)).into_response()
 }
 
@@ -178,7 +182,51 @@ pub async fn put_handler<K: DefRoute>(
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.put_def(req)).await)?;
     changed::<K>(&st, &p, &name);
-    Ok(put_json(r))
+    let warnings = if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
+        Some(warnings::<K>(&st, &p, &body).await)
+    } else {
+        None
+    };
+    Ok(put_json(r, warnings))
+}
+
+/// What a webhook or schedule definition points at that is not there yet: an agent not
+/// defined, a signing secret whose variable is not set on this gateway. The definition is
+/// saved (it may be defined first), but its deliveries or fires fail until it is there; what
+/// can never work was refused with a 400 before this. A secret variable is only ever looked up
+/// in the caller's own namespace (the substrate refused any other), so this tells nothing of
+/// the operator's environment beyond it.
+async fn warnings<K: DefRoute>(st: &AppState, p: &Principal, content: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(agent) = content.get("agent").and_then(Value::as_str) {
+        let req = st.internal(
+            p,
+            v1::GetDefRequest {
+                kind: v1::DefKind::Agent.into(),
+                name: agent.to_owned(),
+                version: None,
+            },
+        );
+        let mut client = st.substrate.clone();
+        if let Ok(req) = req
+            && let Err(e) = st.deadline(client.get_def(req)).await
+            && e.code == ErrorCode::NotFound
+        {
+            out.push(format!(
+                "agent `{agent}` is not defined yet: every {} fails until it is (PUT /v1/agents/{agent})",
+                if K::KIND == v1::DefKind::Webhook { "delivery" } else { "fire" }
+            ));
+        }
+    }
+    if K::KIND == v1::DefKind::Webhook
+        && let Some(env) = content.get("secret_env").and_then(Value::as_str)
+        && std::env::var_os(env).is_none()
+    {
+        out.push(format!(
+            "the variable `{env}` is not set on this gateway: every delivery is refused (401) until the operator sets it on every gateway and ingress process"
+        ));
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -216,7 +264,12 @@ pub async fn get_handler<K: DefRoute>(
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let v = substrate(st.deadline(client.get_def(req)).await)?;
-    Ok(Json(version_json(v)).into_response())
+    let active = v.active;
+    let mut body = version_json(v);
+    if active && matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
+        body["warnings"] = json!(warnings::<K>(&st, &p, &body["content"]).await);
+    }
+    Ok(Json(body).into_response())
 }
 
 /// `GET /v1/<kind>s`: every definition of the kind in the caller's tenant, retired ones
@@ -342,7 +395,14 @@ pub async fn fork_handler<K: DefRoute>(
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.fork_def(req)).await)?;
     changed::<K>(&st, &p, &name);
-    Ok(put_json(r))
+    let warnings = match &r.version {
+        Some(v) if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) => {
+            let content = serde_json::from_str::<Value>(&v.content_json).unwrap_or(Value::Null);
+            Some(warnings::<K>(&st, &p, &content).await)
+        }
+        _ => None,
+    };
+    Ok(put_json(r, warnings))
 }
 
 /// `POST /v1/<kind>s/{name}/retire`.
