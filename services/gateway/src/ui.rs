@@ -37,6 +37,11 @@ struct Dist;
 /// `/ui/api/session`.
 pub fn routes() -> axum::Router<AppState> {
     axum::Router::new()
+        // A browser opened on the gateway's URL lands on the app.
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/ui/") }),
+        )
         .route("/ui", get(index))
         .route("/ui/", get(index))
         .route("/ui/{*path}", get(asset))
