@@ -59,6 +59,19 @@ fn parse_duration(s: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
+/// A database URL without its password.
+fn shown_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            let user = creds.split(':').next().unwrap_or_default();
+            let hidden = if creds.contains(':') { ":***" } else { "" };
+            format!("{}{user}{hidden}{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// Runs one token subcommand.
 pub async fn run(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
     let store = match token_store(config).await {
@@ -108,6 +121,12 @@ pub async fn run(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
                     eprintln!(
                         "created token {} for {}/{} with scopes {} (shown once)",
                         rec.id, rec.tenant, rec.subject, rec.scopes
+                    );
+                    // Written straight to a database, not through a running fleet: say which,
+                    // so a token minted against the wrong one is noticed at once.
+                    eprintln!(
+                        "written to the database at {}: only a fleet on that database accepts it (give `weft up`'s --database-url or --config to mint for another; over HTTP: POST /v1/tokens)",
+                        shown_url(config.database.url.expose())
                     );
                     println!("{secret}");
                     ExitCode::SUCCESS
@@ -168,6 +187,18 @@ pub async fn run(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_database_is_named_without_its_password() {
+        assert_eq!(
+            shown_url("postgres://weft:s3cret@db:5432/weft"),
+            "postgres://weft:***@db:5432/weft"
+        );
+        assert_eq!(
+            shown_url("postgres://postgres@127.0.0.1:5432/weft"),
+            "postgres://postgres@127.0.0.1:5432/weft"
+        );
+    }
 
     #[test]
     fn durations_parse() {
