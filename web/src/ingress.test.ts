@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { scheduleHealth, webhookHealth, webhookUrl, type Fire, type ScheduleState } from './ingress';
+import { deliveryRows, scheduleHealth, webhookHealth, webhookUrl, type Fire, type ScheduleState } from './ingress';
 
 const state = (fires: Partial<Fire>[], more: Partial<ScheduleState> = {}): ScheduleState => ({
   name: 'nightly',
@@ -66,5 +66,31 @@ describe('webhook health', () => {
     expect(webhookUrl('https://weft.example.com', 'acme', 'github-issues')).toBe(
       'https://weft.example.com/v1/_webhooks/acme/github-issues',
     );
+  });
+});
+
+describe('delivery log', () => {
+  it('lists verified and refused deliveries together, newest first', () => {
+    const rows = deliveryRows({
+      data: [{ verdict: 'accepted', at: '2026-11-29T10:00:02Z', delivery_id: 'd1', run_id: 'r1' }],
+      rejected: {
+        unauthorized: 2,
+        too_large: 0,
+        last_at: '2026-11-29T10:00:03Z',
+        recent: [
+          { verdict: 'unauthorized', at: '2026-11-29T10:00:03Z', delivery_id: null, reason: 'no signature matches' },
+          { verdict: 'unauthorized', at: '2026-11-29T10:00:01Z', delivery_id: null },
+        ],
+      },
+    });
+    expect(rows.map((d) => d.verdict)).toEqual(['unauthorized', 'accepted', 'unauthorized']);
+    const { lastAccepted, lastRejected } = webhookHealth(rows);
+    expect(lastAccepted?.delivery_id).toBe('d1');
+    expect(lastRejected?.reason).toBe('no signature matches');
+  });
+
+  it('reads an older gateway that sends only data', () => {
+    expect(deliveryRows({ data: [] })).toEqual([]);
+    expect(deliveryRows({ items: [{ verdict: 'accepted', at: 'x', delivery_id: 'a' }] })).toHaveLength(1);
   });
 });

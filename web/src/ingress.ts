@@ -35,6 +35,26 @@ export interface Delivery {
   reason?: string;
 }
 
+/** `GET /v1/webhooks/{name}/deliveries`: the verdicts of deliveries that verified (`data`, or
+ * `items` from older gateways), and apart from them those refused before they verified. */
+export interface DeliveryLog {
+  data?: Delivery[];
+  items?: Delivery[];
+  rejected?: {
+    unauthorized: number;
+    too_large: number;
+    last_at: string | null;
+    recent?: Delivery[];
+  };
+}
+
+/** Every delivery the log names, verified or refused, newest first. */
+export function deliveryRows(log: DeliveryLog): Delivery[] {
+  const verified = log.data ?? log.items ?? [];
+  const refused = (log.rejected?.recent ?? []).map((d) => ({ ...d, delivery_id: d.delivery_id ?? null }));
+  return [...verified, ...refused].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
+}
+
 /** A one-line verdict: `good`, `bad`, `warn`, or `idle` (nothing to judge yet). */
 export interface Health {
   tone: 'good' | 'bad' | 'warn' | 'idle';

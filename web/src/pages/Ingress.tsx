@@ -10,7 +10,8 @@ import {
   verdictText,
   webhookHealth,
   webhookUrl,
-  type Delivery,
+  deliveryRows,
+  type DeliveryLog,
   type ScheduleState,
 } from '../ingress';
 
@@ -36,14 +37,18 @@ interface Content {
 
 const when = (t: string | null | undefined) => (t ? new Date(t).toLocaleString() : '—');
 
-/** The active version's content of a schedule or webhook (null once it is gone). */
-function useContent(kind: 'schedules' | 'webhooks', name: string) {
+/** The active version of a schedule or webhook: its content, and what it points at that is not
+ * there yet (`warnings`; null once the definition is gone). */
+function useActive(kind: 'schedules' | 'webhooks', name: string) {
   return useQuery({
     // Under ['defs', kind], so an edit in the library refreshes it.
     queryKey: ['defs', kind, name, 'active'],
     queryFn: async () => {
       try {
-        return (await getJson<{ content: Content }>(`/v1/${kind}/${encodeURIComponent(name)}`)).content ?? {};
+        const v = await getJson<{ content: Content; warnings?: string[] }>(
+          `/v1/${kind}/${encodeURIComponent(name)}`,
+        );
+        return { content: v.content ?? {}, warnings: v.warnings ?? [] };
       } catch (e) {
         if (e instanceof ApiError && e.status === 404) return null;
         throw e;
@@ -74,7 +79,7 @@ function Schedule({ summary }: { summary: Summary }) {
   const { name, description } = summary;
   const client = useQueryClient();
   const path = `/v1/schedules/${encodeURIComponent(name)}`;
-  const content = useContent('schedules', name);
+  const active = useActive('schedules', name);
   const state = useQuery({
     queryKey: ['schedule', name],
     queryFn: () => getJson<ScheduleState>(`${path}/state`),
@@ -91,15 +96,16 @@ function Schedule({ summary }: { summary: Summary }) {
     }
   };
   const s = state.data;
-  const c = content.data;
+  const c = active.data?.content;
+  const warnings = [...(summary.warnings ?? []), ...(active.data?.warnings ?? [])];
   return (
     <article className="panel" aria-label={`Schedule ${name}`}>
       <h2>
         <Link to={`/library/schedules/${encodeURIComponent(name)}`}>{name}</Link>{' '}
         {s && <HealthBadge health={scheduleHealth(s)} testId="schedule-health" />}{' '}
-        <Warnings warnings={summary.warnings} /> <span className="t-muted">{description}</span>
+        <Warnings warnings={warnings} /> <span className="t-muted">{description}</span>
       </h2>
-      <ErrorNote error={content.error} />
+      <ErrorNote error={active.error} />
       <ErrorNote error={state.error} />
       <dl className="facts">
         {c && (
@@ -202,24 +208,25 @@ export function WebhooksPage({ session }: { session: Session }) {
 
 function Webhook({ summary, tenant }: { summary: Summary; tenant: string }) {
   const { name, description } = summary;
-  const content = useContent('webhooks', name);
+  const active = useActive('webhooks', name);
   const deliveries = useQuery({
     queryKey: ['webhook', name],
-    queryFn: () => getList<Delivery>(`/v1/webhooks/${encodeURIComponent(name)}/deliveries`),
+    queryFn: () => getJson<DeliveryLog>(`/v1/webhooks/${encodeURIComponent(name)}/deliveries`),
     refetchInterval: 5000,
   });
-  const rows = deliveries.data?.data ?? [];
+  const rows = deliveries.data ? deliveryRows(deliveries.data) : [];
   const { health, lastAccepted, lastRejected } = webhookHealth(rows);
   const url = webhookUrl(window.location.origin, tenant, name);
-  const c = content.data;
+  const c = active.data?.content;
+  const warnings = [...(summary.warnings ?? []), ...(active.data?.warnings ?? [])];
   return (
     <article className="panel" aria-label={`Webhook ${name}`}>
       <h2>
         <Link to={`/library/webhooks/${encodeURIComponent(name)}`}>{name}</Link>{' '}
         {deliveries.isSuccess && <HealthBadge health={health} testId="webhook-health" />}{' '}
-        <Warnings warnings={summary.warnings} /> <span className="t-muted">{description}</span>
+        <Warnings warnings={warnings} /> <span className="t-muted">{description}</span>
       </h2>
-      <ErrorNote error={content.error} />
+      <ErrorNote error={active.error} />
       <ErrorNote error={deliveries.error} />
       <dl className="facts">
         <dt>URL</dt>
