@@ -488,7 +488,8 @@ def w3_triage_flush(bin_, new):
         good = first == 202 and "accepted" in verdicts and unauthorized >= 60
         return (good, f"signed delivery -> {first}, 60 forged -> {sorted(refused)}; log lists "
                       f"{len(verdicts)} ({verdicts.count('accepted')} accepted); "
-                      f"rejected {rejected}")
+                      f"rejected: {unauthorized if isinstance(rejected, dict) else None} "
+                      f"unauthorized")
     finally:
         w.close()
 
