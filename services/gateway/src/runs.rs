@@ -701,13 +701,26 @@ pub async fn cancel_run_handler(
             .await
             .map_err(|e| admission_err(&e))?;
         // Sub-runs hold slots of their own, so every run ended here gives its slot back.
-        if st
+        if let Some((seq, data)) = st
             .runs
-            .cancel_unheld(target, reason.as_deref())
+            .cancel_unheld_event(target, reason.as_deref())
             .await
             .map_err(store_err)?
         {
             let _ = st.coord.release(&p.tenant, target).await;
+            // No executor holds the run, so none will tell its watchers it ended: a stream
+            // open on it (a parked run's) would otherwise wait for nothing.
+            let live: weft_bus::LiveBatch = vec![weft_bus::LiveEvent {
+                seq,
+                kind: "run_finished".into(),
+                persisted: true,
+                data,
+            }]
+            .into();
+            st.hub.publish(target, &live);
+            if let Err(e) = st.bus.publish_events(target, &live).await {
+                tracing::debug!(error = %e, "run_finished not published; watchers read it from the transcript");
+            }
         }
     }
     let now = st

@@ -191,6 +191,45 @@ async fn cancel_sent_through_a_second_gateway_stops_a_run_held_by_an_executor() 
 }
 
 #[tokio::test]
+async fn a_stream_open_on_a_parked_run_hears_its_cancel() {
+    let f = TestFleet::start().await;
+    put_agent(&f, &f.admin, "chat", json!({"model": "mock-1"})).await;
+    let run = create(
+        &f,
+        &f.admin,
+        json!({"agent": "chat", "input": "first", "interactive": true}),
+    )
+    .await;
+    wait_event(&f, &f.admin, &run, 1, "awaiting_input").await;
+    // A watcher attached after the park: once it has replayed the park it tails live events.
+    let r = common::open_stream(&f, &run).await;
+    assert_eq!(r.status(), 200);
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    while let Some(ev) = events.next().await {
+        if ev.unwrap().event == "awaiting_input" {
+            break;
+        }
+    }
+    // No executor holds a parked run: the gateway ends it, and must tell the watcher.
+    let (status, _) = f
+        .post(&format!("/v1/runs/{run}/cancel"), &f.admin, json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let finished = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(ev) = events.next().await {
+            let ev = ev.unwrap();
+            if ev.event == "run_finished" {
+                return serde_json::from_str::<Value>(&ev.data).unwrap();
+            }
+        }
+        panic!("the stream ended without run_finished");
+    })
+    .await
+    .expect("the open stream never heard the run end");
+    assert_eq!(finished["data"]["status"], "cancelled");
+}
+
+#[tokio::test]
 async fn an_interactive_run_parks_and_finishes_on_another_executor() {
     let a = TestFleet::start().await;
     put_agent(&a, &a.admin, "chat", json!({"model": "mock-1"})).await;

@@ -551,6 +551,17 @@ impl RunStore {
         id: RunId,
         reason: Option<&str>,
     ) -> Result<bool, RunStoreError> {
+        Ok(self.cancel_unheld_event(id, reason).await?.is_some())
+    }
+
+    /// [`RunStore::cancel_unheld`], answering the `run_finished` it appended (its seq and
+    /// data) so that the caller can publish it to live watchers; `None` when nothing was
+    /// cancelled.
+    pub async fn cancel_unheld_event(
+        &self,
+        id: RunId,
+        reason: Option<&str>,
+    ) -> Result<Option<(i64, Value)>, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
         let r = sqlx::query(
             "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
@@ -564,25 +575,23 @@ impl RunStore {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(r) = r else {
-            return Ok(false);
+            return Ok(None);
         };
         let tenant: String = r.try_get("tenant_id")?;
         let usage: Value = r.try_get("usage")?;
         let seq = next_seq(&mut tx, id).await?;
+        let data = serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": usage});
         insert_events(
             &mut tx,
             id,
             &tenant,
             0,
             seq,
-            &mut [(
-                "run_finished".to_owned(),
-                serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": usage}),
-            )],
+            &mut [("run_finished".to_owned(), data.clone())],
         )
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some((seq, data)))
     }
 
     /// Claims up to `limit` runs that nothing is working on, for the sweeper: `queued` for longer
