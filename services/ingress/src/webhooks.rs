@@ -154,6 +154,21 @@ fn secret(ing: &Ingress, tenant: &TenantId, def: &WebhookContent) -> Result<Stri
     std::env::var(&def.secret_env).map_err(|_| Rejection::BadSecret)
 }
 
+/// What is wrong with `def`'s secret when it cannot be used, for its owner: outside the
+/// tenant's namespace (never looked at, so nothing of the operator's environment is told), not
+/// set on this process, or `None` when set (then the scheme refused its value).
+fn secret_problem(ing: &Ingress, tenant: &TenantId, def: &WebhookContent) -> Option<String> {
+    if let Err(e) = def.validate_secret_namespace(&ing.cfg.secret_env_prefix, tenant) {
+        return Some(format!("{}; it is never read", e.message));
+    }
+    std::env::var_os(&def.secret_env).is_none().then(|| {
+        format!(
+            "the environment variable `{}` is not set on this host; set it on every gateway and ingress process",
+            def.secret_env
+        )
+    })
+}
+
 /// The delivery id: the envelope's (or the definition's header), else a hash of the body (a
 /// re-sent identical body is the same delivery).
 fn delivery_id(verified: Option<String>, body: &[u8]) -> String {
@@ -521,10 +536,15 @@ async fn receive_def(
     let verified = match verified {
         Ok(v) => v,
         Err(r) => {
-            if r == Rejection::BadSecret {
-                tracing::warn!(webhook = %name, tenant = %tenant, namespace = %weft_core::webhook::secret_namespace(&ing.cfg.secret_env_prefix, tenant), "webhook secret missing or unusable: its secret_env must lie in the tenant's namespace and the variable must be set on this process");
-            }
-            reject(ing, tenant, name, "unauthorized", &r.reason()).await;
+            // The triage log names the real cause (its reader is the webhook's owner).
+            let reason = match r {
+                Rejection::BadSecret => {
+                    tracing::warn!(webhook = %name, tenant = %tenant, namespace = %weft_core::webhook::secret_namespace(&ing.cfg.secret_env_prefix, tenant), "webhook secret missing or unusable: its secret_env must lie in the tenant's namespace and the variable must be set on this process");
+                    secret_problem(ing, tenant, def).unwrap_or_else(|| r.reason())
+                }
+                _ => r.reason(),
+            };
+            reject(ing, tenant, name, "unauthorized", &reason).await;
             return error_response(&opaque_unauthorized());
         }
     };
@@ -721,9 +741,6 @@ pub fn dry_run(
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let verified =
         secret(ing, tenant, def).and_then(|s| verify::verify(def, &s, headers, body, now));
-    let outside = def
-        .validate_secret_namespace(&ing.cfg.secret_env_prefix, tenant)
-        .err();
     let target = match def.target() {
         Some(WebhookTarget::Agent(a)) => json!({"agent": a}),
         Some(WebhookTarget::Channel(c)) => json!({"channel": c}),
@@ -731,20 +748,10 @@ pub fn dry_run(
     };
     let (verified_ok, reason, id) = match verified {
         Ok(v) => (true, None, Some(delivery_id(v.delivery_id, body))),
-        // The owner's own misconfiguration, said plainly (the dry run is authenticated). A
-        // variable outside the tenant's namespace is never looked at, so the answer says
-        // nothing of the operator's environment.
-        Err(Rejection::BadSecret) if outside.is_some() => (
+        // The owner's own misconfiguration, said plainly (the dry run is authenticated).
+        Err(Rejection::BadSecret) => (
             false,
-            outside.map(|e| format!("{}; it is never read", e.message)),
-            None,
-        ),
-        Err(Rejection::BadSecret) if std::env::var_os(&def.secret_env).is_none() => (
-            false,
-            Some(format!(
-                "the environment variable `{}` is not set on this host; set it on every gateway and ingress process",
-                def.secret_env
-            )),
+            Some(secret_problem(ing, tenant, def).unwrap_or_else(|| Rejection::BadSecret.reason())),
             None,
         ),
         Err(r) => (false, Some(r.reason()), None),
