@@ -154,6 +154,9 @@ interface AgentSummary {
   description?: string;
 }
 
+/** The hint's example: a `#mock` line that scripts the mock model's tool calls and answer. */
+const MOCK_EXAMPLE = '#mock {"turns": [[{"name": "Context", "input": {"op": "time"}}]], "reply": "done"}';
+
 /** Starts a run of any agent of the tenant, then opens its page. */
 function Launcher() {
   const navigate = useNavigate();
@@ -197,7 +200,13 @@ function Launcher() {
         </select>
       </label>
       <label className="grow">
-        Input <input value={input} onChange={(e) => setInput(e.target.value)} placeholder="What should it do?" />
+        Input{' '}
+        <input
+          value={input}
+          onChange={(e) => setInput(e.target.value)}
+          placeholder="What should it do?"
+          aria-describedby="launcher-hint"
+        />
       </label>
       <label>
         <input type="checkbox" checked={interactive} onChange={(e) => setInteractive(e.target.checked)} />{' '}
@@ -206,6 +215,10 @@ function Launcher() {
       <button type="submit" disabled={!chosen}>
         Start run
       </button>
+      <p className="hint" id="launcher-hint">
+        Without a script, <code>mock-1</code> calls the agent&apos;s first tool and reports its result; script it
+        with a line <code>{MOCK_EXAMPLE}</code> in the input (docs/providers.md, &ldquo;mock&rdquo;).
+      </p>
       <ErrorNote error={error} />
     </form>
   );
