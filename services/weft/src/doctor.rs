@@ -53,11 +53,8 @@ pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
     }
     out.push(redis(&config).await);
     out.push(nats(&config).await);
-    for (name, addr) in [
-        ("port gateway.listen", config.gateway.listen),
-        ("port router.listen", config.router.listen),
-    ] {
-        out.push(port(name, addr).await);
+    for l in crate::fleet::Listener::ALL {
+        out.push(port(l, l.addr(&config)).await);
     }
     for (name, p) in &config.router.providers {
         if let Some(o) = p.http()
@@ -83,8 +80,20 @@ pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
 
 async fn postgres(config: &Config) -> Check {
     let url = config.database.url.expose();
-    let pool = match tokio::time::timeout(TIMEOUT, weft_store::connect(url, 1)).await {
+    // Connected as it is: the doctor only looks, so a missing database is reported, never
+    // created.
+    let pool = match tokio::time::timeout(TIMEOUT, weft_store::connect_existing(url, 1)).await {
         Ok(Ok(p)) => p,
+        Ok(Err(e)) if weft_store::is_missing_database(&e) => {
+            return check(
+                "postgres",
+                Verdict::Warn,
+                format!(
+                    "reachable, but the database of database.url does not exist yet; `weft up` or `weft migrate` creates it ({})",
+                    host_port(url, 5432)
+                ),
+            );
+        }
         Ok(Err(e)) => {
             return check(
                 "postgres",
@@ -132,7 +141,7 @@ async fn postgres(config: &Config) -> Check {
 /// exact cosine scan otherwise. `None` when Postgres is unreachable (its own check says so).
 async fn memory_search(config: &Config) -> Option<Check> {
     let url = config.database.url.expose();
-    let pool = tokio::time::timeout(TIMEOUT, weft_store::connect(url, 1))
+    let pool = tokio::time::timeout(TIMEOUT, weft_store::connect_existing(url, 1))
         .await
         .ok()?
         .ok()?;
@@ -244,15 +253,21 @@ async fn nats(config: &Config) -> Check {
     }
 }
 
-async fn port(name: &str, addr: SocketAddr) -> Check {
+async fn port(l: crate::fleet::Listener, addr: SocketAddr) -> Check {
+    let name = format!("port {}", l.key());
     match tokio::net::TcpListener::bind(addr).await {
-        Ok(_) => check(name, Verdict::Pass, format!("{addr} is free")),
+        Ok(_) => check(&name, Verdict::Pass, format!("{addr} is free")),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => check(
-            name,
+            &name,
             Verdict::Warn,
-            format!("{addr} is in use (is weft already running?); pick another with --listen"),
+            format!(
+                "{addr} is in use (is weft already running?); `weft up` needs it for {}: pick another with {} ADDR (the same flag for `weft doctor`) or {} in the config",
+                l.service(),
+                l.flag(),
+                l.key()
+            ),
         ),
-        Err(e) => check(name, Verdict::Fail, format!("{addr}: {e}")),
+        Err(e) => check(&name, Verdict::Fail, format!("{addr}: {e}")),
     }
 }
 

@@ -35,10 +35,74 @@ pub enum FleetError {
     Substrate(#[from] weft_substrate::SubstrateError),
     #[error("{0}")]
     McpBridge(#[from] weft_mcp_bridge::BridgeError),
-    #[error("cannot listen on {0}: {1}")]
-    Bind(SocketAddr, std::io::Error),
+    #[error("{}", bind_message(.0, .1, .2))]
+    Bind(Listener, SocketAddr, std::io::Error),
     #[error("bootstrap token: {0}")]
     Bootstrap(String),
+}
+
+/// One of the addresses `weft up` listens on: which service, and how to move it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    Gateway,
+    Router,
+    Substrate,
+}
+
+impl Listener {
+    /// Every listener `weft up` binds, in the order it binds them.
+    pub const ALL: [Listener; 3] = [Listener::Gateway, Listener::Router, Listener::Substrate];
+
+    /// The service, as people say it.
+    pub fn service(self) -> &'static str {
+        match self {
+            Listener::Gateway => "the gateway (HTTP API and UI)",
+            Listener::Router => "the router (gRPC)",
+            Listener::Substrate => "the substrate (gRPC)",
+        }
+    }
+
+    /// The config key of its address.
+    pub fn key(self) -> &'static str {
+        match self {
+            Listener::Gateway => "gateway.listen",
+            Listener::Router => "router.listen",
+            Listener::Substrate => "substrate.listen",
+        }
+    }
+
+    /// The `weft up` (and `weft doctor`) flag that sets it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Listener::Gateway => "--listen",
+            Listener::Router => "--router-listen",
+            Listener::Substrate => "--substrate-listen",
+        }
+    }
+
+    /// Its address in `config`.
+    pub fn addr(self, config: &Config) -> SocketAddr {
+        match self {
+            Listener::Gateway => config.gateway.listen,
+            Listener::Router => config.router.listen,
+            Listener::Substrate => config.substrate.listen,
+        }
+    }
+}
+
+fn bind_message(l: &Listener, addr: &SocketAddr, e: &std::io::Error) -> String {
+    let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+        "the address is in use (is weft already running? `weft doctor` checks every port)"
+            .to_owned()
+    } else {
+        e.to_string()
+    };
+    format!(
+        "{} cannot listen on {addr}: {why}; pick another address with {} ADDR (or {} in the config)",
+        l.service(),
+        l.flag(),
+        l.key()
+    )
 }
 
 /// A running fleet.
@@ -81,15 +145,15 @@ pub fn internal_jwt(config: &Config) -> InternalJwt {
 impl Fleet {
     /// Binds the configured addresses and starts everything.
     pub async fn start(config: Config) -> Result<Self, FleetError> {
-        let gw = TcpListener::bind(config.gateway.listen)
-            .await
-            .map_err(|e| FleetError::Bind(config.gateway.listen, e))?;
-        let rt = TcpListener::bind(config.router.listen)
-            .await
-            .map_err(|e| FleetError::Bind(config.router.listen, e))?;
-        let sb = TcpListener::bind(config.substrate.listen)
-            .await
-            .map_err(|e| FleetError::Bind(config.substrate.listen, e))?;
+        let bind = async |l: Listener| {
+            let addr = l.addr(&config);
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| FleetError::Bind(l, addr, e))
+        };
+        let gw = bind(Listener::Gateway).await?;
+        let rt = bind(Listener::Router).await?;
+        let sb = bind(Listener::Substrate).await?;
         Self::start_on(config, gw, rt, sb).await
     }
 
@@ -104,14 +168,14 @@ impl Fleet {
         let shutdown = CancellationToken::new();
         let gateway_addr = gateway
             .local_addr()
-            .map_err(|e| FleetError::Bind(config.gateway.listen, e))?;
+            .map_err(|e| FleetError::Bind(Listener::Gateway, config.gateway.listen, e))?;
         let router_addr = router
             .local_addr()
-            .map_err(|e| FleetError::Bind(config.router.listen, e))?;
+            .map_err(|e| FleetError::Bind(Listener::Router, config.router.listen, e))?;
 
         let substrate_addr = substrate
             .local_addr()
-            .map_err(|e| FleetError::Bind(config.substrate.listen, e))?;
+            .map_err(|e| FleetError::Bind(Listener::Substrate, config.substrate.listen, e))?;
         let substrate_listener = substrate;
 
         let routing = weft_router::connect(&config).await?;

@@ -14,7 +14,7 @@ use cmd::hash::HashCmd;
 use cmd::mcp::McpArgs;
 use cmd::router::RouterArgs;
 use cmd::token::TokenCmd;
-use cmd::up::UpArgs;
+use cmd::up::{ListenArgs, UpArgs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -49,8 +49,10 @@ enum Cmd {
     /// Manage API tokens directly in the database.
     #[command(subcommand)]
     Token(TokenCmd),
-    /// Check the config, Postgres, Redis, NATS and ports; exit 1 if any check fails.
-    Doctor,
+    /// Check the config, Postgres, Redis, NATS and every port `weft up` binds (give the same
+    /// flags as to `weft up`); exit 1 if any check fails. Changes nothing (never creates the
+    /// database it checks).
+    Doctor(ListenArgs),
     /// Run only a run executor, against the router and substrate at executor.router_url and
     /// executor.substrate_url (needs auth.internal_jwt_secret shared with them).
     Executor,
@@ -80,7 +82,10 @@ async fn program() -> ExitCode {
     o.set("database", "url", cli.common.database_url.as_deref());
     // Subcommands that load no config (doctor loads its own, to report on it).
     match &cli.cmd {
-        Cmd::Doctor => return cmd::doctor::run(&cli.common.shared, o).await,
+        Cmd::Doctor(a) => {
+            a.overrides(&mut o);
+            return cmd::doctor::run(&cli.common.shared, o).await;
+        }
         Cmd::Hash(h) => return cmd::hash::run(h),
         Cmd::Mcp(a) => return cmd::mcp::run(a).await,
         Cmd::Up(a) => a.overrides(&mut o),
@@ -107,7 +112,7 @@ async fn program() -> ExitCode {
             weft_telemetry::boot::run::<weft_ingress::IngressService>("weft", config, ()).await
         }
         Cmd::Router(_) => cmd::router::run(config).await,
-        Cmd::Doctor | Cmd::Hash(_) | Cmd::Mcp(_) => ExitCode::SUCCESS,
+        Cmd::Doctor(_) | Cmd::Hash(_) | Cmd::Mcp(_) => ExitCode::SUCCESS,
     }
 }
 

@@ -70,6 +70,21 @@ pub(crate) async fn begin(
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
     let opts = PgConnectOptions::from_str(url)?;
     ensure_database(&opts).await?;
+    pool(opts, max_connections).await
+}
+
+/// [`connect`] without creating the database when it is missing (for tools that only look,
+/// such as `weft doctor`): a missing one is an error [`is_missing_database`] recognises.
+pub async fn connect_existing(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    pool(PgConnectOptions::from_str(url)?, max_connections).await
+}
+
+/// Whether `e` says the database does not exist (Postgres `3D000`).
+pub fn is_missing_database(e: &StoreError) -> bool {
+    matches!(e, StoreError::Db(sqlx::Error::Database(d)) if d.code().as_deref() == Some("3D000"))
+}
+
+async fn pool(opts: PgConnectOptions, max_connections: u32) -> Result<PgPool, StoreError> {
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))

@@ -10,18 +10,34 @@ use weft_config::Overrides;
 
 use super::fail;
 
+/// The addresses `weft up` listens on (`weft doctor` takes the same flags, to check them).
+#[derive(Args, Debug, Default)]
+pub struct ListenArgs {
+    /// Gateway HTTP address (gateway.listen).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Router gRPC address (router.listen).
+    #[arg(long)]
+    router_listen: Option<std::net::SocketAddr>,
+    /// Substrate (definitions) gRPC address (substrate.listen).
+    #[arg(long)]
+    substrate_listen: Option<std::net::SocketAddr>,
+}
+
+impl ListenArgs {
+    /// The config these flags override.
+    pub fn overrides(&self, o: &mut Overrides) {
+        o.set("gateway", "listen", self.listen)
+            .set("router", "listen", self.router_listen)
+            .set("substrate", "listen", self.substrate_listen);
+    }
+}
+
 /// `weft up`'s flags.
 #[derive(Args, Debug)]
 pub struct UpArgs {
-    /// Gateway HTTP address.
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-    /// Router gRPC address.
-    #[arg(long)]
-    router_listen: Option<std::net::SocketAddr>,
-    /// Substrate (definitions) gRPC address.
-    #[arg(long)]
-    substrate_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    listen: ListenArgs,
     /// Write {"url", "admin_token"} as JSON to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -30,9 +46,7 @@ pub struct UpArgs {
 impl UpArgs {
     /// The config these flags override.
     pub fn overrides(&self, o: &mut Overrides) {
-        o.set("gateway", "listen", self.listen)
-            .set("router", "listen", self.router_listen)
-            .set("substrate", "listen", self.substrate_listen);
+        self.listen.overrides(o);
     }
 }
 
