@@ -13,8 +13,8 @@ pub struct CommonArgs {
     /// TOML config file (defaults, then this file, then WEFT_<SECTION>__<KEY> env, then flags).
     #[arg(long, env = "WEFT_CONFIG", global = true)]
     pub config: Option<PathBuf>,
-    /// Log format: json or text.
-    #[arg(long, global = true, value_parser = ["json", "text"])]
+    /// Log format: auto (text on a terminal, else JSON), json or text.
+    #[arg(long, global = true, value_parser = ["auto", "json", "text"])]
     pub log_format: Option<String>,
 }
 

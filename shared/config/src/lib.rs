@@ -815,7 +815,7 @@ pub struct TelemetryConfig {
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
-            log_format: LogFormat::Json,
+            log_format: LogFormat::Auto,
             log_level: "info".into(),
             otlp_endpoint: None,
         }
@@ -827,6 +827,8 @@ impl Default for TelemetryConfig {
 pub enum LogFormat {
     Json,
     Text,
+    /// Text when stderr is a terminal (a person is reading), JSON otherwise (a log pipeline).
+    Auto,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

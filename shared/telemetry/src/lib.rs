@@ -110,8 +110,13 @@ pub fn init(
         .otlp_endpoint
         .is_some()
         .then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)));
-    let fmt = match cfg.log_format {
-        LogFormat::Json => tracing_subscriber::fmt::layer()
+    let format = match cfg.log_format {
+        LogFormat::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => LogFormat::Text,
+        LogFormat::Auto => LogFormat::Json,
+        f => f,
+    };
+    let fmt = match format {
+        LogFormat::Json | LogFormat::Auto => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .json()
             .with_current_span(true)
