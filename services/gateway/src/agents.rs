@@ -290,7 +290,7 @@ pub async fn list_handler<K: DefRoute>(
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.list_defs(req)).await)?;
     let data: Vec<Value> = r.defs.into_iter().map(summary_json).collect();
-    Ok(Json(json!({ "data": data })).into_response())
+    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
 }
 
 /// `GET /v1/<kind>s/{name}/versions`: oldest first.
@@ -312,7 +312,7 @@ pub async fn list_versions_handler<K: DefRoute>(
     let mut client = st.substrate.clone();
     let r = substrate(st.deadline(client.list_def_versions(req)).await)?;
     let data: Vec<Value> = r.versions.into_iter().map(version_json).collect();
-    Ok(Json(json!({ "data": data })).into_response())
+    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
 }
 
 /// A version reference in a body: `sha256:<hex>` or a version number, given as a string or as a

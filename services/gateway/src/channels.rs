@@ -170,7 +170,7 @@ pub async fn list_channels_handler(
     let mut client = st.channels.clone();
     let r = st.channels_call(0, client.list_channels(req)).await?;
     let data: Vec<Value> = r.channels.into_iter().map(channel_json).collect();
-    Ok(Json(json!({ "data": data })).into_response())
+    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
 }
 
 /// `POST /v1/channels/{name}/publish` body.
@@ -354,7 +354,9 @@ pub async fn peek_handler(
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(0, client.peek(req)).await?;
-    Ok(Json(json!({ "messages": messages_json(r.messages) })).into_response())
+    let data = messages_json(r.messages);
+    // `messages`: the old key, kept one release beside the list envelope's `data`.
+    Ok(Json(json!({ "data": data, "next_cursor": null, "messages": data })).into_response())
 }
 
 /// `POST /v1/channels/await` body.

@@ -259,7 +259,7 @@ pub async fn deliveries_handler(
     let rejected = weft_ingress::webhooks::rejected(&st.ingress, &p.tenant, &name)
         .await
         .map_err(ApiError::native)?;
-    Ok(Json(json!({ "data": data, "rejected": rejected })).into_response())
+    Ok(Json(json!({ "data": data, "next_cursor": null, "rejected": rejected })).into_response())
 }
 
 /// A delivery to try: its headers and raw body.

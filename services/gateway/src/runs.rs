@@ -344,9 +344,12 @@ pub async fn list_runs_handler(
     let next = (runs.len() == usize::try_from(limit).unwrap_or(0))
         .then(|| runs.last().map(|r| r.id))
         .flatten();
+    let data: Vec<Value> = runs.iter().map(run_json).collect();
+    // `runs`: the old key, kept one release beside the list envelope's `data`.
     Ok(Json(json!({
-        "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
+        "data": data,
         "next_cursor": next,
+        "runs": data,
     })))
 }
 
@@ -383,10 +386,15 @@ pub async fn run_events_handler(
         .await
         .map_err(store_err)?;
     let next = events.last().map(|e| e.seq + 1);
+    let data: Vec<Value> = events.iter().map(event_json).collect();
+    // `events` and `next_seq`: the old keys, kept one release beside the list envelope's
+    // `data` and `next_cursor` (the `from_seq` of the next page).
     Ok(Json(json!({
         "run_id": run.id,
         "status": run.status,
-        "events": events.iter().map(event_json).collect::<Vec<_>>(),
+        "data": data,
+        "next_cursor": next,
+        "events": data,
         "next_seq": next,
     })))
 }

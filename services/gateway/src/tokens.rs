@@ -202,7 +202,11 @@ pub async fn list_tokens_handler(
             tracing::error!(error = %e, "listing tokens failed");
             ApiError::native(e.to_api())
         })?;
-    Ok(Json(json!({"data": list.iter().map(token_json).collect::<Vec<_>>()})).into_response())
+    Ok(Json(json!({
+        "data": list.iter().map(token_json).collect::<Vec<_>>(),
+        "next_cursor": null,
+    }))
+    .into_response())
 }
 
 pub async fn revoke_token_handler(

@@ -461,6 +461,7 @@ pub async fn usage_handler(
         .collect();
     Ok(Json(json!({
         "data": data,
+        "next_cursor": null,
         "tenant": tenant,
         "from": rfc3339(params.from),
         "to": rfc3339(params.to),
