@@ -1,13 +1,17 @@
-//! `weft migrate`: apply pending database migrations.
+//! `weft migrate`: create the database when it is missing and apply pending migrations.
 
 use std::process::ExitCode;
 
-use super::{fail, token_store};
+use super::fail;
 
 /// Migrates and says so.
 pub async fn run(config: &weft_config::Config) -> ExitCode {
-    match token_store(config).await {
-        Ok(_) => {
+    let migrated = async {
+        let pool = weft_store::connect(config.database.url.expose(), 2).await?;
+        weft_store::migrate(&pool).await
+    };
+    match migrated.await {
+        Ok(()) => {
             println!("migrations applied");
             ExitCode::SUCCESS
         }

@@ -60,7 +60,7 @@ fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 /// A database URL without its password.
-fn shown_url(url: &str) -> String {
+pub fn shown_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
