@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import repro  # noqa: E402
 from repro import SLOW_MODELS, Weft, mock  # noqa: E402
 
 # Loopback MCP servers are private addresses: the bridge dials them only when exempted.
@@ -549,23 +550,5 @@ CHECKS = [w1_webhook_replay, c1_credential_in_logs, m1_mcp_session_cap,
           ch3_op_key_preclaim, m2_mcp_origin]
 
 
-def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    expect_fail = "--expect-fail" in sys.argv
-    binary = os.path.abspath(args[0] if args else "target/debug/weft")
-    held = 0
-    for check in CHECKS:
-        try:
-            ok, seen = check(binary, not expect_fail)
-        except Exception as e:  # a crash of the check is a failure of the finding
-            ok, seen = False, f"error: {e!r}"
-        held += ok
-        print(f"{'ok    ' if ok else 'FAILED'} {check.__name__}: {seen}", flush=True)
-    print(f"{held} of {len(CHECKS)} findings hold")
-    if expect_fail:
-        sys.exit(0 if held == 0 else 1)
-    sys.exit(0 if held == len(CHECKS) else 1)
-
-
 if __name__ == "__main__":
-    main()
+    repro.main(CHECKS)

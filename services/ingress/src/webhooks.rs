@@ -570,16 +570,7 @@ async fn receive_def(
     // 4. A replay of an accepted delivery answers with what it made.
     for key in &burn {
         match ing.deliveries.find(tenant, name, key).await {
-            Ok(Some(a)) => {
-                triage(
-                    ing,
-                    tenant,
-                    name,
-                    verdict("replayed", Some(&id), json!({"run_id": a.run_id})),
-                )
-                .await;
-                return replay_response(&id, def, a.run_id, a.channel_seq);
-            }
+            Ok(Some(a)) => return replayed(ing, tenant, name, def, &id, &a).await,
             Ok(None) => {}
             Err(e) => return error_response(&e.to_api()),
         }
@@ -645,14 +636,7 @@ async fn receive_def(
         }
     }
     if !first {
-        triage(
-            ing,
-            tenant,
-            name,
-            verdict("replayed", Some(&id), json!({"run_id": accepted.run_id})),
-        )
-        .await;
-        return replay_response(&id, def, accepted.run_id, accepted.channel_seq);
+        return replayed(ing, tenant, name, def, &id, &accepted).await;
     }
     triage(
         ing,
@@ -712,6 +696,21 @@ fn for_sender(e: &Error) -> Error {
     } else {
         Error::internal()
     }
+}
+
+/// A replay of accepted delivery `id`: triaged, and answered with what the first one made.
+async fn replayed(
+    ing: &Ingress,
+    tenant: &TenantId,
+    name: &str,
+    def: &WebhookContent,
+    id: &str,
+    a: &weft_store::Accepted,
+) -> Response {
+    let entry =
+        json!({"verdict": "replayed", "at": now_rfc3339(), "delivery_id": id, "run_id": a.run_id});
+    triage(ing, tenant, name, entry).await;
+    replay_response(id, def, a.run_id, a.channel_seq)
 }
 
 fn replay_response(
