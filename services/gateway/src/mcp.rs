@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tower::ServiceExt as _;
 use weft_core::Error;
-use weft_mcp_bridge::face::{Caller, LocalSessionManager, UpResponse, Upstream};
+use weft_mcp_bridge::face::{Caller, UpResponse, Upstream};
 
 use crate::AppState;
 use crate::error::{ApiError, Shape};
@@ -61,26 +61,28 @@ impl Upstream for RouterUpstream {
     }
 }
 
-/// The live `/mcp` sessions of this replica, by id: whose they are and when they were last
-/// used, so that one principal (and the replica as a whole) holds a bounded number. A session
-/// idle for `mcp.session_idle_secs` is ended here and in rmcp's manager.
+/// The live `/mcp` sessions of this replica, by id and owner, so that one principal, one tenant
+/// and the replica as a whole hold a bounded number. rmcp tells it of every session it opens,
+/// restores and ends ([`weft_mcp_bridge::face::SessionLedger`]): a session ends when its client
+/// deletes it or after `mcp.session_idle_secs` unused, and its place is free again then.
 pub struct SessionCaps {
     per_principal: usize,
+    per_tenant: usize,
     total: usize,
     idle: Duration,
-    manager: Arc<LocalSessionManager>,
     state: std::sync::Mutex<Live>,
 }
 
 #[derive(Default)]
 struct Live {
-    /// Session id → (owner, last used).
-    sessions: HashMap<String, (String, Instant)>,
+    /// Session id → owner (`<tenant>/<subject>`; empty when rmcp opened it outside a request).
+    sessions: HashMap<String, String>,
     /// `initialize`s admitted and not answered yet, by owner.
     opening: HashMap<String, usize>,
 }
 
-/// An admitted `initialize`: its place is given back on drop unless it became a session.
+/// An admitted `initialize`: its place is given back on drop (by then the session, if one was
+/// opened, is counted as such).
 struct Opening<'a> {
     caps: &'a SessionCaps,
     owner: String,
@@ -99,74 +101,58 @@ impl Drop for Opening<'_> {
     }
 }
 
+/// The tenant part of an owner (`<tenant>/<subject>`).
+fn tenant_of(owner: &str) -> &str {
+    owner.split_once('/').map_or(owner, |(t, _)| t)
+}
+
 impl SessionCaps {
-    pub fn new(cfg: &weft_config::McpServerFaceConfig, manager: Arc<LocalSessionManager>) -> Self {
+    pub fn new(cfg: &weft_config::McpServerFaceConfig) -> Self {
         Self {
             per_principal: cfg.max_sessions_per_principal,
+            per_tenant: (cfg.max_sessions / 2).max(1),
             total: cfg.max_sessions,
             idle: Duration::from_secs(cfg.session_idle_secs),
-            manager,
             state: std::sync::Mutex::default(),
         }
     }
 
-    /// Ends the sessions idle past the limit (here, and in rmcp's manager).
-    fn sweep(&self, st: &mut Live) {
-        let idle = self.idle;
-        let gone: Vec<String> = st
-            .sessions
-            .iter()
-            .filter(|(_, (_, at))| at.elapsed() >= idle)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in gone {
-            st.sessions.remove(&id);
-            let manager = self.manager.clone();
-            tokio::spawn(async move {
-                weft_mcp_bridge::face::end_session(&manager, &id).await;
-            });
+    /// Whether `owner` may hold one more session: a 429 saying what to do otherwise.
+    fn room(&self, st: &Live, owner: &str) -> Result<(), Error> {
+        let tenant = tenant_of(owner);
+        let (mut mine, mut tenants, all) = (0, 0, st.sessions.len());
+        for o in st.sessions.values() {
+            mine += usize::from(o == owner);
+            tenants += usize::from(tenant_of(o) == tenant);
         }
-    }
-
-    /// Whether `owner` may hold one more session; a 429 saying when one frees up otherwise.
-    fn room(&self, st: &mut Live, owner: &str) -> Result<(), Error> {
-        self.sweep(st);
-        let mine: Vec<Instant> = st
-            .sessions
-            .values()
-            .filter(|(o, _)| o == owner)
-            .map(|(_, at)| *at)
-            .collect();
-        let opening_mine = st.opening.get(owner).copied().unwrap_or(0);
-        let opening_all: usize = st.opening.values().sum();
-        // When the least recently used session would idle out.
-        let frees_in = |ats: &mut dyn Iterator<Item = Instant>| {
-            ats.min()
-                .map_or(Duration::from_secs(1), |at| {
-                    self.idle.saturating_sub(at.elapsed())
-                })
-                .max(Duration::from_secs(1))
+        for (o, n) in &st.opening {
+            if o == owner {
+                mine += n;
+            }
+            if tenant_of(o) == tenant {
+                tenants += n;
+            }
+        }
+        let all = all + st.opening.values().sum::<usize>();
+        // A session frees its place at the latest once it has been idle this long.
+        let retry = self.idle.min(Duration::from_secs(60));
+        let full = |message: String| {
+            Err(Error::new(weft_core::ErrorCode::RateLimited, message).with_retry_after(retry))
         };
-        if mine.len() + opening_mine >= self.per_principal {
-            return Err(Error::new(
-                weft_core::ErrorCode::RateLimited,
-                format!(
-                    "you hold {} MCP sessions on this gateway, the most one caller may (mcp.max_sessions_per_principal); end one with DELETE /mcp (its Mcp-Session-Id), reuse one, or wait for one to idle out",
-                    mine.len() + opening_mine
-                ),
-            )
-            .with_retry_after(frees_in(&mut mine.into_iter())));
+        if mine >= self.per_principal {
+            return full(format!(
+                "you hold {mine} MCP sessions on this gateway, the most one caller may (mcp.max_sessions_per_principal); end one with DELETE /mcp (its Mcp-Session-Id), reuse one, or wait for one to idle out"
+            ));
         }
-        if st.sessions.len() + opening_all >= self.total {
-            let all: Vec<Instant> = st.sessions.values().map(|(_, at)| *at).collect();
-            return Err(Error::new(
-                weft_core::ErrorCode::RateLimited,
-                format!(
-                    "this gateway holds {} MCP sessions, its most (mcp.max_sessions); retry later",
-                    st.sessions.len() + opening_all
-                ),
-            )
-            .with_retry_after(frees_in(&mut all.into_iter())));
+        if tenants >= self.per_tenant {
+            return full(format!(
+                "your tenant holds {tenants} MCP sessions on this gateway, its share (half of mcp.max_sessions); end some with DELETE /mcp, or wait for them to idle out"
+            ));
+        }
+        if all >= self.total {
+            return full(format!(
+                "this gateway holds {all} MCP sessions, its most (mcp.max_sessions); retry later"
+            ));
         }
         Ok(())
     }
@@ -174,7 +160,7 @@ impl SessionCaps {
     /// Admits one `initialize` of `owner`.
     fn admit(&self, owner: &str) -> Result<Opening<'_>, Error> {
         let mut st = self.state.lock().map_err(|_| Error::internal())?;
-        self.room(&mut st, owner)?;
+        self.room(&st, owner)?;
         *st.opening.entry(owner.to_owned()).or_default() += 1;
         Ok(Opening {
             caps: self,
@@ -182,24 +168,22 @@ impl SessionCaps {
         })
     }
 
-    /// A use of session `id`: its clock starts again. A session this replica does not hold (one
-    /// opened elsewhere, or ended here on idle) is taken on only while its owner has room.
+    /// A request on session `id`: one this replica does not hold in memory (opened elsewhere,
+    /// or ended here on idle) is restored only while its owner has room.
     fn touch(&self, id: &str, owner: &str) -> Result<(), Error> {
-        let mut st = self.state.lock().map_err(|_| Error::internal())?;
-        if let Some((_, at)) = st.sessions.get_mut(id) {
-            *at = Instant::now();
+        let st = self.state.lock().map_err(|_| Error::internal())?;
+        if st.sessions.contains_key(id) {
             return Ok(());
         }
-        self.room(&mut st, owner)?;
-        st.sessions
-            .insert(id.to_owned(), (owner.to_owned(), Instant::now()));
-        Ok(())
+        self.room(&st, owner)
     }
+}
 
-    fn opened(&self, id: &str, owner: &str) {
+impl weft_mcp_bridge::face::SessionLedger for SessionCaps {
+    fn opened(&self, id: &str, owner: Option<&str>) {
         if let Ok(mut st) = self.state.lock() {
             st.sessions
-                .insert(id.to_owned(), (owner.to_owned(), Instant::now()));
+                .insert(id.to_owned(), owner.unwrap_or_default().to_owned());
         }
     }
 
@@ -306,19 +290,11 @@ pub async fn authenticate(
                 principal: Some(p),
                 bearer: token,
             });
-            let mut resp = next.run(req).await;
-            if let Some(id) = resp
-                .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                && session.is_none()
-            {
-                caps.opened(id, &owner);
-            }
+            // rmcp opens (or restores) the session inside this future: it learns whose it is here.
+            let mut resp = weft_mcp_bridge::face::SESSION_OWNER
+                .scope(owner.clone(), next.run(req))
+                .await;
             drop(opening);
-            if delete && let Some(id) = &session {
-                caps.closed(id);
-            }
             // A new session: record its owner before the client can use its id.
             if session.is_none()
                 && let Some(id) = resp
@@ -549,13 +525,12 @@ pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router
             .clone()
             .sweep_until(std::time::Duration::from_secs(600), st.shutdown.clone()),
     );
-    let sessions = weft_mcp_bridge::face::session_manager(&st.mcp);
-    let caps = Arc::new(SessionCaps::new(&st.mcp, sessions.clone()));
+    let caps = Arc::new(SessionCaps::new(&st.mcp));
     let face = weft_mcp_bridge::face::http_service(
         upstream,
         &st.mcp,
         store,
-        sessions,
+        caps.clone(),
         st.shutdown.clone(),
     );
     // The layers wrap the MCP service itself, not the method router: an unknown method is a

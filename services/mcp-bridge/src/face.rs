@@ -12,7 +12,11 @@
 //! notification (when the client sent a progress token), and answers with the run's final
 //! text; an MCP cancellation cancels the run.
 
-pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -868,30 +872,133 @@ impl ServerHandler for Face {
 
 /// The streamable HTTP service for `/mcp`: sessions for 2025-11-25 kept in `store` (any
 /// replica serves any session), stateless 2026-07-28, `Host`/`Origin` checked per `cfg`.
-/// `sessions` holds the live sessions of this replica (the gateway ends idle ones through it).
+/// `ledger` hears of every session this replica opens, restores or ends ([`CountedSessions`]).
 pub fn http_service(
     upstream: Arc<dyn Upstream>,
     cfg: &weft_config::McpServerFaceConfig,
     store: crate::sessions::PgSessionStore,
-    sessions: Arc<LocalSessionManager>,
+    ledger: Arc<dyn SessionLedger>,
     shutdown: tokio_util::sync::CancellationToken,
-) -> rmcp::transport::StreamableHttpService<Face, LocalSessionManager> {
+) -> rmcp::transport::StreamableHttpService<Face, CountedSessions> {
+    let sessions = Arc::new(CountedSessions {
+        inner: local_sessions(cfg),
+        ledger,
+    });
     streamable_with(Face::new(upstream), cfg, Some(store), sessions, shutdown)
 }
 
-/// Ends session `id` in `m` (nothing when it has ended already).
-pub async fn end_session(m: &LocalSessionManager, id: &str) {
-    use rmcp::transport::streamable_http_server::session::SessionManager as _;
-    if let Err(e) = m.close_session(&Arc::from(id)).await {
-        tracing::debug!(error = %e, "mcp session close");
+tokio::task_local! {
+    /// Whose request this task serves (`<tenant>/<subject>`): the gateway sets it around each
+    /// `/mcp` request, so the session manager knows whom a session it opens belongs to.
+    pub static SESSION_OWNER: String;
+}
+
+/// Hears of the sessions a [`CountedSessions`] opens (or restores from the store) and ends.
+pub trait SessionLedger: Send + Sync + 'static {
+    /// Session `id` is live on this replica, for `owner` ([`SESSION_OWNER`], when set).
+    fn opened(&self, id: &str, owner: Option<&str>);
+    /// Session `id` ended here: deleted, idle past its keep-alive, or shut down.
+    fn closed(&self, id: &str);
+}
+
+/// rmcp's in-memory session manager, telling a [`SessionLedger`] of every session it starts
+/// and ends. rmcp itself drives both (a session's worker ends after its keep-alive unused, or
+/// when the client deletes it), so what the ledger counts is what is in memory.
+pub struct CountedSessions {
+    inner: LocalSessionManager,
+    ledger: Arc<dyn SessionLedger>,
+}
+
+fn session_owner() -> Option<String> {
+    SESSION_OWNER.try_with(Clone::clone).ok()
+}
+
+type SessionError =
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManagerError;
+type SessionTransport = <LocalSessionManager as SessionManager>::Transport;
+
+impl SessionManager for CountedSessions {
+    type Error = SessionError;
+    type Transport = SessionTransport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let (id, transport) = self.inner.create_session().await?;
+        self.ledger.opened(&id, session_owner().as_deref());
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.ledger.closed(id);
+        self.inner.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        self.inner.create_stream(id, message).await
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        self.inner.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        let out = self.inner.restore_session(id.clone()).await?;
+        if matches!(out, RestoreOutcome::Restored(_)) {
+            self.ledger.opened(&id, session_owner().as_deref());
+        }
+        Ok(out)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
     }
 }
 
-/// A session manager whose sessions end after `mcp.session_idle_secs` unused.
-pub fn session_manager(cfg: &weft_config::McpServerFaceConfig) -> Arc<LocalSessionManager> {
+/// rmcp's session manager, whose sessions end after `mcp.session_idle_secs` unused.
+fn local_sessions(cfg: &weft_config::McpServerFaceConfig) -> LocalSessionManager {
     let mut m = LocalSessionManager::default();
     m.session_config.keep_alive = Some(std::time::Duration::from_secs(cfg.session_idle_secs));
-    Arc::new(m)
+    m
 }
 
 /// weft's transport and session layers around any MCP server handler: rmcp's streamable HTTP
@@ -907,19 +1014,20 @@ pub fn streamable<S>(
 where
     S: ServerHandler + Clone + Send + 'static,
 {
-    streamable_with(handler, cfg, store, session_manager(cfg), shutdown)
+    streamable_with(handler, cfg, store, Arc::new(local_sessions(cfg)), shutdown)
 }
 
 /// [`streamable`] over the given session manager.
-pub fn streamable_with<S>(
+fn streamable_with<S, M>(
     handler: S,
     cfg: &weft_config::McpServerFaceConfig,
     store: Option<crate::sessions::PgSessionStore>,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<M>,
     shutdown: tokio_util::sync::CancellationToken,
-) -> rmcp::transport::StreamableHttpService<S, LocalSessionManager>
+) -> rmcp::transport::StreamableHttpService<S, M>
 where
     S: ServerHandler + Clone + Send + 'static,
+    M: SessionManager,
 {
     use rmcp::transport::StreamableHttpServerConfig;
     let mut config = StreamableHttpServerConfig::default()
