@@ -220,11 +220,20 @@ async fn warnings<K: DefRoute>(st: &AppState, p: &Principal, content: &Value) ->
     }
     if K::KIND == v1::DefKind::Webhook
         && let Some(env) = content.get("secret_env").and_then(Value::as_str)
-        && std::env::var_os(env).is_none()
     {
-        out.push(format!(
-            "the variable `{env}` is not set on this gateway: every delivery is refused (401) until the operator sets it on every gateway and ingress process"
-        ));
+        // A variable outside the caller's namespace (a definition older than the namespaces)
+        // is never looked up: that would tell whether the operator set it.
+        let prefix = &st.ingress.cfg.secret_env_prefix;
+        if let Err(e) = weft_core::webhook::check_secret_env(prefix, &p.tenant, env) {
+            out.push(format!(
+                "{}; every delivery is refused (401) until it is renamed",
+                e.message
+            ));
+        } else if std::env::var_os(env).is_none() {
+            out.push(format!(
+                "the variable `{env}` is not set on this gateway: every delivery is refused (401) until the operator sets it on every gateway and ingress process"
+            ));
+        }
     }
     out
 }

@@ -207,7 +207,15 @@ pub fn redact_value(v: &mut serde_json::Value, credentials: &BTreeMap<String, St
                 map.insert(redact(&k, credentials), item);
             }
         }
-        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        // A number that spells a credential (`"default": 12345678`) becomes the marker.
+        Value::Number(n) => {
+            let text = n.to_string();
+            let r = redact(&text, credentials);
+            if r != text {
+                *v = Value::String(r);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
     }
 }
 
@@ -356,11 +364,15 @@ mod tests {
 
     #[test]
     fn a_tool_that_echoes_a_credential_in_its_description_or_schema_is_redacted() {
-        let creds = BTreeMap::from([("k".to_owned(), "sk-0123456789abcdef".to_owned())]);
+        let creds = BTreeMap::from([
+            ("k".to_owned(), "sk-0123456789abcdef".to_owned()),
+            ("pin".to_owned(), "12345678".to_owned()),
+        ]);
         let schema = serde_json::json!({
             "type": "object",
             "properties": {"q": {"type": "string", "description": "key sk-0123456789abcdef"}},
             "sk-0123456789abcdef": {"enum": ["sk-0123456789abcdef"]},
+            "n": {"type": "integer", "default": 12345678},
         });
         let serde_json::Value::Object(schema) = schema else {
             unreachable!()
@@ -376,6 +388,7 @@ mod tests {
             info.name, info.description, info.input_schema_json
         );
         assert!(!all.contains("sk-0123456789abcdef"), "{all}");
+        assert!(!all.contains("12345678"), "{all}");
         assert_eq!(info.description, "uses [redacted: credential k] for you");
         let v: serde_json::Value = serde_json::from_str(&info.input_schema_json).unwrap();
         assert_eq!(

@@ -314,10 +314,20 @@ fn last_user_text(req: &ChatRequest) -> String {
 /// Arguments that satisfy a tool's JSON schema as far as a model without a script can: every
 /// required property, with its `const`, its first `enum` value, its `default`, or a value of
 /// its type (the first free string gets the user's words, so a `query` asks what was asked).
-/// Optional properties are left out. Without a schema of an object: `{}`.
+/// Optional properties are left out. Without a schema of an object: `{}`. The schema is the
+/// caller's, so the work is bounded: at most [`MAX_GENERATED`] values, 8 levels deep and 2 items
+/// an array; past that a value is `null`.
 fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Value {
     use serde_json::{Map, Value, json};
-    fn value_of(s: &Value, text: &mut Option<&str>, depth: u8) -> Value {
+    struct Gen<'a> {
+        text: Option<&'a str>,
+        budget: usize,
+    }
+    fn value_of(s: &Value, g: &mut Gen<'_>, depth: u8) -> Value {
+        if g.budget == 0 || depth > 8 {
+            return Value::Null;
+        }
+        g.budget -= 1;
         if let Some(v) = s.get("const") {
             return v.clone();
         }
@@ -346,19 +356,19 @@ fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Val
                 .and_then(Value::as_array)
                 .and_then(|a| a.first())
             {
-                Some(first) if depth < 8 => return value_of(first, text, depth + 1),
-                _ => "null",
+                Some(first) => return value_of(first, g, depth + 1),
+                None => "null",
             },
         };
         match ty {
             "string" => {
                 let min = s.get("minLength").and_then(Value::as_u64).unwrap_or(0);
-                let words = text.take().filter(|t| !t.trim().is_empty());
+                let words = g.text.take().filter(|t| !t.trim().is_empty());
                 let v = words.map_or_else(|| "example".to_owned(), str::to_owned);
-                let pad = usize::try_from(min)
+                let pad = usize::try_from(min.min(1024))
                     .unwrap_or(0)
                     .saturating_sub(v.chars().count());
-                json!(format!("{v}{}", "x".repeat(pad.min(1024))))
+                json!(format!("{v}{}", "x".repeat(pad)))
             }
             "integer" | "number" => s
                 .get("minimum")
@@ -367,27 +377,19 @@ fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Val
                 .unwrap_or_else(|| json!(1)),
             "boolean" => json!(false),
             "array" => {
-                let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+                let min = s
+                    .get("minItems")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .min(2);
                 let item = s.get("items").cloned().unwrap_or(Value::Null);
-                let n = usize::try_from(min.min(8)).unwrap_or(0);
-                Value::Array(
-                    (0..n)
-                        .map(|_| {
-                            if depth < 8 {
-                                value_of(&item, text, depth + 1)
-                            } else {
-                                Value::Null
-                            }
-                        })
-                        .collect(),
-                )
+                Value::Array((0..min).map(|_| value_of(&item, g, depth + 1)).collect())
             }
-            "object" if depth < 8 => object_of(s, text, depth + 1),
-            "object" => json!({}),
+            "object" => object_of(s, g, depth + 1),
             _ => Value::Null,
         }
     }
-    fn object_of(s: &Value, text: &mut Option<&str>, depth: u8) -> Value {
+    fn object_of(s: &Value, g: &mut Gen<'_>, depth: u8) -> Value {
         let mut out = Map::new();
         let props = s.get("properties").and_then(Value::as_object);
         for name in s
@@ -397,17 +399,27 @@ fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Val
             .flatten()
             .filter_map(Value::as_str)
         {
+            if out.contains_key(name) {
+                continue;
+            }
             let prop = props.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
-            out.insert(name.to_owned(), value_of(prop, text, depth));
+            let v = value_of(prop, g, depth);
+            out.insert(name.to_owned(), v);
         }
         Value::Object(out)
     }
-    let mut text = Some(user_text);
+    let mut g = Gen {
+        text: Some(user_text),
+        budget: MAX_GENERATED,
+    };
     match schema {
-        Value::Object(_) => object_of(schema, &mut text, 0),
+        Value::Object(_) => object_of(schema, &mut g, 0),
         _ => Value::Object(Map::new()),
     }
 }
+
+/// The most values [`arguments_for`] builds for one call.
+const MAX_GENERATED: usize = 256;
 
 fn estimate_tokens(req: &ChatRequest) -> u64 {
     let chars: usize = req.messages.iter().map(|m| m.text().len()).sum();
@@ -574,6 +586,16 @@ mod tests {
             arguments_for(&serde_json::Value::Null, "x"),
             serde_json::json!({})
         );
+        // A caller's schema cannot make it build without bound: nested arrays of many items.
+        let mut deep = serde_json::json!({"type": "string"});
+        for _ in 0..12 {
+            deep = serde_json::json!({"type": "array", "minItems": 8, "items": deep});
+        }
+        let huge = serde_json::json!({
+            "type": "object", "properties": {"a": deep}, "required": ["a", "a", "a"]
+        });
+        let built = arguments_for(&huge, "x").to_string();
+        assert!(built.len() < 4096, "{} bytes", built.len());
     }
 
     #[tokio::test]

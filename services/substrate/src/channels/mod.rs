@@ -174,7 +174,9 @@ fn op_key_of(p: &Principal, op_key: &str) -> String {
     if p.agent.is_some() {
         op_key.to_owned()
     } else {
-        format!("sub:{}:{op_key}", p.subject)
+        // The subject's length first: subjects may hold `:`, so no two (subject, key) pairs
+        // meet in one stored key.
+        format!("sub:{}:{}:{op_key}", p.subject.len(), p.subject)
     }
 }
 

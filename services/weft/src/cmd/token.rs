@@ -59,9 +59,12 @@ fn parse_duration(s: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
-/// A database URL without its password.
+/// A database URL without its password (in the user part or as a `password` parameter).
 pub fn shown_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, query) = url
+        .split_once('?')
+        .map_or((url, None), |(u, q)| (u, Some(q)));
+    let mut out = match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
             let user = creds.split(':').next().unwrap_or_default();
@@ -69,7 +72,19 @@ pub fn shown_url(url: &str) -> String {
             format!("{}{user}{hidden}{}", &url[..s + 3], &url[at..])
         }
         _ => url.to_owned(),
+    };
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 /// Runs one token subcommand.
@@ -197,6 +212,10 @@ mod tests {
         assert_eq!(
             shown_url("postgres://postgres@127.0.0.1:5432/weft"),
             "postgres://postgres@127.0.0.1:5432/weft"
+        );
+        assert_eq!(
+            shown_url("postgres://db/weft?user=w&password=s3cret&sslmode=require"),
+            "postgres://db/weft?user=w&password=***&sslmode=require"
         );
     }
 
