@@ -698,7 +698,9 @@ fn for_sender(e: &Error) -> Error {
     }
 }
 
-/// A replay of accepted delivery `id`: triaged, and answered with what the first one made.
+/// A replay of accepted delivery `id`: answered with what the first one made, and triaged the
+/// first time only, so that one captured body sent again and again (GitHub signs no
+/// timestamp) cannot push the other deliveries out of the triage list.
 async fn replayed(
     ing: &Ingress,
     tenant: &TenantId,
@@ -707,9 +709,16 @@ async fn replayed(
     id: &str,
     a: &weft_store::Accepted,
 ) -> Response {
-    let entry =
-        json!({"verdict": "replayed", "at": now_rfc3339(), "delivery_id": id, "run_id": a.run_id});
-    triage(ing, tenant, name, entry).await;
+    let key = ing
+        .coord
+        .keys()
+        .webhook_replay_listed(tenant, name, &id_digest(id));
+    let ttl = Duration::from_secs(u64::from(ing.cfg.delivery_retention_days.max(1)) * 86_400);
+    // Redis unreachable: listed (the list is best-effort either way).
+    if ing.coord.first_time(&key, ttl).await.unwrap_or(true) {
+        let entry = json!({"verdict": "replayed", "at": now_rfc3339(), "delivery_id": id, "run_id": a.run_id});
+        triage(ing, tenant, name, entry).await;
+    }
     replay_response(id, def, a.run_id, a.channel_seq)
 }
 

@@ -82,6 +82,12 @@ impl Keys {
         format!("{}:webhook-rejects-recent:{tenant}:{webhook}", self.prefix)
     }
 
+    /// Marks that one replayed delivery of a webhook (by a digest of its id) is in the triage
+    /// list already.
+    pub fn webhook_replay_listed(&self, tenant: &TenantId, webhook: &str, id: &str) -> String {
+        format!("{}:webhook-replayed:{tenant}:{webhook}:{id}", self.prefix)
+    }
+
     /// One quota counter: `scope` names who it limits (`tenant:<t>`, `subject:<t>:<s>`,
     /// `token:<id>`), `metric` what (`rpm`, `tpm`, `tpd`), `window` which fixed window.
     pub fn quota(&self, scope: &str, metric: &str, window: u64) -> String {
@@ -422,6 +428,22 @@ impl Coord {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    /// Sets `key` for `ttl` unless it is set; true when this call set it (the first time).
+    pub async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, CoordError> {
+        let mut c = self.conn().await?;
+        let ttl = ttl.as_secs().max(1);
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(set.is_some())
     }
 
     /// The hash at `key` (empty when there is none).
