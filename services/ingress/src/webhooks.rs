@@ -245,7 +245,8 @@ async fn reject(ing: &Ingress, tenant: &TenantId, name: &str, verdict: &str, rea
             ttl,
         )
         .await;
-    let entry = json!({"verdict": verdict, "at": at, "reason": reason}).to_string();
+    let entry =
+        json!({"verdict": verdict, "at": at, "delivery_id": null, "reason": reason}).to_string();
     let kept = ing
         .coord
         .push_recent(
