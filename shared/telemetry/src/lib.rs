@@ -71,13 +71,27 @@ impl Drop for TelemetryGuard {
 /// bridge reports those failures itself, with credentials redacted.
 const QUIET_TARGETS: &[&str] = &["rmcp"];
 
-fn quiet_target(m: &tracing::Metadata<'_>) -> bool {
-    m.is_event()
-        && QUIET_TARGETS.iter().any(|t| {
-            m.target()
+/// `log_level` with every directive naming a quiet target (or a module under one) replaced by
+/// `<target>=off`. Done in the filter's own directives rather than in a filter layer beside it,
+/// so the subscriber's level hint stays the one `log_level` gives (a layer without a hint makes
+/// it unknown, and then every `log` record of every dependency is built and dispatched).
+fn quieted(log_level: &str) -> String {
+    let quiet = |d: &str| {
+        let target = d.split(['=', '[']).next().unwrap_or_default().trim();
+        QUIET_TARGETS.iter().any(|t| {
+            target
                 .strip_prefix(t)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
         })
+    };
+    let mut out: Vec<String> = log_level
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && !quiet(d))
+        .map(str::to_owned)
+        .collect();
+    out.extend(QUIET_TARGETS.iter().map(|t| format!("{t}=off")));
+    out.join(",")
 }
 
 /// Installs the global subscriber once for this process. Later calls (tests starting several
@@ -86,7 +100,7 @@ pub fn init(
     service: &'static str,
     cfg: &TelemetryConfig,
 ) -> Result<TelemetryGuard, TelemetryError> {
-    let filter = EnvFilter::try_new(&cfg.log_level)
+    let filter = EnvFilter::try_new(quieted(&cfg.log_level))
         .map_err(|e| TelemetryError::Filter(cfg.log_level.clone(), e.to_string()))?;
     let mut builder = SdkTracerProvider::builder().with_resource(
         opentelemetry_sdk::Resource::builder()
@@ -129,7 +143,6 @@ pub fn init(
     // A second init in the same process fails harmlessly: the first subscriber stays.
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::filter::filter_fn(|m| !quiet_target(m)))
         .with(fmt)
         .with(otel)
         .try_init();
@@ -321,5 +334,24 @@ mod tests {
                 "the callee joins the caller's trace"
             );
         });
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::quieted;
+
+    #[test]
+    fn rmcp_stays_off_whatever_the_level_says() {
+        assert_eq!(quieted("info"), "info,rmcp=off");
+        assert_eq!(
+            quieted("debug,rmcp=trace,rmcp::transport::worker=debug,weft=debug"),
+            "debug,weft=debug,rmcp=off"
+        );
+        assert_eq!(quieted("rmcpx=debug"), "rmcpx=debug,rmcp=off");
+        // The result is a filter EnvFilter takes.
+        for level in ["info", "warn,weft_gateway=debug", ""] {
+            tracing_subscriber::EnvFilter::try_new(quieted(level)).unwrap();
+        }
     }
 }
