@@ -129,13 +129,13 @@ def sign(secret, body):
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def wait_until(cond, secs):
+def until(probe, secs):
+    """Calls `probe` (a request, which paces the loop itself) until it holds or `secs` pass."""
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
-        if cond():
+        if probe():
             return True
-        time.sleep(0.05)
-    return cond()
+    return False
 
 
 class Local:
@@ -178,6 +178,7 @@ def refusing_mcp(state):
             self.body()
             key = self.headers.get("x-api-key", "")
             state["hits"] += 1
+            state["hit"].set()
             self.answer(401, json.dumps({"error": f"invalid api key {key}"}).encode())
 
         do_POST = do_GET = do_DELETE = refuse
@@ -291,7 +292,7 @@ def w1_webhook_replay(bin_, new):
 
 
 def c1_credential_in_logs(bin_, new):
-    state = {"hits": 0}
+    state = {"hits": 0, "hit": threading.Event()}
     srv = Local(refusing_mcp(state))
     w = LoggedWeft(bin_, config=SLOW_MODELS + EXEMPT_LOOPBACK)
     w.env["WEFT_TELEMETRY__LOG_LEVEL"] = "info"
@@ -308,7 +309,7 @@ def c1_credential_in_logs(bin_, new):
                                               "credentials": {"key": key}})
         assert s == 201, (s, r)
         status = w.wait_run(r["run_id"], 45)["status"]
-        hit = wait_until(lambda: state["hits"] >= 1, 5)
+        hit = state["hit"].wait(5)
         out = w.stop()
         lines = [line for line in out.splitlines() if key in line]
         where = sorted({describe(line) for line in lines})
@@ -375,7 +376,6 @@ def ch2_waiter_pool(bin_, new):
                 if s != 503 or time.monotonic() > stop_at:
                     finished.append(s)
                     return
-                time.sleep(0.01)
 
         threads = [threading.Thread(target=hold, daemon=True) for _ in range(8)]
         for t in threads:
@@ -386,7 +386,7 @@ def ch2_waiter_pool(bin_, new):
             probes.append(w.call("POST", "/v1/channels/quiet/read", {"wait_ms": 1}, token=a)[0])
             return probes[-1] != 200
 
-        in_flight = wait_until(a_refused, 15)
+        in_flight = until(a_refused, 15)
         s_b = w.call("POST", "/v1/channels/inbox/read", {"wait_ms": 500}, token=b)[0]
         # Wake A's long-polls so that they end now.
         w.call("POST", "/v1/channels/quiet/publish", {"payload": "wake"})
