@@ -59,32 +59,19 @@ fn parse_duration(s: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
-/// A database URL without its password (in the user part or as a `password` parameter).
+/// Which database `url` names (`weft` on `127.0.0.1:5432`), as Postgres reads the URL: never
+/// its password, wherever the URL puts one.
 pub fn shown_url(url: &str) -> String {
-    let (url, query) = url
-        .split_once('?')
-        .map_or((url, None), |(u, q)| (u, Some(q)));
-    let mut out = match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            let user = creds.split(':').next().unwrap_or_default();
-            let hidden = if creds.contains(':') { ":***" } else { "" };
-            format!("{}{user}{hidden}{}", &url[..s + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    };
-    if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
+    use std::str::FromStr as _;
+    match sqlx::postgres::PgConnectOptions::from_str(url) {
+        Ok(o) => format!(
+            "`{}` on {}:{}",
+            o.get_database().unwrap_or("(the user's default)"),
+            o.get_host(),
+            o.get_port()
+        ),
+        Err(_) => "(a database.url that does not parse)".to_owned(),
     }
-    out
 }
 
 /// Runs one token subcommand.
@@ -140,7 +127,7 @@ pub async fn run(config: &weft_config::Config, cmd: TokenCmd) -> ExitCode {
                     // Written straight to a database, not through a running fleet: say which,
                     // so a token minted against the wrong one is noticed at once.
                     eprintln!(
-                        "written to the database at {}: only a fleet on that database accepts it (give `weft up`'s --database-url or --config to mint for another; over HTTP: POST /v1/tokens)",
+                        "written to the database {}: only a fleet on that database accepts it (give `weft up`'s --database-url or --config to mint for another; over HTTP: POST /v1/tokens)",
                         shown_url(config.database.url.expose())
                     );
                     println!("{secret}");
@@ -207,16 +194,14 @@ mod tests {
     fn the_database_is_named_without_its_password() {
         assert_eq!(
             shown_url("postgres://weft:s3cret@db:5432/weft"),
-            "postgres://weft:***@db:5432/weft"
+            "`weft` on db:5432"
         );
         assert_eq!(
             shown_url("postgres://postgres@127.0.0.1:5432/weft"),
-            "postgres://postgres@127.0.0.1:5432/weft"
+            "`weft` on 127.0.0.1:5432"
         );
-        assert_eq!(
-            shown_url("postgres://db/weft?user=w&password=s3cret&sslmode=require"),
-            "postgres://db/weft?user=w&password=***&sslmode=require"
-        );
+        let q = shown_url("postgres://db/weft?user=w&password=s3cret&sslmode=require");
+        assert!(!q.contains("s3cret") && q.contains("`weft`"), "{q}");
     }
 
     #[test]
