@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 
-from ..common import BenchError, get, int_list, log, rnd, seconds, table
+from ..common import BenchError, get, int_list, log, rnd, seconds, status_kib, table
 
 HELP = "the chat door: added latency, the proxy floor, max RPS"
 DURATION = "10s"
@@ -37,6 +37,12 @@ def add_args(p):
     p.add_argument("--p99-limit-us", type=int, default=20000)
     p.add_argument("--max-error-ratio", type=float, default=0.001)
     p.add_argument("--upstream-threads", type=int, default=1)
+    p.add_argument("--soak", metavar="SECONDS", type=int,
+                   help="a memory soak instead of the pairs and the rate search: one run at "
+                        "--soak-rate through weft for this long, weft's RSS and open fds sampled "
+                        "every --soak-sample seconds into rss.csv")
+    p.add_argument("--soak-rate", type=int, default=2000)
+    p.add_argument("--soak-sample", type=int, default=30)
     p.add_argument("--profile", action="store_true",
                    help="perf-record weft during the highest closed-loop level through weft and "
                         "split its CPU by stage (perf-stages.py) into stages-c<N>.md")
@@ -77,7 +83,6 @@ def run(s):
     weft_url = fleet.url + "/v1"
     server_pids = s.server_pids(fleet, ["gateway", "router"])
     log(f"weft ({a.arrangement}) at {weft_url}, pids {server_pids}")
-    from ..common import status_kib
     idle_rss = sum(status_kib(p, "VmRSS") or 0 for p in server_pids)
     top = max(a.concurrency) if a.concurrency else None
 
@@ -110,6 +115,8 @@ def run(s):
         chat("weft", f"weft-{name}", *args)
         s.loadtest_compare(f"direct-{name}", f"weft-{name}", f"compare-{name}")
 
+    if a.soak:
+        return soak(s, chat, server_pids, idle_rss)
     length = ["--duration", a.duration, "--warmup", a.warmup]
     for c in a.concurrency:
         pair(f"c{c}", "--concurrency", c, *length)
@@ -126,6 +133,52 @@ def run(s):
             searches[target] = search(a, target, chat)
             s.write_json(f"max-rps-{target}.json", searches[target])
     return summarise(s, idle_rss, searches)
+
+
+def soak(s, chat, pids, idle_rss):
+    """RSS under a fixed rate for a long time. It follows the requests in flight: a stall piles
+    them up and the generator opens connections up to its in-flight cap, which stay open (the fds
+    column), so growth a stall explains is not a leak; a leak grows between stalls."""
+    import os
+    import threading
+    a = s.args
+    fds = lambda: sum(len(os.listdir(f"/proc/{p}/fd")) for p in pids if os.path.exists(f"/proc/{p}/fd"))
+    rss = lambda: sum(status_kib(p, "VmRSS") or 0 for p in pids)
+    samples = [(0, idle_rss, fds())]
+    done = threading.Event()
+
+    def sample():
+        t0 = time.monotonic()
+        while not done.wait(a.soak_sample):
+            samples.append((round(time.monotonic() - t0), rss(), fds()))
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        r = chat("weft", "soak", "--rate", a.soak_rate, "--duration", f"{a.soak}s", "--warmup", a.warmup)
+    finally:
+        done.set()
+        t.join()
+    (s.out / "rss.csv").write_text("seconds,rss_kib,fds\n" + "".join(f"{x},{y},{z}\n" for x, y, z in samples))
+    load = [v for _, v, _ in samples[1:]] or [idle_rss]
+    m = s.machine
+    md = "\n".join([
+        f"## weft soak, {m['date']}: {a.soak_rate} requests/s for {a.soak} s ({a.arrangement})", "",
+        f"{r['requests']} requests, {r['errors']} errors, {r['rps']} rps, p50 "
+        f"{get(r, 'latency_us.p50')} µs, p99 {get(r, 'latency_us.p99')} µs, max "
+        f"{get(r, 'latency_us.max')} µs (the generator caps requests in flight at "
+        f"{r.get('max_in_flight')}), weft CPU {get(r, 'server.cpu_us_per_request')} µs/request", "",
+        "RSS under a fixed rate follows the requests in flight: a stall (the max above) piles them "
+        "up, the generator opens connections up to its in-flight cap, and they stay open (the fds "
+        "column of rss.csv). Growth that a stall explains is not a leak; a leak grows between "
+        "stalls.", "",
+        f"RSS idle {idle_rss // 1024} MiB; under load first {load[0] / 1024:.1f} MiB, last "
+        f"{load[-1] / 1024:.1f} MiB, max {max(load) / 1024:.1f} MiB; growth first to last "
+        f"{(load[-1] - load[0]) / 1024:+.1f} MiB"])
+    figures = {"soak p99 µs": get(r, "latency_us.p99"),
+               "soak weft CPU µs/req": get(r, "server.cpu_us_per_request"),
+               "soak RSS last MiB": round(load[-1] / 1024, 1),
+               "soak RSS growth MiB": round((load[-1] - load[0]) / 1024, 1)}
+    return md + "\n", figures
 
 
 def start_perf(s, pids):
