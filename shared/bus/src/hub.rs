@@ -1,11 +1,7 @@
-//! The in-process path of live events: when a run's executor and a stream of that run share a
-//! process (`weft up`), the stream reads the run's events from memory instead of a NATS
-//! subscription. The executor registers each run it works on ([`LiveHub::hold`]) and hands every
-//! committed step's events to the hub; a stream asks the hub first ([`LiveHub::watch`]) and
-//! subscribes on NATS only for a run held elsewhere, or once the run leaves this process.
-//!
-//! Delivery is what NATS gives: at most once. A watcher whose buffer is full misses the step and
-//! finds it in the transcript by its seq, as it does for a lost NATS message.
+//! In-process live events: when a run's executor and a stream of it share a process (`weft up`),
+//! the stream reads the events from memory ([`LiveHub::watch`]) and uses NATS only for runs held
+//! elsewhere. Delivery is at most once, as on NATS: a watcher whose buffer is full misses the
+//! step and finds it in the transcript by its seq.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -65,9 +61,8 @@ impl LiveHub {
         }
     }
 
-    /// The live events of `run` from now on, while this process works on it; `None` when it
-    /// does not. The channel ends when the run leaves this process (finished, parked, handed
-    /// back or taken over): the watcher then reads the transcript for what it may have missed.
+    /// The live events of `run` while this process works on it, `None` otherwise. The channel ends
+    /// when the run leaves the process; the watcher then reads the transcript for what it missed.
     pub fn watch(&self, run: RunId) -> Option<mpsc::Receiver<LiveBatch>> {
         let mut runs = self.lock();
         let watchers = runs.get_mut(&run)?;

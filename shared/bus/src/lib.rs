@@ -1,11 +1,6 @@
-//! weft's use of NATS, in one place: every subject, stream and consumer name is built here
-//! (never as a literal elsewhere), and so are the two ways runs travel — the JetStream
-//! work-queue that dispatches runs to executors, and the core subjects that carry a run's live
-//! events to whoever is watching — and the JetStream stream that carries usage records from the
-//! router to the usage writer.
-//!
-//! Every name starts with a configurable prefix so several fleets (and parallel tests) share one
-//! NATS server without seeing each other.
+//! weft's use of NATS: every subject, stream and consumer name is built here, under a configurable
+//! prefix (fleets and tests share a server), along with run dispatch (a JetStream work queue), live
+//! run events (core NATS) and usage records (a JetStream stream to the usage writer).
 
 mod hub;
 
@@ -64,8 +59,7 @@ impl Names {
         format!("{}_executors", self.prefix)
     }
 
-    /// Changes of agent definitions (core NATS): `{tenant, name}` whenever one's active version
-    /// may have changed, so launchers drop what they cached of it.
+    /// Changes of agent definitions (core NATS), so launchers drop what they cached.
     pub fn agent_changes(&self) -> String {
         format!("{}.defs.agent.changed", self.prefix)
     }
@@ -90,8 +84,7 @@ impl Names {
         format!("{}_usage_writer", self.prefix)
     }
 
-    /// Wake-ups of one channel partition (core NATS): `channel` is the channel's id and
-    /// `partition` a hash of the partition's key, so no caller text reaches a subject.
+    /// Wake-ups of one channel partition: ids and a key hash only, so no caller text in a subject.
     pub fn channel_wakeup(&self, channel: i64, partition: u64) -> String {
         format!("{}.channel.{channel}.{partition:016x}", self.prefix)
     }
@@ -126,12 +119,10 @@ pub struct DispatchPolicy {
     pub max_ack_pending: i64,
 }
 
-/// How long the usage stream keeps a record, written or not. The writer stores records within
-/// milliseconds; the stream only has to outlast an outage of the database or of every writer.
+/// How long the usage stream keeps a record; only has to outlast a database or writer outage.
 pub const USAGE_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Within this window, a record published again with the same id is stored once by JetStream
-/// (the table's primary key absorbs later duplicates).
+/// Window in which JetStream stores a re-published record id once (the table's key does after).
 pub const USAGE_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// How long the writer may hold a usage record without acking it before JetStream redelivers it.
@@ -153,8 +144,7 @@ pub struct Bus {
     client: async_nats::Client,
     js: jetstream::Context,
     names: Names,
-    /// Disconnections and slow-consumer drops so far: core NATS messages may have been lost
-    /// at each (see [`Bus::losses`]).
+    /// Disconnections and slow-consumer drops so far (see [`Bus::losses`]).
     losses: Arc<AtomicU64>,
 }
 
@@ -174,8 +164,7 @@ impl Bus {
             .event_callback(move |event| {
                 let counted = counted.clone();
                 async move {
-                    // A reconnection too: what was cached while disconnected may have missed
-                    // an announcement that was never delivered.
+                    // A reconnection may have missed an announcement too.
                     if matches!(
                         event,
                         async_nats::Event::Disconnected
@@ -200,16 +189,13 @@ impl Bus {
         })
     }
 
-    /// How many times this connection may have lost core NATS messages (a disconnection, a
-    /// subscriber too slow): what was learnt from such messages before is in doubt after.
+    /// How many times core NATS messages may have been lost (a disconnection, a slow subscriber).
     pub fn losses(&self) -> u64 {
         self.losses.load(Ordering::Relaxed)
     }
 
-    /// Tells every launcher that `name`'s active version may have changed; returns once the
-    /// message is with the NATS server, or after a second without NATS (at most once: a
-    /// listener that misses it sees a loss, [`Bus::losses`]; a change never announced lasts
-    /// until the launchers' entries lapse).
+    /// Tells every launcher that `name`'s active version may have changed (at most once; returns
+    /// once the server has it, or after a second without NATS).
     pub async fn publish_agent_changed(&self, tenant: &str, name: &str) -> Result<(), BusError> {
         let payload = serde_json::to_vec(&AgentChanged {
             tenant: tenant.to_owned(),
@@ -259,10 +245,8 @@ impl Bus {
         .await
     }
 
-    /// `get_or_create_stream`, safe when replicas start together: when two create the same
-    /// stream at once, JetStream answers the loser with an error ("subjects overlap with an
-    /// existing stream", seen from NATS 2.9 with two routers starting on a fresh server), and
-    /// the stream the winner made is then taken.
+    /// `get_or_create_stream`, safe when replicas start together: the loser of a simultaneous
+    /// create gets an error ("subjects overlap", NATS 2.9) and takes the winner's stream.
     async fn ensure_stream(&self, config: stream::Config) -> Result<stream::Stream, BusError> {
         let name = config.name.clone();
         match self.js.get_or_create_stream(config).await {
@@ -271,8 +255,7 @@ impl Bus {
         }
     }
 
-    /// The executors' shared durable pull consumer, created if missing. An existing consumer
-    /// keeps the policy it was created with.
+    /// The executors' shared durable pull consumer, created if missing (else kept as it is).
     pub async fn dispatch_consumer(
         &self,
         policy: DispatchPolicy,
@@ -307,9 +290,8 @@ impl Bus {
         Ok(())
     }
 
-    /// Creates the usage stream if it is missing. Idempotent; every replica calls it. Retention is
-    /// by limits (age), not by acks, so a record is never lost to a consumer mistake; the
-    /// writer's acks only move the shared consumer on.
+    /// Creates the usage stream if missing (idempotent). Retention by age, not acks, so a consumer
+    /// mistake never loses a record.
     pub async fn ensure_usage_stream(&self) -> Result<stream::Stream, BusError> {
         self.ensure_stream(stream::Config {
             name: self.names.usage_stream(),
@@ -323,9 +305,8 @@ impl Bus {
         .await
     }
 
-    /// Publishes one usage record and waits for JetStream to store it: once this returns `Ok`,
-    /// the record survives a crash of this process. The record id is the message id, so a
-    /// retried publish is stored once.
+    /// Publishes one usage record and waits for JetStream to store it (then it survives a crash).
+    /// The record id is the message id, so a retry is stored once.
     pub async fn publish_usage(&self, rec: &UsageRecord) -> Result<(), BusError> {
         for m in usage_messages(std::slice::from_ref(rec), USAGE_MESSAGE_BYTES)? {
             self.publish_usage_message(&m).await?;
@@ -333,11 +314,8 @@ impl Bus {
         Ok(())
     }
 
-    /// Publishes one usage message (see [`usage_messages`]) and waits for JetStream to store
-    /// it. Publishing the same message again stores it once (its id is the message id), and the
-    /// `usage` table's primary key absorbs a copy after the duplicate window. When the stream
-    /// is missing (a router started before any gateway made it), it is created and the publish
-    /// retried once.
+    /// Publishes one usage message and waits for JetStream to store it; the message id dedupes a
+    /// retry. A missing stream is created and the publish retried once.
     pub async fn publish_usage_message(&self, m: &UsageMessage) -> Result<(), BusError> {
         let publish = || {
             self.js.send_publish(
@@ -358,11 +336,8 @@ impl Bus {
         }
     }
 
-    /// Queues a usage message on the NATS connection without waiting for JetStream to store
-    /// it; [`Bus::flush`] then writes it to the socket (so this process dying afterwards does
-    /// not lose it; the kernel still sends it). The returned [`UsageAck`] says whether
-    /// JetStream stored it; on an error the caller publishes it again with
-    /// [`Bus::publish_usage_message`].
+    /// Queues a usage message without waiting for JetStream; [`Bus::flush`] writes it out. On an
+    /// error from the returned [`UsageAck`], publish it again with [`Bus::publish_usage_message`].
     pub async fn send_usage_message(&self, m: &UsageMessage) -> Result<UsageAck, BusError> {
         let ack = self
             .js
@@ -383,8 +358,7 @@ impl Bus {
     }
 
     /// The usage writers' shared durable pull consumer (explicit acks, redelivery after
-    /// [`USAGE_ACK_WAIT`], no delivery limit: a record is retried until it is stored or the
-    /// writer terminates it as malformed), created with the stream if missing.
+    /// [`USAGE_ACK_WAIT`], no delivery limit), created with the stream if missing.
     pub async fn usage_consumer(&self) -> Result<consumer::PullConsumer, BusError> {
         let stream = self.ensure_usage_stream().await?;
         let name = self.names.usage_consumer();
@@ -404,11 +378,8 @@ impl Bus {
             .map_err(nats_err)
     }
 
-    /// Publishes live events of `run` (at most once; watchers fill gaps from Postgres) as one
-    /// message: a lone event as a JSON object, several (a step's, in seq order) as a JSON array
-    /// of them ([`decode_events`] reads both). Events too big together for one message go one
-    /// message each; one too big alone is not published (a watcher reads it from the transcript
-    /// with the next event).
+    /// Publishes `run`'s live events (at most once; watchers fill gaps from Postgres) as one
+    /// message (an object, or an array in seq order); big batches split, an oversize event skipped.
     pub async fn publish_events(&self, run: RunId, evs: &[LiveEvent]) -> Result<(), BusError> {
         if evs.is_empty() {
             return Ok(());
@@ -437,8 +408,7 @@ impl Bus {
             .map_err(nats_err)
     }
 
-    /// Subscribes to `run`'s live events. The subscription is registered with the server once
-    /// this returns (flushed), so nothing published afterwards is missed.
+    /// Subscribes to `run`'s live events; registered with the server (flushed) on return.
     pub async fn subscribe_events(&self, run: RunId) -> Result<async_nats::Subscriber, BusError> {
         let sub = self
             .client
@@ -449,8 +419,7 @@ impl Bus {
         Ok(sub)
     }
 
-    /// Announces that a channel partition has a new message at `seq` (core NATS, at most once:
-    /// a reader that misses it still finds the message on its next read).
+    /// Announces a new message at `seq` in a channel partition (at most once; readers re-read).
     pub async fn publish_channel_wakeup(
         &self,
         channel: i64,
@@ -466,9 +435,8 @@ impl Bus {
             .map_err(nats_err)
     }
 
-    /// Subscribes to the wake-ups of channel partitions (`(channel, partition)` pairs), one
-    /// subscription each. They are registered with the server once this returns (one flush for
-    /// all), so a wake-up published afterwards is not missed.
+    /// Subscribes to the wake-ups of channel partitions, one subscription each, registered with the
+    /// server (one flush) on return.
     pub async fn subscribe_channel_wakeups(
         &self,
         partitions: &[(i64, u64)],
@@ -522,20 +490,17 @@ pub fn decode_dispatch(payload: &[u8]) -> Option<Dispatch> {
 /// The most bytes one usage message carries: far below NATS's default 1 MiB payload limit.
 pub const USAGE_MESSAGE_BYTES: usize = 256 * 1024;
 
-/// One JetStream message of usage records: a lone record as a JSON object (what every weft
-/// before batching sent and its writers read), several as a JSON array of them.
+/// One JetStream message of usage records: a lone record as an object, several as an array.
 #[derive(Clone, Debug)]
 pub struct UsageMessage {
-    /// The message id: its first record's id (unique, and what a message of one has always
-    /// been sent under).
+    /// The message id: its first record's id.
     pub id: String,
     pub payload: bytes::Bytes,
     /// How many records it carries.
     pub records: usize,
 }
 
-/// `recs` as usage messages of at most `max_bytes` each (a record larger than that alone goes
-/// in a message of its own), in order.
+/// `recs` as usage messages of at most `max_bytes` each, in order (an oversize record alone).
 pub fn usage_messages(
     recs: &[UsageRecord],
     max_bytes: usize,
@@ -573,9 +538,8 @@ pub fn usage_messages(
     Ok(out)
 }
 
-/// Decodes a usage message's payload: one record (a JSON object) or several (an array), each
-/// decoded on its own so that one bad record does not take the others with it. `Err` when the
-/// payload is neither.
+/// Decodes a usage message (one record or an array), each record on its own so one bad record
+/// does not take the others with it. `Err` when the payload is neither.
 pub fn decode_usage(
     payload: &[u8],
 ) -> Result<Vec<Result<UsageRecord, serde_json::Error>>, serde_json::Error> {

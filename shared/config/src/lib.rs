@@ -1,7 +1,5 @@
-//! weft's configuration. One TOML file describes the fleet; each service reads the sections it
-//! needs. Layers, later winning: built-in defaults → the TOML file → `WEFT_<SECTION>__<KEY>`
-//! environment variables → command-line flags. Unknown keys are errors, and [`Config::validate`]
-//! says what is wrong and how to fix it. Secrets are [`Secret`]s, redacted in `Debug`.
+//! weft's configuration: defaults → TOML file → `WEFT_<SECTION>__<KEY>` env → CLI flags, later
+//! winning. Unknown keys are errors; [`Config::validate`] explains; [`Secret`]s are redacted.
 
 mod cli;
 mod secret;
@@ -50,12 +48,9 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IngressConfig {
-    /// Whether `weft up` runs the scheduler in its own process (set false when schedules are
-    /// fired by separate `weft-ingress` processes). The gateway serves the webhook receiver
-    /// either way.
+    /// Whether `weft up` runs the scheduler (false when separate `weft-ingress` processes fire).
     pub embedded: bool,
-    /// Address `weft-ingress` serves the webhook receiver (`POST /v1/_webhooks/...`) and
-    /// `/healthz` on; `weft up` serves the receiver on the gateway instead.
+    /// Where `weft-ingress` serves the webhook receiver and `/healthz` (`weft up`: the gateway).
     pub listen: SocketAddr,
     /// The substrate's gRPC URL (definitions, memory, channels); ignored by `weft up`.
     pub substrate_url: String,
@@ -65,11 +60,9 @@ pub struct IngressConfig {
     pub claim_batch: u32,
     /// Slots one schedule may fire per tick (the rest follow on the next tick).
     pub max_fires_per_tick: u32,
-    /// A slot at most this late (ms) is on time and always fires; older slots were missed
-    /// (downtime) and follow the schedule's `catch_up_max`.
+    /// A slot at most this late (ms) always fires; older ones follow the schedule's `catch_up_max`.
     pub misfire_grace_ms: u64,
-    /// A fire claimed but not made into a run within this long (ms) is taken over by another
-    /// replica (its own replica died between claim and dispatch).
+    /// A claimed fire with no run after this long (ms) is taken over by another replica.
     pub reclaim_after_ms: u64,
     /// Attempts to make a fire's run before it is recorded as failed.
     pub max_fire_attempts: u32,
@@ -81,8 +74,7 @@ pub struct IngressConfig {
     pub delivery_retention_days: u32,
     /// Verdicts kept per webhook for `GET /v1/webhooks/{name}/deliveries`.
     pub triage_keep: u32,
-    /// A webhook's `secret_env` must start with this prefix (so a tenant cannot point its
-    /// webhook at another of the operator's secrets).
+    /// Required prefix of a webhook's `secret_env` (a tenant cannot name other secrets).
     pub secret_env_prefix: String,
     /// The longest a substrate call may take, in seconds.
     pub request_timeout_secs: u64,
@@ -114,27 +106,20 @@ impl Default for IngressConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpBridgeConfig {
-    /// Address the bridge's gRPC server listens on (`weft mcp-bridge`); `weft up` wires it
-    /// in-process.
+    /// Address of the bridge's gRPC server (`weft mcp-bridge`); `weft up` wires it in-process.
     pub listen: SocketAddr,
     /// The substrate's gRPC URL (server definitions); ignored by `weft up`.
     pub substrate_url: String,
-    /// The longest one tool call may take, in milliseconds (a definition's `timeout_ms` may
-    /// only lower it).
+    /// Longest one tool call may take, ms (a definition's `timeout_ms` may only lower it).
     pub call_timeout_ms: u64,
-    /// How long connecting and listing tools may take, in milliseconds, retries included (a
-    /// server that boots late is retried within it).
+    /// How long connecting and listing tools may take, ms, retries included.
     pub connect_timeout_ms: u64,
     /// The largest tool result handed back, in bytes; longer results are cut with a note.
     pub max_result_bytes: usize,
-    /// Sessions kept open at once, across tenants and servers; the least recently used is
-    /// closed beyond it.
+    /// Sessions open at once across tenants and servers; least recently used closed beyond it.
     pub max_sessions: usize,
-    /// A session unused for this long is closed, in milliseconds.
     pub idle_timeout_ms: u64,
-    /// CIDRs a tenant-defined `http` server may resolve to although they are private or
-    /// loopback (as `executor.http_private_exempt`). Operator-declared servers (config) are
-    /// not checked.
+    /// CIDRs a tenant-defined `http` server may resolve to although private or loopback.
     pub private_exempt: Vec<String>,
 }
 
@@ -157,25 +142,18 @@ impl Default for McpBridgeConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpServerFaceConfig {
-    /// Whether the gateway serves `/mcp`.
     pub enabled: bool,
-    /// `Host` values accepted (DNS-rebinding guard): hostnames or `host:port`. Empty = any.
-    /// The default accepts loopback names only; add the public hostname in a deployment.
+    /// `Host` values accepted (DNS-rebinding guard); empty = any. Default: loopback names only.
     pub allowed_hosts: Vec<String>,
-    /// Browser `Origin`s accepted (`https://app.example.com:443`, `http://localhost:*`);
-    /// empty = only the gateway's own origin (a request whose `Origin` names the `Host` it was
-    /// sent to); a request without `Origin` (not from a browser) is always accepted.
+    /// Browser `Origin`s accepted; empty = the gateway's own. A request without `Origin` passes.
     pub allowed_origins: Vec<String>,
     /// How long a 2025-11-25 session is kept in the database after it was opened, in seconds.
     pub session_ttl_secs: u64,
-    /// Live sessions one principal may hold on one gateway replica; an `initialize` past it is
-    /// a 429 until one of them ends (DELETE) or idles out.
+    /// Live sessions per principal per replica; an `initialize` past it is a 429.
     pub max_sessions_per_principal: usize,
-    /// Live sessions one gateway replica holds across every principal (each costs memory);
-    /// an `initialize` past it is a 429.
+    /// Live sessions per replica across principals; an `initialize` past it is a 429.
     pub max_sessions: usize,
-    /// A session unused for this long ends on its replica, in seconds (a client that comes
-    /// back later is served again only if its principal is under its cap).
+    /// A session unused for this long ends on its replica, in seconds.
     pub session_idle_secs: u64,
 }
 
@@ -197,45 +175,34 @@ impl Default for McpServerFaceConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SubstrateConfig {
-    /// Address the gRPC server listens on.
     pub listen: SocketAddr,
-    /// A folder of `<name>.md` agent definitions (YAML front matter + system prompt body)
-    /// loaded at boot; unset = none.
+    /// A folder of `<name>.md` agent definitions (front matter + prompt) loaded at boot.
     pub agents_dir: Option<PathBuf>,
     /// Agent definitions given inline, by name, with the same fields as the front matter.
     pub agents: BTreeMap<String, serde_json::Value>,
     /// The tenant that boot-loaded definitions belong to.
     pub boot_tenant: String,
-    /// A folder of skills loaded at boot: each sub-folder `<name>/` holds a `SKILL.md` (YAML
-    /// front matter `name`, `description`; the body is the instructions) and optional text
-    /// files; unset = none.
+    /// A folder of skills (`<name>/SKILL.md` plus text files) loaded at boot.
     pub skills_dir: Option<PathBuf>,
-    /// The router's gRPC URL, for memory embeddings; ignored by `weft up`, which wires the
-    /// router in-process.
+    /// The router's gRPC URL, for memory embeddings; ignored by `weft up`.
     pub router_url: String,
-    /// The model (or alias) memory entries written with `embed` and search queries are
-    /// embedded with. Changing it leaves older vectors out of search until rewritten.
+    /// Model (or alias) for memory embeddings; changing it drops older vectors from search.
     pub embedding_model: String,
     /// Bytes (keys + values) of memory one tenant may hold.
     pub memory_tenant_quota_bytes: u64,
     /// Bytes of memory the writes of one agent may hold (writes that name an agent).
     pub memory_agent_quota_bytes: u64,
-    /// How often expired memory entries are deleted, in milliseconds (reads never return
-    /// them, swept or not).
+    /// How often expired memory entries are deleted, ms (reads never return them).
     pub memory_sweep_interval_ms: u64,
     /// Channels created (or updated) in `boot_tenant` at start, by name.
     pub channels: BTreeMap<String, ChannelDecl>,
-    /// Long-polls (channel reads and awaits with `wait_ms`) one substrate holds at once; more
-    /// are answered 503 with `Retry-After`.
+    /// Long-polls one substrate holds at once; more are answered 503 with `Retry-After`.
     pub max_channel_waiters: usize,
-    /// MCP server definitions loaded at boot into `boot_tenant`, by name, with the fields of
-    /// `PUT /v1/mcp-servers/{name}`. The only place a `stdio` server may be declared.
+    /// MCP servers loaded at boot into `boot_tenant`; the only place for a `stdio` server.
     pub mcp_servers: BTreeMap<String, serde_json::Value>,
-    /// Schedule definitions loaded at boot into `boot_tenant`, by name, with the fields of
-    /// `PUT /v1/schedules/{name}`.
+    /// Schedules loaded at boot into `boot_tenant` (fields of `PUT /v1/schedules/{name}`).
     pub schedules: BTreeMap<String, serde_json::Value>,
-    /// Webhook definitions loaded at boot into `boot_tenant`, by name, with the fields of
-    /// `PUT /v1/webhooks/{name}`.
+    /// Webhooks loaded at boot into `boot_tenant` (fields of `PUT /v1/webhooks/{name}`).
     pub webhooks: BTreeMap<String, serde_json::Value>,
 }
 
@@ -279,13 +246,10 @@ impl Default for SubstrateConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExecutorConfig {
-    /// Whether `weft up` runs an executor in its own process (set false when executors run as
-    /// separate `weft-executor` processes).
+    /// Whether `weft up` runs an executor (false when separate `weft-executor` processes do).
     pub embedded: bool,
-    /// With `embedded`: runs `POST /v1/runs` creates in this process go straight to its
-    /// executor while it has a free place (inserted leased to it, no dispatch message), and
-    /// streams read the live events of runs held here from memory (docs/runs.md, "The
-    /// in-process fast path"). False sends every run through JetStream, as between processes.
+    /// With `embedded`: hand new runs to this executor in memory and stream their events from
+    /// memory (docs/runs.md, "The in-process fast path"). False: everything through JetStream.
     pub local_fast_path: bool,
     /// The router's gRPC URL; ignored by `weft up`, which wires it in-process.
     pub router_url: String,
@@ -295,8 +259,7 @@ pub struct ExecutorConfig {
     pub mcp_bridge_url: String,
     /// Where the standalone executor serves Prometheus `/metrics`; unset = nowhere.
     pub metrics_listen: Option<SocketAddr>,
-    /// How long a lease on a run lasts without a heartbeat, in milliseconds. A dead executor's
-    /// runs are taken over after this (it is also JetStream's ack wait).
+    /// Lease lifetime without a heartbeat, ms; also JetStream's ack wait.
     pub lease_ttl_ms: u64,
     /// How often a held lease is renewed, in milliseconds; well under `lease_ttl_ms`.
     pub heartbeat_ms: u64,
@@ -304,32 +267,23 @@ pub struct ExecutorConfig {
     pub max_concurrent_runs: usize,
     /// Tool calls of one model turn run at once.
     pub max_parallel_tools: usize,
-    /// How long, from its call to the router, a model turn holds back the events that would
-    /// otherwise be a commit of their own — its `provider_chosen` (and `provider_fallback`), and
-    /// the result of the read-only tool call before it — to commit them with its message, in
-    /// milliseconds; a turn still going after this, or streaming text, commits them on their own
-    /// first. 0 commits each as it comes.
+    /// How long a model turn holds its `provider_chosen` and the last read-only tool result to
+    /// commit them with its message, ms; a longer or streaming turn commits them first. 0 = never.
     pub step_hold_ms: u64,
     /// Deepest sub-run nesting allowed (a top-level run has depth 0).
     pub max_depth: u32,
-    /// Deliveries of one dispatch message before JetStream gives up on it; also how many times a
-    /// run may lose its executor (lease lapsed, taken over) before the sweeper ends it.
+    /// Deliveries of a dispatch message, and executor losses of a run, before it is given up.
     pub max_deliver: i64,
     /// How often this executor looks for runs nothing is working on, in milliseconds.
     pub sweep_interval_ms: u64,
-    /// How long a run may sit `queued`, or `running` under a lapsed lease, before the sweeper
-    /// dispatches it again, in milliseconds (doubling per repeat, up to 64×).
+    /// How long a run may sit queued or under a lapsed lease before re-dispatch, ms (doubling).
     pub sweep_after_ms: u64,
-    /// The operator's outbound host allowlist for the HTTP tool (the floor: agents and callers
-    /// narrow it). `*.example.com` matches subdomains. Empty = no outbound HTTP.
+    /// Outbound host allowlist for the HTTP tool (`*.example.com`: subdomains); empty = none.
     pub allowed_hosts: Vec<String>,
     /// Largest HTTP tool response body kept, in bytes.
     pub http_max_bytes: usize,
-    /// Time allowed for one HTTP tool request, in milliseconds.
     pub http_timeout_ms: u64,
-    /// CIDRs (`10.20.0.0/16`, `127.0.0.1/32`) the HTTP tool may connect to although they are
-    /// private, loopback or otherwise non-public: an operator's trusted internal range. The host
-    /// allowlist still applies. Empty = every non-public address is refused.
+    /// CIDRs the HTTP tool may reach although non-public; the host allowlist still applies.
     pub http_private_exempt: Vec<String>,
 }
 
@@ -377,14 +331,12 @@ impl Default for RedisConfig {
     }
 }
 
-/// NATS with JetStream: run dispatch and live events (used by later services; `weft doctor`
-/// checks it).
+/// NATS with JetStream: run dispatch and live events.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     pub url: String,
-    /// Prefix of every subject, stream and consumer name, so fleets (and tests) can share one
-    /// NATS server.
+    /// Prefix of every subject, stream and consumer name (fleets and tests share a server).
     pub prefix: String,
 }
 
@@ -400,11 +352,9 @@ impl Default for NatsConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Address the HTTP edge listens on.
     pub listen: SocketAddr,
     /// The router's gRPC URL; ignored by `weft up`, which wires the router in-process.
     pub router_url: String,
-    /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// How long a resolved token stays cached. Revocation takes effect within this; at most 1000.
     pub token_cache_ttl_ms: u64,
@@ -412,19 +362,15 @@ pub struct GatewayConfig {
     pub request_timeout_secs: u64,
     /// The substrate's gRPC URL; ignored by `weft up`, which wires it in-process.
     pub substrate_url: String,
-    /// Runs one tenant may have working at once — queued or running, sub-runs included; a
-    /// parent waiting on its sub-runs lends them its slot. More get 429.
+    /// Runs one tenant may have queued or running, sub-runs included; more get 429.
     pub tenant_max_concurrent_runs: u32,
     /// How long an admission slot lasts without being renewed by the executor, in seconds.
     pub admission_lease_secs: u64,
-    /// Run streams (`GET /v1/runs/{id}/stream`, `POST /v1/runs` with SSE) one principal may
-    /// have open at once on one gateway replica; more get 429.
+    /// Run streams one principal may hold open per gateway replica; more get 429.
     pub max_streams_per_principal: u32,
-    /// How long a web UI session (`/ui`, a cookie traded for a token) lasts, in seconds; it
-    /// also ends when its token is revoked or expires.
+    /// Lifetime of a web UI session, in seconds (it also ends with its token).
     pub ui_session_ttl_secs: u64,
-    /// Always mark the UI session cookie `Secure` (set it when users reach weft over https
-    /// through a proxy that does not send `X-Forwarded-Proto`).
+    /// Always mark the UI session cookie `Secure` (behind a proxy without `X-Forwarded-Proto`).
     pub ui_cookie_secure: bool,
 }
 
@@ -449,34 +395,24 @@ impl Default for GatewayConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RouterConfig {
-    /// Address the gRPC server listens on.
     pub listen: SocketAddr,
-    /// Providers by name.
     pub providers: BTreeMap<String, ProviderConfig>,
     /// Alias → ordered candidates (`provider/model`); later candidates are fallbacks.
     pub aliases: BTreeMap<String, Vec<String>>,
     /// Tier name → ordered candidates, addressed as `tier:<name>` or `x-weft-tier`.
     pub tiers: BTreeMap<String, Vec<String>>,
-    /// Where the standalone `weft-router` serves Prometheus `/metrics`; unset = nowhere. Under
-    /// `weft up` the router's metrics appear on the gateway's `/metrics` instead.
+    /// Where the standalone `weft-router` serves `/metrics`; under `weft up`, the gateway's.
     pub metrics_listen: Option<SocketAddr>,
-    /// Per-tenant overlays: a tenant's own aliases and tiers, which replace the global entries
-    /// of the same name for that tenant only, and its own limits.
+    /// Per-tenant overlays: aliases and tiers that replace global ones, and limits.
     pub tenants: BTreeMap<String, TenantRouting>,
-    /// Default limits for every tenant, subject and token (Redis-enforced, exact under
-    /// concurrency).
+    /// Default limits for every tenant, subject and token (Redis-enforced).
     pub limits: Limits,
     /// Price table, keyed `provider/model`, in USD per million tokens.
     pub prices: BTreeMap<String, Price>,
-    /// After a retryable failure, a (provider, model) is skipped for this many seconds while
-    /// other candidates remain. 0 disables the cool-down.
+    /// Seconds a (provider, model) is skipped after a retryable failure; 0 disables it.
     pub cooldown_secs: u64,
-    /// Where the router keeps the usage records JetStream has not yet stored (a subdirectory per
-    /// `nats.prefix`): each is appended here before its call's end reaches the caller, and a file
-    /// is removed once every record in it is stored. Files a dead router left behind are
-    /// published by any router sharing the directory. Relative paths are from the working
-    /// directory; empty = no spool (a router that dies while NATS is unreachable then loses the
-    /// records it still holds).
+    /// Directory of usage records JetStream has not stored yet, appended before a call's end
+    /// reaches its caller, replayed by any router sharing it; empty = none (lost if NATS is down).
     pub usage_spool_dir: PathBuf,
 }
 
@@ -494,14 +430,11 @@ pub struct TenantRouting {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// For each tenant as a whole.
     pub tenant: LimitSpec,
     /// For each subject (tenant + subject).
     pub subject: LimitSpec,
-    /// For each token.
     pub token: LimitSpec,
-    /// The output tokens reserved for a call that sets no `max_tokens` while a token budget
-    /// applies; such a call is sent with `max_tokens` set to this, so the reservation bounds it.
+    /// `max_tokens` sent (and reserved) for a call without one while a token budget applies.
     pub output_reservation: u32,
 }
 
@@ -664,8 +597,7 @@ pub struct MockModelConfig {
     pub jitter_ms: u64,
     /// Delay between streamed tokens, in milliseconds.
     pub token_delay_ms: u64,
-    /// Reply with a fixed tool call when tools are offered and the last message is not a tool
-    /// result.
+    /// Reply with a fixed tool call when tools are offered and the last message is not a result.
     pub tool_calls: bool,
     /// The JSON arguments of that tool call.
     pub tool_arguments: String,
@@ -673,9 +605,7 @@ pub struct MockModelConfig {
     pub error_rate_429: f64,
     /// Fraction of calls (0..=1) that fail with 500.
     pub error_rate_500: f64,
-    /// Seed of the error and jitter sequence.
     pub seed: u64,
-    /// Dimensions of mock embeddings.
     pub embedding_dims: u32,
 }
 
@@ -698,11 +628,8 @@ impl Default for MockModelConfig {
 /// The settings of an HTTP provider. The name is kept for the `openai` kind, the first one.
 pub type OpenAiProviderConfig = HttpProviderConfig;
 
-/// One HTTP provider of any kind. `base_url` conventions follow each vendor's SDK:
-/// `openai` includes the version (`https://api.openai.com/v1`), `anthropic` is the host
-/// (`https://api.anthropic.com`), `gemini` includes the version
-/// (`https://generativelanguage.googleapis.com/v1beta`), `deepseek` is `https://api.deepseek.com`,
-/// `ollama` is the host (`http://127.0.0.1:11434`).
+/// One HTTP provider of any kind. `base_url` follows each vendor's SDK: versioned for `openai`
+/// and `gemini`, the host for `anthropic`, `deepseek` and `ollama`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpProviderConfig {
@@ -726,12 +653,10 @@ pub struct HttpProviderConfig {
     /// Time allowed until response headers arrive, in seconds.
     #[serde(default = "default_first_byte_timeout_secs")]
     pub first_byte_timeout_secs: u64,
-    /// Most calls in flight to this provider across the whole fleet (Redis-coordinated); unset =
-    /// no cap. A call over the cap fails over to the next candidate, or is a 429.
+    /// Most calls in flight to this provider fleet-wide (Redis); over it, fail over or 429.
     #[serde(default)]
     pub max_concurrency: Option<u32>,
-    /// `anthropic` only: `max_tokens` sent when the caller sets none (the Messages API requires
-    /// one). Default 4096.
+    /// `anthropic` only: `max_tokens` when the caller sets none. Default 4096.
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
     /// `anthropic` only: the `anthropic-version` header. Default `2023-06-01`.
@@ -779,7 +704,6 @@ fn default_first_byte_timeout_secs() -> u64 {
 pub struct DatabaseConfig {
     pub url: Secret,
     pub max_connections: u32,
-    /// Apply pending migrations when a service starts.
     pub migrate_on_start: bool,
 }
 
@@ -796,8 +720,7 @@ impl Default for DatabaseConfig {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    /// HMAC key of the internal JWTs between services. Required when services run as separate
-    /// processes; `weft up` makes a random one when unset.
+    /// HMAC key of internal JWTs; required for separate processes, random under `weft up`.
     pub internal_jwt_secret: Option<Secret>,
 }
 
@@ -847,8 +770,7 @@ impl Default for BootstrapConfig {
 }
 
 impl Config {
-    /// Loads the layers: defaults → `file` → `WEFT_*__*` env → `overrides` (CLI flags, as a JSON
-    /// object of the same shape), then validates.
+    /// Loads defaults → `file` → `WEFT_*__*` env → `overrides` (CLI flags), then validates.
     pub fn load(file: Option<&Path>, overrides: serde_json::Value) -> Result<Self, ConfigError> {
         Self::figment(file, overrides)?
             .extract::<Config>()
@@ -864,9 +786,7 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(path));
         }
-        // Only section-qualified variables (`WEFT_GATEWAY__LISTEN`) are config; `WEFT_CONFIG`
-        // and friends belong to the CLI, and `WEFT_WEBHOOK_<TENANT>__<NAME>` are webhook
-        // secrets (ingress.secret_env_prefix), never config.
+        // Only `WEFT_<SECTION>__<KEY>` is config; webhook secrets and CLI variables are not.
         fig = fig.merge(
             Env::prefixed("WEFT_")
                 .filter(|k| {
@@ -1125,8 +1045,7 @@ impl Config {
     }
 }
 
-/// Whether `s` is `<IPv4 or IPv6 address>/<prefix length>` with the length in range: what the
-/// executor's CIDR parser (`ipnet`) accepts.
+/// Whether `s` is an IP address with a prefix length in range, as `ipnet` accepts.
 fn is_cidr(s: &str) -> bool {
     let Some((addr, len)) = s.split_once('/') else {
         return false;

@@ -1,8 +1,6 @@
-//! One boot shape for every weft service process: parse the CLI (the binary's job) → load the
-//! config → install telemetry → install the signal handlers → [`Service::connect`] (bind,
-//! connect, anything that can fail before serving) → [`Service::serve`] until SIGINT/SIGTERM →
-//! an exit code. A usage or config error exits 2, any other failure 1, each printed once on
-//! stderr as `<binary>: <message>`.
+//! One boot shape for every weft service: config → telemetry → signals → [`Service::connect`] →
+//! [`Service::serve`] until SIGINT/SIGTERM → exit code (2 for a usage or config error, 1 for any
+//! other, printed once on stderr as `<binary>: <message>`).
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -45,14 +43,12 @@ impl BootError {
     }
 }
 
-/// A service process in two steps: connect (everything that can fail before it serves), then
-/// serve until `shutdown`.
+/// A service process: connect (everything that can fail before serving), then serve.
 pub trait Service: Sized {
     /// What the binary's flags give besides the config (`()` for most).
     type Args;
 
-    /// Binds its listeners and connects its stores and peers. `shutdown` is already wired to
-    /// the signals (for helpers started here, like a metrics listener).
+    /// Binds listeners, connects stores and peers; `shutdown` is already wired to the signals.
     fn connect(
         config: Config,
         args: Self::Args,
@@ -63,8 +59,7 @@ pub trait Service: Sized {
     fn serve(self, shutdown: CancellationToken) -> impl Future<Output = Result<(), BootError>>;
 }
 
-/// A service binary's whole `main` after parsing its flags: load the config (flags, env, file),
-/// start telemetry as `name`, then [`run`].
+/// A service binary's `main` after parsing flags: load the config, start telemetry, [`run`].
 pub async fn boot<S: Service>(
     name: &'static str,
     common: &CommonArgs,
@@ -78,8 +73,7 @@ pub async fn boot<S: Service>(
     run::<S>(name, config, args).await
 }
 
-/// Connects and serves `S` with a loaded config until SIGINT/SIGTERM (for a CLI that loaded
-/// the config and started telemetry itself).
+/// Connects and serves `S` until SIGINT/SIGTERM, with config and telemetry already set up.
 pub async fn run<S: Service>(name: &'static str, config: Config, args: S::Args) -> ExitCode {
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::shutdown_on_signal(shutdown.clone()));

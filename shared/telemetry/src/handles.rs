@@ -1,13 +1,11 @@
-//! Metric handles kept per label value, so a hot path records with one map lookup instead of
-//! building a labelled key (owned label strings) and asking the recorder for it every time.
+//! Metric handles kept per label value: a hot path records with one map lookup, not a new key.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use metrics::{Counter, Histogram};
 
-/// Values made once per string key and shared after: metric handles per route or provider,
-/// made on first use (after the recorder is installed, so they are never no-op handles).
+/// Values made on first use per key (after the recorder is installed) and shared after.
 pub struct Keyed<T> {
     map: RwLock<HashMap<Box<str>, Arc<T>>>,
 }

@@ -1,12 +1,6 @@
-//! Observability for every weft service: `tracing` with JSON (or text) logs on stderr, a Prometheus
-//! recorder for `/metrics`, OTLP trace export when an endpoint is configured, and W3C trace
-//! context carried in gRPC metadata so one request is one trace across services.
-//!
-//! It also owns the process plumbing every binary shares: turning SIGINT/SIGTERM into a
-//! cancellation, [`boot`], the one start-up shape of every service, [`runtime`], the tokio
-//! runtime they all run on, and [`alloc`], the allocator they all use.
-//!
-//! Nothing sensitive goes into spans or logs: callers record ids, sizes, codes and timings, never
+//! Observability for every weft service (logs on stderr, Prometheus `/metrics`, OTLP traces, W3C
+//! trace context in gRPC metadata) and the process plumbing every binary shares: signals,
+//! [`boot`], [`runtime`] and [`alloc`]. Spans and logs carry ids, sizes, codes and timings, never
 //! prompts, completions, tool results or tokens.
 
 pub mod alloc;
@@ -48,9 +42,7 @@ impl std::fmt::Debug for TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        // The flush waits (up to 5 s) for the exporter, which needs the runtime's workers; on a
-        // worker of a multi-threaded runtime (where [`runtime::run`] runs every binary), the
-        // wait moves off the worker so the exporter's tasks can still run.
+        // The flush waits (up to 5 s) on the exporter's tasks, so it must not block a worker.
         let on_worker = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         let shutdown = || self.provider.shutdown();
@@ -65,16 +57,12 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Targets whose events are never written, whatever `telemetry.log_level` says: rmcp's
-/// transports log what a peer sent (an MCP server's refusal body, a client's message), and a
-/// server that echoes the run credential it was sent would put it in weft's logs. The MCP
-/// bridge reports those failures itself, with credentials redacted.
+/// Targets never logged, whatever `telemetry.log_level` says: rmcp logs what a peer sent, which
+/// may echo a run credential (the MCP bridge reports those failures itself, redacted).
 const QUIET_TARGETS: &[&str] = &["rmcp"];
 
-/// `log_level` with every directive naming a quiet target (or a module under one) replaced by
-/// `<target>=off`. Done in the filter's own directives rather than in a filter layer beside it,
-/// so the subscriber's level hint stays the one `log_level` gives (a layer without a hint makes
-/// it unknown, and then every `log` record of every dependency is built and dispatched).
+/// `log_level` with each quiet target set to `off`, in the filter's own directives: a separate
+/// filter layer would lose the level hint and make every dependency's `log` records get built.
 fn quieted(log_level: &str) -> String {
     let quiet = |d: &str| {
         let target = d.split(['=', '[']).next().unwrap_or_default().trim();
@@ -94,8 +82,7 @@ fn quieted(log_level: &str) -> String {
     out.join(",")
 }
 
-/// Installs the global subscriber once for this process. Later calls (tests starting several
-/// services in one process) are no-ops apart from returning a guard.
+/// Installs the global subscriber once per process; later calls only return a guard.
 pub fn init(
     service: &'static str,
     cfg: &TelemetryConfig,
@@ -107,9 +94,7 @@ pub fn init(
             .with_service_name(service)
             .build(),
     );
-    // Spans become OpenTelemetry spans (and carry a trace context across the gRPC hop) only when
-    // they are exported: building an OTel span for every tracing span costs allocations on
-    // every request, for nothing when no collector receives them.
+    // OpenTelemetry spans only with an exporter: building them costs allocations per request.
     if let Some(endpoint) = &cfg.otlp_endpoint {
         use opentelemetry_otlp::WithExportConfig as _;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -163,10 +148,8 @@ pub fn prometheus() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Another recorder may already be installed (a test harness); then ours only renders.
         let _ = metrics::set_global_recorder(recorder);
-        // A recorder built (not installed with its exporter) has no upkeep task: every
-        // histogram sample stays pending until something drains it, so without a scrape RSS
-        // grew with every request (+43 MiB over 1.2 M requests in a 10-minute soak). Drain
-        // them every few seconds on a thread of its own (this may run outside any runtime).
+        // Without the exporter's upkeep task, histogram samples pile up until a scrape (RSS
+        // grew with every request); drain them on a thread (this may run outside a runtime).
         let upkeep = handle.clone();
         let _ = std::thread::Builder::new()
             .name("metrics-upkeep".into())
@@ -270,8 +253,7 @@ pub fn shutdown_on_signal(
     }
 }
 
-/// Serves the Prometheus recorder at `GET /metrics` on `listener` until `shutdown`, for
-/// services whose main listener is not HTTP (the router's is gRPC).
+/// Serves `GET /metrics` on `listener` until `shutdown` (for services whose listener is gRPC).
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     shutdown: tokio_util::sync::CancellationToken,
