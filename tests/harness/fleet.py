@@ -102,6 +102,10 @@ FAKE_KINDS = {"openai": "openai/v1", "anthropic": "anthropic", "gemini": "gemini
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+# Logs already shown in full by a start-up failure (`run` does not show their tails again).
+_REPORTED: set[Path] = set()
+
+
 class FleetError(Exception):
     """A fleet (or one of its processes) failed to start; the message says why."""
 
@@ -191,6 +195,7 @@ class Proc:
     def _exited_early(self) -> FleetError:
         say(f"{self.name} exited with status {self.returncode} before becoming ready")
         show_log(self.log)
+        _REPORTED.add(self.log)
         return FleetError(f"{self.name} exited with status {self.returncode} before becoming ready")
 
     def wait_port(self, port: int, timeout: float = READY_TIMEOUT) -> None:
@@ -207,6 +212,7 @@ class Proc:
             if time.monotonic() >= deadline:
                 say(f"{self.name} is not listening on port {port} after {timeout:g}s")
                 show_log(self.log)
+                _REPORTED.add(self.log)
                 raise FleetError(f"{self.name} is not listening on port {port}")
             time.sleep(0.2)
 
@@ -228,6 +234,7 @@ class Proc:
             if time.monotonic() >= deadline:
                 say(f"{self.name} did not become ready within {timeout:g}s (ready file + /readyz)")
                 show_log(self.log)
+                _REPORTED.add(self.log)
                 raise FleetError(f"{self.name} did not become ready")
             time.sleep(0.2)
 
@@ -712,7 +719,8 @@ def cmd_run(args) -> int:
             _record(results, args.stop_step, 0 if clean else 1, time.monotonic() - t1)
         if status != 0 or not clean:
             for log in fleet.log_files + ([llm.log] if llm and llm.url else []):
-                show_log(log, 40)
+                if log not in _REPORTED:
+                    show_log(log, 40)
         if llm is not None:
             clean = llm.stop() and clean
             if llm.url:  # the summary's "real LLM tier:" line
