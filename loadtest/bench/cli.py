@@ -89,7 +89,8 @@ def check_binaries(mod, args):
 
 
 def tail_logs(out):
-    for f in sorted((out / "logs").glob("*.log")) if (out / "logs").exists() else []:
+    logs = sorted((out / "logs").glob("*.log")) if (out / "logs").exists() else []
+    for f in [f for f in logs if not f.name.startswith(("nats-", "redis-", "perf"))]:
         lines = [l for l in f.read_text(errors="replace").splitlines() if "token" not in l.lower()]
         if lines:
             log(f"last lines of {f} (token lines left out):")

@@ -21,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HZ = os.sysconf("SC_CLK_TCK")
+# What `tests/harness/fleet.py` starts for the split arrangement.
+SPLIT_BINARIES = ["weft", "weft-gateway", "weft-router", "weft-substrate", "weft-executor",
+                  "weft-ingress", "weft-mcp-bridge"]
 
 
 class BenchError(Exception):

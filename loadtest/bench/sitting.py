@@ -8,7 +8,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -59,29 +58,17 @@ class Sitting:
 
     # --- processes ------------------------------------------------------------------------------
 
-    def spawn(self, name, cmd, env=None, cwd=None):
-        """Starts a process of the sitting's own (output in logs/NAME.log); stopped at the end,
-        last started first."""
-        logf = open(self.logs / f"{name}.log", "ab")
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        p = subprocess.Popen([str(c) for c in cmd], stdout=logf, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=full_env, cwd=cwd or self.tmp)
-        logf.close()
-        p.bench_name = name
+    def spawn(self, name, cmd, env=None):
+        """Starts a process of the sitting's own (`fleet.Proc`: its own process group, output in
+        logs/NAME.log); stopped at the end, last started first."""
+        from fleet import Proc
+        p = Proc(name, cmd, self.logs / f"{name}.log", env)
         self.procs.append(p)
         return p
 
     def stop(self, p, timeout=10):
         """SIGTERM, up to `timeout` s to drain, then SIGKILL."""
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log(f"{p.bench_name} (pid {p.pid}) did not stop in {timeout} s; killing it")
-                p.kill()
-                p.wait()
+        p.stop(timeout)
         if p in self.procs:
             self.procs.remove(p)
 
@@ -95,9 +82,9 @@ class Sitting:
             v = cond()
             if v:
                 return v
-            if proc is not None and proc.poll() is not None:
+            if proc is not None and not proc.alive():
                 raise BenchError(f"{what} exited before it was ready (exit {proc.returncode}; "
-                                 f"see {self.logs}/{proc.bench_name}.log)")
+                                 f"see {proc.log})")
             time.sleep(0.1)
         raise BenchError(f"{what} was not ready after {timeout} s")
 
@@ -148,7 +135,7 @@ class Sitting:
             except OSError:
                 return False
         self.wait_until("the private NATS and Redis", up, n, 20)
-        if r.poll() is not None:
+        if not r.alive():
             raise BenchError("the private redis-server exited")
         self.nats, self.redis_port = ("127.0.0.1", nport, nmon), rport
         self.nats_pid, self.redis_pid = n.pid, r.pid
@@ -173,25 +160,44 @@ class Sitting:
 
     # --- the fleet ------------------------------------------------------------------------------
 
-    def fleet(self, config, arrangement="up", env=None, name=None, services=None, bin_dir=None):
-        """A fleet of weft on a fresh database with its own ports and NATS/Redis prefixes, from
-        the sitting's binaries, entered into the sitting (so it is torn down with it)."""
+    def fleet(self, config, arrangement="up", env=None, label="weft", bin_dir=None):
+        """A fleet of weft (`tests/harness/fleet.py`) on a fresh database with its own ports and
+        NATS/Redis prefixes, from the sitting's binaries, entered into the sitting (so it is torn
+        down with it, its database dropped). On the machine's shared NATS and Redis, the
+        JetStream streams and Redis keys under its prefix are removed after it stopped."""
         try:
             import fleet as harness
         except ImportError as e:
             raise BenchError(f"tests/harness/fleet.py is missing ({e})") from e
-        name = name or f"bench-{self.args.scenario}"
-        cfg = self.tmp / f"{name}-{secrets.token_hex(3)}.toml"
+        cfg = self.tmp / f"{label}.toml"
         cfg.write_text(config)
         full_env = dict(self.private_infra())
         full_env.update(env or {})
-        f = harness.Fleet(str(bin_dir or self.bin), arrangement=arrangement, name=name,
-                          config=str(cfg), env=full_env, logs_dir=str(self.logs))
-        return self.stack.enter_context(f)
+        f = harness.Fleet(bin_dir or self.bin, arrangement=arrangement,
+                          name=f"bench_{self.args.scenario}", config=cfg, env=full_env,
+                          logs_dir=self.logs, label=label)
+        if not self.nats:
+            self.stack.callback(forget_prefix, f.prefix)
+        try:
+            self.stack.enter_context(f)
+        except harness.FleetError as e:
+            raise BenchError(f"the fleet did not start: {e}") from e
+        f.bench_env = dict(full_env, WEFT_NATS__PREFIX=f.prefix, WEFT_REDIS__PREFIX=f.prefix)
+        return f
 
     def server_pids(self, fleet, services=None):
-        """The pids of the fleet's weft processes (under `weft up`, the one process)."""
+        """The pids of the fleet's weft processes: under `weft up` the one process whatever
+        `services` says; split, those of `services` (gateway, router, executor, …)."""
         return fleet_pids(fleet, services)
+
+    def substrate_url(self, fleet):
+        if fleet.arrangement == "up":
+            return "http://" + proc_arg(fleet_pids(fleet)[0], "--substrate-listen")
+        return "http://" + proc_arg(fleet.procs["weft-substrate"].pid, "--listen")
+
+    def fleet_env(self, fleet):
+        """The environment a process of our own needs to join the fleet's NATS and Redis."""
+        return dict(fleet.bench_env)
 
     def api(self, fleet, method, path, body=None):
         """A call to the fleet's API as its admin."""
@@ -220,12 +226,33 @@ class Sitting:
 
 
 def fleet_pids(fleet, services=None):
-    """Adapter to the harness's Fleet: the pids of its weft processes."""
-    procs = getattr(fleet, "procs", None)
-    if procs is None:
-        return [fleet.pid]
-    pids = []
-    for key, p in (procs.items() if isinstance(procs, dict) else enumerate(procs)):
-        if services is None or key in services or getattr(p, "name", None) in services:
-            pids.append(p.pid)
-    return pids
+    if fleet.arrangement == "up":
+        return [p.pid for p in fleet.procs.values()]
+    return [fleet.procs[f"weft-{name}"].pid for name in services or ["gateway"]]
+
+
+def proc_arg(pid, flag):
+    """The value of `flag` on the command line of a running process."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    try:
+        return argv[argv.index(flag) + 1]
+    except (ValueError, IndexError):
+        raise BenchError(f"process {pid} was not started with {flag}") from None
+
+
+def forget_prefix(prefix):
+    """Removes what a fleet left under its prefix on the machine's shared NATS and Redis: its
+    JetStream streams and its Redis keys (nothing else would ever remove them)."""
+    from .nats import delete_streams
+    try:
+        failed = delete_streams("127.0.0.1", 4222, [f"{prefix.upper()}_RUNS", f"{prefix.upper()}_USAGE"])
+        if failed:
+            log(f"could not delete the NATS streams {failed}")
+    except OSError as e:
+        log(f"could not delete the NATS streams of {prefix}: {e}")
+    if common.have("redis-cli"):
+        keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{prefix}:*"],
+                              capture_output=True, text=True).stdout.split()
+        for i in range(0, len(keys), 500):
+            subprocess.run(["redis-cli", "del", *keys[i:i + 500]], capture_output=True)

@@ -8,12 +8,12 @@ import shutil
 import subprocess
 import time
 
-from ..common import BenchError, get, int_list, log, rnd, seconds, status_kib, table
+from ..common import SPLIT_BINARIES, BenchError, get, int_list, log, rnd, seconds, status_kib, table
 
 HELP = "the chat door: added latency, the proxy floor, max RPS"
 DURATION = "10s"
 BINARIES_UP = ["weft"]
-BINARIES_SPLIT = ["weft", "weft-gateway"]
+BINARIES_SPLIT = SPLIT_BINARIES
 RATES = "500,1000,2000,3000,4000,6000,8000,12000,16000,24000,32000,48000,64000"
 
 
@@ -23,7 +23,7 @@ def add_args(p):
     p.add_argument("--stream-concurrency", type=int_list, default=[1],
                    help="streaming levels (default 1; empty '' for none)")
     p.add_argument("--arrangement", choices=["up", "split"], default="up",
-                   help="`weft up`, or the router as its own process behind weft-gateway")
+                   help="`weft up`, or split (tests/harness/fleet.py: every service its own process; weft's CPU and memory are then the gateway's and the router's together)")
     p.add_argument("--no-proxy", action="store_true",
                    help="skip the floor (the closed-loop runs through `weft-loadtest proxy`)")
     p.add_argument("--no-rates", action="store_true", help="skip the max-RPS search")
@@ -77,9 +77,9 @@ def run(s):
     direct_url = upstream.ready["base_url"]
     port = direct_url.rsplit(":", 1)[1].split("/")[0]
     proxy = None
-    if not a.no_proxy:
+    if not a.no_proxy and not a.soak:
         proxy = s.serve("proxy", "proxy", "--upstream", f"http://127.0.0.1:{port}")
-    fleet = s.fleet(config(port), arrangement=a.arrangement, services=["gateway", "router"])
+    fleet = s.fleet(config(port), arrangement=a.arrangement)
     weft_url = fleet.url + "/v1"
     server_pids = s.server_pids(fleet, ["gateway", "router"])
     log(f"weft ({a.arrangement}) at {weft_url}, pids {server_pids}")
@@ -193,7 +193,7 @@ def start_perf(s, pids):
 
 def finish_perf(s, perf, report_path, md_name):
     proc, data = perf
-    proc.wait(timeout=seconds(s.args.duration) + seconds(s.args.warmup) + 60)
+    proc.popen.wait(timeout=seconds(s.args.duration) + seconds(s.args.warmup) + 60)
     requests = s.read_json(report_path.name).get("requests")
     script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True)
     stages = subprocess.run(["python3", str(s.root / "loadtest/perf-stages.py"),

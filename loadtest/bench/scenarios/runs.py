@@ -3,7 +3,8 @@ model; every --cancel-every-th run of a worker a long run cancelled while its re
 each concurrency, with what one run costs weft and its infrastructure (CPU, SQL statements,
 commits, NATS messages, Redis commands, system calls, context switches, and with --callgrind
 instructions); then `parked` (idle interactive runs and the executor's memory), and batches
-parked through a separate executor process (the split arrangement).
+parked through a separate executor process (the split arrangement of
+`tests/harness/fleet.py`, on a fresh database).
 """
 
 import os
@@ -14,12 +15,11 @@ import subprocess
 import threading
 import time
 
-from ..common import (BenchError, cpu_ms, get, int_list, kinds, log, ms, postgres_pids, psql,
+from ..common import (SPLIT_BINARIES, BenchError, cpu_ms, get, int_list, kinds, log, ms, postgres_pids, psql,
                       table, status_kib)
 
 HELP = "agent runs end to end, cancels, per-run costs, parked runs"
 DURATION = "20s"
-BINARIES = ["weft"]
 PERF_EVENTS = "raw_syscalls:sys_enter,context-switches"
 
 
@@ -42,6 +42,11 @@ def add_args(p):
     p.add_argument("--callgrind", action="store_true",
                    help="weft under valgrind's callgrind: instructions per run (15-50x slower; "
                         "the parked scenarios are skipped)")
+
+
+def binaries(a):
+    split = a.parked and not a.no_parked_split and not a.callgrind
+    return SPLIT_BINARIES if split else ["weft"]
 
 
 def config(a):
@@ -151,7 +156,7 @@ def run(s):
         cpu = cpu_ms([pid]) - cpu0
         syscalls = cswitches = instructions = None
         if perf:
-            perf.send_signal(signal.SIGINT)
+            perf.popen.send_signal(signal.SIGINT)
             s.stop(perf)
             for line in (s.tmp / f"perf-c{c}.csv").read_text().splitlines():
                 f = line.split(",")
@@ -198,6 +203,7 @@ def run(s):
                    a.parked_in_flight, "--settle", a.settle, "--executor-pid", pid,
                    "--threads", a.gen_threads, out=s.out / "parked.json", env=token)
         if split:
+            fleet.stop()  # the split fleet's executor is measured with this one gone
             parked_split(s, cfg)
     return summarise(s)
 
@@ -208,7 +214,7 @@ def parked_split(s, cfg):
     (its smaps before the first and after the last, its RSS every half second)."""
     a = s.args
     log(f"parked with a separate executor: {a.parked_batches} x {a.parked} interactive runs, kept parked")
-    fleet = s.fleet(cfg, arrangement="split", name="bench-runs-split")
+    fleet = s.fleet(cfg, arrangement="split", label="weft-split")
     exec_pid = s.server_pids(fleet, ["executor"])[0]
     log(f"weft executor pid {exec_pid}")
     smaps = lambda name: (s.out / name).write_text(open(f"/proc/{exec_pid}/smaps").read())

@@ -88,7 +88,7 @@ def run(s):
                    WEFT_TELEMETRY__LOG_LEVEL="warn")
         replicas.append(s.spawn(f"ingress-{i}", [s.bin / "weft", "ingress"], env=env))
     time.sleep(1)
-    if any(p.poll() is not None for p in replicas):
+    if any(not p.alive() for p in replicas):
         raise BenchError("an ingress replica exited at start")
     pids = [p.pid for p in replicas]
     m0, ing0, pg0, w0 = Machine(), ticks_of(pids), ticks_of(postgres_pids()), ticks_of(weft)
@@ -105,7 +105,7 @@ def run(s):
         fired = int(psql(db, "SELECT count(*) FROM runs"))
         if a.kill and not killed and fired >= a.fires // 2:
             log(f"killing replica 1 (pid {pids[0]}) at {fired} runs")
-            replicas[0].kill()
+            replicas[0].popen.kill()
             killed = True
         if left == 0 and pending == 0:
             break

@@ -63,10 +63,21 @@ def run(s):
     s.api(fleet, "PUT", "/v1/agents/bench", {"model": "mock-1"})
     s.api(fleet, "PUT", "/v1/channels/bench-in", {"scope": "tenant"})
     hook = {"signature": "github", "secret_env": SECRET_ENV, "mapping": {"input": "$.text"}}
-    s.api(fleet, "PUT", "/v1/webhooks/bench-run", dict(hook, agent="bench"))
-    s.api(fleet, "PUT", "/v1/webhooks/bench-channel", dict(hook, channel="bench-in"))
+    targets = {"bench-run": {"agent": "bench"}, "bench-channel": {"channel": "bench-in"}}
+    bad = [h for h in a.webhooks if h not in targets]
+    if bad:
+        raise BenchError(f"unknown --webhooks {bad}; choose from {list(targets)}")
+
+    # weft burns the body's own id of every accepted delivery (the GitHub delivery header is not
+    # signed), per webhook; `weft-loadtest webhooks` sends the same bodies (`hello <worker>-<n>`)
+    # in every invocation, so each invocation gets a webhook of its own: `<kind>-prime`,
+    # `<kind>-c<C>`, all defined alike.
+    def define(kind, suffix):
+        name = f"{kind}-{suffix}"
+        s.api(fleet, "PUT", f"/v1/webhooks/{name}", dict(hook, **targets[kind]))
+        return name
     log(f"weft at {fleet.url} (pids {pids}); tenant {tenant}: agent bench, channel bench-in, "
-        "webhooks bench-run and bench-channel")
+        f"webhooks {', '.join(a.webhooks)} (one definition per case)")
     env = {"WEFT_LOADTEST_WEBHOOK_SECRET": secret}
     # A fresh database has no planner statistics, and a statement prepared while a table was
     # empty keeps its plan on that connection until the table is analysed; a live database has
@@ -74,7 +85,8 @@ def run(s):
     if seconds(a.prime) > 0:
         for h in a.webhooks:
             log(f"priming {h} for {a.prime}")
-            s.loadtest("webhooks", "--url", fleet.url, "--tenant", tenant, "--webhook", h,
+            s.loadtest("webhooks", "--url", fleet.url, "--tenant", tenant, "--webhook",
+                       define(h, "prime"),
                        "--concurrency", 16, "--duration", a.prime, "--warmup", "0s",
                        "--threads", a.gen_threads, env=env)
         psql(db, "ANALYZE")
@@ -92,14 +104,15 @@ def run(s):
                                                 s.out / f"perf-{case}.data"])
             m0 = Machine()
             w0, p0, r0, n0 = cpu_ms(pids), cpu_ms(postgres_pids(dbname)), cpu_ms(redis()), cpu_ms(nats())
-            r = s.loadtest("webhooks", "--url", fleet.url, "--tenant", tenant, "--webhook", h,
+            r = s.loadtest("webhooks", "--url", fleet.url, "--tenant", tenant, "--webhook",
+                           define(h, f"c{c}"),
                            "--concurrency", c, "--duration", a.duration, "--warmup", a.warmup,
                            "--threads", a.gen_threads, out=s.out / f"{case}.json", env=env)
             w, p = cpu_ms(pids) - w0, cpu_ms(postgres_pids(dbname)) - p0
             rd, n = cpu_ms(redis()) - r0, cpu_ms(nats()) - n0
             mm = Machine.since(m0)
             if perf:
-                perf.send_signal(signal.SIGINT)
+                perf.popen.send_signal(signal.SIGINT)
                 s.stop(perf, 60)
                 flat_profile(s, case)
             ops = r["ops_incl_warmup"]
@@ -141,7 +154,7 @@ def run(s):
           f"the run"]
     if a.perf:
         md += ["", "**perf was recording the machine during every case: these numbers include its cost.**"]
-    md += ["", f"Each delivery: `POST /v1/_webhooks/{tenant}/<webhook>`, body "
+    md += ["", f"Each delivery: `POST /v1/_webhooks/{tenant}/<webhook>-c<workers>`, body "
            "`{\"text\":\"hello <n>\"}`, a unique `X-GitHub-Delivery`, `X-Hub-Signature-256` "
            "(HMAC-SHA256); 202 counts as verified and accepted. `bench-run` starts a run of "
            "`bench` (mock-1), `bench-channel` publishes to the tenant channel `bench-in`. CPU per "
