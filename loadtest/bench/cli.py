@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import common
-from .common import BenchError, ROOT, log, seconds, table
+from .common import BenchError, ROOT, duration, log, table
 from .sitting import Sitting
 
 SCENARIOS = ["chat", "runs", "streams", "channels", "memory", "schedules", "webhooks", "mcp"]
@@ -44,9 +44,9 @@ def common_args(p, mod):
     g.add_argument("--base-bin", type=Path,
                    help="A/B: the base build's binaries, measured alternately with --bin")
     g.add_argument("--pairs", type=int, default=2, help="A/B: base/candidate pairs (default 2)")
-    g.add_argument("--duration", default=getattr(mod, "DURATION", "10s"),
+    g.add_argument("--duration", type=duration, default=getattr(mod, "DURATION", "10s"),
                    help="measured time per run (default %(default)s)")
-    g.add_argument("--warmup", default="2s", help="warm-up per run (default %(default)s)")
+    g.add_argument("--warmup", type=duration, default="2s", help="warm-up per run (default %(default)s)")
     g.add_argument("--gen-threads", type=int, default=1,
                    help="the load generator's runtime threads (default 1)")
     g.add_argument("--private-infra", choices=["auto", "on", "off"], default="auto",
@@ -137,8 +137,6 @@ def ratio_table(runs, pairs):
 def main(argv=None):
     args = parser().parse_args(argv)
     mod = scenario_module(args.scenario)
-    for opt in ("duration", "warmup"):
-        seconds(getattr(args, opt))  # a bad duration fails here, not after the setup
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     if args.out is None:
         args.out = ROOT / "target" / "loadtest" / date / args.scenario

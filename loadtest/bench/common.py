@@ -44,6 +44,16 @@ def seconds(text):
     return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
 
 
+def duration(text):
+    """An argparse type: a duration as weft-loadtest takes it (`10s`, `500ms`, `2m`), checked."""
+    import argparse
+    try:
+        seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def int_list(text):
     """`16,64` or `16 64` as [16, 64]."""
     items = [x for x in re.split(r"[,\s]+", str(text).strip()) if x]

@@ -5,8 +5,6 @@ down at the end (also on Ctrl-C or a failure): the fleet (through the shared sup
 """
 
 import contextlib
-import os
-import secrets
 import shutil
 import subprocess
 import sys

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 
-from ..common import SPLIT_BINARIES, BenchError, get, int_list, log, rnd, seconds, status_kib, table
+from ..common import SPLIT_BINARIES, BenchError, duration, get, int_list, log, rnd, seconds, status_kib, table
 
 HELP = "the chat door: added latency, the proxy floor, max RPS"
 DURATION = "10s"
@@ -29,7 +29,7 @@ def add_args(p):
     p.add_argument("--no-rates", action="store_true", help="skip the max-RPS search")
     p.add_argument("--rates", type=int_list, default=int_list(RATES),
                    help="rates tried in turn until one fails (default %(default)s)")
-    p.add_argument("--rate-duration", help="per rate run (default: --duration)")
+    p.add_argument("--rate-duration", type=duration, help="per rate run (default: --duration)")
     p.add_argument("--rate-attempts", type=int, default=2,
                    help="runs per rate; one passing suffices (default 2)")
     p.add_argument("--refine-steps", type=int, default=2,

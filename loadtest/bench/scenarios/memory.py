@@ -3,7 +3,7 @@ Postgres's CPU per op (over seeding, warm-up and window, divided by every op sen
 
 import time
 
-from ..common import cpu_ms, get, int_list, kinds, log, ms, postgres_pids, proc_ticks, table
+from ..common import cpu_ms, get, int_list, kinds, log, ms, postgres_pids, table
 
 HELP = "the memory routes: set/get/search mix, CPU per op"
 DURATION = "10s"

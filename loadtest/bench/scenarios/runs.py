@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 
-from ..common import (SPLIT_BINARIES, BenchError, cpu_ms, get, int_list, kinds, log, ms, postgres_pids, psql,
+from ..common import (SPLIT_BINARIES, BenchError, cpu_ms, duration, get, int_list, kinds, log, ms, postgres_pids, psql,
                       table, status_kib)
 
 HELP = "agent runs end to end, cancels, per-run costs, parked runs"
@@ -35,7 +35,8 @@ def add_args(p):
                    help="skip the batches parked through a separate executor process")
     p.add_argument("--parked-batches", type=int, default=2,
                    help="batches parked through the separate executor (at least 2)")
-    p.add_argument("--settle", default="5s")
+    p.add_argument("--settle", type=duration, default="5s",
+                   help="wait after all parked before the last memory reading (default 5s)")
     p.add_argument("--slow-latency-ms", type=int, default=0)
     p.add_argument("--slow-token-ms", type=int, default=200)
     p.add_argument("--slow-turns", type=int, default=0)

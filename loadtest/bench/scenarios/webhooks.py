@@ -9,13 +9,13 @@ import signal
 import subprocess
 import time
 
-from ..common import (BenchError, Machine, compiler_running, cpu_ms, get, int_list, loadavg, log,
+from ..common import (BenchError, Machine, duration, compiler_running, cpu_ms, get, int_list, loadavg, log,
                       ms, pids_named, postgres_pids, psql, seconds, table, word_list)
 
 HELP = "signed webhook deliveries: rate, latency, CPU per delivery"
 DURATION = "20s"
 BINARIES = ["weft"]
-SECRET_ENV = "WEFT_WEBHOOK_DEFAULT__BENCH"
+SECRET_ENV = "WEFT_WEBHOOK_DEFAULT__BENCH_SECRET"  # "SECRET" in the name: fleet.py masks it in logs
 
 CONFIG = """
 [router.providers.mock]
@@ -41,7 +41,7 @@ def add_args(p):
     p.add_argument("--concurrency", type=int_list, default=[16, 64], help="default 16,64")
     p.add_argument("--webhooks", type=word_list, default=["bench-run", "bench-channel"],
                    help="default bench-run,bench-channel")
-    p.add_argument("--prime", default="3s",
+    p.add_argument("--prime", type=duration, default="3s",
                    help="load per webhook before the cases, then ANALYZE (0 skips both)")
     p.add_argument("--perf", action="store_true",
                    help="a machine-wide perf profile of each case (its cost is in the numbers)")
