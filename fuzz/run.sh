@@ -23,7 +23,6 @@ CARGO_FUZZ_VERSION=0.13.2
 TRIPLE=x86_64-unknown-linux-gnu
 BIN_DIR=$FUZZ/target/$TRIPLE/release
 GEN=$FUZZ/target/seeds # seeds made from the fixtures, rebuilt every run
-FIXTURES=$ROOT/services/router/tests/fixtures
 # The flags of every build: the same each time, so a warm build does nothing.
 BUILD_FLAGS=(--release --debug-assertions --sanitizer none --codegen-units 16)
 
@@ -47,49 +46,9 @@ if ((${#TARGETS[@]} == 0)); then
     mapfile -t TARGETS < <(cargo fuzz list)
 fi
 
-# seed DIR NAME PREFIX FILE: DIR/NAME holds the bytes of PREFIX (octal escapes) then FILE.
-seed() {
-    mkdir -p "$1"
-    # shellcheck disable=SC2059 # the prefix is a format of octal escapes
-    { printf "$3"; cat "$4"; } >"$1/$2"
-}
-
-make_seeds() {
-    rm -rf "$GEN"
-    mkdir -p "$GEN"/{chat_openai,chat_anthropic,chat_llm}
-    local f kind i name
-    cp "$FIXTURES"/real-llm/openai-chat-*.request.json "$GEN/chat_openai/"
-    cp "$FIXTURES"/real-llm/anthropic-messages-*.request.json "$GEN/chat_anthropic/"
-    # provider_stream: a provider byte (its index in weft_router::fuzzing::Provider::ALL), a
-    # chunk-size byte (0: whole body; 7: chunks that split lines and events), then the stream.
-    # provider_body: a provider byte, then the body.
-    i=0
-    for kind in openai anthropic gemini deepseek ollama; do
-        for f in "$FIXTURES/$kind"/*.stream; do
-            name=$kind-$(basename "$f")
-            seed "$GEN/provider_stream" "$name.whole" "\\$(printf '%03o' $i)\\000" "$f"
-            seed "$GEN/provider_stream" "$name.chunked" "\\$(printf '%03o' $i)\\007" "$f"
-        done
-        for f in "$FIXTURES/$kind"/*.json; do
-            [[ $(basename "$f") == manifest.json ]] && continue
-            seed "$GEN/provider_body" "$kind-$(basename "$f")" "\\$(printf '%03o' $i)" "$f"
-        done
-        i=$((i + 1))
-    done
-    for f in "$FIXTURES"/real-llm/openai-chat-*.sse; do
-        seed "$GEN/provider_stream" "real-$(basename "$f")" '\000\000' "$f"
-    done
-    for f in "$FIXTURES"/real-llm/anthropic-messages-*.sse; do
-        seed "$GEN/provider_stream" "real-$(basename "$f")" '\001\000' "$f"
-    done
-    for f in "$FIXTURES"/real-llm/openai-chat-*.response.json; do
-        seed "$GEN/provider_body" "real-$(basename "$f")" '\000' "$f"
-    done
-    for f in "$FIXTURES"/real-llm/anthropic-messages-*.response.json; do
-        seed "$GEN/provider_body" "real-$(basename "$f")" '\001' "$f"
-    done
-}
-make_seeds
+# The fixture seeds, made by the same code the replay tests use (tests/fuzz-targets/src/seeds.rs).
+rm -rf "$GEN"
+(cd "$ROOT" && cargo run -q --locked -p weft-fuzz-targets --example write_seeds -- "$GEN")
 
 # minimise TARGET: keep only the corpus inputs that add coverage, so the corpus does not grow
 # without bound from run to run (libFuzzer only ever adds files).

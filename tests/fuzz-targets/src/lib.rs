@@ -6,14 +6,16 @@
 )]
 
 pub mod defs;
+pub mod seeds;
+pub mod targets;
 
 use std::collections::HashSet;
 
 use prost::Message as _;
 use weft_core::Error;
 use weft_proto::v1;
-use weft_router::{ChatEvent, ChatRequest};
 use weft_router::fuzzing::Provider;
+use weft_router::{ChatEvent, ChatRequest};
 
 /// A chat front door's decoding of one body, then what the router does with the result:
 /// - a refusal is the caller's fault (4xx), never a server error;

@@ -1,7 +1,7 @@
 //! POST /v1/llm/chat (native): a body decoded as the gateway's handler decodes it,
-//! then checked by [`weft_fuzz::check_decoded`].
-#![no_main]
+//! then checked by [`crate::check_decoded`].
 
-libfuzzer_sys::fuzz_target!(|body: &[u8]| {
-    weft_fuzz::check_decoded(weft_gateway::fuzzing::llm_chat(body));
-});
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(body: &[u8]) {
+    crate::check_decoded(weft_gateway::fuzzing::llm_chat(body));
+}

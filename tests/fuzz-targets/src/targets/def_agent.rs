@@ -1,23 +1,23 @@
 //! Agent definitions: a `PUT /v1/agents/{name}` body (first byte even) or a `<name>.md` file
 //! (odd: YAML front matter and the system prompt as its body, `parse_agent_markdown`). Beyond
-//! "no panic" ([`weft_fuzz::defs`]): refusals are 4xx naming the field, the gateway hop changes
+//! "no panic" ([`crate::defs`]): refusals are 4xx naming the field, the gateway hop changes
 //! nothing, accepted content is storable and has a stable content address. A markdown
 //! definition that parses is written back as markdown (its fields as YAML front matter, the
 //! prompt as the body) and parses to the same name and content; and its content through the
 //! JSON path hashes the same.
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
 )]
 
+use crate::defs;
 use serde_json::Value;
 use weft_core::agent::{AgentContent, parse_agent_markdown, validate_agent_name};
-use weft_fuzz::defs;
 
 const HINT: &str = "file-stem";
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [selector, rest @ ..] = data else {
         return;
     };
@@ -74,4 +74,4 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             e.message
         ),
     }
-});
+}

@@ -1,11 +1,10 @@
 //! MCP server definitions: a `PUT /v1/mcp-servers/{name}` body (first byte even), or text for
-//! the credential-reference and glob helpers (odd). Beyond "no panic" ([`weft_fuzz::defs`]):
+//! the credential-reference and glob helpers (odd). Beyond "no panic" ([`crate::defs`]):
 //! refusals are 4xx naming the field, the gateway hop changes nothing, accepted content is
 //! storable and has a stable content address; only `stdio` is operator-only; every header of an
 //! accepted `http` server, with its credentials substituted, is a header the bridge can send;
 //! `credential_refs` and `substitute_credentials` agree; `glob_matches` agrees with the textbook
 //! dynamic programme.
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
@@ -13,12 +12,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::defs;
 use weft_core::def::DefContent as _;
 use weft_core::mcp::{
     McpServerContent, McpTransport, credential_refs, glob_matches, is_credential_name,
     substitute_credentials,
 };
-use weft_fuzz::defs;
 
 /// `*` matches any run of bytes: the textbook dynamic programme over (pattern, tool) prefixes.
 fn glob_reference(p: &[u8], t: &[u8]) -> bool {
@@ -82,7 +81,8 @@ fn check_refs(value: &str) {
     }
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [selector, rest @ ..] = data else {
         return;
     };
@@ -133,4 +133,4 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         check_glob(pattern, &pattern.replace('*', ""));
         assert!(c.offers(&pattern.replace('*', "x")));
     }
-});
+}

@@ -1,11 +1,10 @@
 //! Schedule definitions: a `PUT /v1/schedules/{name}` body. Beyond "no panic"
-//! ([`weft_fuzz::defs`]): refusals are 4xx naming the field, the gateway hop changes nothing,
+//! ([`crate::defs`]): refusals are 4xx naming the field, the gateway hop changes nothing,
 //! accepted content is storable and has a stable content address. An accepted schedule
 //! compiles; its next fire time after an instant is a whole second strictly after it, and is
 //! also the next fire time after the second before it; a plan's fires are ordered, within its
 //! window and at most its limit; an `on_complete` memory key renders, with every placeholder at
 //! its longest, to 1-512 bytes (what the substrate stores).
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
@@ -13,14 +12,15 @@
 
 use std::time::Duration;
 
+use crate::defs;
 use time::OffsetDateTime;
 use weft_core::schedule::{OnComplete, ScheduleContent, TemplateVars, limits, render};
-use weft_fuzz::defs;
 
 /// 2026-03-08T06:59:59.5Z (a DST change in America/New_York), and 2100-02-28T23:59:59Z.
 const INSTANTS: [i128; 2] = [1_772_953_199_500_000_000, 4_107_542_399_000_000_000];
 
-libfuzzer_sys::fuzz_target!(|body: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(body: &[u8]) {
     let Some(s) = defs::check_body::<ScheduleContent>(body) else {
         return;
     };
@@ -81,4 +81,4 @@ libfuzzer_sys::fuzz_target!(|body: &[u8]| {
             }
         }
     }
-});
+}

@@ -1,18 +1,17 @@
 //! Skill definitions: a `PUT /v1/skills/{name}` body (first byte even) or a `SKILL.md` (odd:
 //! front matter `name`, `description`; the instructions as the body, `parse_skill_markdown`).
-//! Beyond "no panic" ([`weft_fuzz::defs`]): refusals are 4xx naming the field, the gateway hop
+//! Beyond "no panic" ([`crate::defs`]): refusals are 4xx naming the field, the gateway hop
 //! changes nothing, accepted content is storable and has a stable content address; a
 //! `SKILL.md` that parses is written back and parses to the same name and content.
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
 )]
 
+use crate::defs;
 use serde_json::{Map, Value};
 use weft_core::def::{DefKind, validate_def_name};
 use weft_core::skill::{SkillContent, parse_skill_markdown};
-use weft_fuzz::defs;
 
 const HINT: &str = "folder";
 
@@ -25,7 +24,8 @@ fn check_skill(c: &SkillContent) {
     }
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [selector, rest @ ..] = data else {
         return;
     };
@@ -73,4 +73,4 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             e.message
         ),
     }
-});
+}

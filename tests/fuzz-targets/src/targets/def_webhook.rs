@@ -1,23 +1,23 @@
 //! Webhook definitions and their deliveries. Input: a selector byte, a `PUT /v1/webhooks/{name}`
 //! body, then `\0` and a delivery's body (JSON, or a form when the selector's low bit is set:
 //! `weft_ingress::webhooks::parse_payload`), mapped by the definition when it is accepted.
-//! Beyond "no panic" ([`weft_fuzz::defs`]): refusals are 4xx naming the field, the gateway hop
+//! Beyond "no panic" ([`crate::defs`]): refusals are 4xx naming the field, the gateway hop
 //! changes nothing, accepted content is storable and has a stable content address; an accepted
 //! definition has exactly one target, a mapping, and header names the receiver can look up; a
 //! delivery it refuses is the sender's fault (4xx); a mapped `user` is at most 256 bytes, and an
 //! unmapped `input` is the whole payload.
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
 )]
 
+use crate::defs;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use weft_core::webhook::{WebhookContent, limits};
-use weft_fuzz::defs;
 use weft_ingress::webhooks::parse_payload;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [selector, rest @ ..] = data else {
         return;
     };
@@ -81,4 +81,4 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 .all(|k| mapping.metadata.contains_key(k))
         );
     }
-});
+}

@@ -17,7 +17,6 @@
 //! `..` segment that a URL parser would fold, which would call another route); and the answer
 //! does not depend on how the API's body was cut into chunks. `WEFT_FUZZ_DEBUG=1` prints the calls
 //! and the answer of each input (to reproduce one).
-#![no_main]
 #![expect(
     clippy::panic,
     reason = "fuzz targets are test code: a panic is how they report a broken property"
@@ -369,7 +368,7 @@ async fn serve(selector: u8, body: &[u8], stub: Stub, p: &Principal) -> Answer {
     }
 }
 
-fn run(selector: u8, body: &[u8], answer: Option<(u16, usize, Bytes)>) -> Answer {
+fn serve_once(selector: u8, body: &[u8], answer: Option<(u16, usize, Bytes)>) -> Answer {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -396,7 +395,8 @@ fn run(selector: u8, body: &[u8], answer: Option<(u16, usize, Bytes)>) -> Answer
     answer
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [selector, rest @ ..] = data else {
         return;
     };
@@ -405,16 +405,16 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         None => (rest, None),
     };
     let Some([chunking, upstream @ ..]) = tail else {
-        run(*selector, body, None);
+        serve_once(*selector, body, None);
         return;
     };
     let status = if chunking & 0x80 == 0 { 200 } else { 400 };
     let upstream = Bytes::copy_from_slice(upstream);
-    let whole = run(*selector, body, Some((status, 0, upstream.clone())));
+    let whole = serve_once(*selector, body, Some((status, 0, upstream.clone())));
     let size = usize::from(chunking & 0x7f).max(1);
-    let chunked = run(*selector, body, Some((status, size, upstream)));
+    let chunked = serve_once(*selector, body, Some((status, size, upstream)));
     assert_eq!(
         whole, chunked,
         "cutting the API's answer into {size}-byte chunks changed it"
     );
-});
+}

@@ -2,18 +2,18 @@
 //! driver's own loop. Input: one byte picking the provider, one byte giving the size of the
 //! body's chunks (0: the whole body at once), then the body. Besides the shape of the events,
 //! the result must not depend on the chunking.
-#![no_main]
 
 use weft_router::fuzzing::fold_stream;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzzer gives it: a panic is a broken property.
+pub fn run(data: &[u8]) {
     let [kind, chunk, body @ ..] = data else {
         return;
     };
-    let provider = weft_fuzz::provider(*kind);
+    let provider = crate::provider(*kind);
     let items = fold_stream(provider, body, usize::from(*chunk));
-    weft_fuzz::check_turn(&items);
+    crate::check_turn(&items);
     if *chunk != 0 {
-        weft_fuzz::check_chunking(&items, &fold_stream(provider, body, 0));
+        crate::check_chunking(&items, &fold_stream(provider, body, 0));
     }
-});
+}
