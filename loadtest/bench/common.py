@@ -287,3 +287,20 @@ def psql(database_url, sql, check=True):
 
 def have(*tools):
     return all(shutil.which(t) for t in tools)
+
+
+def upstream_config(port):
+    """A fleet config with one `openai` provider `up` in front of the fake upstream on `port`,
+    aliased `bench` (the chat and streams scenarios)."""
+    return f"""
+[router.providers.up]
+kind = "openai"
+base_url = "http://127.0.0.1:{port}/v1"
+models = ["bench-model"]
+
+[router.aliases]
+bench = ["up/bench-model"]
+
+[telemetry]
+log_level = "warn"
+"""

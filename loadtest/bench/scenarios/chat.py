@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import time
 
-from ..common import SPLIT_BINARIES, BenchError, duration, get, int_list, log, rnd, seconds, status_kib, table
+from ..common import (SPLIT_BINARIES, BenchError, duration, get, int_list, log, rnd, seconds,
+                      status_kib, table, upstream_config)
 
 HELP = "the chat door: added latency, the proxy floor, max RPS"
 DURATION = "10s"
@@ -56,21 +57,6 @@ def binaries(args):
     return BINARIES_SPLIT if args.arrangement == "split" else BINARIES_UP
 
 
-def config(upstream_port):
-    return f"""
-[router.providers.up]
-kind = "openai"
-base_url = "http://127.0.0.1:{upstream_port}/v1"
-models = ["bench-model"]
-
-[router.aliases]
-bench = ["up/bench-model"]
-
-[telemetry]
-log_level = "warn"
-"""
-
-
 def run(s):
     a = s.args
     upstream = s.serve("upstream", "upstream", "--threads", a.upstream_threads)
@@ -79,7 +65,7 @@ def run(s):
     proxy = None
     if not a.no_proxy and not a.soak:
         proxy = s.serve("proxy", "proxy", "--upstream", f"http://127.0.0.1:{port}")
-    fleet = s.fleet(config(port), arrangement=a.arrangement)
+    fleet = s.fleet(upstream_config(port), arrangement=a.arrangement)
     weft_url = fleet.url + "/v1"
     server_pids = s.server_pids(fleet, ["gateway", "router"])
     log(f"weft ({a.arrangement}) at {weft_url}, pids {server_pids}")

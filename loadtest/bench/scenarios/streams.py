@@ -4,7 +4,7 @@ inter-frame gap weft adds), with the CPU per frame of weft, the generator and th
 
 import time
 
-from ..common import Machine, int_list, log, proc_ticks, HZ, loadavg, pids_named, table
+from ..common import Machine, int_list, log, proc_ticks, HZ, loadavg, pids_named, table, upstream_config
 
 HELP = "paced streams direct vs through weft: lost frames, added gap"
 DURATION = "20s"
@@ -22,28 +22,13 @@ def add_args(p):
     p.add_argument("--upstream-threads", type=int, default=1)
 
 
-def config(port):
-    return f"""
-[router.providers.up]
-kind = "openai"
-base_url = "http://127.0.0.1:{port}/v1"
-models = ["bench-model"]
-
-[router.aliases]
-bench = ["up/bench-model"]
-
-[telemetry]
-log_level = "warn"
-"""
-
-
 def run(s):
     a = s.args
     up = s.serve("upstream", "upstream", "--threads", a.upstream_threads, "--deltas", a.deltas,
                  "--gap-ms", a.gap_ms)
     direct_url = up.ready["base_url"]
     port = direct_url.rsplit(":", 1)[1].split("/")[0]
-    fleet = s.fleet(config(port))
+    fleet = s.fleet(upstream_config(port))
     weft_url = fleet.url + "/v1"
     pids = s.server_pids(fleet)
     log(f"weft at {weft_url} (pids {pids})")
