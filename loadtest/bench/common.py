@@ -304,3 +304,14 @@ bench = ["up/bench-model"]
 [telemetry]
 log_level = "warn"
 """
+
+
+def mock_config(extra=""):
+    """A fleet config with the embedded mock provider, `extra` TOML after it, and quiet logs."""
+    return f"""
+[router.providers.mock]
+kind = "mock"
+{extra}
+[telemetry]
+log_level = "warn"
+"""

@@ -3,19 +3,13 @@ publish and delivery latency and CPU per delivered message (weft's, and the whol
 
 import time
 
-from ..common import int_list, log, table
+from ..common import int_list, log, mock_config, table
 
 HELP = "channels: publishers and long-polling readers at each rate"
 DURATION = "10s"
 BINARIES = ["weft"]
 
-CONFIG = """
-[router.providers.mock]
-kind = "mock"
-
-[telemetry]
-log_level = "warn"
-"""
+CONFIG = mock_config()
 
 
 def add_args(p):

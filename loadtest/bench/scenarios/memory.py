@@ -3,22 +3,16 @@ Postgres's CPU per op (over seeding, warm-up and window, divided by every op sen
 
 import time
 
-from ..common import cpu_ms, get, int_list, kinds, log, ms, postgres_pids, table
+from ..common import cpu_ms, get, int_list, kinds, log, mock_config, ms, postgres_pids, table
 
 HELP = "the memory routes: set/get/search mix, CPU per op"
 DURATION = "10s"
 BINARIES = ["weft"]
 
-CONFIG = """
-[router.providers.mock]
-kind = "mock"
-
+CONFIG = mock_config("""
 # Instant: embeddings cost weft's work, not a model's.
 [router.providers.mock.models.mock-1]
-
-[telemetry]
-log_level = "warn"
-"""
+""")
 
 
 def add_args(p):

@@ -9,18 +9,16 @@ import signal
 import subprocess
 import time
 
-from ..common import (BenchError, Machine, duration, compiler_running, cpu_ms, get, int_list, loadavg, log,
-                      ms, pids_named, postgres_pids, psql, seconds, table, word_list)
+from ..common import (BenchError, Machine, compiler_running, cpu_ms, duration, get, int_list,
+                      loadavg, log, mock_config, ms, pids_named, postgres_pids, psql, seconds,
+                      table, word_list)
 
 HELP = "signed webhook deliveries: rate, latency, CPU per delivery"
 DURATION = "20s"
 BINARIES = ["weft"]
 SECRET_ENV = "WEFT_WEBHOOK_DEFAULT__BENCH_SECRET"  # "SECRET" in the name: fleet.py masks it in logs
 
-CONFIG = """
-[router.providers.mock]
-kind = "mock"
-
+CONFIG = mock_config("""
 [router.providers.mock.models.mock-1]
 
 # The receiver's cost, not the agent loop's: no executor, so every run a delivery starts stays
@@ -31,10 +29,7 @@ embedded = false
 # Queued runs hold admission slots until their lease ends: high enough never to refuse.
 [gateway]
 tenant_max_concurrent_runs = 10000000
-
-[telemetry]
-log_level = "warn"
-"""
+""")
 
 
 def add_args(p):
