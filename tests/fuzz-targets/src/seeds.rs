@@ -14,9 +14,14 @@ pub type Input = (String, Vec<u8>);
 const PROVIDERS: [&str; 5] = ["openai", "anthropic", "gemini", "deepseek", "ollama"];
 
 /// The repository root, from this crate's manifest directory.
+/// (Read at run time: the seeds are not compiled in.)
 pub fn repo_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.canonicalize().unwrap_or(root)
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest)
+        .to_path_buf()
 }
 
 /// The files of `dir` in name order (none when it does not exist).
