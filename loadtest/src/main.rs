@@ -7,9 +7,8 @@
 //! set/get/search mix over the memory routes; `channels` drives publishers and long-polling
 //! readers on weft's channels. `mcp-server` serves a local MCP server with one `echo` tool and
 //! `mcp` calls it directly or through weft's MCP bridge; `webhooks` delivers signed webhooks to
-//! weft's receiver. `bench.sh`, `streams-bench.sh`, `runs-bench.sh`, `memory-bench.sh`,
-//! `channels-bench.sh`, `mcp-bench.sh` and `webhooks-bench.sh` next to this crate run the whole
-//! benchmarks.
+//! weft's receiver. `loadtest/bench.py` runs the whole benchmarks: it makes each scenario's
+//! database, ports, config and fleet, runs this generator against it and tears it all down.
 
 mod api;
 mod channels;

@@ -139,3 +139,25 @@ pub fn yaml(map: &serde_json::Map<String, Value>) -> String {
         Err(e) => panic!("content does not serialise to YAML: {e}"),
     }
 }
+
+/// A definition written back as markdown (`md`) parses (`parsed`) to the same name and content.
+pub fn check_written_back<C: PartialEq + Debug>(
+    name: &str,
+    content: &C,
+    md: &str,
+    parsed: Result<(String, C), Error>,
+) {
+    match parsed {
+        Ok((n, c)) => {
+            assert_eq!(n, name, "the name changed when written back:\n{md}");
+            assert!(
+                c == *content,
+                "the content changed when written back:\n{md}\n{c:?}\n{content:?}"
+            );
+        }
+        Err(e) => panic!(
+            "written back, the definition does not parse: {}\n{md}",
+            e.message
+        ),
+    }
+}

@@ -61,17 +61,10 @@ pub fn run(data: &[u8]) {
         defs::yaml(&fields),
         if in_body { prompt.as_str() } else { "" }
     );
-    match parse_agent_markdown("other-stem", &md) {
-        Ok((n, c)) => {
-            assert_eq!(n, name, "the name changed when written back:\n{md}");
-            assert!(
-                c == content,
-                "the content changed when written back:\n{md}\n{c:?}\n{content:?}"
-            );
-        }
-        Err(e) => panic!(
-            "written back, the definition does not parse: {}\n{md}",
-            e.message
-        ),
-    }
+    defs::check_written_back(
+        &name,
+        &content,
+        &md,
+        parse_agent_markdown("other-stem", &md),
+    );
 }
