@@ -347,14 +347,7 @@ impl Driver {
 
     /// A gRPC request carrying this run's principal as an internal JWT, and the trace context.
     pub(crate) fn internal<T>(&self, msg: T) -> Result<tonic::Request<T>, Error> {
-        let mut req = tonic::Request::new(msg);
-        let token = self.inner.jwt.sign(&self.principal)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        req.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(req.metadata_mut());
-        Ok(req)
+        weft_auth::rpc::request(&self.inner.jwt, &self.principal, msg)
     }
 
     /// The agent definition of this run, by content hash (cached).

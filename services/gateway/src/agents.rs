@@ -94,21 +94,6 @@ pub fn routes() -> axum::Router<AppState> {
         .merge(def_routes::<Webhooks>())
 }
 
-/// A substrate answer, with transport failures named after the substrate (the shared mapping
-/// speaks of the router).
-fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
-    r.map_err(|e| {
-        let e = if e.code == ErrorCode::Unavailable && e.message.starts_with("the router") {
-            Error::unavailable(
-                "the substrate is unavailable; retry shortly, and check that weft-substrate is running (gateway.substrate_url)",
-            )
-        } else {
-            e
-        };
-        ApiError::native(e)
-    })
-}
-
 fn version_json(v: v1::AgentVersion) -> Value {
     let content = serde_json::from_str::<Value>(&v.content_json).unwrap_or_else(|e| {
         tracing::error!(error = %e, version = %v.hash, "substrate sent content that is not JSON");
@@ -180,7 +165,10 @@ pub async fn put_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.put_def(req)).await)?;
+    let r = st
+        .substrate_call(client.put_def(req))
+        .await
+        .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
     let warnings = if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
         Some(warnings::<K>(&st, &p, &body).await)
@@ -209,7 +197,7 @@ async fn warnings<K: DefRoute>(st: &AppState, p: &Principal, content: &Value) ->
         );
         let mut client = st.substrate.clone();
         if let Ok(req) = req
-            && let Err(e) = st.deadline(client.get_def(req)).await
+            && let Err(e) = st.substrate_call(client.get_def(req)).await
             && e.code == ErrorCode::NotFound
         {
             out.push(format!(
@@ -272,7 +260,10 @@ pub async fn get_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let v = substrate(st.deadline(client.get_def(req)).await)?;
+    let v = st
+        .substrate_call(client.get_def(req))
+        .await
+        .map_err(ApiError::native)?;
     let active = v.active;
     let mut body = version_json(v);
     if active && matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
@@ -297,7 +288,10 @@ pub async fn list_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.list_defs(req)).await)?;
+    let r = st
+        .substrate_call(client.list_defs(req))
+        .await
+        .map_err(ApiError::native)?;
     let data: Vec<Value> = r.defs.into_iter().map(summary_json).collect();
     Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
 }
@@ -319,7 +313,10 @@ pub async fn list_versions_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.list_def_versions(req)).await)?;
+    let r = st
+        .substrate_call(client.list_def_versions(req))
+        .await
+        .map_err(ApiError::native)?;
     let data: Vec<Value> = r.versions.into_iter().map(version_json).collect();
     Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
 }
@@ -402,7 +399,10 @@ pub async fn fork_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.fork_def(req)).await)?;
+    let r = st
+        .substrate_call(client.fork_def(req))
+        .await
+        .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
     let warnings = match &r.version {
         Some(v) if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) => {
@@ -431,7 +431,10 @@ pub async fn retire_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let s = substrate(st.deadline(client.retire_def(req)).await)?;
+    let s = st
+        .substrate_call(client.retire_def(req))
+        .await
+        .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
     Ok(Json(summary_json(s)).into_response())
 }
@@ -462,7 +465,10 @@ pub async fn activate_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let s = substrate(st.deadline(client.activate_def(req)).await)?;
+    let s = st
+        .substrate_call(client.activate_def(req))
+        .await
+        .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
     Ok(Json(summary_json(s)).into_response())
 }
@@ -494,7 +500,10 @@ pub async fn verify_handler<K: DefRoute>(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    let r = substrate(st.deadline(client.verify_def(req)).await)?;
+    let r = st
+        .substrate_call(client.verify_def(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(Json(json!({"known": r.known, "name": r.name, "number": r.number})).into_response())
 }
 

@@ -6,6 +6,7 @@
 //! the substrate, which also caps how many wait at once).
 
 use std::time::Duration;
+use weft_auth::rpc::Peer;
 
 use axum::Extension;
 use axum::Json;
@@ -15,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use weft_core::{Error, ErrorCode, Principal};
+use weft_core::Principal;
 use weft_proto::v1;
 
 use crate::AppState;
@@ -39,20 +40,6 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/v1/channels/{name}/peek", get(peek_handler))
 }
 
-/// A substrate answer, with transport failures named after the substrate.
-fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
-    r.map_err(|e| {
-        let e = if e.code == ErrorCode::Unavailable && e.message.starts_with("the router") {
-            Error::unavailable(
-                "the substrate is unavailable; retry shortly, and check that weft-substrate is running (gateway.substrate_url)",
-            )
-        } else {
-            e
-        };
-        ApiError::native(e)
-    })
-}
-
 impl AppState {
     /// Bounds a channels call by its own wait plus `gateway.request_timeout_secs`.
     async fn channels_call<T>(
@@ -62,10 +49,9 @@ impl AppState {
     ) -> Result<T> {
         let limit = self.request_timeout + Duration::from_millis(u64::from(wait_ms));
         match tokio::time::timeout(limit, call).await {
-            Ok(r) => substrate(
-                r.map(tonic::Response::into_inner)
-                    .map_err(|s| crate::error::from_status(&s)),
-            ),
+            Ok(r) => r
+                .map(tonic::Response::into_inner)
+                .map_err(|s| ApiError::native(Peer::SUBSTRATE.error(&s))),
             Err(_) => Err(ApiError::native(self.timeout_error())),
         }
     }

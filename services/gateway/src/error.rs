@@ -88,28 +88,3 @@ impl IntoResponse for ApiError {
         render(&self.0, self.1)
     }
 }
-
-/// An error from a router call, with transport failures made readable.
-pub fn from_status(s: &tonic::Status) -> Error {
-    let e = Error::from(s);
-    let from_router = s.metadata().get(weft_core::error::GRPC_CODE_KEY).is_some();
-    if from_router {
-        return e;
-    }
-    match s.code() {
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
-            tracing::warn!(grpc_code = ?s.code(), "router unreachable");
-            Error::unavailable(
-                "the router is unavailable; retry shortly, and check that weft-router is running",
-            )
-        }
-        tonic::Code::DeadlineExceeded => Error::new(
-            weft_core::ErrorCode::UpstreamTimeout,
-            "the router did not answer in time",
-        ),
-        _ => {
-            tracing::error!(grpc_code = ?s.code(), "router call failed");
-            Error::internal()
-        }
-    }
-}

@@ -217,7 +217,7 @@ pub async fn delete_schedule_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
-    st.deadline(client.retire_def(req))
+    st.substrate_call(client.retire_def(req))
         .await
         .map_err(ApiError::native)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -237,7 +237,7 @@ async fn webhook_def(st: &AppState, p: &Principal, name: &str) -> Result<Webhook
         .map_err(ApiError::native)?;
     let mut client = st.substrate.clone();
     let v = st
-        .deadline(client.get_def(req))
+        .substrate_call(client.get_def(req))
         .await
         .map_err(ApiError::native)?;
     WebhookContent::from_json_str(&v.content_json).map_err(ApiError::native)

@@ -46,7 +46,8 @@ use weft_proto::v1::router_client::RouterClient;
 use weft_proto::v1::substrate_client::SubstrateClient;
 use weft_store::{RunStore, TokenStore};
 
-use crate::error::{ApiError, Shape, from_status, render};
+use crate::error::{ApiError, Shape, render};
+use weft_auth::rpc::Peer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -226,14 +227,7 @@ impl AppState {
 
     /// A router request carrying the principal's internal JWT and the trace context.
     pub fn internal<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
-        let mut req = tonic::Request::new(msg);
-        let token = self.jwt.sign(p)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        req.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(req.metadata_mut());
-        Ok(req)
+        weft_auth::rpc::request(&self.jwt, p, msg)
     }
 
     /// Bounds a router call by `gateway.request_timeout_secs`.
@@ -241,10 +235,26 @@ impl AppState {
         &self,
         call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, Error> {
+        self.deadline_on(Peer::ROUTER, call).await
+    }
+
+    /// Bounds a substrate call by `gateway.request_timeout_secs`.
+    pub async fn substrate_call<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, Error> {
+        self.deadline_on(Peer::SUBSTRATE, call).await
+    }
+
+    async fn deadline_on<T>(
+        &self,
+        peer: Peer,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, Error> {
         match tokio::time::timeout(self.request_timeout, call).await {
             Ok(r) => r
                 .map(tonic::Response::into_inner)
-                .map_err(|s| from_status(&s)),
+                .map_err(|s| peer.error(&s)),
             Err(_) => Err(self.timeout_error()),
         }
     }
@@ -293,7 +303,7 @@ impl AppState {
                 let events = futures::StreamExt::filter_map(resp.into_inner(), |r| {
                     std::future::ready(match r {
                         Ok(ev) => weft_proto::event_from_proto(ev).map(Ok),
-                        Err(s) => Some(Err(from_status(&s))),
+                        Err(s) => Some(Err(Peer::ROUTER.error(&s))),
                     })
                 });
                 Ok(RouterChat {
@@ -301,7 +311,7 @@ impl AppState {
                     headers,
                 })
             }
-            Ok(Err(s)) => Err(from_status(&s)),
+            Ok(Err(s)) => Err(Peer::ROUTER.error(&s)),
             Err(_) => Err(self.timeout_error()),
         }
     }
@@ -319,7 +329,7 @@ impl AppState {
                 let headers = rate_limit_headers(resp.metadata());
                 Ok((resp.into_inner(), headers))
             }
-            Ok(Err(s)) => Err(from_status(&s)),
+            Ok(Err(s)) => Err(Peer::ROUTER.error(&s)),
             Err(_) => Err(self.timeout_error()),
         }
     }

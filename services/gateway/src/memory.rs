@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
-use weft_core::{Error, ErrorCode, Principal, Scope};
+use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
 
 use crate::AppState;
@@ -59,20 +59,6 @@ async fn require_memory_scope(
         Some(Err(e)) => ApiError::native(e).into_response(),
         None => ApiError::native(Error::unauthenticated("missing bearer token")).into_response(),
     }
-}
-
-/// A substrate answer, with transport failures named after the substrate.
-fn substrate<T>(r: std::result::Result<T, Error>) -> Result<T> {
-    r.map_err(|e| {
-        let e = if e.code == ErrorCode::Unavailable && e.message.starts_with("the router") {
-            Error::unavailable(
-                "the substrate is unavailable; retry shortly, and check that weft-substrate is running (gateway.substrate_url)",
-            )
-        } else {
-            e
-        };
-        ApiError::native(e)
-    })
 }
 
 /// Appends `v` as JSON. Writing into a `Vec` cannot fail.
@@ -223,7 +209,10 @@ pub async fn get_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let e = substrate(st.deadline(client.get(req)).await)?;
+    let e = st
+        .substrate_call(client.get(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(entry_response(&e))
 }
 
@@ -257,7 +246,10 @@ pub async fn put_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let e = substrate(st.deadline(client.set(req)).await)?;
+    let e = st
+        .substrate_call(client.set(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(entry_response(&e))
 }
 
@@ -283,7 +275,10 @@ pub async fn delete_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let d = substrate(st.deadline(client.delete(req)).await)?;
+    let d = st
+        .substrate_call(client.delete(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(Json(json!({"key": key, "deleted": d.deleted, "version": d.version})).into_response())
 }
 
@@ -310,7 +305,10 @@ pub async fn incr_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let e = substrate(st.deadline(client.incr(req)).await)?;
+    let e = st
+        .substrate_call(client.incr(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(entry_response(&e))
 }
 
@@ -340,7 +338,10 @@ pub async fn list_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let r = substrate(st.deadline(client.list(req)).await)?;
+    let r = st
+        .substrate_call(client.list(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(entries_response(
         r.entries.iter().map(|e| (e, None)),
         "next_cursor",
@@ -372,7 +373,10 @@ pub async fn search_handler(
         )
         .map_err(ApiError::native)?;
     let mut client = st.memory.clone();
-    let r = substrate(st.deadline(client.search(req)).await)?;
+    let r = st
+        .substrate_call(client.search(req))
+        .await
+        .map_err(ApiError::native)?;
     Ok(entries_response(
         r.hits
             .iter()

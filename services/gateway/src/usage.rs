@@ -8,6 +8,7 @@
 //! to one of them at a time.
 
 use std::time::Duration;
+use weft_core::rfc3339;
 
 use async_nats::jetstream::{self, AckKind};
 use axum::Extension;
@@ -383,12 +384,6 @@ fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<Usag
         to,
         group_by,
     })
-}
-
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&Rfc3339)
-        .unwrap_or_default()
 }
 
 fn time_json(t: Option<OffsetDateTime>) -> Value {

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weft_auth::rpc::caller;
 
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use tonic::{Request, Response, Status};
@@ -111,7 +112,7 @@ impl BridgeService {
         server: &str,
         credentials: &HashMap<String, String>,
     ) -> Result<(String, Def, BTreeMap<String, String>), Status> {
-        let p = principal(req)?;
+        let p = caller(req)?;
         let def = self.def(req, &p, server).await?;
         let credentials = credentials
             .iter()
@@ -119,13 +120,6 @@ impl BridgeService {
             .collect();
         Ok((p.tenant.to_string(), def, credentials))
     }
-}
-
-fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
 }
 
 fn to_status(e: BridgeError) -> Status {

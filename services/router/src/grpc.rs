@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use weft_auth::rpc::caller;
 
 use futures::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
@@ -21,13 +22,6 @@ impl RouterService {
     pub fn new(routing: Arc<Routing>) -> Self {
         Self { routing }
     }
-}
-
-fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
 }
 
 type ChatStream = Pin<Box<dyn Stream<Item = Result<v1::ChatEvent, Status>> + Send>>;
@@ -84,7 +78,7 @@ impl v1::router_server::Router for RouterService {
         &self,
         request: Request<v1::ChatRequest>,
     ) -> Result<Response<ChatStream>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = chat_span(&p);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
         let req = weft_proto::chat_request_from_proto(request.into_inner())?;
@@ -105,7 +99,7 @@ impl v1::router_server::Router for RouterService {
         &self,
         request: Request<v1::EmbedRequest>,
     ) -> Result<Response<v1::EmbedResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = tracing::info_span!("router.embed", tenant = %p.tenant);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
         let req = weft_proto::embed_request_from_proto(request.into_inner());
@@ -132,7 +126,7 @@ impl v1::router_server::Router for RouterService {
         &self,
         request: Request<v1::ListModelsRequest>,
     ) -> Result<Response<v1::ListModelsResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let models = self
             .routing
             .list_models_for(p.tenant.as_str())

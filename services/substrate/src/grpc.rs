@@ -7,12 +7,13 @@
 //! resolves its kind and calls one function of [`defs`]. Only put and fork read content, so
 //! only they dispatch on the content type ([`put_kind`], [`fork_kind`]).
 
-use time::format_description::well_known::Rfc3339;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
+use weft_auth::rpc::caller;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
 use weft_core::mcp::McpServerContent;
+use weft_core::rfc3339;
 use weft_core::schedule::ScheduleContent;
 use weft_core::skill::SkillContent;
 use weft_core::webhook::WebhookContent;
@@ -81,13 +82,6 @@ impl SubstrateService {
     }
 }
 
-fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
-}
-
 /// Reading definitions: whoever may start or read runs.
 fn require_read(p: &Principal) -> Result<(), Status> {
     if p.has(Scope::RunsCreate) || p.has(Scope::RunsRead) {
@@ -114,10 +108,6 @@ fn require_write(p: &Principal) -> Result<(), Status> {
 
 fn created_by(p: &Principal) -> String {
     format!("{}/{}", p.tenant, p.subject)
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
 }
 
 /// The proto message for a version record.
@@ -279,7 +269,7 @@ where
     F: FnOnce(Principal, T) -> Fut,
     Fut: std::future::Future<Output = Result<R, Status>>,
 {
-    let p = principal(&request)?;
+    let p = caller(&request)?;
     let span = span(rpc, &p, &request);
     if write {
         require_write(&p)?;

@@ -6,10 +6,13 @@
 //!   internal service verifies it before doing anything.
 //! - Layers: an axum middleware that resolves bearer tokens, and a tonic interceptor that
 //!   verifies internal JWTs.
+//! - [`rpc`]: a request carrying its caller, the caller of a request, a failed call named after
+//!   the service that failed.
 
 mod jwt;
 mod layers;
 mod resolver;
+pub mod rpc;
 pub mod session;
 mod token;
 

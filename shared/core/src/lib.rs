@@ -24,3 +24,10 @@ pub use error::{Error, ErrorCode};
 pub use ids::{RunId, TenantId, TokenId};
 pub use principal::{Principal, Scope, Scopes};
 pub use usage::UsageRecord;
+
+/// RFC 3339 in UTC, as API and RPC fields carry times (empty for a time it cannot show).
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}

@@ -388,14 +388,7 @@ impl AgentCache {
 impl Launcher {
     /// A substrate request carrying the principal's internal JWT and the trace context.
     pub fn internal<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
-        let mut req = tonic::Request::new(msg);
-        let token = self.jwt.sign(p)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        req.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(req.metadata_mut());
-        Ok(req)
+        weft_auth::rpc::request(&self.jwt, p, msg)
     }
 
     /// Bounds a substrate call by the request timeout.

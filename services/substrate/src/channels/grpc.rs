@@ -4,9 +4,10 @@
 //! reading, acking, peeking and awaiting `channels:read`; listing either; creating and deleting
 //! channels `tenant:admin`.
 
-use time::format_description::well_known::Rfc3339;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
+use weft_auth::rpc::caller;
+use weft_core::rfc3339;
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
 
@@ -24,13 +25,6 @@ impl ChannelsService {
     }
 }
 
-fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
-}
-
 fn require_admin(p: &Principal) -> Result<(), Status> {
     if p.administers(&p.tenant) {
         Ok(())
@@ -40,10 +34,6 @@ fn require_admin(p: &Principal) -> Result<(), Status> {
         )
         .into())
     }
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
 }
 
 fn unsigned(v: i64) -> u64 {
@@ -91,7 +81,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PutChannelRequest>,
     ) -> Result<Response<v1::PutChannelResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("put_channel", &p, &request);
         require_admin(&p)?;
         let r = request.into_inner();
@@ -112,7 +102,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::DeleteChannelRequest>,
     ) -> Result<Response<v1::DeleteChannelResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("delete_channel", &p, &request);
         require_admin(&p)?;
         let r = request.into_inner();
@@ -128,7 +118,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::ListChannelsRequest>,
     ) -> Result<Response<v1::ListChannelsResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("list_channels", &p, &request);
         if !p.has(Scope::ChannelsRead) && !p.has(Scope::ChannelsPublish) {
             return Err(Error::forbidden(
@@ -152,7 +142,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PublishRequest>,
     ) -> Result<Response<v1::PublishResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("publish", &p, &request);
         let r = request.into_inner();
         self.hub
@@ -180,7 +170,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::ReadRequest>,
     ) -> Result<Response<v1::ReadResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("read", &p, &request);
         let r = request.into_inner();
         self.hub
@@ -210,7 +200,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::AckRequest>,
     ) -> Result<Response<v1::AckResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("ack", &p, &request);
         let r = request.into_inner();
         self.hub
@@ -231,7 +221,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PeekRequest>,
     ) -> Result<Response<v1::PeekResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("peek", &p, &request);
         let r = request.into_inner();
         self.hub
@@ -255,7 +245,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::AwaitRequest>,
     ) -> Result<Response<v1::AwaitResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("await_channels", &p, &request);
         let r = request.into_inner();
         self.hub

@@ -2,10 +2,11 @@
 //! JWT; reading needs `memory:read`, writing `memory:write` (admins and tenant admins hold
 //! both). Requests become [`Memory`] calls, entries become prost messages.
 
-use time::format_description::well_known::Rfc3339;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use weft_core::{Error, Principal, Scope};
+use weft_auth::rpc::caller;
+use weft_core::rfc3339;
+use weft_core::{Principal, Scope};
 use weft_proto::v1;
 
 use super::{Entry, Memory, ScopeRef};
@@ -22,19 +23,8 @@ impl MemoryService {
     }
 }
 
-fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
-}
-
 fn require(p: &Principal, scope: Scope) -> Result<(), Status> {
     p.require(scope).map_err(Status::from)
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
 }
 
 /// The proto message for an entry of `scope`/`scope_id`.
@@ -63,7 +53,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryGetRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("get", &p, &request);
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();
@@ -83,7 +73,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemorySetRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("set", &p, &request);
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
@@ -113,7 +103,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryDeleteRequest>,
     ) -> Result<Response<v1::MemoryDeleteResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("delete", &p, &request);
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
@@ -145,7 +135,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryListRequest>,
     ) -> Result<Response<v1::MemoryListResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("list", &p, &request);
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();
@@ -173,7 +163,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryIncrRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("incr", &p, &request);
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
@@ -201,7 +191,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemorySearchRequest>,
     ) -> Result<Response<v1::MemorySearchResponse>, Status> {
-        let p = principal(&request)?;
+        let p = caller(&request)?;
         let span = span("search", &p, &request);
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();

@@ -135,20 +135,15 @@ impl Embedder {
 
     /// One vector for `text`.
     pub async fn embed(&self, p: &Principal, text: &str) -> Result<Vec<f32>, Error> {
-        let mut req = tonic::Request::new(v1::EmbedRequest {
+        let msg = v1::EmbedRequest {
             model: self.model.clone(),
             input: vec![text.to_owned()],
             dimensions: None,
             user: String::new(),
             provider_hint: None,
             tier_hint: None,
-        });
-        let token = self.jwt.sign(p)?;
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::internal())?;
-        req.metadata_mut().insert("authorization", value);
-        weft_telemetry::inject_trace_context(req.metadata_mut());
+        };
+        let req = weft_auth::rpc::request(&self.jwt, p, msg)?;
         let mut client = self.client.clone();
         let resp = match tokio::time::timeout(EMBED_TIMEOUT, client.embed(req)).await {
             Ok(Ok(r)) => r.into_inner(),
