@@ -23,7 +23,7 @@ use rmcp::{ClientHandler, ServiceExt as _};
 use sha2::{Digest as _, Sha256};
 use weft_config::McpBridgeConfig;
 use weft_core::mcp::{McpServerContent, McpTransport, substitute_credentials};
-use weft_executor::tools::http::{AddressPolicy, Lookup, SystemLookup, guarded_resolver_over};
+use weft_egress::{AddressPolicy, Lookup, SystemLookup, guarded_resolver_over};
 
 use crate::BridgeError;
 
