@@ -198,45 +198,42 @@ class Proc:
         _REPORTED.add(self.log)
         return FleetError(f"{self.name} exited with status {self.returncode} before becoming ready")
 
-    def wait_port(self, port: int, timeout: float = READY_TIMEOUT) -> None:
-        """Wait until `port` on loopback accepts TCP connections."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
-            except OSError:
-                pass
-            if not self.alive():
-                raise self._exited_early()
-            if time.monotonic() >= deadline:
-                say(f"{self.name} is not listening on port {port} after {timeout:g}s")
-                show_log(self.log)
-                _REPORTED.add(self.log)
-                raise FleetError(f"{self.name} is not listening on port {port}")
-            time.sleep(0.2)
-
-    def wait_ready(self, ready_file, timeout: float = READY_TIMEOUT) -> tuple[str, str | None]:
-        """Wait until the ready file holds a URL whose /readyz answers 200: (url, admin_token)."""
+    def _poll(self, probe, timeout: float, what: str):
+        """probe() until it returns something other than None (exceptions count as not yet),
+        failing early when the process exits and, after `timeout`, with its log tail."""
         deadline = time.monotonic() + timeout
         while True:
             if not self.alive():
                 raise self._exited_early()
             try:
-                with open(ready_file) as f:
-                    ready = json.load(f)
-                url = ready["url"].rstrip("/")
-                with _HTTP.open(url + "/readyz", timeout=2) as resp:
-                    if resp.status == 200:
-                        return url, ready.get("admin_token") or None
+                got = probe()
+                if got is not None:
+                    return got
             except Exception:
                 pass
             if time.monotonic() >= deadline:
-                say(f"{self.name} did not become ready within {timeout:g}s (ready file + /readyz)")
+                say(f"{self.name} {what} after {timeout:g}s")
                 show_log(self.log)
                 _REPORTED.add(self.log)
-                raise FleetError(f"{self.name} did not become ready")
+                raise FleetError(f"{self.name} {what}")
             time.sleep(0.2)
+
+    def wait_port(self, port: int, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until `port` on loopback accepts TCP connections."""
+        def probe():
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        self._poll(probe, timeout, f"is not listening on port {port}")
+
+    def wait_ready(self, ready_file, timeout: float = READY_TIMEOUT) -> tuple[str, str | None]:
+        """Wait until the ready file holds a URL whose /readyz answers 200: (url, admin_token)."""
+        def probe():
+            with open(ready_file) as f:
+                ready = json.load(f)
+            url = ready["url"].rstrip("/")
+            with _HTTP.open(url + "/readyz", timeout=2) as resp:
+                return (url, ready.get("admin_token") or None) if resp.status == 200 else None
+        return self._poll(probe, timeout, "did not become ready (ready file + /readyz)")
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM, up to `timeout` s to exit, then SIGKILL; returns the exit status."""
