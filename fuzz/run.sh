@@ -48,7 +48,8 @@ fi
 
 # The fixture seeds, made by the same code the replay tests use (tests/fuzz-targets/src/seeds.rs).
 rm -rf "$GEN"
-(cd "$ROOT" && cargo run -q --locked -p weft-fuzz-targets --example write_seeds -- "$GEN")
+rustc --edition 2024 -O -o "$FUZZ/target/write_seeds" "$ROOT/tests/fuzz-targets/examples/write_seeds.rs"
+"$FUZZ/target/write_seeds" "$ROOT" "$GEN"
 
 # minimise TARGET: keep only the corpus inputs that add coverage, so the corpus does not grow
 # without bound from run to run (libFuzzer only ever adds files).

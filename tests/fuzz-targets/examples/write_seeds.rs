@@ -1,24 +1,27 @@
-//! Writes the fixture seeds of every target into `DIR/<target>/` for a cargo-fuzz campaign
-//! (fuzz/run.sh): `cargo run -p weft-fuzz-targets --example write_seeds -- DIR`.
+//! Writes the fixture seeds of the targets that have them into `DIR/<target>/`, for a cargo-fuzz
+//! campaign: `write_seeds ROOT DIR` (ROOT: the repository). fuzz/run.sh compiles this file alone
+//! with rustc (it needs nothing but `std`), so a campaign does not wait for a build of the
+//! workspace; cargo builds it as an example so it keeps compiling.
+
+#[path = "../src/seeds.rs"]
+#[expect(dead_code, reason = "this program uses the fixture seeds only")]
+mod seeds;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use weft_fuzz_targets::{seeds, targets};
-
 fn main() -> ExitCode {
-    let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: write_seeds DIR");
+    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let [root, dir] = &args[..] else {
+        eprintln!("usage: write_seeds ROOT DIR");
         return ExitCode::from(2);
     };
-    let root = seeds::repo_root();
-    for (target, _) in targets::ALL {
-        let written = seeds::from_fixtures(&root, target).and_then(|inputs| {
+    for target in seeds::FIXTURE_TARGETS {
+        let written = seeds::from_fixtures(root, target).and_then(|inputs| {
             let out = dir.join(target);
             std::fs::create_dir_all(&out)?;
             for (name, data) in inputs {
-                let file = name.trim_start_matches("fixture:");
-                std::fs::write(out.join(file), data)?;
+                std::fs::write(out.join(name.trim_start_matches("fixture:")), data)?;
             }
             Ok(())
         });

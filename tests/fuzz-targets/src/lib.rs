@@ -9,7 +9,19 @@ pub mod defs;
 pub mod seeds;
 pub mod targets;
 
+/// The repository root, from this crate's manifest directory.
+/// (Read at run time: the seeds are not compiled in.)
+pub fn repo_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
 use prost::Message as _;
 use weft_core::Error;

@@ -1,6 +1,7 @@
 //! The inputs every target starts from: the committed seeds (`fuzz/seeds/<target>`: hand-written
 //! inputs and every crash found so far), the local corpus of past campaigns (`fuzz/corpus/<target>`,
-//! not committed), and seeds made from the router's recorded fixtures.
+//! not committed), and seeds made from the router's recorded fixtures. Plain `std`: fuzz/run.sh
+//! compiles it alone, with rustc, into `examples/write_seeds.rs`.
 
 use std::fs;
 use std::io;
@@ -9,20 +10,17 @@ use std::path::{Path, PathBuf};
 /// One input: where it came from (a path, or `fixture:<name>`) and its bytes.
 pub type Input = (String, Vec<u8>);
 
+/// The targets [`from_fixtures`] makes seeds for.
+pub const FIXTURE_TARGETS: [&str; 4] = [
+    "chat_openai",
+    "chat_anthropic",
+    "provider_stream",
+    "provider_body",
+];
+
 /// The five driver kinds in the order of `weft_router::fuzzing::Provider::ALL`: an input's
 /// provider byte is its index here.
 const PROVIDERS: [&str; 5] = ["openai", "anthropic", "gemini", "deepseek", "ollama"];
-
-/// The repository root, from this crate's manifest directory.
-/// (Read at run time: the seeds are not compiled in.)
-pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .nth(2)
-        .unwrap_or(manifest)
-        .to_path_buf()
-}
 
 /// The files of `dir` in name order (none when it does not exist).
 pub fn files_in(dir: &Path) -> io::Result<Vec<Input>> {

@@ -12,7 +12,7 @@ fn replay(target: &str) {
     let Some((_, run)) = targets::ALL.iter().find(|(name, _)| *name == target) else {
         panic!("no target {target} in weft_fuzz_targets::targets::ALL");
     };
-    let inputs = match seeds::all(&seeds::repo_root(), target) {
+    let inputs = match seeds::all(&weft_fuzz_targets::repo_root(), target) {
         Ok(inputs) => inputs,
         Err(e) => panic!("reading the inputs of {target}: {e}"),
     };
@@ -50,7 +50,7 @@ macro_rules! replay {
             let tested: BTreeSet<&str> = [$(stringify!($target)),*].into_iter().collect();
             let listed: BTreeSet<&str> = targets::ALL.iter().map(|(name, _)| *name).collect();
             assert_eq!(tested, listed, "replay tests and targets::ALL differ");
-            let root = seeds::repo_root();
+            let root = weft_fuzz_targets::repo_root();
             let names = |dir: &str| -> BTreeSet<String> {
                 match std::fs::read_dir(root.join(dir)) {
                     Ok(entries) => entries
