@@ -266,20 +266,14 @@ class FakeUpstream:
     def start(self, timeout: float = READY_TIMEOUT) -> "FakeUpstream":
         self.proc = Proc("weft-fake-upstream", [self.bin_dir / "weft-fake-upstream", "--fixtures",
                                                 self.fixtures, "--listen", "127.0.0.1:0"], self.log)
-        deadline = time.monotonic() + timeout
-        while self.url is None:
+        def probe():
             m = re.search(r"^listening on (http://\S+)", self.log.read_text(errors="replace"), re.M)
-            if m:
-                self.url = m.group(1)
-            elif not self.proc.alive():
-                raise self.proc._exited_early()
-            elif time.monotonic() >= deadline:
-                say(f"weft-fake-upstream printed no 'listening on' line within {timeout:g}s")
-                show_log(self.log)
-                self.proc.stop()
-                raise FleetError("weft-fake-upstream did not start")
-            else:
-                time.sleep(0.1)
+            return m.group(1) if m else None
+        try:
+            self.url = self.proc._poll(probe, timeout, "printed no 'listening on' line")
+        except FleetError:
+            self.proc.stop()
+            raise
         print(f"weft-fake-upstream: {self.url} (fixtures {_rel(self.fixtures)})", flush=True)
         return self
 
