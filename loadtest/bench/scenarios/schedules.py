@@ -78,7 +78,7 @@ def run(s):
     weft = s.server_pids(fleet)
     db = fleet.database_url
     s.api(fleet, "PUT", "/v1/agents/bench", {"model": "mock-1"})
-    from fleet import free_ports
+    from fleet import FleetError, free_ports
     replicas = []
     for i, port in enumerate(free_ports(a.replicas), 1):
         env = dict(s.fleet_env(fleet), WEFT_DATABASE__URL=db, WEFT_AUTH__INTERNAL_JWT_SECRET=secret,
@@ -86,10 +86,13 @@ def run(s):
                    WEFT_INGRESS__LISTEN=f"127.0.0.1:{port}", WEFT_INGRESS__TICK_MS=str(a.tick_ms),
                    WEFT_GATEWAY__TENANT_MAX_CONCURRENT_RUNS="100000000",
                    WEFT_TELEMETRY__LOG_LEVEL="warn")
-        replicas.append(s.spawn(f"ingress-{i}", [s.bin / "weft", "ingress"], env=env))
-    time.sleep(1)
-    if any(not p.alive() for p in replicas):
-        raise BenchError("an ingress replica exited at start")
+        replicas.append((s.spawn(f"ingress-{i}", [s.bin / "weft", "ingress"], env=env), port))
+    try:
+        for proc, port in replicas:
+            proc.wait_port(port)
+    except FleetError as e:
+        raise BenchError(f"an ingress replica did not start: {e}") from e
+    replicas = [proc for proc, _ in replicas]
     pids = [p.pid for p in replicas]
     m0, ing0, pg0, w0 = Machine(), ticks_of(pids), ticks_of(postgres_pids()), ticks_of(weft)
     log(f"defining {a.schedules} schedules (every second, max_fires {per}: {a.fires} slots)")
