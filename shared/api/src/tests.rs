@@ -1,0 +1,48 @@
+use std::path::PathBuf;
+
+use super::*;
+
+fn golden_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("openapi.json")
+}
+
+#[test]
+fn the_document_matches_its_golden_file() {
+    // Regenerate on purpose with `UPDATE_GOLDEN=1 cargo test -p weft-api` and review the diff.
+    let doc = document();
+    let path = golden_path();
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let text = serde_json::to_string_pretty(&doc).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+    }
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        golden == doc,
+        "shared/api/openapi.json is not what the contract generates; run UPDATE_GOLDEN=1 cargo test -p weft-api and review the diff"
+    );
+}
+
+#[test]
+fn every_ref_resolves_and_every_route_is_listed_once() {
+    let doc = document();
+    let text = doc.to_string();
+    for r in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+        let name = r.split('"').next().unwrap();
+        assert!(doc["components"]["schemas"].get(name).is_some(), "{name}");
+    }
+    let mut seen = std::collections::HashSet::new();
+    for op in ops() {
+        assert!(
+            seen.insert((op.method, op.path)),
+            "{:?} {} twice",
+            op.method,
+            op.path
+        );
+        assert!(
+            !op.answers.is_empty(),
+            "{:?} {}: no answers",
+            op.method,
+            op.path
+        );
+    }
+}
