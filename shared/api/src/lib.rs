@@ -25,6 +25,7 @@ pub mod ingress;
 pub mod llm;
 pub mod mcp;
 pub mod memory;
+pub mod objects;
 pub mod op;
 pub mod runs;
 pub mod skills;

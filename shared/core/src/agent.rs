@@ -15,9 +15,8 @@
 //!   a JSON object: serde's derive also takes a sequence of the fields in declaration order.
 
 use std::collections::HashSet;
-use std::marker::PhantomData;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -142,72 +141,7 @@ pub struct AgentChannels {
 
 crate::objects_only!(AgentSampling, AgentChannels);
 
-/// A struct whose fields are read from a map by serde's derive, to be wrapped by [`object_only`].
-/// [`objects_only!`](crate::objects_only) implements it (and `Serialize`/`Deserialize`) for a
-/// struct derived with `#[serde(remote = "Self")]`.
-pub trait FromFields<'de>: Sized {
-    /// The derived deserialization (which would also accept a sequence).
-    fn from_fields<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
-}
-
-/// Deserializes `T` from a JSON object only. serde's derived `Deserialize` for a struct (and for
-/// an internally tagged enum) also accepts a sequence of the fields in declaration order, so
-/// `"sampling": [null, null]` would pass for an object nobody wrote; requests refuse it with
-/// "invalid type: sequence, expected a JSON object", at the field's path.
-pub fn object_only<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: FromFields<'de>,
-{
-    struct ObjectVisitor<T>(PhantomData<T>);
-
-    impl<'de, T: FromFields<'de>> Visitor<'de> for ObjectVisitor<T> {
-        type Value = T;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-            T::from_fields(serde::de::value::MapAccessDeserializer::new(map))
-        }
-    }
-
-    d.deserialize_map(ObjectVisitor(PhantomData))
-}
-
-/// For each struct (or enum) given, derived with `#[serde(remote = "Self")]`: a `Deserialize`
-/// that accepts only a JSON object ([`object_only`]) and a `Serialize` as derived. Without a
-/// derived `Serialize`, write `objects_only!(deserialize: Type, …)`.
-#[macro_export]
-macro_rules! objects_only {
-    (deserialize: $($t:ty),+ $(,)?) => {
-        $(
-            impl<'de> $crate::agent::FromFields<'de> for $t {
-                fn from_fields<D: ::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-                    // The inherent function `#[serde(remote = "Self")]` derives.
-                    <$t>::deserialize(d)
-                }
-            }
-
-            impl<'de> ::serde::Deserialize<'de> for $t {
-                fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-                    $crate::agent::object_only(d)
-                }
-            }
-        )+
-    };
-    ($($t:ty),+ $(,)?) => {
-        $crate::objects_only!(deserialize: $($t),+);
-        $(
-            impl ::serde::Serialize for $t {
-                fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
-                    <$t>::serialize(self, s)
-                }
-            }
-        )+
-    };
-}
+pub use weft_api::objects::{FromFields, object_only};
 
 /// Bounds enforced by [`AgentContent::validate`].
 pub mod limits {

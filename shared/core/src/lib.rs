@@ -24,6 +24,9 @@ pub use error::{Error, ErrorCode};
 pub use ids::{RunId, TenantId, TokenId};
 pub use principal::{Principal, Scope, Scopes};
 pub use usage::UsageRecord;
+/// Request structs that accept only a JSON object: the contract crate's, re-exported for the
+/// domain types that use it.
+pub use weft_api::objects_only;
 
 /// RFC 3339 in UTC, as API and RPC fields carry times (empty for a time it cannot show).
 pub fn rfc3339(t: time::OffsetDateTime) -> String {
