@@ -48,3 +48,55 @@ impl JsonSchema for NextCursor {
         })
     }
 }
+
+/// Sampling settings, of an agent or of one run (`POST /v1/runs` overrides the agent's): a JSON
+/// object (never an array). A mirror of `weft_core::agent::AgentSampling`, which reads it (and
+/// refuses an out-of-range value at the field's path); this type carries its schema.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+#[schemars(
+    description = "sampling settings; a JSON object (never an array)",
+    extend("example" = {"temperature": 0.2})
+)]
+pub struct AgentSampling {
+    #[schemars(range(min = 0.0, max = 2.0))]
+    pub temperature: Option<f64>,
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+    /// At most 16, none empty.
+    #[schemars(length(max = 16), inner(length(min = 1)))]
+    pub stop: Vec<String>,
+}
+
+/// One server-sent event of a `text/event-stream` answer: `event` names its kind, `data` is its
+/// JSON text, `id` (where a stream has one) is where a reconnect resumes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SseEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    pub data: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<u64>,
+}
+
+impl JsonSchema for SseEvent {
+    fn schema_name() -> Cow<'static, str> {
+        "SseEvent".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "description": "one server-sent event: `event` names its kind, `data` is its JSON text",
+            "required": ["data"],
+            "properties": {
+                "event": {"type": "string"},
+                "data": {"type": "string"},
+                "id": {"type": "string"},
+                "retry": {"type": "integer"}
+            }
+        })
+    }
+}
