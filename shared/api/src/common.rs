@@ -59,10 +59,11 @@ impl JsonSchema for NextCursor {
     extend("example" = {"temperature": 0.2})
 )]
 pub struct AgentSampling {
-    #[schemars(range(min = 0.0, max = 2.0))]
+    #[schemars(range(min = 0, max = 2))]
     pub temperature: Option<f64>,
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(min = 0, max = 1))]
     pub top_p: Option<f64>,
+    #[schemars(range(min = i64::MIN, max = i64::MAX))]
     pub seed: Option<i64>,
     /// At most 16, none empty.
     #[schemars(length(max = 16), inner(length(min = 1)))]
@@ -98,5 +99,32 @@ impl JsonSchema for SseEvent {
                 "retry": {"type": "integer"}
             }
         })
+    }
+}
+
+/// A field that is always present and may be null: `Option<T>`'s schema, but required (an
+/// `Option` field is optional in a schema read for deserializing).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Nullable<T>(pub Option<T>);
+
+impl<T: JsonSchema> JsonSchema for Nullable<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        format!("Nullable_{}", T::schema_name()).into()
+    }
+    fn schema_id() -> Cow<'static, str> {
+        format!("Nullable<{}>", T::schema_id()).into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        <Option<T>>::json_schema(g)
+    }
+}
+
+impl<T> From<Option<T>> for Nullable<T> {
+    fn from(v: Option<T>) -> Self {
+        Nullable(v)
     }
 }
