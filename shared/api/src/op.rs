@@ -216,6 +216,25 @@ impl Op {
         self
     }
 
+    /// Makes the request body optional, with a description.
+    pub fn optional_body(mut self, description: &'static str) -> Op {
+        if let Some(b) = &mut self.body {
+            b.required = false;
+            b.description = Some(description);
+        }
+        self
+    }
+    /// A second media type of the request body.
+    pub fn or_body_in<T: JsonSchema>(mut self, media_type: &'static str) -> Op {
+        if let Some(b) = &mut self.body {
+            b.content.push(Content {
+                media_type,
+                schema: schema_of::<T>,
+            });
+        }
+        self
+    }
+
     /// An answer with a JSON body of type `T`.
     pub fn answer<T: JsonSchema>(self, status: u16, description: &'static str) -> Op {
         self.answer_in::<T>(status, "application/json", description)
