@@ -296,7 +296,7 @@ pub enum EncodingFormat {
     Base64,
 }
 
-/// `"list"`.
+// `"list"`, always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(inline)]
@@ -327,7 +327,7 @@ pub struct Model {
     pub weft_kind: String,
 }
 
-/// `"model"`.
+// `"model"`, always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(inline)]
@@ -349,7 +349,7 @@ pub struct ChatCompletion {
     pub usage: Map<String, Value>,
 }
 
-/// `"chat.completion"`.
+// `"chat.completion"`, always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(inline)]
 pub enum CompletionObject {
@@ -376,7 +376,7 @@ pub struct Embedding {
     pub embedding: EmbeddingVector,
 }
 
-/// `"embedding"`.
+// `"embedding"`, always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(inline)]
@@ -570,7 +570,7 @@ pub struct Health {
     pub status: HealthStatus,
 }
 
-/// `"ok"`.
+// `"ok"`, always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(inline)]
