@@ -104,22 +104,10 @@ impl GeminiProvider {
         model: &str,
         req: &EmbedRequest,
     ) -> Result<EmbedResult, ProviderError> {
-        let name = resource(model);
-        let requests: Vec<Value> = req
-            .input
-            .iter()
-            .map(|text| {
-                let mut r = json!({"model": name, "content": {"parts": [{"text": text}]}});
-                if let Some(d) = req.dimensions {
-                    r["outputDimensionality"] = json!(d);
-                }
-                r
-            })
-            .collect();
-        let vectors = if requests.is_empty() {
+        let vectors = if req.input.is_empty() {
             Vec::new()
         } else {
-            let body = json!({"requests": requests});
+            let body = embed_body(model, req);
             let resp = self
                 .up
                 .post(&self.url(model, "batchEmbedContents")?, &body)
@@ -147,6 +135,23 @@ impl GeminiProvider {
             usage: Usage::default(),
         })
     }
+}
+
+/// The `batchEmbedContents` body: one request per input.
+pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
+    let name = resource(model);
+    let requests: Vec<Value> = req
+        .input
+        .iter()
+        .map(|text| {
+            let mut r = json!({"model": name, "content": {"parts": [{"text": text}]}});
+            if let Some(d) = req.dimensions {
+                r["outputDimensionality"] = json!(d);
+            }
+            r
+        })
+        .collect();
+    json!({"requests": requests})
 }
 
 /// The API resource of a model: `models/{model}`, or the name as given when it already names a

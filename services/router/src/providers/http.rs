@@ -122,10 +122,7 @@ impl Upstream {
         url: &reqwest::Url,
         body: &Value,
     ) -> Result<reqwest::Response, ProviderError> {
-        // Bytes: a retry re-sends the same buffer (a reference count, not a copy).
-        let body = bytes::Bytes::from(
-            serde_json::to_vec(body).map_err(|_| ProviderError::fatal(Error::internal()))?,
-        );
+        let body = encode(body)?;
         let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
         let mut attempt: u32 = 0;
         loop {
@@ -301,6 +298,14 @@ impl Upstream {
             fold,
         )
     }
+}
+
+/// A request body as the bytes a call sends. Bytes: a retry re-sends the same buffer (a
+/// reference count, not a copy).
+pub(crate) fn encode<B: serde::Serialize + ?Sized>(body: &B) -> Result<bytes::Bytes, ProviderError> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|_| ProviderError::fatal(Error::internal()))
 }
 
 /// An SSE body as `(event name, data)` pairs.

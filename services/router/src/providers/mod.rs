@@ -281,3 +281,6 @@ mod tests {
         assert_ne!(tool_call_id("a.b"), tool_call_id("a.c"));
     }
 }
+
+#[cfg(test)]
+mod golden_tests;

@@ -79,11 +79,7 @@ impl OllamaProvider {
         model: &str,
         req: &EmbedRequest,
     ) -> Result<EmbedResult, ProviderError> {
-        // `user` is dropped here too: it does not change the vectors.
-        let mut body = json!({"model": model, "input": req.input});
-        if let Some(d) = req.dimensions {
-            body["dimensions"] = json!(d);
-        }
+        let body = embed_body(model, req);
         let resp = self.up.post(&self.embed_url, &body).await?;
         let v = self.up.json_body(resp).await?;
         let malformed = || ProviderError::retryable(self.up.malformed_error());
@@ -103,6 +99,15 @@ impl OllamaProvider {
             usage: Usage::new(v["prompt_eval_count"].as_u64().unwrap_or(0), 0),
         })
     }
+}
+
+/// The `/api/embed` body. `user` is dropped here too: it does not change the vectors.
+pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
+    let mut body = json!({"model": model, "input": req.input});
+    if let Some(d) = req.dimensions {
+        body["dimensions"] = json!(d);
+    }
+    body
 }
 
 /// `extra` fields that go into `options`.

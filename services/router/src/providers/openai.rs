@@ -44,13 +44,7 @@ impl OpenAiProvider {
         model: &str,
         req: &EmbedRequest,
     ) -> Result<EmbedResult, ProviderError> {
-        let mut body = json!({"model": model, "input": req.input, "encoding_format": "float"});
-        if let Some(d) = req.dimensions {
-            body["dimensions"] = json!(d);
-        }
-        if let Some(u) = &req.user {
-            body["user"] = json!(u);
-        }
+        let body = embed_body(model, req);
         let resp = self.up.post(&self.embed_url, &body).await?;
         let v = self.up.json_body(resp).await?;
         let malformed = || ProviderError::retryable(self.up.malformed_error());
@@ -67,6 +61,18 @@ impl OpenAiProvider {
             usage: parse_usage(&v["usage"]).unwrap_or_default(),
         })
     }
+}
+
+/// The embeddings request body.
+pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
+    let mut body = json!({"model": model, "input": req.input, "encoding_format": "float"});
+    if let Some(d) = req.dimensions {
+        body["dimensions"] = json!(d);
+    }
+    if let Some(u) = &req.user {
+        body["user"] = json!(u);
+    }
+    body
 }
 
 /// Posts one chat-completions call; its events come from the SSE stream or the whole completion.
