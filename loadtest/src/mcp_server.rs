@@ -3,7 +3,7 @@
 //!
 //! One tool, `echo {text}` (read-only, idempotent), answering the text as one text block. It is
 //! served over streamable HTTP at `/mcp` with the MCP bridge's own layers
-//! ([`weft_mcp_bridge::face::streamable`]: rmcp's service with the face's default `Host` rules,
+//! ([`weft_mcp_face::streamable`]: rmcp's service with the face's default `Host` rules,
 //! in-memory sessions), inside axum, like the conformance fixture server.
 
 use std::path::Path;
@@ -106,7 +106,7 @@ pub async fn run(args: &McpServerArgs) -> anyhow::Result<()> {
         calls: calls.clone(),
     };
     let shutdown = CancellationToken::new();
-    let service = weft_mcp_bridge::face::streamable(
+    let service = weft_mcp_face::streamable(
         handler,
         &weft_config::McpServerFaceConfig::default(),
         None,

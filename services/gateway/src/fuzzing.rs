@@ -31,9 +31,9 @@ pub fn llm_chat(body: &[u8]) -> Result<ChatRequest, Error> {
 /// store) and the session store: the gateway's own checks and error shapes
 /// ([`crate::mcp::weft_errors`]: NUL, `Mcp-Session-Id`, `MCP-Protocol-Version`, the JSON-RPC
 /// envelope) around the MCP bridge's face served by rmcp. Put the
-/// [`weft_mcp_bridge::face::Caller`] in each request's extensions, as the bearer check does.
+/// [`weft_mcp_face::Caller`] in each request's extensions, as the bearer check does.
 pub fn mcp_door(
-    face: weft_mcp_bridge::face::Face,
+    face: weft_mcp_face::Face,
     cfg: &weft_config::McpServerFaceConfig,
     max_body: usize,
     shutdown: tokio_util::sync::CancellationToken,
@@ -43,7 +43,7 @@ pub fn mcp_door(
             max_body,
             crate::mcp::weft_errors,
         ))
-        .service(weft_mcp_bridge::face::streamable(face, cfg, None, shutdown));
+        .service(weft_mcp_face::streamable(face, cfg, None, shutdown));
     axum::Router::new().route(
         "/mcp",
         axum::routing::post_service(svc.clone())

@@ -5,14 +5,11 @@
 //!   defined in the substrate (`/v1/mcp-servers`), served to the executor over gRPC
 //!   (`weft.v1.McpBridge`: `ListTools`, `CallTool`), so runs can mount their tools as
 //!   `mcp__<server>__<tool>`.
-//! - The **server** face ([`face`]): weft itself as an MCP server (streamable HTTP at
-//!   `<gateway>/mcp`, and stdio through `weft mcp --upstream`), whose tools are weft's API
-//!   called with the caller's own bearer token.
+//! - The **server** face, weft itself as an MCP server, is not here: it is the mount library
+//!   `weft-mcp-face` (shared/mcp-face), mounted by the gateway at `/mcp` and by `weft mcp`.
 
-pub mod face;
 pub mod grpc;
 pub mod pool;
-pub mod sessions;
 
 use std::collections::BTreeMap;
 

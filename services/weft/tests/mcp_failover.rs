@@ -105,7 +105,7 @@ async fn killing_an_executor_mid_mcp_call_reruns_the_read_and_not_the_write() {
         calls: Arc::default(),
         release: Arc::new(release),
     };
-    let face = weft_mcp_bridge::face::streamable(
+    let face = weft_mcp_face::streamable(
         blocker.clone(),
         &weft_config::McpServerFaceConfig::default(),
         None,

@@ -1,6 +1,6 @@
 //! `weft mcp --upstream <url>`: weft as a stdio MCP server for clients that launch their
 //! servers (Claude Desktop, Claude Code), forwarding to a running fleet. The tools are the same
-//! as on `<gateway>/mcp` ([`weft_mcp_bridge::face`]); each one is a call to the fleet's HTTP API
+//! as on `<gateway>/mcp` ([`weft_mcp_face`]); each one is a call to the fleet's HTTP API
 //! with the token from `WEFT_TOKEN` (or `--token-env`). The API is stateless, so nothing is lost
 //! when the fleet restarts or a connection drops: the next call simply goes through, and a call
 //! made while the fleet is down answers, as a tool error, that it is unreachable and where.
@@ -16,7 +16,7 @@ use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use rmcp::ServiceExt as _;
 use serde_json::Value;
-use weft_mcp_bridge::face::{Caller, Face, UpResponse, Upstream};
+use weft_mcp_face::{Caller, Face, UpResponse, Upstream};
 
 /// `weft mcp`'s flags.
 #[derive(Args, Debug)]

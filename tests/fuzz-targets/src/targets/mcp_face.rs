@@ -36,7 +36,7 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 use weft_core::{Principal, Scope, Scopes, TenantId};
-use weft_mcp_bridge::face::{Caller, Face, UpResponse, Upstream};
+use weft_mcp_face::{Caller, Face, UpResponse, Upstream};
 
 const BEARER: &str = "wft_fuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzzfuz";
 

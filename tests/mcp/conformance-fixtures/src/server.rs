@@ -3,7 +3,7 @@
 //! `test_*` tools, resources, templates, prompts, completion, logging, sampling and elicitation
 //! on the 2025-11-25 wire, and the 2026-07-28 diagnostics and SEP-2322 `input_required` tools —
 //! served through weft's own transport and session layers,
-//! [`weft_mcp_bridge::face::streamable`], with the face's default `Host`/`Origin` rules and,
+//! [`weft_mcp_face::streamable`], with the face's default `Host`/`Origin` rules and,
 //! given `--database-url`, the Postgres session store the gateway uses.
 //!
 //! ```text
@@ -1004,7 +1004,7 @@ async fn run(args: Args) -> Result<(), String> {
             weft_store::migrate(&pool)
                 .await
                 .map_err(|e| format!("database: {e}"))?;
-            Some(weft_mcp_bridge::sessions::PgSessionStore::new(
+            Some(weft_mcp_face::sessions::PgSessionStore::new(
                 pool,
                 Duration::from_secs(face.session_ttl_secs),
             ))
@@ -1018,7 +1018,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let shutdown = CancellationToken::new();
     let service =
-        weft_mcp_bridge::face::streamable(Fixtures::new(), &face, store, shutdown.clone());
+        weft_mcp_face::streamable(Fixtures::new(), &face, store, shutdown.clone());
     let app = axum::Router::new().route_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -31,10 +31,17 @@ use rmcp::model::{
     ProgressNotificationParam, Prompt, PromptMessage, Role, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
+use rmcp::handler::server::common::Extension;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler};
-use serde_json::{Map, Value, json};
+use rmcp::{ErrorData, ServerHandler, tool, tool_router};
+use serde_json::{Map, Value};
+use weft_api::face;
 use weft_core::{Principal, Scope};
+
+pub mod sessions;
 
 /// An answer from weft's API: the status and the body as a stream of chunks.
 pub struct UpResponse {
@@ -93,6 +100,8 @@ pub struct Face {
     upstream: Arc<dyn Upstream>,
     /// `weft mcp`: every request acts with this caller.
     fixed: Option<Caller>,
+    /// The fixed tools, from `#[tool_router]` (their schemas from the `weft_api::face` inputs).
+    tools: ToolRouter<Face>,
 }
 
 impl Face {
@@ -101,6 +110,7 @@ impl Face {
         Self {
             upstream,
             fixed: None,
+            tools: Self::tool_router(),
         }
     }
 
@@ -109,6 +119,7 @@ impl Face {
         Self {
             upstream,
             fixed: Some(caller),
+            tools: Self::tool_router(),
         }
     }
 }
@@ -133,28 +144,18 @@ fn seg(s: &str) -> Result<String, String> {
     Ok(out)
 }
 
-fn schema(v: Value) -> Arc<Map<String, Value>> {
-    match v {
-        Value::Object(m) => Arc::new(m),
-        _ => Arc::new(Map::new()),
+/// `name`'s value, refused when empty (every name and id the tools take is required).
+fn given<'a>(value: &'a str, name: &str) -> Result<&'a str, String> {
+    if value.is_empty() {
+        Err(format!("`{name}` (a string) is required"))
+    } else {
+        Ok(value)
     }
 }
 
-fn str_arg<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, String> {
-    args.get(name)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("`{name}` (a string) is required"))
-}
-
-/// One static tool: name, description, input schema, whether it only reads, and the scopes of
-/// which the caller needs at least one.
-struct Fixed {
-    name: &'static str,
-    description: &'static str,
-    schema: fn() -> Value,
-    read_only: bool,
-    needs: &'static [Scope],
+/// The JSON body of a tool's input (its route fields are skipped when serializing).
+fn body<T: serde::Serialize>(input: &T) -> Result<Value, String> {
+    serde_json::to_value(input).map_err(|e| format!("the input cannot be sent: {e}"))
 }
 
 const RUN_WRITE: &[Scope] = &[Scope::RunsCreate];
@@ -165,120 +166,31 @@ const CH_PUB: &[Scope] = &[Scope::ChannelsPublish];
 const CH_READ: &[Scope] = &[Scope::ChannelsRead];
 const ADMIN: &[Scope] = &[Scope::TenantAdmin];
 
-fn spawn_schema() -> Value {
-    json!({"type": "object", "properties": {
-        "agent": {"type": "string", "description": "the agent's name"},
-        "input": {"type": "string", "description": "the user message the run starts with"},
-        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
-        "idempotency_key": {"type": "string"}
-    }, "required": ["agent", "input"]})
-}
-
-const FIXED: &[Fixed] = &[
-    Fixed {
-        name: "spawn_run",
-        description: "Start a run of an agent; returns its run_id and status without waiting (use get_run, or the agent__<name> tool to wait).",
-        schema: spawn_schema,
-        read_only: false,
-        needs: RUN_WRITE,
-    },
-    Fixed {
-        name: "spawn_runs",
-        description: "Start several runs at once; returns one {run_id, status} or {error} per entry, in order.",
-        schema: || json!({"type": "object", "properties": {"runs": {"type": "array", "maxItems": 32, "items": spawn_schema()}}, "required": ["runs"]}),
-        read_only: false,
-        needs: RUN_WRITE,
-    },
-    Fixed {
-        name: "get_run",
-        description: "A run's status, stop reason, usage and timings.",
-        schema: || json!({"type": "object", "properties": {"run_id": {"type": "string"}}, "required": ["run_id"]}),
-        read_only: true,
-        needs: RUN_READ,
-    },
-    Fixed {
-        name: "list_runs",
-        description: "Your runs, newest first (tenant admins: the tenant's).",
-        schema: || {
-            json!({"type": "object", "properties": {
-            "status": {"type": "string", "enum": ["queued", "running", "awaiting_input", "succeeded", "failed", "cancelled"]},
-            "agent": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 200},
-            "cursor": {"type": "string"}}})
-        },
-        read_only: true,
-        needs: RUN_READ,
-    },
-    Fixed {
-        name: "cancel_run",
-        description: "Cancel a run (and its sub-runs).",
-        schema: || json!({"type": "object", "properties": {"run_id": {"type": "string"}, "reason": {"type": "string"}}, "required": ["run_id"]}),
-        read_only: false,
-        needs: RUN_WRITE,
-    },
-    Fixed {
-        name: "send_input",
-        description: "Steer a running run, or wake a run waiting for input, with a message.",
-        schema: || json!({"type": "object", "properties": {"run_id": {"type": "string"}, "text": {"type": "string"}}, "required": ["run_id", "text"]}),
-        read_only: false,
-        needs: RUN_WRITE,
-    },
-    Fixed {
-        name: "memory_get",
-        description: "Read a memory entry: scope run|agent|user|tenant, its scope_id, and the key.",
-        schema: || json!({"type": "object", "properties": {"scope": {"type": "string", "enum": ["run", "agent", "user", "tenant"]}, "scope_id": {"type": "string"}, "key": {"type": "string"}}, "required": ["scope", "scope_id", "key"]}),
-        read_only: true,
-        needs: MEM_READ,
-    },
-    Fixed {
-        name: "memory_set",
-        description: "Write a memory entry (any JSON value up to 64 KiB), optionally with ttl_seconds.",
-        schema: || json!({"type": "object", "properties": {"scope": {"type": "string", "enum": ["run", "agent", "user", "tenant"]}, "scope_id": {"type": "string"}, "key": {"type": "string"}, "value": {}, "ttl_seconds": {"type": "integer", "minimum": 1}}, "required": ["scope", "scope_id", "key", "value"]}),
-        read_only: false,
-        needs: MEM_WRITE,
-    },
-    Fixed {
-        name: "memory_search",
-        description: "Search a memory scope by meaning; returns the closest entries with scores.",
-        schema: || json!({"type": "object", "properties": {"scope": {"type": "string", "enum": ["run", "agent", "user", "tenant"]}, "scope_id": {"type": "string"}, "query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 1, "maximum": 100}}, "required": ["scope", "scope_id", "query"]}),
-        read_only: true,
-        needs: MEM_READ,
-    },
-    Fixed {
-        name: "channel_publish",
-        description: "Publish a JSON payload to a channel.",
-        schema: || json!({"type": "object", "properties": {"channel": {"type": "string"}, "payload": {}}, "required": ["channel", "payload"]}),
-        read_only: false,
-        needs: CH_PUB,
-    },
-    Fixed {
-        name: "channel_read",
-        description: "Read a channel's messages after a cursor (waiting up to wait_ms for new ones).",
-        schema: || json!({"type": "object", "properties": {"channel": {"type": "string"}, "cursor": {"type": "string"}, "max": {"type": "integer", "minimum": 1, "maximum": 1000}, "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000}}, "required": ["channel"]}),
-        read_only: true,
-        needs: CH_READ,
-    },
-    Fixed {
-        name: "list_agents",
-        description: "The agents of your tenant.",
-        schema: || json!({"type": "object", "properties": {}}),
-        read_only: true,
-        needs: RUN_READ,
-    },
-    Fixed {
-        name: "get_agent",
-        description: "An agent's active definition (or ?version).",
-        schema: || json!({"type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"}}, "required": ["name"]}),
-        read_only: true,
-        needs: RUN_READ,
-    },
-    Fixed {
-        name: "put_agent",
-        description: "Create or change an agent: `definition` holds its content fields (model, system_prompt, tools, …); a change makes a new version.",
-        schema: || json!({"type": "object", "properties": {"name": {"type": "string"}, "definition": {"type": "object"}}, "required": ["name", "definition"]}),
-        read_only: false,
-        needs: ADMIN,
-    },
+/// The scopes of which the caller needs at least one, per tool (data, read by the scope check
+/// and the tool list; the router dispatches).
+const NEEDS: &[(&str, &[Scope])] = &[
+    ("spawn_run", RUN_WRITE),
+    ("spawn_runs", RUN_WRITE),
+    ("get_run", RUN_READ),
+    ("list_runs", RUN_READ),
+    ("cancel_run", RUN_WRITE),
+    ("send_input", RUN_WRITE),
+    ("memory_get", MEM_READ),
+    ("memory_set", MEM_WRITE),
+    ("memory_search", MEM_READ),
+    ("channel_publish", CH_PUB),
+    ("channel_read", CH_READ),
+    ("list_agents", RUN_READ),
+    ("get_agent", RUN_READ),
+    ("put_agent", ADMIN),
 ];
+
+fn needs(tool: &str) -> &'static [Scope] {
+    NEEDS
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .map_or(ADMIN, |(_, needs)| needs)
+}
 
 /// Whether `p` holds one of `needs` (admin scopes imply the others, as everywhere).
 fn allowed(p: Option<&Principal>, needs: &[Scope]) -> bool {
@@ -289,22 +201,314 @@ fn allowed(p: Option<&Principal>, needs: &[Scope]) -> bool {
     }
 }
 
-fn tool_of(f: &Fixed) -> Tool {
-    Tool::new(f.name, f.description, schema((f.schema)())).with_annotations(
-        ToolAnnotations::new()
-            .read_only(f.read_only)
-            .destructive(false),
-    )
-}
-
 const AGENT_PREFIX: &str = "agent__";
 
-fn ok_json(v: &Value) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(v.to_string())])
+/// A tool's answer: the API's JSON, or its error as a tool error.
+fn answer(r: Result<Value, String>) -> CallToolResult {
+    match r {
+        Ok(v) => CallToolResult::success(vec![ContentBlock::text(v.to_string())]),
+        Err(e) => tool_error(e),
+    }
 }
 
 fn tool_error(text: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text.into())])
+}
+
+/// The body of `POST /v1/runs` for an `agent__<name>` call: a streamed run.
+#[derive(serde::Serialize)]
+struct StreamedRun<'a> {
+    agent: &'a str,
+    input: &'a str,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a std::collections::BTreeMap<String, String>>,
+}
+
+/// The structured answer of an `agent__<name>` call.
+#[derive(serde::Serialize)]
+struct Outcome<'a> {
+    run_id: Option<&'a str>,
+    status: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupt: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<&'a Value>,
+    final_text: Option<&'a str>,
+}
+
+/// The body of `POST /v1/runs/{id}/cancel` when the MCP client cancels an `agent__` call.
+#[derive(serde::Serialize)]
+struct CancelBody {
+    reason: &'static str,
+}
+
+use http::Method as M;
+
+#[tool_router]
+impl Face {
+    #[tool(
+        description = "Start a run of an agent; returns its run_id and status without waiting (use get_run, or the agent__<name> tool to wait).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn spawn_run(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(run): Parameters<face::SpawnRun>,
+    ) -> CallToolResult {
+        answer(self.spawn(&c, &run).await)
+    }
+
+    #[tool(
+        description = "Start several runs at once; returns one {run_id, status} or {error} per entry, in order.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn spawn_runs(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::SpawnRuns>,
+    ) -> CallToolResult {
+        if input.runs.len() > 32 {
+            return tool_error("`runs` may have at most 32 entries");
+        }
+        let mut out = Vec::with_capacity(input.runs.len());
+        for r in input.runs {
+            let res = match serde_json::from_value::<face::SpawnRun>(r) {
+                Ok(run) => self.spawn(&c, &run).await,
+                Err(e) => Err(format!("each entry is an object {{agent, input}}: {e}")),
+            };
+            out.push(res.unwrap_or_else(|e| {
+                let mut m = Map::new();
+                m.insert("error".into(), e.into());
+                Value::Object(m)
+            }));
+        }
+        let mut m = Map::new();
+        m.insert("runs".into(), out.into());
+        answer(Ok(Value::Object(m)))
+    }
+
+    #[tool(
+        description = "A run's status, stop reason, usage and timings.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn get_run(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::GetRun>,
+    ) -> CallToolResult {
+        answer(self.get_run_of(&c, &input).await)
+    }
+
+    #[tool(
+        description = "Your runs, newest first (tenant admins: the tenant's).",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn list_runs(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::ListRuns>,
+    ) -> CallToolResult {
+        answer(self.list_runs_of(&c, &input).await)
+    }
+
+    #[tool(
+        description = "Cancel a run (and its sub-runs).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn cancel_run(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::CancelRun>,
+    ) -> CallToolResult {
+        answer(self.post_to_run(&c, &input.run_id, "cancel", body(&input)).await)
+    }
+
+    #[tool(
+        description = "Steer a running run, or wake a run waiting for input, with a message.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn send_input(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::SendInput>,
+    ) -> CallToolResult {
+        let r = match given(&input.text, "text") {
+            Ok(_) => self.post_to_run(&c, &input.run_id, "input", body(&input)).await,
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Read a memory entry: scope run|agent|user|tenant, its scope_id, and the key.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn memory_get(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(at): Parameters<face::MemoryGet>,
+    ) -> CallToolResult {
+        let r = match memory_path(at.scope, &at.scope_id, &at.key) {
+            Ok(path) => self.api(&c, M::GET, path, None).await,
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Write a memory entry (any JSON value up to 64 KiB), optionally with ttl_seconds.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn memory_set(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::MemorySet>,
+    ) -> CallToolResult {
+        let r = match memory_path(input.scope, &input.scope_id, &input.key) {
+            Ok(path) => match body(&input) {
+                Ok(b) => self.api(&c, M::PUT, path, Some(b)).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Search a memory scope by meaning; returns the closest entries with scores.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn memory_search(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::MemorySearch>,
+    ) -> CallToolResult {
+        let r = match given(&input.scope_id, "scope_id").and(given(&input.query, "query")) {
+            Ok(_) => match body(&input) {
+                Ok(b) => {
+                    self.api(&c, M::POST, "/v1/memory/search".into(), Some(b))
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Publish a JSON payload to a channel.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn channel_publish(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::ChannelPublish>,
+    ) -> CallToolResult {
+        answer(self.post_to_channel(&c, &input.channel, "publish", body(&input)).await)
+    }
+
+    #[tool(
+        description = "Read a channel's messages after a cursor (waiting up to wait_ms for new ones).",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn channel_read(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::ChannelRead>,
+    ) -> CallToolResult {
+        answer(self.post_to_channel(&c, &input.channel, "read", body(&input)).await)
+    }
+
+    #[tool(
+        description = "The agents of your tenant.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn list_agents(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(_): Parameters<face::ListAgents>,
+    ) -> CallToolResult {
+        answer(self.api(&c, M::GET, "/v1/agents".into(), None).await)
+    }
+
+    #[tool(
+        description = "An agent's active definition (or ?version).",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn get_agent(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::GetAgent>,
+    ) -> CallToolResult {
+        let path = given(&input.name, "name").and_then(seg).and_then(|name| {
+            Ok(match input.version.as_deref() {
+                Some(v) => format!("/v1/agents/{name}?version={}", seg(v)?),
+                None => format!("/v1/agents/{name}"),
+            })
+        });
+        let r = match path {
+            Ok(path) => self.api(&c, M::GET, path, None).await,
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Create or change an agent: `definition` holds its content fields (model, system_prompt, tools, …); a change makes a new version.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn put_agent(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::PutAgent>,
+    ) -> CallToolResult {
+        let r = match given(&input.name, "name").and_then(seg) {
+            Ok(name) => {
+                self.api(
+                    &c,
+                    M::PUT,
+                    format!("/v1/agents/{name}"),
+                    Some(Value::Object(input.definition)),
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+}
+
+/// The message of an API error answer (`{"error": {"message"}}`).
+fn api_message(v: &Value) -> Option<&str> {
+    v.get("error")?.get("message")?.as_str()
+}
+
+/// What the face reads of `GET /v1/agents`.
+#[derive(Default, serde::Deserialize)]
+struct AgentList {
+    #[serde(default)]
+    data: Vec<AgentItem>,
+}
+
+#[derive(serde::Deserialize)]
+struct AgentItem {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    retired: bool,
+}
+
+/// `/v1/memory/{scope}/{scope_id}/{key}`, each part checked and encoded.
+fn memory_path(scope: face::MemoryScope, scope_id: &str, key: &str) -> Result<String, String> {
+    Ok(format!(
+        "/v1/memory/{}/{}/{}",
+        scope.as_str(),
+        seg(given(scope_id, "scope_id")?)?,
+        seg(given(key, "key")?)?
+    ))
 }
 
 impl Face {
@@ -324,11 +528,70 @@ impl Face {
         if (200..300).contains(&status) {
             Ok(v)
         } else {
-            let msg = v["error"]["message"]
-                .as_str()
-                .map_or_else(|| format!("weft answered {status}"), str::to_owned);
+            let msg = api_message(&v).map_or_else(|| format!("weft answered {status}"), str::to_owned);
             Err(format!("{msg} (HTTP {status})"))
         }
+    }
+
+    /// `POST /v1/runs` for one [`face::SpawnRun`].
+    async fn spawn(&self, c: &Caller, run: &face::SpawnRun) -> Result<Value, String> {
+        given(&run.agent, "agent")?;
+        given(&run.input, "input")?;
+        self.api(c, M::POST, "/v1/runs".into(), Some(body(run)?))
+            .await
+    }
+
+    async fn get_run_of(&self, c: &Caller, input: &face::GetRun) -> Result<Value, String> {
+        let id = seg(given(&input.run_id, "run_id")?)?;
+        self.api(c, M::GET, format!("/v1/runs/{id}"), None).await
+    }
+
+    async fn list_runs_of(&self, c: &Caller, input: &face::ListRuns) -> Result<Value, String> {
+        let mut q = Vec::new();
+        if let Some(s) = input.status {
+            q.push(format!("status={}", s.as_str()));
+        }
+        if let Some(a) = &input.agent {
+            q.push(format!("agent={}", seg(a)?));
+        }
+        if let Some(cursor) = &input.cursor {
+            q.push(format!("cursor={}", seg(cursor)?));
+        }
+        if let Some(l) = input.limit {
+            q.push(format!("limit={l}"));
+        }
+        let path = if q.is_empty() {
+            "/v1/runs".to_owned()
+        } else {
+            format!("/v1/runs?{}", q.join("&"))
+        };
+        self.api(c, M::GET, path, None).await
+    }
+
+    /// `POST /v1/runs/{id}/{action}` with `body`.
+    async fn post_to_run(
+        &self,
+        c: &Caller,
+        run_id: &str,
+        action: &str,
+        body: Result<Value, String>,
+    ) -> Result<Value, String> {
+        let id = seg(given(run_id, "run_id")?)?;
+        self.api(c, M::POST, format!("/v1/runs/{id}/{action}"), Some(body?))
+            .await
+    }
+
+    /// `POST /v1/channels/{name}/{action}` with `body`.
+    async fn post_to_channel(
+        &self,
+        c: &Caller,
+        channel: &str,
+        action: &str,
+        body: Result<Value, String>,
+    ) -> Result<Value, String> {
+        let ch = seg(given(channel, "channel")?)?;
+        self.api(c, M::POST, format!("/v1/channels/{ch}/{action}"), Some(body?))
+            .await
     }
 
     /// The agents the caller may run, as tools.
@@ -342,196 +605,22 @@ impl Face {
         else {
             return Vec::new();
         };
-        list["data"]
-            .as_array()
+        let list: AgentList = serde_json::from_value(list).unwrap_or_default();
+        let schema = rmcp::handler::server::common::schema_for_type::<face::RunAgent>();
+        list.data
             .into_iter()
-            .flatten()
-            .filter(|a| a["retired"] != true)
-            .filter_map(|a| {
-                let name = a["name"].as_str()?;
-                let description = a["description"].as_str().unwrap_or_default();
+            .filter(|a| !a.retired)
+            .map(|a| {
+                let description = a.description.unwrap_or_default();
                 let text = if description.is_empty() {
-                    format!("Run the agent `{name}` on an input and return its answer.")
+                    format!("Run the agent `{}` on an input and return its answer.", a.name)
                 } else {
-                    format!("Run the agent `{name}`: {description}")
+                    format!("Run the agent `{}`: {description}", a.name)
                 };
-                Some(
-                    Tool::new(
-                        format!("{AGENT_PREFIX}{name}"),
-                        text,
-                        schema(json!({"type": "object", "properties": {
-                            "input": {"type": "string", "description": "the message the run starts with"},
-                            "metadata": {"type": "object", "additionalProperties": {"type": "string"}}
-                        }, "required": ["input"]})),
-                    )
-                    .with_annotations(ToolAnnotations::new().read_only(false)),
-                )
+                Tool::new(format!("{AGENT_PREFIX}{}", a.name), text, schema.clone())
+                    .with_annotations(ToolAnnotations::new().read_only(false))
             })
             .collect()
-    }
-
-    async fn call_fixed(
-        &self,
-        c: &Caller,
-        name: &str,
-        args: &Map<String, Value>,
-    ) -> Result<Value, String> {
-        use http::Method as M;
-        match name {
-            "spawn_run" => {
-                self.api(c, M::POST, "/v1/runs".into(), Some(run_body(args)?))
-                    .await
-            }
-            "spawn_runs" => {
-                let runs = args
-                    .get("runs")
-                    .and_then(Value::as_array)
-                    .ok_or("`runs` (an array of {agent, input}) is required")?;
-                if runs.len() > 32 {
-                    return Err("`runs` may have at most 32 entries".into());
-                }
-                let mut out = Vec::with_capacity(runs.len());
-                for r in runs {
-                    let res = match r.as_object() {
-                        Some(r) => match run_body(r) {
-                            Ok(body) => self.api(c, M::POST, "/v1/runs".into(), Some(body)).await,
-                            Err(e) => Err(e),
-                        },
-                        None => Err("each entry is an object {agent, input}".into()),
-                    };
-                    out.push(res.unwrap_or_else(|e| json!({ "error": e })));
-                }
-                Ok(json!({ "runs": out }))
-            }
-            "get_run" => {
-                let id = str_arg(args, "run_id")?;
-                self.api(c, M::GET, format!("/v1/runs/{}", seg(id)?), None)
-                    .await
-            }
-            "list_runs" => {
-                let mut q = Vec::new();
-                for k in ["status", "agent", "cursor"] {
-                    if let Some(v) = args.get(k).and_then(Value::as_str) {
-                        q.push(format!("{k}={}", seg(v)?));
-                    }
-                }
-                if let Some(l) = args.get("limit").and_then(Value::as_u64) {
-                    q.push(format!("limit={l}"));
-                }
-                let path = if q.is_empty() {
-                    "/v1/runs".to_owned()
-                } else {
-                    format!("/v1/runs?{}", q.join("&"))
-                };
-                self.api(c, M::GET, path, None).await
-            }
-            "cancel_run" => {
-                let id = str_arg(args, "run_id")?;
-                let mut body = json!({});
-                if let Some(r) = args.get("reason") {
-                    body["reason"] = r.clone();
-                }
-                self.api(
-                    c,
-                    M::POST,
-                    format!("/v1/runs/{}/cancel", seg(id)?),
-                    Some(body),
-                )
-                .await
-            }
-            "send_input" => {
-                let id = str_arg(args, "run_id")?;
-                let text = str_arg(args, "text")?;
-                self.api(
-                    c,
-                    M::POST,
-                    format!("/v1/runs/{}/input", seg(id)?),
-                    Some(json!({ "text": text })),
-                )
-                .await
-            }
-            "memory_get" | "memory_set" => {
-                let path = format!(
-                    "/v1/memory/{}/{}/{}",
-                    seg(str_arg(args, "scope")?)?,
-                    seg(str_arg(args, "scope_id")?)?,
-                    seg(str_arg(args, "key")?)?
-                );
-                if name == "memory_get" {
-                    return self.api(c, M::GET, path, None).await;
-                }
-                let mut body =
-                    json!({ "value": args.get("value").cloned().ok_or("`value` is required")? });
-                if let Some(t) = args.get("ttl_seconds") {
-                    body["ttl_seconds"] = t.clone();
-                }
-                self.api(c, M::PUT, path, Some(body)).await
-            }
-            "memory_search" => {
-                let mut body = json!({
-                    "scope": str_arg(args, "scope")?,
-                    "scope_id": str_arg(args, "scope_id")?,
-                    "query": str_arg(args, "query")?,
-                });
-                if let Some(k) = args.get("top_k") {
-                    body["top_k"] = k.clone();
-                }
-                self.api(c, M::POST, "/v1/memory/search".into(), Some(body))
-                    .await
-            }
-            "channel_publish" => {
-                let ch = str_arg(args, "channel")?;
-                let payload = args
-                    .get("payload")
-                    .cloned()
-                    .ok_or("`payload` is required")?;
-                self.api(
-                    c,
-                    M::POST,
-                    format!("/v1/channels/{}/publish", seg(ch)?),
-                    Some(json!({ "payload": payload })),
-                )
-                .await
-            }
-            "channel_read" => {
-                let ch = str_arg(args, "channel")?;
-                let mut body = json!({});
-                for k in ["cursor", "max", "wait_ms"] {
-                    if let Some(v) = args.get(k) {
-                        body[k] = v.clone();
-                    }
-                }
-                self.api(
-                    c,
-                    M::POST,
-                    format!("/v1/channels/{}/read", seg(ch)?),
-                    Some(body),
-                )
-                .await
-            }
-            "list_agents" => self.api(c, M::GET, "/v1/agents".into(), None).await,
-            "get_agent" => {
-                let name = str_arg(args, "name")?;
-                let path = match args.get("version").and_then(Value::as_str) {
-                    Some(v) => format!("/v1/agents/{}?version={}", seg(name)?, seg(v)?),
-                    None => format!("/v1/agents/{}", seg(name)?),
-                };
-                self.api(c, M::GET, path, None).await
-            }
-            "put_agent" => {
-                let name = str_arg(args, "name")?;
-                let def = args
-                    .get("definition")
-                    .filter(|d| d.is_object())
-                    .cloned()
-                    .ok_or("`definition` (an object of the agent's content fields) is required")?;
-                self.api(c, M::PUT, format!("/v1/agents/{}", seg(name)?), Some(def))
-                    .await
-            }
-            other => Err(format!(
-                "no tool `{other}`; tools/list shows the ones you may call"
-            )),
-        }
     }
 
     /// `agent__<name>`: a streamed run, its events as progress, its final text as the answer.
@@ -539,25 +628,24 @@ impl Face {
         &self,
         c: &Caller,
         agent: &str,
-        args: &Map<String, Value>,
+        input: &face::RunAgent,
         ctx: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let mut body = json!({
-            "agent": agent,
-            "input": match str_arg(args, "input") { Ok(i) => i, Err(e) => return tool_error(e) },
-            "stream": true,
-        });
-        if let Some(m) = args.get("metadata") {
-            body["metadata"] = m.clone();
+        if let Err(e) = given(&input.input, "input") {
+            return tool_error(e);
         }
+        let start = match serde_json::to_value(StreamedRun {
+            agent,
+            input: &input.input,
+            stream: true,
+            metadata: input.metadata.as_ref(),
+        }) {
+            Ok(b) => b,
+            Err(e) => return tool_error(format!("the input cannot be sent: {e}")),
+        };
         let r = match self
             .upstream
-            .call(
-                http::Method::POST,
-                "/v1/runs".into(),
-                c.bearer.clone(),
-                Some(body),
-            )
+            .call(M::POST, "/v1/runs".into(), c.bearer.clone(), Some(start))
             .await
         {
             Ok(r) => r,
@@ -568,9 +656,7 @@ impl Face {
             let v = r.json().await.unwrap_or(Value::Null);
             return tool_error(format!(
                 "{} (HTTP {status})",
-                v["error"]["message"]
-                    .as_str()
-                    .unwrap_or("the run could not start")
+                api_message(&v).unwrap_or("the run could not start")
             ));
         }
         let token = ctx.meta.get_progress_token();
@@ -586,9 +672,9 @@ impl Face {
         loop {
             let frame = tokio::select! {
                 () = ctx.ct.cancelled() => {
-                    if let Some(Ok(id)) = run_id.as_deref().map(seg) {
+                    if let Some(id) = run_id.as_deref() {
                         let _ = self
-                            .api(c, http::Method::POST, format!("/v1/runs/{id}/cancel"), Some(json!({"reason": "cancelled by the MCP client"})))
+                            .post_to_run(c, id, "cancel", body(&CancelBody { reason: "cancelled by the MCP client" }))
                             .await;
                     }
                     return tool_error("cancelled");
@@ -624,12 +710,14 @@ impl Face {
                             ),
                         },
                     )]);
-                    result.structured_content = Some(json!({
-                        "run_id": run_id,
-                        "status": "awaiting_input",
-                        "interrupt": data["interrupt"],
-                        "final_text": texts.last(),
-                    }));
+                    result.structured_content = serde_json::to_value(Outcome {
+                        run_id: run_id.as_deref(),
+                        status: "awaiting_input",
+                        interrupt: Some(&data["interrupt"]),
+                        stop_reason: None,
+                        final_text: texts.last().map(String::as_str),
+                    })
+                    .ok();
                     return result;
                 }
                 "error" => {
@@ -666,12 +754,14 @@ impl Face {
                 done["stop_reason"].as_str().unwrap_or("unknown")
             ))
         };
-        result.structured_content = Some(json!({
-            "run_id": run_id,
-            "status": status,
-            "stop_reason": done["stop_reason"],
-            "final_text": final_text,
-        }));
+        result.structured_content = serde_json::to_value(Outcome {
+            run_id: run_id.as_deref(),
+            status,
+            interrupt: None,
+            stop_reason: Some(&done["stop_reason"]),
+            final_text: Some(&final_text),
+        })
+        .ok();
         result
     }
 }
@@ -688,16 +778,6 @@ fn assistant_text(data: &Value) -> String {
         .filter_map(|b| b["text"].as_str())
         .collect::<Vec<_>>()
         .join("")
-}
-
-fn run_body(args: &Map<String, Value>) -> Result<Value, String> {
-    let mut body = json!({ "agent": str_arg(args, "agent")?, "input": str_arg(args, "input")? });
-    for k in ["metadata", "idempotency_key"] {
-        if let Some(v) = args.get(k) {
-            body[k] = v.clone();
-        }
-    }
-    Ok(body)
 }
 
 /// Splits an SSE body into (event, data) frames.
@@ -779,10 +859,11 @@ impl ServerHandler for Face {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let c = caller(&context, self.fixed.as_ref())?;
-        let mut tools: Vec<Tool> = FIXED
-            .iter()
-            .filter(|f| allowed(c.principal.as_ref(), f.needs))
-            .map(tool_of)
+        let mut tools: Vec<Tool> = self
+            .tools
+            .list_all()
+            .into_iter()
+            .filter(|t| allowed(c.principal.as_ref(), needs(&t.name)))
             .collect();
         tools.extend(self.agent_tools(&c).await);
         Ok(ListToolsResult::with_all_items(tools))
@@ -791,10 +872,9 @@ impl ServerHandler for Face {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let c = caller(&context, self.fixed.as_ref())?;
-        let args = request.arguments.clone().unwrap_or_default();
         let name = request.name.as_ref();
         if let Some(agent) = name.strip_prefix(AGENT_PREFIX) {
             if !allowed(c.principal.as_ref(), RUN_WRITE) {
@@ -803,27 +883,33 @@ impl ServerHandler for Face {
                 )
                 .into());
             }
-            return Ok(self.call_agent(&c, agent, &args, &context).await.into());
+            let args = Value::Object(request.arguments.clone().unwrap_or_default());
+            let input: face::RunAgent = match serde_json::from_value(args) {
+                Ok(i) => i,
+                Err(e) => return Ok(tool_error(format!("`agent__{agent}` takes {{input, metadata?}}: {e}")).into()),
+            };
+            return Ok(self.call_agent(&c, agent, &input, &context).await.into());
         }
-        let Some(fixed) = FIXED.iter().find(|f| f.name == name) else {
+        if !self.tools.has_route(name) {
             return Err(ErrorData::invalid_params(
                 format!("no tool `{name}`; tools/list shows the ones you may call"),
                 None,
             ));
-        };
-        if !allowed(c.principal.as_ref(), fixed.needs) {
-            let names: BTreeSet<&str> = fixed.needs.iter().map(|s| s.as_str()).collect();
+        }
+        let needs = needs(name);
+        if !allowed(c.principal.as_ref(), needs) {
+            let names: BTreeSet<&str> = needs.iter().map(|s| s.as_str()).collect();
             return Ok(tool_error(format!(
                 "`{name}` needs one of the scopes {}; your token has none of them",
                 names.into_iter().collect::<Vec<_>>().join(", ")
             ))
             .into());
         }
-        Ok(match self.call_fixed(&c, name, &args).await {
-            Ok(v) => ok_json(&v),
-            Err(e) => tool_error(e),
-        }
-        .into())
+        // The tools read their caller as an extension of the call.
+        context.extensions.insert(c);
+        self.tools
+            .call(ToolCallContext::new(self, request, context))
+            .await
     }
 
     async fn list_prompts(
@@ -876,7 +962,7 @@ impl ServerHandler for Face {
 pub fn http_service(
     upstream: Arc<dyn Upstream>,
     cfg: &weft_config::McpServerFaceConfig,
-    store: crate::sessions::PgSessionStore,
+    store: sessions::PgSessionStore,
     ledger: Arc<dyn SessionLedger>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> rmcp::transport::StreamableHttpService<Face, CountedSessions> {
@@ -1008,7 +1094,7 @@ fn local_sessions(cfg: &weft_config::McpServerFaceConfig) -> LocalSessionManager
 pub fn streamable<S>(
     handler: S,
     cfg: &weft_config::McpServerFaceConfig,
-    store: Option<crate::sessions::PgSessionStore>,
+    store: Option<sessions::PgSessionStore>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> rmcp::transport::StreamableHttpService<S, LocalSessionManager>
 where
@@ -1021,7 +1107,7 @@ where
 fn streamable_with<S, M>(
     handler: S,
     cfg: &weft_config::McpServerFaceConfig,
-    store: Option<crate::sessions::PgSessionStore>,
+    store: Option<sessions::PgSessionStore>,
     sessions: Arc<M>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> rmcp::transport::StreamableHttpService<S, M>

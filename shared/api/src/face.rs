@@ -1,0 +1,198 @@
+//! The inputs of the tools weft's MCP server face offers (`/mcp`, `weft mcp`): each is weft's
+//! own API called with the caller's token, so a field means what it means in the route's body.
+//! Fields that name the route (`run_id`, `channel`, `scope`, …) are not sent in the body.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A memory scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryScope {
+    Run,
+    Agent,
+    User,
+    Tenant,
+}
+
+impl MemoryScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryScope::Run => "run",
+            MemoryScope::Agent => "agent",
+            MemoryScope::User => "user",
+            MemoryScope::Tenant => "tenant",
+        }
+    }
+}
+
+/// A run's state, as `list_runs` filters on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Queued,
+    Running,
+    AwaitingInput,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::AwaitingInput => "awaiting_input",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// `spawn_run`, and each entry of `spawn_runs`: the body of `POST /v1/runs`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SpawnRun {
+    /// the agent's name
+    pub agent: String,
+    /// the user message the run starts with
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `spawn_runs`: several runs, each started (or refused) on its own.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SpawnRuns {
+    /// Read one by one, so that a bad entry fails alone.
+    #[schemars(with = "Vec<SpawnRun>", length(max = 32))]
+    pub runs: Vec<Value>,
+}
+
+/// `get_run`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct GetRun {
+    pub run_id: String,
+}
+
+/// `list_runs`: the query of `GET /v1/runs`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ListRuns {
+    #[serde(default)]
+    pub status: Option<RunState>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 200))]
+    pub limit: Option<u32>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// `cancel_run`: the run, and the body of `POST /v1/runs/{id}/cancel`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CancelRun {
+    #[serde(skip_serializing)]
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `send_input`: the run, and the body of `POST /v1/runs/{id}/input`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SendInput {
+    #[serde(skip_serializing)]
+    pub run_id: String,
+    pub text: String,
+}
+
+/// Where a memory entry lives.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryGet {
+    pub scope: MemoryScope,
+    pub scope_id: String,
+    pub key: String,
+}
+
+/// `memory_set`: the entry, and the body of `PUT /v1/memory/{scope}/{scope_id}/{key}`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySet {
+    #[serde(skip_serializing)]
+    pub scope: MemoryScope,
+    #[serde(skip_serializing)]
+    pub scope_id: String,
+    #[serde(skip_serializing)]
+    pub key: String,
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// `memory_search`: the body of `POST /v1/memory/search`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySearch {
+    pub scope: MemoryScope,
+    pub scope_id: String,
+    pub query: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub top_k: Option<u32>,
+}
+
+/// `channel_publish`: the channel, and the body of `POST /v1/channels/{name}/publish`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ChannelPublish {
+    #[serde(skip_serializing)]
+    pub channel: String,
+    pub payload: Value,
+}
+
+/// `channel_read`: the channel, and the body of `POST /v1/channels/{name}/read`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ChannelRead {
+    #[serde(skip_serializing)]
+    pub channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 30000))]
+    pub wait_ms: Option<u32>,
+}
+
+/// `list_agents`: no input.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ListAgents {}
+
+/// `get_agent`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct GetAgent {
+    pub name: String,
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// `put_agent`: the name, and the definition's content fields (the body of `PUT /v1/agents/{name}`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct PutAgent {
+    pub name: String,
+    pub definition: Map<String, Value>,
+}
+
+/// `agent__<name>`: one run of that agent, waited for.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunAgent {
+    /// the message the run starts with
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
