@@ -21,6 +21,8 @@ pub mod agents;
 pub mod base;
 pub mod channels;
 pub mod common;
+pub mod defs;
+pub mod face;
 pub mod ingress;
 pub mod llm;
 pub mod mcp;
