@@ -9,7 +9,7 @@
 
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use weft_auth::rpc::caller;
+use weft_auth::rpc::accept;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
 use weft_core::mcp::McpServerContent;
@@ -250,11 +250,9 @@ fn skill_to_proto(v: VersionRecord) -> Result<v1::Skill, Status> {
     })
 }
 
-/// A span for one RPC, joined to the caller's trace. Never carries content.
-fn span<T>(rpc: &'static str, p: &Principal, req: &Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("substrate", rpc, tenant = %p.tenant);
-    weft_telemetry::adopt_trace_context(&span, req.metadata());
-    span
+/// The span of one RPC (its tenant recorded by `accept`). Never carries content.
+fn span(rpc: &'static str) -> tracing::Span {
+    tracing::info_span!("substrate", rpc, tenant = tracing::field::Empty)
 }
 
 /// Runs `call` for the RPC `rpc` inside its span: the caller's principal, authorized for
@@ -269,8 +267,7 @@ where
     F: FnOnce(Principal, T) -> Fut,
     Fut: std::future::Future<Output = Result<R, Status>>,
 {
-    let p = caller(&request)?;
-    let span = span(rpc, &p, &request);
+    let (p, span) = accept(&request, span(rpc))?;
     if write {
         require_write(&p)?;
     } else {

@@ -27,6 +27,20 @@ pub fn caller<T>(req: &Request<T>) -> Result<Principal, Status> {
         .ok_or_else(|| Status::from(Error::unauthenticated("missing internal token")))
 }
 
+/// The server side of one RPC: its caller ([`caller`]) and `span` joined to the caller's trace,
+/// with the caller's tenant recorded in the span's `tenant` field (declare it
+/// `tenant = tracing::field::Empty`). Scope checks stay with each RPC: their messages say which
+/// scope that RPC needs.
+pub fn accept<T>(
+    req: &Request<T>,
+    span: tracing::Span,
+) -> Result<(Principal, tracing::Span), Status> {
+    let p = caller(req)?;
+    span.record("tenant", tracing::field::display(&p.tenant));
+    weft_telemetry::adopt_trace_context(&span, req.metadata());
+    Ok((p, span))
+}
+
 /// A service called over internal gRPC, as its callers' errors name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer {

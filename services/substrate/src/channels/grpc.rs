@@ -6,7 +6,7 @@
 
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use weft_auth::rpc::caller;
+use weft_auth::rpc::accept;
 use weft_core::rfc3339;
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
@@ -64,11 +64,9 @@ pub fn message_to_proto(m: Message) -> v1::ChannelMessage {
     }
 }
 
-/// A span for one RPC, joined to the caller's trace. Never carries content.
-fn span<T>(rpc: &'static str, p: &Principal, req: &Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("channels", rpc, tenant = %p.tenant);
-    weft_telemetry::adopt_trace_context(&span, req.metadata());
-    span
+/// The span of one RPC (its tenant recorded by `accept`). Never carries content.
+fn span(rpc: &'static str) -> tracing::Span {
+    tracing::info_span!("channels", rpc, tenant = tracing::field::Empty)
 }
 
 fn target<'a>(agent: Option<&'a str>, user: Option<&'a str>) -> Target<'a> {
@@ -81,8 +79,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PutChannelRequest>,
     ) -> Result<Response<v1::PutChannelResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("put_channel", &p, &request);
+        let (p, span) = accept(&request, span("put_channel"))?;
         require_admin(&p)?;
         let r = request.into_inner();
         self.hub
@@ -102,8 +99,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::DeleteChannelRequest>,
     ) -> Result<Response<v1::DeleteChannelResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("delete_channel", &p, &request);
+        let (p, span) = accept(&request, span("delete_channel"))?;
         require_admin(&p)?;
         let r = request.into_inner();
         self.hub
@@ -118,8 +114,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::ListChannelsRequest>,
     ) -> Result<Response<v1::ListChannelsResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("list_channels", &p, &request);
+        let (p, span) = accept(&request, span("list_channels"))?;
         if !p.has(Scope::ChannelsRead) && !p.has(Scope::ChannelsPublish) {
             return Err(Error::forbidden(
                 "listing channels needs the `channels:read`, `channels:publish` or `tenant:admin` scope",
@@ -142,8 +137,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PublishRequest>,
     ) -> Result<Response<v1::PublishResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("publish", &p, &request);
+        let (p, span) = accept(&request, span("publish"))?;
         let r = request.into_inner();
         self.hub
             .publish(
@@ -170,8 +164,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::ReadRequest>,
     ) -> Result<Response<v1::ReadResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("read", &p, &request);
+        let (p, span) = accept(&request, span("read"))?;
         let r = request.into_inner();
         self.hub
             .read(
@@ -200,8 +193,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::AckRequest>,
     ) -> Result<Response<v1::AckResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("ack", &p, &request);
+        let (p, span) = accept(&request, span("ack"))?;
         let r = request.into_inner();
         self.hub
             .ack(
@@ -221,8 +213,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::PeekRequest>,
     ) -> Result<Response<v1::PeekResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("peek", &p, &request);
+        let (p, span) = accept(&request, span("peek"))?;
         let r = request.into_inner();
         self.hub
             .peek(
@@ -245,8 +236,7 @@ impl v1::channels_server::Channels for ChannelsService {
         &self,
         request: Request<v1::AwaitRequest>,
     ) -> Result<Response<v1::AwaitResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("await_channels", &p, &request);
+        let (p, span) = accept(&request, span("await_channels"))?;
         let r = request.into_inner();
         self.hub
             .await_channels(

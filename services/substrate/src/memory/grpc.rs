@@ -4,7 +4,7 @@
 
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
-use weft_auth::rpc::caller;
+use weft_auth::rpc::accept;
 use weft_core::rfc3339;
 use weft_core::{Principal, Scope};
 use weft_proto::v1;
@@ -41,10 +41,9 @@ pub fn entry_to_proto(scope: &str, scope_id: &str, e: Entry) -> v1::MemoryEntry 
     }
 }
 
-fn span<T>(rpc: &'static str, p: &Principal, req: &Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("memory", rpc, tenant = %p.tenant);
-    weft_telemetry::adopt_trace_context(&span, req.metadata());
-    span
+/// The span of one RPC (its tenant recorded by `accept`). Never carries content.
+fn span(rpc: &'static str) -> tracing::Span {
+    tracing::info_span!("memory", rpc, tenant = tracing::field::Empty)
 }
 
 #[tonic::async_trait]
@@ -53,8 +52,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryGetRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = caller(&request)?;
-        let span = span("get", &p, &request);
+        let (p, span) = accept(&request, span("get"))?;
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();
         let at = ScopeRef {
@@ -73,8 +71,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemorySetRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = caller(&request)?;
-        let span = span("set", &p, &request);
+        let (p, span) = accept(&request, span("set"))?;
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
         let at = ScopeRef {
@@ -103,8 +100,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryDeleteRequest>,
     ) -> Result<Response<v1::MemoryDeleteResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("delete", &p, &request);
+        let (p, span) = accept(&request, span("delete"))?;
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
         let at = ScopeRef {
@@ -135,8 +131,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryListRequest>,
     ) -> Result<Response<v1::MemoryListResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("list", &p, &request);
+        let (p, span) = accept(&request, span("list"))?;
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();
         let at = ScopeRef {
@@ -163,8 +158,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemoryIncrRequest>,
     ) -> Result<Response<v1::MemoryEntry>, Status> {
-        let p = caller(&request)?;
-        let span = span("incr", &p, &request);
+        let (p, span) = accept(&request, span("incr"))?;
         require(&p, Scope::MemoryWrite)?;
         let r = request.into_inner();
         let at = ScopeRef {
@@ -191,8 +185,7 @@ impl v1::memory_server::Memory for MemoryService {
         &self,
         request: Request<v1::MemorySearchRequest>,
     ) -> Result<Response<v1::MemorySearchResponse>, Status> {
-        let p = caller(&request)?;
-        let span = span("search", &p, &request);
+        let (p, span) = accept(&request, span("search"))?;
         require(&p, Scope::MemoryRead)?;
         let r = request.into_inner();
         let at = ScopeRef {
