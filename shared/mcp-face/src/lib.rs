@@ -24,6 +24,10 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use rmcp::handler::server::common::Extension;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResponse;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
@@ -31,10 +35,6 @@ use rmcp::model::{
     ProgressNotificationParam, Prompt, PromptMessage, Role, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
-use rmcp::handler::server::common::Extension;
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::ToolCallContext;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, tool, tool_router};
 use serde_json::{Map, Value};
@@ -321,7 +321,10 @@ impl Face {
         Extension(c): Extension<Caller>,
         Parameters(input): Parameters<face::CancelRun>,
     ) -> CallToolResult {
-        answer(self.post_to_run(&c, &input.run_id, "cancel", body(&input)).await)
+        answer(
+            self.post_to_run(&c, &input.run_id, "cancel", body(&input))
+                .await,
+        )
     }
 
     #[tool(
@@ -334,7 +337,10 @@ impl Face {
         Parameters(input): Parameters<face::SendInput>,
     ) -> CallToolResult {
         let r = match given(&input.text, "text") {
-            Ok(_) => self.post_to_run(&c, &input.run_id, "input", body(&input)).await,
+            Ok(_) => {
+                self.post_to_run(&c, &input.run_id, "input", body(&input))
+                    .await
+            }
             Err(e) => Err(e),
         };
         answer(r)
@@ -406,7 +412,10 @@ impl Face {
         Extension(c): Extension<Caller>,
         Parameters(input): Parameters<face::ChannelPublish>,
     ) -> CallToolResult {
-        answer(self.post_to_channel(&c, &input.channel, "publish", body(&input)).await)
+        answer(
+            self.post_to_channel(&c, &input.channel, "publish", body(&input))
+                .await,
+        )
     }
 
     #[tool(
@@ -418,7 +427,10 @@ impl Face {
         Extension(c): Extension<Caller>,
         Parameters(input): Parameters<face::ChannelRead>,
     ) -> CallToolResult {
-        answer(self.post_to_channel(&c, &input.channel, "read", body(&input)).await)
+        answer(
+            self.post_to_channel(&c, &input.channel, "read", body(&input))
+                .await,
+        )
     }
 
     #[tool(
@@ -528,7 +540,8 @@ impl Face {
         if (200..300).contains(&status) {
             Ok(v)
         } else {
-            let msg = api_message(&v).map_or_else(|| format!("weft answered {status}"), str::to_owned);
+            let msg =
+                api_message(&v).map_or_else(|| format!("weft answered {status}"), str::to_owned);
             Err(format!("{msg} (HTTP {status})"))
         }
     }
@@ -590,8 +603,13 @@ impl Face {
         body: Result<Value, String>,
     ) -> Result<Value, String> {
         let ch = seg(given(channel, "channel")?)?;
-        self.api(c, M::POST, format!("/v1/channels/{ch}/{action}"), Some(body?))
-            .await
+        self.api(
+            c,
+            M::POST,
+            format!("/v1/channels/{ch}/{action}"),
+            Some(body?),
+        )
+        .await
     }
 
     /// The agents the caller may run, as tools.
@@ -613,7 +631,10 @@ impl Face {
             .map(|a| {
                 let description = a.description.unwrap_or_default();
                 let text = if description.is_empty() {
-                    format!("Run the agent `{}` on an input and return its answer.", a.name)
+                    format!(
+                        "Run the agent `{}` on an input and return its answer.",
+                        a.name
+                    )
                 } else {
                     format!("Run the agent `{}`: {description}", a.name)
                 };
@@ -886,7 +907,12 @@ impl ServerHandler for Face {
             let args = Value::Object(request.arguments.clone().unwrap_or_default());
             let input: face::RunAgent = match serde_json::from_value(args) {
                 Ok(i) => i,
-                Err(e) => return Ok(tool_error(format!("`agent__{agent}` takes {{input, metadata?}}: {e}")).into()),
+                Err(e) => {
+                    return Ok(tool_error(format!(
+                        "`agent__{agent}` takes {{input, metadata?}}: {e}"
+                    ))
+                    .into());
+                }
             };
             return Ok(self.call_agent(&c, agent, &input, &context).await.into());
         }
