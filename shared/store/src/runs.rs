@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 use weft_core::run::{ErrorEvent, RunEvent, RunFinished, RunStatus, StopReason};
@@ -95,37 +95,65 @@ macro_rules! run_columns {
 }
 const RUN_COLUMNS: &str = run_columns!();
 
-fn run_from_row(r: &sqlx::postgres::PgRow) -> Result<RunRecord, RunStoreError> {
-    let status: String = r.try_get("status")?;
-    let stop: Option<String> = r.try_get("stop_reason")?;
-    let tenant: String = r.try_get("tenant_id")?;
-    Ok(RunRecord {
-        id: RunId(r.try_get("id")?),
-        tenant: TenantId::parse(&tenant).map_err(|_| decode("tenant_id"))?,
-        subject: r.try_get("subject")?,
-        agent_name: r.try_get("agent_name")?,
-        agent_hash: r.try_get("agent_hash")?,
-        parent_run_id: r.try_get::<Option<Uuid>, _>("parent_run_id")?.map(RunId),
-        root_run_id: RunId(r.try_get("root_run_id")?),
-        depth: r.try_get("depth")?,
-        status: RunStatus::parse(&status).ok_or_else(|| decode("status"))?,
-        stop_reason: match stop {
-            Some(s) => Some(StopReason::parse(&s).ok_or_else(|| decode("stop_reason"))?),
-            None => None,
-        },
-        interactive: r.try_get("interactive")?,
-        spec: r.try_get("spec")?,
-        idempotency_key: r.try_get("idempotency_key")?,
-        lease_epoch: r.try_get("lease_epoch")?,
-        lease_owner: r.try_get("lease_owner")?,
-        pending_interrupt: r.try_get("pending_interrupt")?,
-        usage: r.try_get("usage")?,
-        iterations: r.try_get("iterations")?,
-        error: r.try_get("error")?,
-        created_at: r.try_get("created_at")?,
-        started_at: r.try_get("started_at")?,
-        finished_at: r.try_get("finished_at")?,
-    })
+/// A `runs` row as selected by [`run_columns!`]; [`RunRecord`] is it with typed ids and states.
+#[derive(sqlx::FromRow)]
+struct RunRow {
+    id: Uuid,
+    tenant_id: String,
+    subject: String,
+    agent_name: String,
+    agent_hash: String,
+    parent_run_id: Option<Uuid>,
+    root_run_id: Uuid,
+    depth: i32,
+    status: String,
+    stop_reason: Option<String>,
+    interactive: bool,
+    spec: Value,
+    idempotency_key: Option<String>,
+    lease_epoch: i64,
+    lease_owner: Option<String>,
+    pending_interrupt: Option<Value>,
+    usage: Value,
+    iterations: i32,
+    error: Option<Value>,
+    created_at: OffsetDateTime,
+    started_at: Option<OffsetDateTime>,
+    finished_at: Option<OffsetDateTime>,
+}
+
+impl TryFrom<RunRow> for RunRecord {
+    type Error = RunStoreError;
+
+    fn try_from(r: RunRow) -> Result<Self, RunStoreError> {
+        Ok(RunRecord {
+            id: RunId(r.id),
+            tenant: TenantId::parse(&r.tenant_id).map_err(|_| decode("tenant_id"))?,
+            subject: r.subject,
+            agent_name: r.agent_name,
+            agent_hash: r.agent_hash,
+            parent_run_id: r.parent_run_id.map(RunId),
+            root_run_id: RunId(r.root_run_id),
+            depth: r.depth,
+            status: RunStatus::parse(&r.status).ok_or_else(|| decode("status"))?,
+            stop_reason: match r.stop_reason {
+                Some(s) => Some(StopReason::parse(&s).ok_or_else(|| decode("stop_reason"))?),
+                None => None,
+            },
+            interactive: r.interactive,
+            spec: r.spec,
+            idempotency_key: r.idempotency_key,
+            lease_epoch: r.lease_epoch,
+            lease_owner: r.lease_owner,
+            pending_interrupt: r.pending_interrupt,
+            usage: r.usage,
+            iterations: r.iterations,
+            error: r.error,
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        })
+    }
 }
 
 fn decode(column: &str) -> RunStoreError {
@@ -133,6 +161,47 @@ fn decode(column: &str) -> RunStoreError {
         index: column.to_owned(),
         source: "unexpected value".into(),
     }))
+}
+
+/// A row of [`RunStore::transcript`]: an event, or (at seq 0) the ledger and whether input is
+/// waiting.
+#[derive(sqlx::FromRow)]
+struct TranscriptRow {
+    #[sqlx(flatten)]
+    event: EventRecord,
+    ledger: Option<Value>,
+    waiting: Option<bool>,
+}
+
+/// What [`RunStore::cancel_unheld_event`] reads back from the run it ended.
+#[derive(sqlx::FromRow)]
+struct Ended {
+    tenant_id: String,
+    usage: Value,
+}
+
+/// What [`RunStore::end_abandoned`] reads back from the run it ended.
+#[derive(sqlx::FromRow)]
+struct Abandoned {
+    tenant_id: String,
+    usage: Value,
+    iterations: i32,
+}
+
+/// A run claimed by [`RunStore::sweep`], before its ids and status are typed ([`Swept`]).
+#[derive(sqlx::FromRow)]
+struct SweptRow {
+    id: Uuid,
+    tenant_id: String,
+    status: String,
+    lapses: i32,
+}
+
+/// Why [`RunStore::acquire_lease`] got no lease: the run's status and the lease's time left.
+#[derive(sqlx::FromRow)]
+struct LeaseState {
+    status: String,
+    remaining: Option<i64>,
 }
 
 /// What to insert for a new run. Its first events (`run_started`, the input) go in with it.
@@ -167,7 +236,7 @@ pub struct NewLease {
 }
 
 /// One persisted event.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct EventRecord {
     pub seq: i64,
     pub kind: String,
@@ -289,7 +358,7 @@ impl RunStore {
                     return Ok((run, true));
                 }
                 let key = new.idempotency_key.as_deref().unwrap_or_default();
-                let r = sqlx::query(concat!(
+                let r: RunRow = sqlx::query_as(concat!(
                     "SELECT ",
                     run_columns!(),
                     " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
@@ -299,7 +368,7 @@ impl RunStore {
                 .bind(key)
                 .fetch_one(conn)
                 .await?;
-                Ok((run_from_row(&r)?, false))
+                Ok((r.try_into()?, false))
             })
             .await
     }
@@ -332,10 +401,10 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Option<RunRecord>, RunStoreError> {
-        let r = self
+        let r: Option<RunRow> = self
             .kept
             .run(async |conn| {
-                sqlx::query(concat!(
+                sqlx::query_as(concat!(
                     "SELECT ",
                     run_columns!(),
                     " FROM runs WHERE id = $1 AND tenant_id = $2"
@@ -346,15 +415,15 @@ impl RunStore {
                 .await
             })
             .await?;
-        r.as_ref().map(run_from_row).transpose()
+        r.map(RunRecord::try_from).transpose()
     }
 
     /// A run by id alone: for the executor, which learns the tenant from the row.
     pub async fn get_any(&self, id: RunId) -> Result<Option<RunRecord>, RunStoreError> {
-        let r = self
+        let r: Option<RunRow> = self
             .kept
             .run(async |conn| {
-                sqlx::query(concat!(
+                sqlx::query_as(concat!(
                     "SELECT ",
                     run_columns!(),
                     " FROM runs WHERE id = $1"
@@ -364,7 +433,7 @@ impl RunStore {
                 .await
             })
             .await?;
-        r.as_ref().map(run_from_row).transpose()
+        r.map(RunRecord::try_from).transpose()
     }
 
     /// A page of the tenant's runs, newest first.
@@ -393,8 +462,8 @@ impl RunStore {
             q.push(" AND created_at >= ").push_bind(t);
         }
         q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        rows.iter().map(run_from_row).collect()
+        let rows: Vec<RunRow> = q.build_query_as().fetch_all(&self.pool).await?;
+        rows.into_iter().map(RunRecord::try_from).collect()
     }
 
     /// Transcript events with `seq >= from_seq`, at most `limit`.
@@ -404,10 +473,10 @@ impl RunStore {
         from_seq: i64,
         limit: i64,
     ) -> Result<Vec<EventRecord>, RunStoreError> {
-        let rows = self
+        Ok(self
             .kept
             .run(async |conn| {
-                sqlx::query(
+                sqlx::query_as(
                 "SELECT seq, kind, data, created_at FROM run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
             )
             .bind(id.0)
@@ -416,17 +485,7 @@ impl RunStore {
                 .fetch_all(conn)
                 .await
             })
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(EventRecord {
-                    seq: r.try_get("seq")?,
-                    kind: r.try_get("kind")?,
-                    data: r.try_get("data")?,
-                    created_at: r.try_get("created_at")?,
-                })
-            })
-            .collect()
+            .await?)
     }
 
     /// Non-terminal descendants of a run, for cancel cascades.
@@ -435,10 +494,10 @@ impl RunStore {
         tenant: &TenantId,
         id: RunId,
     ) -> Result<Vec<RunId>, RunStoreError> {
-        let rows = self
+        let ids: Vec<Uuid> = self
             .kept
             .run(async |conn| {
-                sqlx::query(
+                sqlx::query_scalar(
                     "WITH RECURSIVE d(id) AS (
                     SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
                     UNION ALL
@@ -453,7 +512,7 @@ impl RunStore {
                 .await
             })
             .await?;
-        rows.iter().map(|r| Ok(RunId(r.try_get("id")?))).collect()
+        Ok(ids.into_iter().map(RunId).collect())
     }
 
     /// Queues input for a run. A parked run becomes `queued` again: returns true when the
@@ -501,18 +560,14 @@ impl RunStore {
         answer: &str,
     ) -> Result<bool, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
-        let row = sqlx::query(
+        let pending: Option<Option<Value>> = sqlx::query_scalar(
             "SELECT pending_interrupt FROM runs WHERE id = $1 AND tenant_id = $2 AND status = 'awaiting_input' FOR UPDATE",
         )
         .bind(id.0)
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
-        let pending: Option<Value> = match row {
-            Some(r) => r.try_get("pending_interrupt")?,
-            None => None,
-        };
-        let Some(pending) = pending else {
+        let Some(pending) = pending.flatten() else {
             return Ok(false);
         };
         if pending.get("id").and_then(Value::as_str) != Some(interrupt_id) {
@@ -563,7 +618,7 @@ impl RunStore {
         reason: Option<&str>,
     ) -> Result<Option<(i64, Value)>, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
-        let r = sqlx::query(
+        let r: Option<Ended> = sqlx::query_as(
             "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
                  lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL,
                  finished_at = now(), updated_at = now()
@@ -577,14 +632,12 @@ impl RunStore {
         let Some(r) = r else {
             return Ok(None);
         };
-        let tenant: String = r.try_get("tenant_id")?;
-        let usage: Value = r.try_get("usage")?;
         let seq = next_seq(&mut tx, id).await?;
-        let data = serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": usage});
+        let data = serde_json::json!({"status": "cancelled", "stop_reason": "cancelled", "reason": reason, "usage": r.usage});
         insert_events(
             &mut tx,
             id,
-            &tenant,
+            &r.tenant_id,
             0,
             seq,
             &mut [("run_finished".to_owned(), data.clone())],
@@ -600,7 +653,7 @@ impl RunStore {
     /// counts in `sweeps` and stamps `swept_at`; a run is claimed again only after
     /// `after_ms * 2^sweeps` (capped at 64×), and by one replica at a time (`SKIP LOCKED`).
     pub async fn sweep(&self, after_ms: i64, limit: i64) -> Result<Vec<Swept>, RunStoreError> {
-        let rows = sqlx::query(
+        let rows: Vec<SweptRow> = sqlx::query_as(
             "WITH due AS (
                  SELECT id FROM runs
                  WHERE status IN ('queued', 'running')
@@ -619,15 +672,13 @@ impl RunStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
+        rows.into_iter()
             .map(|r| {
-                let tenant: String = r.try_get("tenant_id")?;
-                let status: String = r.try_get("status")?;
                 Ok(Swept {
-                    id: RunId(r.try_get("id")?),
-                    tenant: TenantId::parse(&tenant).map_err(|_| decode("tenant_id"))?,
-                    status: RunStatus::parse(&status).ok_or_else(|| decode("status"))?,
-                    lapses: r.try_get("lapses")?,
+                    id: RunId(r.id),
+                    tenant: TenantId::parse(&r.tenant_id).map_err(|_| decode("tenant_id"))?,
+                    status: RunStatus::parse(&r.status).ok_or_else(|| decode("status"))?,
+                    lapses: r.lapses,
                 })
             })
             .collect()
@@ -646,7 +697,7 @@ impl RunStore {
     ) -> Result<Option<Vec<EventRecord>>, RunStoreError> {
         let error = serde_json::json!({"code": code, "message": message});
         let mut tx = crate::begin(&self.pool).await?;
-        let r = sqlx::query(
+        let r: Option<Abandoned> = sqlx::query_as(
             "UPDATE runs SET status = 'failed', stop_reason = 'error', error = $3,
                  lease_epoch = lease_epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
                  pending_interrupt = NULL, finished_at = now(), updated_at = now()
@@ -661,9 +712,6 @@ impl RunStore {
         let Some(r) = r else {
             return Ok(None);
         };
-        let tenant: String = r.try_get("tenant_id")?;
-        let usage: Value = r.try_get("usage")?;
-        let iterations: i32 = r.try_get("iterations")?;
         let seq = next_seq(&mut tx, id).await?;
         let mut events = vec![
             RunEvent::Error(ErrorEvent {
@@ -674,14 +722,14 @@ impl RunStore {
             RunEvent::RunFinished(RunFinished {
                 status: RunStatus::Failed,
                 stop_reason: StopReason::Error,
-                usage,
-                iterations: u32::try_from(iterations).ok(),
+                usage: r.usage,
+                iterations: u32::try_from(r.iterations).ok(),
                 executor: None,
                 reason: Some(message.to_owned()),
             })
             .into_parts(),
         ];
-        insert_events(&mut tx, id, &tenant, 0, seq, &mut events).await?;
+        insert_events(&mut tx, id, &r.tenant_id, 0, seq, &mut events).await?;
         tx.commit().await?;
         let now = OffsetDateTime::now_utc();
         Ok(Some(
@@ -704,7 +752,7 @@ impl RunStore {
         owner: &str,
         ttl_ms: i64,
     ) -> Result<Result<Lease, LeaseRefused>, RunStoreError> {
-        let r = sqlx::query(concat!(
+        let r: Option<RunRow> = sqlx::query_as(concat!(
             "UPDATE runs SET lease_epoch = lease_epoch + 1, lease_owner = $2,
                  lease_expires_at = now() + $3 * interval '1 millisecond', status = 'running',
                  lapses = lapses + CASE WHEN lease_owner IS NOT NULL AND lease_owner <> $2 THEN 1 ELSE 0 END,
@@ -721,13 +769,13 @@ impl RunStore {
         .fetch_optional(&self.pool)
         .await?;
         if let Some(r) = r {
-            let run = run_from_row(&r)?;
+            let run = RunRecord::try_from(r)?;
             return Ok(Ok(Lease {
                 epoch: run.lease_epoch,
                 run,
             }));
         }
-        let r = sqlx::query(
+        let r: Option<LeaseState> = sqlx::query_as(
             "SELECT status, (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint AS remaining
              FROM runs WHERE id = $1",
         )
@@ -737,12 +785,10 @@ impl RunStore {
         let Some(r) = r else {
             return Ok(Err(LeaseRefused::Missing));
         };
-        let status: String = r.try_get("status")?;
-        let status = RunStatus::parse(&status).ok_or_else(|| decode("status"))?;
+        let status = RunStatus::parse(&r.status).ok_or_else(|| decode("status"))?;
         if matches!(status, RunStatus::Queued | RunStatus::Running) {
-            let remaining: Option<i64> = r.try_get("remaining")?;
             return Ok(Err(LeaseRefused::Held {
-                remaining_ms: remaining.unwrap_or(0).max(0),
+                remaining_ms: r.remaining.unwrap_or(0).max(0),
             }));
         }
         Ok(Err(LeaseRefused::NotRunnable(status)))
@@ -777,7 +823,7 @@ impl RunStore {
     /// in the lease's statement: a statement that waited for a stale holder's last write to
     /// commit would still read the transcript from before it.)
     pub async fn transcript(&self, id: RunId) -> Result<Transcript, RunStoreError> {
-        let rows = sqlx::query(
+        let rows: Vec<TranscriptRow> = sqlx::query_as(
             "SELECT e.seq, e.kind, e.data, e.created_at, NULL::jsonb AS ledger, NULL::boolean AS waiting
              FROM run_events e WHERE e.run_id = $1
              UNION ALL
@@ -794,12 +840,11 @@ impl RunStore {
         .fetch_all(&self.pool)
         .await?;
         let mut out = Transcript::default();
-        for r in &rows {
-            let seq: i64 = r.try_get("seq")?;
-            if seq == 0 {
-                let ledger: Option<Value> = r.try_get("ledger")?;
-                out.input_waiting = r.try_get::<Option<bool>, _>("waiting")?.unwrap_or(false);
-                for l in ledger
+        for r in rows {
+            if r.event.seq == 0 {
+                out.input_waiting = r.waiting.unwrap_or(false);
+                for l in r
+                    .ledger
                     .as_ref()
                     .and_then(Value::as_array)
                     .map(Vec::as_slice)
@@ -810,12 +855,7 @@ impl RunStore {
                 }
                 continue;
             }
-            out.events.push(EventRecord {
-                seq,
-                kind: r.try_get("kind")?,
-                data: r.try_get("data")?,
-                created_at: r.try_get("created_at")?,
-            });
+            out.events.push(r.event);
         }
         Ok(out)
     }
@@ -847,7 +887,7 @@ impl RunStore {
         subject: &str,
         key: &str,
     ) -> Result<Option<RunRecord>, RunStoreError> {
-        let r = sqlx::query(concat!(
+        let r: Option<RunRow> = sqlx::query_as(concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
@@ -857,7 +897,7 @@ impl RunStore {
         .bind(key)
         .fetch_optional(&self.pool)
         .await?;
-        r.as_ref().map(run_from_row).transpose()
+        r.map(RunRecord::try_from).transpose()
     }
 
     /// Parks a new interactive run that has no input yet (no executor needed).
@@ -873,13 +913,12 @@ impl RunStore {
 
     /// Whether input is waiting for the run.
     pub async fn has_inputs(&self, id: RunId) -> Result<bool, RunStoreError> {
-        let r = sqlx::query(
+        Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM run_inputs WHERE run_id = $1 AND NOT consumed) AS waiting",
         )
         .bind(id.0)
         .fetch_one(&self.pool)
-        .await?;
-        Ok(r.try_get("waiting")?)
+        .await?)
     }
 
     /// Makes a parked run runnable again (input raced its parking); true when it was parked.
@@ -897,14 +936,13 @@ impl RunStore {
 
     /// The text of the run's last assistant message (a finished sub-run's answer).
     pub async fn last_assistant_text(&self, id: RunId) -> Result<Option<String>, RunStoreError> {
-        let r = sqlx::query(
+        let data: Option<Value> = sqlx::query_scalar(
             "SELECT data FROM run_events WHERE run_id = $1 AND kind = 'assistant_message' ORDER BY seq DESC LIMIT 1",
         )
         .bind(id.0)
         .fetch_optional(&self.pool)
         .await?;
-        let Some(r) = r else { return Ok(None) };
-        let data: Value = r.try_get("data")?;
+        let Some(data) = data else { return Ok(None) };
         let msg: Option<weft_core::message::Message> = data
             .get("message")
             .and_then(|m| serde_json::from_value(m.clone()).ok());
@@ -984,7 +1022,7 @@ impl Fenced {
         sqlx::query("ROLLBACK TO SAVEPOINT child")
             .execute(&mut *self.tx)
             .await?;
-        let r = sqlx::query(concat!(
+        let r: RunRow = sqlx::query_as(concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
@@ -994,12 +1032,12 @@ impl Fenced {
         .bind(new.idempotency_key.as_deref().unwrap_or_default())
         .fetch_one(&mut *self.tx)
         .await?;
-        Ok((run_from_row(&r)?, false))
+        Ok((r.try_into()?, false))
     }
 
     /// Takes the pending inputs of the run (marking them consumed).
     pub async fn take_inputs(&mut self) -> Result<Vec<String>, RunStoreError> {
-        let rows = sqlx::query(
+        let mut out: Vec<(Uuid, String)> = sqlx::query_as(
             "UPDATE run_inputs SET consumed = true WHERE id IN (
                  SELECT id FROM run_inputs WHERE run_id = $1 AND NOT consumed ORDER BY id FOR UPDATE)
              RETURNING id, text",
@@ -1007,10 +1045,6 @@ impl Fenced {
         .bind(self.run.0)
         .fetch_all(&mut *self.tx)
         .await?;
-        let mut out: Vec<(Uuid, String)> = rows
-            .iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("text")?)))
-            .collect::<Result<_, sqlx::Error>>()?;
         out.sort_by_key(|(id, _)| *id);
         Ok(out.into_iter().map(|(_, t)| t).collect())
     }
@@ -1103,12 +1137,12 @@ async fn next_seq(
     tx: &mut Transaction<'static, Postgres>,
     run: RunId,
 ) -> Result<i64, RunStoreError> {
-    let r =
-        sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM run_events WHERE run_id = $1")
-            .bind(run.0)
-            .fetch_one(&mut **tx)
-            .await?;
-    Ok(r.try_get("next")?)
+    Ok(sqlx::query_scalar(
+        "SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM run_events WHERE run_id = $1",
+    )
+    .bind(run.0)
+    .fetch_one(&mut **tx)
+    .await?)
 }
 
 async fn lock_status(
@@ -1116,16 +1150,14 @@ async fn lock_status(
     tenant: &TenantId,
     id: RunId,
 ) -> Result<Option<RunStatus>, RunStoreError> {
-    let r = sqlx::query("SELECT status FROM runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE")
-        .bind(id.0)
-        .bind(tenant.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
-    match r {
-        Some(r) => {
-            let s: String = r.try_get("status")?;
-            Ok(Some(RunStatus::parse(&s).ok_or_else(|| decode("status"))?))
-        }
+    let s: Option<String> =
+        sqlx::query_scalar("SELECT status FROM runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE")
+            .bind(id.0)
+            .bind(tenant.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    match s {
+        Some(s) => Ok(Some(RunStatus::parse(&s).ok_or_else(|| decode("status"))?)),
         None => Ok(None),
     }
 }
@@ -1140,7 +1172,7 @@ async fn insert_run<'e>(
     let mut events = new.initial_events.clone();
     storable(&mut events);
     let (seqs, kinds, datas) = columns(1, &events);
-    let r = sqlx::query(concat!(
+    let r: Option<RunRow> = sqlx::query_as(concat!(
         "WITH run AS (
              INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id,
                  root_run_id, depth, status, interactive, spec, idempotency_key,
@@ -1180,5 +1212,5 @@ async fn insert_run<'e>(
     .bind(new.lease.as_ref().map_or(0, |l| l.ttl_ms))
     .fetch_optional(ex)
     .await?;
-    r.as_ref().map(run_from_row).transpose()
+    r.map(RunRecord::try_from).transpose()
 }

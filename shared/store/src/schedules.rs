@@ -9,7 +9,7 @@
 //! before making it stays `claimed` and [`ScheduleStore::reclaim_stale`] hands it to another.
 
 use serde_json::Value;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 use weft_core::TenantId;
@@ -17,9 +17,10 @@ use weft_core::TenantId;
 use crate::StoreError;
 
 /// A schedule's live row.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ScheduleRow {
     pub id: Uuid,
+    #[sqlx(rename = "tenant_id")]
     pub tenant: String,
     pub name: String,
     pub def_hash: String,
@@ -41,9 +42,10 @@ pub struct ScheduleRow {
 }
 
 /// A due schedule, locked by the claiming transaction.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct DueSchedule {
     pub id: Uuid,
+    #[sqlx(rename = "tenant_id")]
     pub tenant: String,
     pub name: String,
     pub def_hash: String,
@@ -53,6 +55,7 @@ pub struct DueSchedule {
     /// The last fire's run is still going, or a fire is claimed and not yet dispatched.
     pub busy: bool,
     /// The database's clock at the claim.
+    #[sqlx(rename = "db_now")]
     pub now: OffsetDateTime,
 }
 
@@ -71,10 +74,11 @@ pub struct Decision {
 }
 
 /// A fire to dispatch: claimed, not yet a run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ClaimedFire {
     pub id: Uuid,
     pub schedule_id: Uuid,
+    #[sqlx(rename = "tenant_id")]
     pub tenant: String,
     pub name: String,
     /// `cron` or `run_now`.
@@ -87,7 +91,7 @@ pub struct ClaimedFire {
 }
 
 /// A fire as the state route shows it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct FireRow {
     pub id: Uuid,
     pub kind: String,
@@ -102,9 +106,10 @@ pub struct FireRow {
 }
 
 /// A fire whose run has ended and whose `on_complete` actions are pending.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct FinishedFire {
     pub id: Uuid,
+    #[sqlx(rename = "tenant_id")]
     pub tenant: String,
     pub name: String,
     pub fire_at: OffsetDateTime,
@@ -122,43 +127,6 @@ macro_rules! schedule_columns {
     () => {
         "s.id, s.tenant_id, s.name, s.def_hash, s.content, s.enabled, s.paused, s.next_fire_at, s.cron_fires, s.run_now_fires, s.skipped, s.last_fire_at, s.last_run_id, r.status AS last_run_status, s.retired_at, s.retired_why, s.created_at, s.updated_at"
     };
-}
-
-fn schedule_from_row(r: &sqlx::postgres::PgRow) -> Result<ScheduleRow, sqlx::Error> {
-    Ok(ScheduleRow {
-        id: r.try_get("id")?,
-        tenant: r.try_get("tenant_id")?,
-        name: r.try_get("name")?,
-        def_hash: r.try_get("def_hash")?,
-        content: r.try_get("content")?,
-        enabled: r.try_get("enabled")?,
-        paused: r.try_get("paused")?,
-        next_fire_at: r.try_get("next_fire_at")?,
-        cron_fires: r.try_get("cron_fires")?,
-        run_now_fires: r.try_get("run_now_fires")?,
-        skipped: r.try_get("skipped")?,
-        last_fire_at: r.try_get("last_fire_at")?,
-        last_run_id: r.try_get("last_run_id")?,
-        last_run_status: r.try_get("last_run_status")?,
-        retired_at: r.try_get("retired_at")?,
-        retired_why: r.try_get("retired_why")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-    })
-}
-
-fn claimed_from_row(r: &sqlx::postgres::PgRow) -> Result<ClaimedFire, sqlx::Error> {
-    Ok(ClaimedFire {
-        id: r.try_get("id")?,
-        schedule_id: r.try_get("schedule_id")?,
-        tenant: r.try_get("tenant_id")?,
-        name: r.try_get("name")?,
-        kind: r.try_get("kind")?,
-        fire_at: r.try_get("fire_at")?,
-        def_hash: r.try_get("def_hash")?,
-        content: r.try_get("content")?,
-        attempts: r.try_get("attempts")?,
-    })
 }
 
 impl ScheduleStore {
@@ -225,7 +193,7 @@ impl ScheduleStore {
         tenant: &TenantId,
         name: &str,
     ) -> Result<Option<ScheduleRow>, StoreError> {
-        let r = sqlx::query(concat!(
+        Ok(sqlx::query_as(concat!(
             "SELECT ",
             schedule_columns!(),
             " FROM schedules s LEFT JOIN runs r ON r.id = s.last_run_id
@@ -234,13 +202,12 @@ impl ScheduleStore {
         .bind(tenant.as_str())
         .bind(name)
         .fetch_optional(&self.pool)
-        .await?;
-        Ok(r.as_ref().map(schedule_from_row).transpose()?)
+        .await?)
     }
 
     /// Every schedule row of the tenant, by name.
     pub async fn list(&self, tenant: &TenantId) -> Result<Vec<ScheduleRow>, StoreError> {
-        let rows = sqlx::query(concat!(
+        Ok(sqlx::query_as(concat!(
             "SELECT ",
             schedule_columns!(),
             " FROM schedules s LEFT JOIN runs r ON r.id = s.last_run_id
@@ -248,11 +215,7 @@ impl ScheduleStore {
         ))
         .bind(tenant.as_str())
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(schedule_from_row)
-            .collect::<Result<_, _>>()?)
+        .await?)
     }
 
     /// Pauses, or resumes from `next_fire_at` (the first slot after now: slots passed while
@@ -282,7 +245,7 @@ impl ScheduleStore {
 
     /// The most recent fires of a schedule, newest first.
     pub async fn fires(&self, schedule_id: Uuid, limit: i64) -> Result<Vec<FireRow>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT f.id, f.kind, f.fire_at, f.status, f.run_id, r.status AS run_status, f.error, f.attempts,
                     f.on_complete, f.on_complete_result
              FROM schedule_fires f LEFT JOIN runs r ON r.id = f.run_id
@@ -291,23 +254,7 @@ impl ScheduleStore {
         .bind(schedule_id)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            out.push(FireRow {
-                id: r.try_get("id")?,
-                kind: r.try_get("kind")?,
-                fire_at: r.try_get("fire_at")?,
-                status: r.try_get("status")?,
-                run_id: r.try_get("run_id")?,
-                run_status: r.try_get("run_status")?,
-                error: r.try_get("error")?,
-                attempts: r.try_get("attempts")?,
-                on_complete: r.try_get("on_complete")?,
-                on_complete_result: r.try_get("on_complete_result")?,
-            });
-        }
-        Ok(out)
+        .await?)
     }
 
     /// A run-now fire: a distinct slot at the database's now, not a move of `next_fire_at`.
@@ -319,7 +266,7 @@ impl ScheduleStore {
         claimer: &str,
         on_complete: bool,
     ) -> Result<Option<ClaimedFire>, StoreError> {
-        let r = sqlx::query(
+        Ok(sqlx::query_as(
             "WITH s AS (
                UPDATE schedules SET run_now_fires = run_now_fires + 1, updated_at = now()
                WHERE tenant_id = $2 AND name = $3 AND retired_at IS NULL
@@ -339,8 +286,7 @@ impl ScheduleStore {
         .bind(claimer)
         .bind(on_complete)
         .fetch_optional(&self.pool)
-        .await?;
-        Ok(r.as_ref().map(claimed_from_row).transpose()?)
+        .await?)
     }
 
     /// Claims the due slots of up to `limit` schedules in one transaction (see the module
@@ -353,7 +299,7 @@ impl ScheduleStore {
         decide: &mut (dyn FnMut(&DueSchedule) -> Decision + Send),
     ) -> Result<Vec<ClaimedFire>, StoreError> {
         let mut tx = crate::begin(&self.pool).await?;
-        let rows = sqlx::query(
+        let rows: Vec<DueSchedule> = sqlx::query_as(
             "SELECT s.id, s.tenant_id, s.name, s.def_hash, s.content, s.next_fire_at, s.cron_fires,
                     (COALESCE(r.status IN ('queued', 'running', 'awaiting_input'), false)
                      OR EXISTS (SELECT 1 FROM schedule_fires f
@@ -378,19 +324,8 @@ impl ScheduleStore {
         let (mut s_id, mut s_next, mut s_cron, mut s_skip, mut s_retire, mut s_last) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         let mut claimed = Vec::new();
-        for r in &rows {
-            let due = DueSchedule {
-                id: r.try_get("id")?,
-                tenant: r.try_get("tenant_id")?,
-                name: r.try_get("name")?,
-                def_hash: r.try_get("def_hash")?,
-                content: r.try_get("content")?,
-                next_fire_at: r.try_get("next_fire_at")?,
-                cron_fires: r.try_get("cron_fires")?,
-                busy: r.try_get("busy")?,
-                now: r.try_get("db_now")?,
-            };
-            let d = decide(&due);
+        for due in &rows {
+            let d = decide(due);
             let mut fired = 0i64;
             let mut skipped = d.skipped_unrecorded;
             let mut last = None;
@@ -479,7 +414,7 @@ impl ScheduleStore {
         older_than_ms: i64,
         limit: i64,
     ) -> Result<Vec<ClaimedFire>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "WITH f AS (
                UPDATE schedule_fires SET claimed_by = $1, claimed_at = now(), attempts = attempts + 1
                WHERE id IN (SELECT id FROM schedule_fires
@@ -493,11 +428,7 @@ impl ScheduleStore {
         .bind(older_than_ms)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(claimed_from_row)
-            .collect::<Result<_, _>>()?)
+        .await?)
     }
 
     /// Records the runs made for claimed fires (`(fire, run)` pairs), and each schedule's last
@@ -565,7 +496,7 @@ impl ScheduleStore {
         StoreError,
     > {
         let mut tx = crate::begin(&self.pool).await?;
-        let rows = sqlx::query(
+        let out = sqlx::query_as(
             "SELECT f.id, f.tenant_id, s.name, f.fire_at, f.run_id, r.status AS run_status, s.content
              FROM schedule_fires f
              JOIN runs r ON r.id = f.run_id
@@ -578,18 +509,6 @@ impl ScheduleStore {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            out.push(FinishedFire {
-                id: r.try_get("id")?,
-                tenant: r.try_get("tenant_id")?,
-                name: r.try_get("name")?,
-                fire_at: r.try_get("fire_at")?,
-                run_id: r.try_get("run_id")?,
-                run_status: r.try_get("run_status")?,
-                content: r.try_get("content")?,
-            });
-        }
         Ok((tx, out))
     }
 
@@ -619,7 +538,7 @@ pub struct DeliveryStore {
 }
 
 /// What an accepted delivery made.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct Accepted {
     pub run_id: Option<Uuid>,
     pub channel_seq: Option<i64>,
@@ -638,7 +557,7 @@ impl DeliveryStore {
         webhook: &str,
         id: &str,
     ) -> Result<Option<Accepted>, StoreError> {
-        let r = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT run_id, channel_seq, accepted_at FROM webhook_deliveries
              WHERE tenant_id = $1 AND webhook = $2 AND delivery_id = $3",
         )
@@ -646,15 +565,7 @@ impl DeliveryStore {
         .bind(webhook)
         .bind(id)
         .fetch_optional(&self.pool)
-        .await?;
-        r.map(|r| -> Result<Accepted, StoreError> {
-            Ok(Accepted {
-                run_id: r.try_get("run_id")?,
-                channel_seq: r.try_get("channel_seq")?,
-                accepted_at: r.try_get("accepted_at")?,
-            })
-        })
-        .transpose()
+        .await?)
     }
 
     /// Burns delivery `id` with what it made. When a concurrent twin burned it first, returns
@@ -667,7 +578,7 @@ impl DeliveryStore {
         run_id: Option<Uuid>,
         channel_seq: Option<i64>,
     ) -> Result<(Accepted, bool), StoreError> {
-        let r = sqlx::query(
+        let accepted_at: Option<OffsetDateTime> = sqlx::query_scalar(
             "INSERT INTO webhook_deliveries (tenant_id, webhook, delivery_id, run_id, channel_seq)
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING accepted_at",
         )
@@ -678,12 +589,12 @@ impl DeliveryStore {
         .bind(channel_seq)
         .fetch_optional(&self.pool)
         .await?;
-        if let Some(r) = r {
+        if let Some(accepted_at) = accepted_at {
             return Ok((
                 Accepted {
                     run_id,
                     channel_seq,
-                    accepted_at: r.try_get("accepted_at")?,
+                    accepted_at,
                 },
                 true,
             ));

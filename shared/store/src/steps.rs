@@ -15,7 +15,6 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::Row as _;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 use weft_core::RunId;
@@ -410,6 +409,13 @@ impl StepShape {
     }
 }
 
+/// A run whose fence held in [`write_steps_on`]'s statement (its final `SELECT ... FROM fence`).
+#[derive(sqlx::FromRow)]
+struct HeldFence {
+    id: Uuid,
+    lease_epoch: i64,
+}
+
 /// Writes the steps of many runs (at most one per run) in one statement and one commit, on
 /// `ex` (the group writer's own connection: see [`WRITER_SESSION`]). Returns, in order, which
 /// steps' fences held; `Err` when the database refused the whole statement (nothing was
@@ -430,7 +436,7 @@ async fn write_steps_on<'e>(
         starts: !c.start_run.is_empty(),
         dones: !c.done_run.is_empty(),
     };
-    let mut q = sqlx::query(shape.sql())
+    let mut q = sqlx::query_as::<_, HeldFence>(shape.sql())
         .bind(c.id)
         .bind(c.epoch)
         .bind(c.mode)
@@ -468,13 +474,8 @@ async fn write_steps_on<'e>(
             .bind(c.done_error);
     }
     let rows = q.fetch_all(ex).await?;
-    let mut held = std::collections::HashSet::with_capacity(rows.len());
-    for r in rows {
-        held.insert((
-            r.try_get::<Uuid, _>("id")?,
-            r.try_get::<i64, _>("lease_epoch")?,
-        ));
-    }
+    let held: std::collections::HashSet<(Uuid, i64)> =
+        rows.into_iter().map(|r| (r.id, r.lease_epoch)).collect();
     Ok(steps
         .iter()
         .map(|s| held.contains(&(s.run.0, s.epoch)))
