@@ -14,7 +14,7 @@
 //! path of `PUT /v1/memory/...` is one round trip instead of six.
 
 use serde::{Deserialize, Serialize};
-use sqlx::{PgPool, Postgres, QueryBuilder, Row as _, Transaction};
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use weft_core::{Error, ErrorCode, TenantId};
 use weft_store::StoreError;
@@ -63,7 +63,7 @@ pub struct Place<'a> {
 }
 
 /// A live entry.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Entry {
     pub key: String,
     /// Compact JSON.
@@ -109,7 +109,7 @@ pub struct SetInput<'a> {
 }
 
 /// One search candidate of the exact scan.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Candidate {
     pub key: String,
     pub embedding: Vec<f32>,
@@ -173,6 +173,7 @@ enum Recorded {
 }
 
 /// The row a writer locked.
+#[derive(sqlx::FromRow)]
 struct Current {
     value_json: String,
     version: i64,
@@ -180,6 +181,22 @@ struct Current {
     agent: String,
     expires_at: Option<OffsetDateTime>,
     live: bool,
+}
+
+/// The op record of an op key already claimed ([`claim_op`]).
+#[derive(sqlx::FromRow)]
+struct OpRecord {
+    target: String,
+    result: Option<serde_json::Value>,
+}
+
+/// The bytes one tenant (`agent` '') or agent gets back from a sweep, and how many entries went.
+#[derive(sqlx::FromRow)]
+struct Gone {
+    tenant_id: String,
+    agent: String,
+    bytes: i64,
+    n: i64,
 }
 
 /// Memory entries in Postgres. Cheap to clone.
@@ -195,17 +212,6 @@ macro_rules! entry_columns {
     };
 }
 const ENTRY_COLUMNS: &str = entry_columns!();
-
-fn entry_from_row(r: &sqlx::postgres::PgRow) -> Result<Entry, sqlx::Error> {
-    Ok(Entry {
-        key: r.try_get("key")?,
-        value_json: r.try_get("value_json")?,
-        version: r.try_get("version")?,
-        expires_at: r.try_get("expires_at")?,
-        updated_at: r.try_get("updated_at")?,
-        embedded: r.try_get("embedded")?,
-    })
-}
 
 fn conflict(message: String) -> MemError {
     MemError::Rule(Error::new(ErrorCode::Conflict, message))
@@ -252,15 +258,13 @@ impl MemoryStore {
         tenant: &TenantId,
         id: uuid::Uuid,
     ) -> Result<Option<String>, MemError> {
-        let row = sqlx::query("SELECT subject FROM runs WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant.as_str())
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(match row {
-            Some(r) => Some(r.try_get("subject")?),
-            None => None,
-        })
+        Ok(
+            sqlx::query_scalar("SELECT subject FROM runs WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     /// The live entry at `key`.
@@ -272,17 +276,13 @@ impl MemoryStore {
              WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND key = $4
                AND (expires_at IS NULL OR expires_at > now())"
         );
-        let row = sqlx::query(sql)
+        Ok(sqlx::query_as(sql)
             .bind(at.tenant.as_str())
             .bind(at.scope.as_str())
             .bind(at.scope_id)
             .bind(key)
             .fetch_optional(&self.pool)
-            .await?;
-        Ok(match row {
-            Some(r) => Some(entry_from_row(&r)?),
-            None => None,
-        })
+            .await?)
     }
 
     /// Live entries whose key starts with `prefix` and is greater than `after`, in key order,
@@ -313,11 +313,7 @@ impl MemoryStore {
             q.push(" AND key > ").push_bind(after);
         }
         q.push(" ORDER BY key LIMIT ").push_bind(i64::from(limit));
-        let rows = q.build().fetch_all(&self.pool).await?;
-        Ok(rows
-            .iter()
-            .map(entry_from_row)
-            .collect::<Result<_, sqlx::Error>>()?)
+        Ok(q.build_query_as().fetch_all(&self.pool).await?)
     }
 
     /// The embedded live entries of a place made with `model` and `dims` dimensions, newest
@@ -329,7 +325,7 @@ impl MemoryStore {
         dims: usize,
         max: u32,
     ) -> Result<Vec<Candidate>, MemError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT key, embedding, updated_at FROM memory_entries
              WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND embedding IS NOT NULL
                AND embedding_model = $4 AND cardinality(embedding) = $5
@@ -343,17 +339,7 @@ impl MemoryStore {
         .bind(i32::try_from(dims).unwrap_or(i32::MAX))
         .bind(i64::from(max))
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Candidate {
-                    key: r.try_get("key")?,
-                    embedding: r.try_get("embedding")?,
-                    updated_at: r.try_get("updated_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(MemError::from)
+        .await?)
     }
 
     /// The live entries at `keys`, in no particular order.
@@ -365,30 +351,25 @@ impl MemoryStore {
              WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND key = ANY($4)
                AND (expires_at IS NULL OR expires_at > now())"
         );
-        let rows = sqlx::query(sql)
+        Ok(sqlx::query_as(sql)
             .bind(at.tenant.as_str())
             .bind(at.scope.as_str())
             .bind(at.scope_id)
             .bind(keys)
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(entry_from_row)
-            .collect::<Result<_, sqlx::Error>>()?)
+            .await?)
     }
 
     /// Bytes in use by `tenant` (agent `None`) or one of its agents.
     pub async fn usage(&self, tenant: &TenantId, agent: Option<&str>) -> Result<i64, MemError> {
-        let row = sqlx::query("SELECT bytes FROM memory_usage WHERE tenant_id = $1 AND agent = $2")
-            .bind(tenant.as_str())
-            .bind(agent.unwrap_or(""))
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(match row {
-            Some(r) => r.try_get("bytes")?,
-            None => 0,
-        })
+        let bytes: Option<i64> = sqlx::query_scalar(
+            "SELECT bytes FROM memory_usage WHERE tenant_id = $1 AND agent = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(agent.unwrap_or(""))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(bytes.unwrap_or(0))
     }
 
     /// Replaces the entry at `input.key`.
@@ -456,7 +437,7 @@ impl MemoryStore {
             None => (None, None),
         };
         let limit = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT key, value_json, version, expires_at, updated_at, embedded
              FROM weft_memory_set($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
@@ -475,8 +456,7 @@ impl MemoryStore {
         .bind(limit(self.quotas.agent_bytes))
         .fetch_one(db)
         .await
-        .map_err(|e| self.set_error(input, e))?;
-        Ok(entry_from_row(&row)?)
+        .map_err(|e| self.set_error(input, e))
     }
 
     /// The rule a `weft_memory_set` error stands for (`WM001` quota, `WM002` version), or the
@@ -646,7 +626,7 @@ impl MemoryStore {
             entry_columns!(),
             ""
         );
-        let row = sqlx::query(sql)
+        let entry: Entry = sqlx::query_as(sql)
             .bind(at.tenant.as_str())
             .bind(at.scope.as_str())
             .bind(at.scope_id)
@@ -659,7 +639,6 @@ impl MemoryStore {
             .bind(keep_expiry)
             .fetch_one(&mut *tx)
             .await?;
-        let entry = entry_from_row(&row)?;
         self.charge(&mut tx, at.tenant, current.as_ref(), meta.agent, bytes)
             .await?;
         let done = Recorded::Entry(entry);
@@ -698,7 +677,7 @@ impl MemoryStore {
             if delta == 0 {
                 continue;
             }
-            let row = sqlx::query(
+            let now: i64 = sqlx::query_scalar(
                 "INSERT INTO memory_usage (tenant_id, agent, bytes) VALUES ($1, $2, $3)
                  ON CONFLICT (tenant_id, agent) DO UPDATE SET bytes = memory_usage.bytes + EXCLUDED.bytes
                  RETURNING bytes",
@@ -708,7 +687,6 @@ impl MemoryStore {
             .bind(delta)
             .fetch_one(&mut **tx)
             .await?;
-            let now: i64 = row.try_get("bytes")?;
             let limit = if who.is_empty() {
                 self.quotas.tenant_bytes
             } else {
@@ -726,7 +704,7 @@ impl MemoryStore {
     pub async fn sweep_expired(&self, batch: i64) -> Result<u64, MemError> {
         let mut tx = self.pool.begin().await?;
         // Cross-tenant by design: expiry is the operator's housekeeping, not a tenant's read.
-        let rows = sqlx::query(
+        let rows: Vec<Gone> = sqlx::query_as(
             "WITH gone AS (
                  DELETE FROM memory_entries WHERE ctid IN (
                      SELECT ctid FROM memory_entries
@@ -744,19 +722,15 @@ impl MemoryStore {
         .await?;
         let mut deleted = 0u64;
         for r in &rows {
-            let tenant: String = r.try_get("tenant_id")?;
-            let agent: String = r.try_get("agent")?;
-            let bytes: i64 = r.try_get("bytes")?;
-            if agent.is_empty() {
-                let n: i64 = r.try_get("n")?;
-                deleted += u64::try_from(n).unwrap_or(0);
+            if r.agent.is_empty() {
+                deleted += u64::try_from(r.n).unwrap_or(0);
             }
             sqlx::query(
                 "UPDATE memory_usage SET bytes = bytes - $3 WHERE tenant_id = $1 AND agent = $2",
             )
-            .bind(&tenant)
-            .bind(&agent)
-            .bind(bytes)
+            .bind(&r.tenant_id)
+            .bind(&r.agent)
+            .bind(r.bytes)
             .execute(&mut *tx)
             .await?;
         }
@@ -837,15 +811,14 @@ async fn claim_op(
     if claimed == 1 {
         return Ok(None);
     }
-    let row =
-        sqlx::query("SELECT target, result FROM memory_ops WHERE tenant_id = $1 AND op_key = $2")
-            .bind(tenant.as_str())
-            .bind(op_key)
-            .fetch_one(&mut **tx)
-            .await?;
-    let recorded_target: String = row.try_get("target")?;
-    let result: Option<serde_json::Value> = row.try_get("result")?;
-    if recorded_target != target {
+    let op: OpRecord = sqlx::query_as(
+        "SELECT target, result FROM memory_ops WHERE tenant_id = $1 AND op_key = $2",
+    )
+    .bind(tenant.as_str())
+    .bind(op_key)
+    .fetch_one(&mut **tx)
+    .await?;
+    if op.target != target {
         return Err(MemError::Rule(
             Error::invalid(
                 "`op_key` was already used for a write to another key or of another kind; use a new op key",
@@ -853,7 +826,8 @@ async fn claim_op(
             .with_param("op_key"),
         ));
     }
-    let recorded = result
+    let recorded = op
+        .result
         .and_then(|v| serde_json::from_value::<Recorded>(v).ok())
         .ok_or_else(|| {
             tracing::error!("memory: op record without a readable result");
@@ -901,7 +875,7 @@ async fn lock_entry(
     .bind(key)
     .execute(&mut **tx)
     .await?;
-    let row = sqlx::query(
+    Ok(sqlx::query_as(
         "SELECT value_json, version, bytes::bigint AS bytes, agent, expires_at,
                 (expires_at IS NULL OR expires_at > now()) AS live
          FROM memory_entries
@@ -913,18 +887,7 @@ async fn lock_entry(
     .bind(at.scope_id)
     .bind(key)
     .fetch_optional(&mut **tx)
-    .await?;
-    Ok(match row {
-        Some(r) => Some(Current {
-            value_json: r.try_get("value_json")?,
-            version: r.try_get("version")?,
-            bytes: r.try_get("bytes")?,
-            agent: r.try_get("agent")?,
-            expires_at: r.try_get("expires_at")?,
-            live: r.try_get("live")?,
-        }),
-        None => None,
-    })
+    .await?)
 }
 
 #[cfg(test)]
