@@ -10,14 +10,15 @@ export function HealthBadge({ health, testId }: { health: Health; testId?: strin
 }
 
 /** What a definition refers to that is not there yet (an unset secret variable, a missing
- * agent): the `warnings` the list routes carry, one badge each. */
-export function Warnings({ warnings }: { warnings?: unknown }) {
-  if (!Array.isArray(warnings) || warnings.length === 0) return null;
+ * agent): the `warnings` a get of a schedule's or webhook's active version carries, one badge
+ * each. */
+export function Warnings({ warnings }: { warnings: string[] }) {
+  if (warnings.length === 0) return null;
   return (
     <span className="badges" aria-label="Warnings">
       {warnings.map((w, i) => (
         <span key={i} className="badge badge-warn" role="note">
-          ⚠ {String(w)}
+          ⚠ {w}
         </span>
       ))}
     </span>

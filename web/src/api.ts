@@ -1,25 +1,21 @@
-// The UI's one door to the gateway. The session cookie (HttpOnly, SameSite=Strict) is sent by
-// the browser; state-changing calls also carry the session's CSRF token in a header, which a
-// page on another site cannot read or set.
+// The UI's one door to the gateway: an `openapi-fetch` client typed by the gateway's OpenAPI
+// document (`src/openapi.d.ts`, generated from shared/api/openapi.json by `npm run gen:api`), so
+// a path, a parameter, a request body or a field read from an answer that the document does not
+// have fails the typecheck. The session cookie (HttpOnly, SameSite=Strict) is sent by the
+// browser; state-changing calls also carry the session's CSRF token in a header, which a page on
+// another site cannot read or set.
 
-export type Scope =
-  | 'admin'
-  | 'tenant:admin'
-  | 'runs:create'
-  | 'runs:read'
-  | 'memory:read'
-  | 'memory:write'
-  | 'channels:publish'
-  | 'channels:read'
-  | 'llm:call';
+import createClient, { type Middleware } from 'openapi-fetch';
+import type { components, paths } from './openapi';
 
-export interface Session {
-  tenant: string;
-  subject: string;
-  scopes: Scope[];
-  csrf_token: string;
-  expires_at: string;
-}
+/** The document's schemas: `Schemas['Run']` is a run as every run route answers it. */
+export type Schemas = components['schemas'];
+
+/** A token scope (the names `POST /v1/tokens` takes). */
+export type Scope = Schemas['CreateToken']['scopes'][number];
+
+/** The browser's session (`GET /ui/api/session`). */
+export type Session = Schemas['UiSession'];
 
 /** An error the gateway answered with (`{"error":{"code","message","param"}}`). */
 export class ApiError extends Error {
@@ -41,78 +37,69 @@ export function setCsrfToken(token: string | null) {
 
 const SAFE = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-/** Sends a request with the session's credentials; throws `ApiError` on a non-2xx answer. */
-export async function request(path: string, init: RequestInit = {}): Promise<Response> {
-  const method = (init.method ?? 'GET').toUpperCase();
-  const headers = new Headers(init.headers);
-  if (init.body !== undefined && !headers.has('content-type')) {
-    headers.set('content-type', 'application/json');
-  }
-  if (!SAFE.has(method) && csrfToken) {
-    headers.set('x-csrf-token', csrfToken);
-  }
-  const res = await fetch(path, { ...init, method, headers, credentials: 'same-origin' });
-  if (!res.ok) {
-    throw await toError(res);
-  }
-  return res;
-}
-
-export async function getJson<T>(path: string): Promise<T> {
-  return (await request(path)).json() as Promise<T>;
-}
+const csrf: Middleware = {
+  onRequest({ request }) {
+    if (!SAFE.has(request.method) && csrfToken) {
+      request.headers.set('x-csrf-token', csrfToken);
+    }
+    return request;
+  },
+};
 
 /**
- * One page of a list route. List routes answer `{"data": [...], "next_cursor": ...}`; before
- * that envelope each route had its own key (`runs`, `messages`, …), kept for one release as an
- * alias, so the UI reads `data` first and falls back to the route's old key: it works against
- * both. The answer's other fields (`truncated`, …) are kept.
+ * The gateway's API. Paths are the document's (`/v1/runs/{id}`), with `params.path`,
+ * `params.query` and `body` checked against it; answers are the `application/json` ones. A call
+ * resolves to `{ data, error, response }`: wrap it in `ok` to get the data or an `ApiError`.
  */
-export type ListPage<T, Extra = object> = { data: T[]; next_cursor: string | null } & Partial<Extra>;
+export const api = createClient<paths, 'application/json'>({
+  // Absolute, so a Request can be built outside a page too (tests); same origin as the page.
+  baseUrl: globalThis.location?.origin ?? '',
+  credentials: 'same-origin',
+  // Looked up per call, not captured once.
+  fetch: (req) => globalThis.fetch(req),
+});
+api.use(csrf);
 
-/** Reads a list answer: `data`, else the route's old key, else no items. */
-export function listOf<T, Extra = object>(body: unknown, legacyKey?: string): ListPage<T, Extra> {
-  const b = body && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : {};
-  const items = Array.isArray(b.data) ? b.data : legacyKey && Array.isArray(b[legacyKey]) ? b[legacyKey] : [];
-  const cursor = typeof b.next_cursor === 'string' && b.next_cursor !== '' ? b.next_cursor : null;
-  return { ...b, data: items as T[], next_cursor: cursor } as ListPage<T, Extra>;
+/** What an `api` call resolves to. */
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
 }
 
-/** GETs a list route (see `listOf`). */
-export async function getList<T, Extra = object>(path: string, legacyKey?: string): Promise<ListPage<T, Extra>> {
-  return listOf<T, Extra>(await getJson<unknown>(path), legacyKey);
+/** The data of a 2xx answer (undefined for a 204); throws `ApiError` on any other. */
+export async function ok<T>(call: Promise<Answer<T>>): Promise<T> {
+  const { data, error, response } = await call;
+  if (!response.ok) throw apiError(response, error);
+  return data as T;
 }
 
-export async function sendJson<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const res = await request(path, {
-    method,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (res.status === 204) {
-    return undefined as T;
-  }
-  return res.json() as Promise<T>;
-}
-
-export async function toError(res: Response): Promise<ApiError> {
-  try {
-    const body = await res.json();
-    const e = body?.error ?? {};
+/** The `ApiError` of a non-2xx answer, from its body (`error` as parsed, JSON or text). */
+export function apiError(res: Response, body: unknown): ApiError {
+  const e = body && typeof body === 'object' && 'error' in body ? (body as { error: unknown }).error : null;
+  if (e && typeof e === 'object') {
+    const { code, message, param } = e as Record<string, unknown>;
     return new ApiError(
       res.status,
-      String(e.code ?? 'error'),
-      String(e.message ?? res.statusText),
-      e.param ?? undefined,
+      typeof code === 'string' ? code : 'error',
+      typeof message === 'string' ? message : res.statusText,
+      typeof param === 'string' ? param : undefined,
     );
-  } catch {
-    return new ApiError(res.status, 'error', `${res.status} ${res.statusText}`);
   }
+  return new ApiError(res.status, 'error', `${res.status} ${res.statusText}`);
+}
+
+/** The body of a streamed (`text/event-stream`) answer; throws `ApiError` on a non-2xx one. */
+export async function stream(call: Promise<Answer<ReadableStream<Uint8Array> | null>>): Promise<ReadableStream<Uint8Array>> {
+  const body = await ok(call);
+  if (!body) throw new Error('the answer has no body');
+  return body;
 }
 
 /** The current session, or null when the browser holds none (or it expired or was revoked). */
 export async function currentSession(): Promise<Session | null> {
   try {
-    const s = await getJson<Session>('/ui/api/session');
+    const s = await ok(api.GET('/ui/api/session'));
     setCsrfToken(s.csrf_token);
     return s;
   } catch (e) {
@@ -126,18 +113,18 @@ export async function currentSession(): Promise<Session | null> {
 
 /** Exchanges a `wft_` token for a session cookie. The token is not kept by the page. */
 export async function login(token: string): Promise<Session> {
-  const s = await sendJson<Session>('POST', '/ui/api/session', { token });
+  const s = await ok(api.POST('/ui/api/session', { body: { token } }));
   setCsrfToken(s.csrf_token);
   return s;
 }
 
 export async function logout(): Promise<void> {
-  await sendJson<void>('DELETE', '/ui/api/session');
+  await ok(api.DELETE('/ui/api/session'));
   setCsrfToken(null);
 }
 
 /** Whether the principal holds `scope` (admin implies all; tenant:admin all but admin). */
-export function can(session: Session, scope: Scope): boolean {
+export function can(session: Pick<Session, 'scopes'>, scope: Scope): boolean {
   const s = session.scopes;
   if (s.includes('admin')) return true;
   if (s.includes('tenant:admin') && scope !== 'admin') return true;

@@ -1,58 +1,23 @@
 // What the Schedules and Webhooks pages say about a definition's health, from the answers of
 // `GET /v1/schedules/{name}/state` and `GET /v1/webhooks/{name}/deliveries`.
 
-export interface Fire {
-  fire_id: string;
-  kind: string;
-  fire_at: string;
-  status: string;
-  run_id: string | null;
-  run_status?: string | null;
-  error: string | null;
-}
+import type { paths } from './openapi';
+import type { Schemas } from './api';
 
-export interface ScheduleState {
-  name: string;
-  enabled: boolean;
-  paused: boolean;
-  retired: boolean;
-  retired_why: string | null;
-  next_fire_at: string | null;
-  last_fire_at: string | null;
-  last_run_id: string | null;
-  last_run_status: string | null;
-  fire_count: number;
-  skipped: number;
-  /** Newest first. */
-  fires: Fire[];
-}
+export type Fire = Schemas['ScheduleFire'];
 
-export interface Delivery {
-  verdict: string;
-  at: string;
-  delivery_id: string | null;
-  run_id?: string;
-  reason?: string;
-}
+/** `GET /v1/schedules/{name}/state`; its `fires` newest first. */
+export type ScheduleState = Schemas['ScheduleState'];
 
-/** `GET /v1/webhooks/{name}/deliveries`: the verdicts of deliveries that verified (`data`, or
- * `items` from older gateways), and apart from them those refused before they verified. */
-export interface DeliveryLog {
-  data?: Delivery[];
-  items?: Delivery[];
-  rejected?: {
-    unauthorized: number;
-    too_large: number;
-    last_at: string | null;
-    recent?: Delivery[];
-  };
-}
+export type Delivery = Schemas['WebhookDelivery'];
+
+/** `GET /v1/webhooks/{name}/deliveries`: the verdicts of deliveries that verified (`data`), and
+ * apart from them those refused before they verified (`rejected`). */
+export type DeliveryLog = paths['/v1/webhooks/{name}/deliveries']['get']['responses'][200]['content']['application/json'];
 
 /** Every delivery the log names, verified or refused, newest first. */
 export function deliveryRows(log: DeliveryLog): Delivery[] {
-  const verified = log.data ?? log.items ?? [];
-  const refused = (log.rejected?.recent ?? []).map((d) => ({ ...d, delivery_id: d.delivery_id ?? null }));
-  return [...verified, ...refused].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
+  return [...log.data, ...log.rejected.recent].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
 }
 
 /** A one-line verdict: `good`, `bad`, `warn`, or `idle` (nothing to judge yet). */

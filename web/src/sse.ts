@@ -1,12 +1,9 @@
 import { createParser } from 'eventsource-parser';
-import { toError } from './api';
+import { api, stream, type Schemas } from './api';
 
-/** One frame of a run stream: `id: <seq>`, `event: <kind>`, `data: {"seq","kind","data"}`. */
-export interface RunEvent {
-  seq: number;
-  kind: string;
-  data: Record<string, unknown>;
-}
+/** One frame of a run stream: `id: <seq>`, `event: <kind>`, `data: {"seq","kind","data"}` — a
+ * transcript event (`GET /v1/runs/{id}/events`) without its `created_at`. */
+export type RunEvent = Pick<Schemas['RunEvent'], 'seq' | 'kind' | 'data'>;
 
 /**
  * Reads a run's SSE stream with `fetch` (so the session cookie goes along, and a POST stream
@@ -19,14 +16,15 @@ export async function readRunStream(
   onEvent: (e: RunEvent) => void,
   signal: AbortSignal,
 ): Promise<void> {
-  const res = await fetch(`/v1/runs/${encodeURIComponent(runId)}/stream?from_seq=${from}`, {
-    credentials: 'same-origin',
-    headers: { accept: 'text/event-stream' },
-    signal,
-  });
-  if (!res.ok) throw await toError(res);
-  if (!res.body) throw new Error('the stream has no body');
-  await pump(res.body, onEvent);
+  const body = await stream(
+    api.GET('/v1/runs/{id}/stream', {
+      params: { path: { id: runId }, query: { from_seq: from } },
+      headers: { accept: 'text/event-stream' },
+      parseAs: 'stream',
+      signal,
+    }),
+  );
+  await pump(body, onEvent);
 }
 
 /** Feeds a run stream's SSE body through the parser until it ends. */

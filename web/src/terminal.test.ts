@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { apply, emptyTerminal, follow, header, pretty, summary, type RunFacts, type Terminal } from './terminal';
+import { apply, emptyTerminal, follow, header, pretty, summary, tokens, type RunFacts, type Terminal } from './terminal';
 import type { RunEvent } from './sse';
 import { pump } from './sse';
 
@@ -149,5 +149,15 @@ describe('the run header', () => {
   it('keeps a fetched end: the stream does not hear every end', () => {
     const cancelled = { ...fetched, status: 'cancelled' };
     expect(header(cancelled, 1000, { status: 'awaiting_input', at: 5000 })).toBe(cancelled);
+  });
+});
+
+describe('tokens', () => {
+  it("reads a run's usage, whatever JSON it is", () => {
+    expect(tokens({ prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 })).toEqual({ prompt: 3, completion: 2 });
+    expect(tokens({ prompt_tokens: 3 })).toEqual({ prompt: 3, completion: 0 });
+    expect(tokens(null)).toEqual({ prompt: 0, completion: 0 });
+    expect(tokens(undefined)).toEqual({ prompt: 0, completion: 0 });
+    expect(tokens({ prompt_tokens: 'x' })).toEqual({ prompt: 0, completion: 0 });
   });
 });

@@ -34,6 +34,10 @@ export interface Terminal {
 
 export const emptyTerminal: Terminal = { lines: [], lastSeq: 0 };
 
+/** The fields of an event's `data` (any JSON in the document): none when it is no object. */
+const fields = (v: unknown): Record<string, unknown> =>
+  v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+
 const str = (v: unknown): string => (typeof v === 'string' ? v : v == null ? '' : JSON.stringify(v));
 
 /** The text of an assistant message's content blocks. */
@@ -55,7 +59,7 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
   if (e.kind === 'text_delta') {
     const lines = [...t.lines];
     const last = lines[lines.length - 1];
-    const text = str(e.data.text);
+    const text = str(fields(e.data).text);
     if (last && last.type === 'text' && last.live) {
       lines[lines.length - 1] = { ...last, text: last.text + text };
     } else {
@@ -64,7 +68,7 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
     return { ...t, lines };
   }
   if (e.seq <= t.lastSeq) return t;
-  const d = e.data;
+  const d = fields(e.data);
   const lines = t.lines.filter((l) => !(l.type === 'text' && l.live && e.kind === 'assistant_message'));
   switch (e.kind) {
     case 'user_input':
@@ -135,6 +139,14 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
   return { lines, lastSeq: e.seq };
 }
 
+/** A run's token counts from its `usage` (any JSON in the document; the executor writes
+ * `prompt_tokens` and `completion_tokens`), 0 for a count it lacks. */
+export function tokens(usage: unknown): { prompt: number; completion: number } {
+  const u = fields(usage);
+  const n = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+  return { prompt: n(u.prompt_tokens), completion: n(u.completion_tokens) };
+}
+
 /** A one-line summary of a tool's input or result. */
 export function summary(v: unknown, max = 100): string {
   const s = str(v).replace(/\s+/g, ' ');
@@ -172,7 +184,7 @@ export const isEnded = (status: string | undefined): boolean => status !== undef
 export interface RunFacts {
   status?: string;
   stop_reason?: string | null;
-  usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
+  usage?: unknown;
   pending_interrupt?: unknown;
   /** When the newest of these facts arrived (`Date.now()`), set by the page. */
   at?: number;
@@ -195,7 +207,7 @@ const WORKING = new Set([
 /** Folds one stream event into the facts; the same object when it changes nothing. */
 export function follow(f: RunFacts, e: RunEvent): RunFacts {
   if (isEnded(f.status)) return f;
-  const d = e.data;
+  const d = fields(e.data);
   switch (e.kind) {
     case 'run_finished': {
       const ended: RunFacts = {
@@ -204,7 +216,7 @@ export function follow(f: RunFacts, e: RunEvent): RunFacts {
         pending_interrupt: null,
       };
       // Facts are laid over the fetched run: a key is set only when the event says it.
-      if (d.usage && typeof d.usage === 'object') ended.usage = d.usage as RunFacts['usage'];
+      if (d.usage && typeof d.usage === 'object') ended.usage = d.usage;
       return ended;
     }
     case 'awaiting_input':

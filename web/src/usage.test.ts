@@ -8,6 +8,10 @@ const row = (hour: string, model: string | null, input: number, output: number):
   input_tokens: input,
   output_tokens: output,
   cost_usd: 0.5,
+  cache_read_tokens: 0,
+  cache_write_tokens: 0,
+  avg_latency_ms: 10,
+  p95_latency_ms: 10,
 });
 
 describe('usage series', () => {

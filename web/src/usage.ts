@@ -1,22 +1,21 @@
-/** A row of `GET /v1/usage` grouped by a time bucket and one dimension. */
-export interface UsageRow {
-  [key: string]: unknown;
-  requests: number;
-  input_tokens: number;
-  output_tokens: number;
-  cost_usd: number;
-}
+import type { Schemas } from './api';
+
+/** A row of `GET /v1/usage`, grouped by a time bucket and one dimension. */
+export type UsageRow = Schemas['UsageGroup'];
+
+/** A dimension a row can be grouped by (its field, null when a call has none). */
+export type UsageDim = 'provider' | 'model' | 'requested_model' | 'subject' | 'token_id' | 'kind';
 
 export type Metric = 'tokens' | 'cost' | 'requests';
 
 export function metricOf(r: UsageRow, m: Metric): number {
   switch (m) {
     case 'tokens':
-      return (r.input_tokens ?? 0) + (r.output_tokens ?? 0);
+      return r.input_tokens + r.output_tokens;
     case 'cost':
-      return r.cost_usd ?? 0;
+      return r.cost_usd;
     case 'requests':
-      return r.requests ?? 0;
+      return r.requests;
   }
 }
 
@@ -32,7 +31,7 @@ export function label(v: unknown): string {
 export function toSeries(
   rows: UsageRow[],
   bucket: 'hour' | 'day',
-  dim: string,
+  dim: UsageDim,
   metric: Metric,
 ): { xs: number[]; names: string[]; ys: number[][] } {
   const xs = [...new Set(rows.map((r) => Date.parse(String(r[bucket])) / 1000))].sort((a, b) => a - b);

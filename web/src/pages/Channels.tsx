@@ -1,27 +1,14 @@
 import { useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
-import { getList } from '../api';
+import { api, ok, type Schemas } from '../api';
 import { ErrorNote } from '../ErrorNote';
+import type { paths } from '../openapi';
 
-interface Channel {
-  name: string;
-  scope: 'tenant' | 'user' | 'agent';
-  ttl_seconds: number;
-  max_messages: number;
-  created_at: string;
-  updated_at: string;
-}
-
-interface Message {
-  seq: number;
-  payload: unknown;
-  published_at: string;
-  expires_at: string;
-  published_by: string;
-}
+type Channel = Schemas['Channel'];
+type PeekQuery = NonNullable<paths['/v1/channels/{name}/peek']['get']['parameters']['query']>;
 
 export function ChannelsPage() {
-  const list = useQuery({ queryKey: ['channels'], queryFn: () => getList<Channel>('/v1/channels') });
+  const list = useQuery({ queryKey: ['channels'], queryFn: () => ok(api.GET('/v1/channels')) });
   const [open, setOpen] = useState<string | null>(null);
   const rows = list.data?.data ?? [];
   const chosen = rows.find((c) => c.name === open);
@@ -75,9 +62,9 @@ function Peek({ channel }: { channel: Channel }) {
     enabled: channel.scope !== 'agent' || stream !== '',
     refetchInterval: 3000,
     queryFn: () => {
-      const q = new URLSearchParams({ max: '20' });
-      if (needs && stream) q.set(needs, stream);
-      return getList<Message>(`/v1/channels/${encodeURIComponent(channel.name)}/peek?${q.toString()}`, 'messages');
+      const query: PeekQuery = { max: 20 };
+      if (needs && stream) query[needs] = stream;
+      return ok(api.GET('/v1/channels/{name}/peek', { params: { path: { name: channel.name }, query } }));
     },
   });
   const msgs = peek.data?.data ?? [];
@@ -114,7 +101,7 @@ function Peek({ channel }: { channel: Channel }) {
             </thead>
             <tbody>
               {msgs.map((m) => (
-                <tr key={m.seq}>
+                <tr key={m.cursor}>
                   <td>{m.seq}</td>
                   <td>{new Date(m.published_at).toLocaleString()}</td>
                   <td>{m.published_by}</td>

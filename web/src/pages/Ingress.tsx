@@ -1,7 +1,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'react-router';
-import { ApiError, getJson, getList, sendJson, type Session } from '../api';
+import { api, ApiError, ok, type Schemas, type Session } from '../api';
 import { HealthBadge, Warnings } from '../Badges';
 import { CopyButton } from '../CopyButton';
 import { ErrorNote } from '../ErrorNote';
@@ -11,54 +11,42 @@ import {
   webhookHealth,
   webhookUrl,
   deliveryRows,
-  type DeliveryLog,
-  type ScheduleState,
 } from '../ingress';
 
-interface Summary {
-  name: string;
-  description: string;
-  retired: boolean;
-  versions: number;
-  /** What the definition refers to that is not there yet (newer gateways only). */
-  warnings?: string[];
-}
-
-/** The fields of a definition's active version these pages show. */
-interface Content {
-  cron?: string;
-  timezone?: string;
-  agent?: string;
-  channel?: string;
-  signature?: string;
-  secret_env?: string;
-  enabled?: boolean;
-}
+type Summary = Schemas['DefSummary'];
 
 const when = (t: string | null | undefined) => (t ? new Date(t).toLocaleString() : '—');
 
-/** The active version of a schedule or webhook: its content, and what it points at that is not
- * there yet (`warnings`; null once the definition is gone). */
-function useActive(kind: 'schedules' | 'webhooks', name: string) {
+/** What a call answers, or null when it is a 404 (the definition is gone). */
+async function orGone<T>(call: Promise<T>): Promise<T | null> {
+  try {
+    return await call;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  }
+}
+
+/** The active version of a schedule: its content, and what it points at that is not there yet
+ * (`warnings`); null once the schedule is gone. Under ['defs', kind], so an edit in the library
+ * refreshes it. */
+function useActiveSchedule(name: string) {
   return useQuery({
-    // Under ['defs', kind], so an edit in the library refreshes it.
-    queryKey: ['defs', kind, name, 'active'],
-    queryFn: async () => {
-      try {
-        const v = await getJson<{ content: Content; warnings?: string[] }>(
-          `/v1/${kind}/${encodeURIComponent(name)}`,
-        );
-        return { content: v.content ?? {}, warnings: v.warnings ?? [] };
-      } catch (e) {
-        if (e instanceof ApiError && e.status === 404) return null;
-        throw e;
-      }
-    },
+    queryKey: ['defs', 'schedules', name, 'active'],
+    queryFn: () => orGone(ok(api.GET('/v1/schedules/{name}', { params: { path: { name } } }))),
+  });
+}
+
+/** The active version of a webhook, as `useActiveSchedule`. */
+function useActiveWebhook(name: string) {
+  return useQuery({
+    queryKey: ['defs', 'webhooks', name, 'active'],
+    queryFn: () => orGone(ok(api.GET('/v1/webhooks/{name}', { params: { path: { name } } }))),
   });
 }
 
 export function SchedulesPage() {
-  const list = useQuery({ queryKey: ['defs', 'schedules'], queryFn: () => getList<Summary>('/v1/schedules') });
+  const list = useQuery({ queryKey: ['defs', 'schedules'], queryFn: () => ok(api.GET('/v1/schedules')) });
   const rows = list.data?.data ?? [];
   return (
     <section>
@@ -78,18 +66,18 @@ export function SchedulesPage() {
 function Schedule({ summary }: { summary: Summary }) {
   const { name, description } = summary;
   const client = useQueryClient();
-  const path = `/v1/schedules/${encodeURIComponent(name)}`;
-  const active = useActive('schedules', name);
+  const path = { path: { name } };
+  const active = useActiveSchedule(name);
   const state = useQuery({
     queryKey: ['schedule', name],
-    queryFn: () => getJson<ScheduleState>(`${path}/state`),
+    queryFn: () => ok(api.GET('/v1/schedules/{name}/state', { params: path })),
     refetchInterval: 5000,
   });
   const [error, setError] = useState<string | null>(null);
-  const act = async (what: string) => {
+  const act = async (what: 'run-now' | 'pause' | 'resume') => {
     setError(null);
     try {
-      await sendJson('POST', `${path}/${what}`);
+      await ok(api.POST(`/v1/schedules/{name}/${what}`, { params: path }));
       await client.invalidateQueries({ queryKey: ['schedule', name] });
     } catch (e) {
       setError(e instanceof Error ? e.message : String(e));
@@ -97,7 +85,7 @@ function Schedule({ summary }: { summary: Summary }) {
   };
   const s = state.data;
   const c = active.data?.content;
-  const warnings = [...(summary.warnings ?? []), ...(active.data?.warnings ?? [])];
+  const warnings = active.data?.warnings ?? [];
   return (
     <article className="panel" aria-label={`Schedule ${name}`}>
       <h2>
@@ -112,7 +100,7 @@ function Schedule({ summary }: { summary: Summary }) {
           <>
             <dt>Cron</dt>
             <dd data-testid="schedule-cron">
-              <code>{c.cron ?? '—'}</code> in {c.timezone || 'UTC'}
+              <code>{c.cron}</code> in {c.timezone || 'UTC'}
             </dd>
             <dt>Agent</dt>
             <dd data-testid="schedule-agent">
@@ -188,7 +176,7 @@ function Schedule({ summary }: { summary: Summary }) {
 }
 
 export function WebhooksPage({ session }: { session: Session }) {
-  const list = useQuery({ queryKey: ['defs', 'webhooks'], queryFn: () => getList<Summary>('/v1/webhooks') });
+  const list = useQuery({ queryKey: ['defs', 'webhooks'], queryFn: () => ok(api.GET('/v1/webhooks')) });
   const rows = list.data?.data ?? [];
   return (
     <section>
@@ -208,17 +196,17 @@ export function WebhooksPage({ session }: { session: Session }) {
 
 function Webhook({ summary, tenant }: { summary: Summary; tenant: string }) {
   const { name, description } = summary;
-  const active = useActive('webhooks', name);
+  const active = useActiveWebhook(name);
   const deliveries = useQuery({
     queryKey: ['webhook', name],
-    queryFn: () => getJson<DeliveryLog>(`/v1/webhooks/${encodeURIComponent(name)}/deliveries`),
+    queryFn: () => ok(api.GET('/v1/webhooks/{name}/deliveries', { params: { path: { name } } })),
     refetchInterval: 5000,
   });
   const rows = deliveries.data ? deliveryRows(deliveries.data) : [];
   const { health, lastAccepted, lastRejected } = webhookHealth(rows);
   const url = webhookUrl(window.location.origin, tenant, name);
   const c = active.data?.content;
-  const warnings = [...(summary.warnings ?? []), ...(active.data?.warnings ?? [])];
+  const warnings = active.data?.warnings ?? [];
   return (
     <article className="panel" aria-label={`Webhook ${name}`}>
       <h2>

@@ -1,10 +1,9 @@
 import { useMemo, useState, type FormEvent } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, NavLink, useNavigate, useParams } from 'react-router';
-import { ApiError, can, getList, sendJson, type Session } from '../api';
+import { api, ApiError, can, ok, type Schemas, type Session } from '../api';
 import { canonical, diffLines } from '../diff';
 import { fromText, toText, type RawFormat } from '../rawtext';
-import { Warnings } from '../Badges';
 import { ErrorNote } from '../ErrorNote';
 
 /** The definition kinds the API serves, and their paths. */
@@ -17,27 +16,21 @@ export const KINDS = [
 ] as const;
 type Kind = (typeof KINDS)[number]['kind'];
 
-interface Summary {
-  name: string;
-  active_version: string;
-  retired: boolean;
-  versions: number;
-  description: string;
-  updated_at: string;
-  /** What the definition refers to that is not there yet (newer gateways only). */
-  warnings?: string[];
-}
+/** The content of a definition of any kind (a `PUT /v1/<kind>/{name}` body). */
+type DefContent =
+  | Schemas['AgentContent']
+  | Schemas['SkillContent']
+  | Schemas['McpServerContent']
+  | Schemas['ScheduleContent']
+  | Schemas['WebhookContent'];
 
-interface Version {
-  name: string;
-  version: string;
-  number: number;
-  parent_version: string | null;
-  created_at: string;
-  active: boolean;
-  retired: boolean;
-  content: Record<string, unknown>;
-}
+/** A version of a definition of any kind (`content` is the kind's). */
+type Version =
+  | Schemas['AgentVersion']
+  | Schemas['SkillVersion']
+  | Schemas['McpServerVersion']
+  | Schemas['ScheduleVersion']
+  | Schemas['WebhookVersion'];
 
 function kindOf(k: string | undefined): (typeof KINDS)[number] {
   return KINDS.find((x) => x.kind === k) ?? KINDS[0];
@@ -49,7 +42,7 @@ export function LibraryPage({ session }: { session: Session }) {
   const kind = kindOf(useParams().kind);
   const list = useQuery({
     queryKey: ['defs', kind.kind],
-    queryFn: () => getList<Summary>(`/v1/${kind.kind}`),
+    queryFn: () => ok(api.GET(`/v1/${kind.kind}`)),
   });
   const navigate = useNavigate();
   const [newName, setNewName] = useState('');
@@ -99,7 +92,7 @@ export function LibraryPage({ session }: { session: Session }) {
                 <tr key={r.name}>
                   <td>
                     <Link to={`/library/${kind.kind}/${encodeURIComponent(r.name)}`}>{r.name}</Link>
-                    {r.retired && <span className="t-muted"> (retired)</span>} <Warnings warnings={r.warnings} />
+                    {r.retired && <span className="t-muted"> (retired)</span>}
                   </td>
                   <td>{r.description}</td>
                   <td>{r.versions}</td>
@@ -122,12 +115,12 @@ export function DefinitionPage({ session }: { session: Session }) {
   const kind = kindOf(params.kind);
   const name = params.name ?? '';
   const client = useQueryClient();
-  const base = `/v1/${kind.kind}/${encodeURIComponent(name)}`;
+  const path = { path: { name } };
   const versions = useQuery({
     queryKey: ['defs', kind.kind, name, 'versions'],
-    queryFn: async () => {
+    queryFn: async (): Promise<Version[]> => {
       try {
-        return (await getList<Version>(`${base}/versions`)).data;
+        return (await ok(api.GET(`/v1/${kind.kind}/{name}/versions`, { params: path }))).data;
       } catch (e) {
         if (e instanceof ApiError && e.status === 404) return [];
         throw e;
@@ -198,7 +191,11 @@ export function DefinitionPage({ session }: { session: Session }) {
                       {admin && !v.active && (
                         <button
                           type="button"
-                          onClick={() => act(() => sendJson('POST', `${base}/activate`, { version: v.version }))}
+                          onClick={() =>
+                            act(() =>
+                              ok(api.POST(`/v1/${kind.kind}/{name}/activate`, { params: path, body: { version: v.version } })),
+                            )
+                          }
                         >
                           Activate #{v.number}
                         </button>
@@ -218,7 +215,7 @@ export function DefinitionPage({ session }: { session: Session }) {
         <Editor
           key={active?.version ?? 'new'}
           kind={kind.kind}
-          base={base}
+          name={name}
           initial={active?.content ?? (kind.kind === 'agents' ? { model: 'mock-1', system_prompt: '', tools: [] } : {})}
           onSaved={async (message) => {
             setNotice(message);
@@ -231,7 +228,7 @@ export function DefinitionPage({ session }: { session: Session }) {
         <div className="row">
           <Fork kind={kind.kind} from={active} />
           {!active.retired && (
-            <button type="button" onClick={() => act(() => sendJson('POST', `${base}/retire`))}>
+            <button type="button" onClick={() => act(() => ok(api.POST(`/v1/${kind.kind}/{name}/retire`, { params: path })))}>
               Retire
             </button>
           )}
@@ -289,12 +286,12 @@ export function fieldOf(param: string | undefined): string | null {
 
 function Editor({
   kind,
-  base,
+  name,
   initial,
   onSaved,
 }: {
   kind: Kind;
-  base: string;
+  name: string;
   initial: Record<string, unknown>;
   onSaved: (message: string) => Promise<unknown>;
 }) {
@@ -319,7 +316,9 @@ function Editor({
       }
     }
     try {
-      const v = await sendJson<Version & { created: boolean }>('PUT', base, body);
+      // The content is what the user wrote, in whichever view: the gateway checks it against the
+      // kind's schema and names the field it refuses (`param`).
+      const v = await ok(api.PUT(`/v1/${kind}/{name}`, { params: { path: { name } }, body: body as DefContent }));
       await onSaved(v.created ? `Saved as version #${v.number}.` : `Unchanged: that is version #${v.number}, now active.`);
     } catch (err) {
       if (err instanceof ApiError) setErrors({ field: fieldOf(err.param), message: err.message });
@@ -427,7 +426,7 @@ function Fork({ kind, from }: { kind: Kind; from: Version }) {
     e.preventDefault();
     setError(null);
     try {
-      await sendJson('POST', `/v1/${kind}/${encodeURIComponent(name)}/fork`, { from_version: from.version, changes: {} });
+      await ok(api.POST(`/v1/${kind}/{name}/fork`, { params: { path: { name } }, body: { from_version: from.version, changes: {} } }));
       await client.invalidateQueries({ queryKey: ['defs', kind] });
       navigate(`/library/${kind}/${encodeURIComponent(name)}`);
     } catch (err) {

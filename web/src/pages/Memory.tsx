@@ -1,29 +1,23 @@
 import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQueryClient } from '@tanstack/react-query';
-import { can, getList, listOf, request, sendJson, type Session } from '../api';
+import { api, can, ok, type Schemas, type Session } from '../api';
 import { canonical } from '../diff';
 import { ErrorNote } from '../ErrorNote';
+import type { paths } from '../openapi';
 
-interface Entry {
-  scope: string;
-  scope_id: string;
-  key: string;
-  value: unknown;
-  version: number;
-  expires_at: string | null;
-  updated_at: string;
-  score?: number;
-}
+type Entry = Schemas['MemoryEntry'];
+type Hit = Schemas['MemorySearchResult']['data'][number];
 
-const SCOPES = ['tenant', 'user', 'agent', 'run'] as const;
+const SCOPES = ['tenant', 'user', 'agent', 'run'] as const satisfies readonly Schemas['MemorySearch']['scope'][];
 type MemScope = (typeof SCOPES)[number];
+
+/** Where entries live: the path parameters of the memory routes. */
+type Place = paths['/v1/memory/{scope}/{scope_id}']['get']['parameters']['path'];
 
 /** The scope id a scope starts with: the tenant's own, the principal's subject, or none. */
 export function defaultScopeId(scope: MemScope, session: Pick<Session, 'tenant' | 'subject'>): string {
   return scope === 'tenant' ? session.tenant : scope === 'user' ? session.subject : '';
 }
-
-const enc = encodeURIComponent;
 
 export function MemoryPage({ session }: { session: Session }) {
   const client = useQueryClient();
@@ -32,20 +26,23 @@ export function MemoryPage({ session }: { session: Session }) {
   const [prefix, setPrefix] = useState('');
   const [open, setOpen] = useState<Entry | 'new' | null>(null);
   const [query, setQuery] = useState('');
-  const [hits, setHits] = useState<Entry[] | null>(null);
+  const [hits, setHits] = useState<Hit[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const base = `/v1/memory/${scope}/${enc(scopeId)}`;
+  const place: Place = { scope, scope_id: scopeId };
   const keys = useInfiniteQuery({
     queryKey: ['memory', scope, scopeId, prefix],
     enabled: scopeId !== '',
-    queryFn: ({ pageParam }) => {
-      const q = new URLSearchParams({ limit: '100' });
-      if (prefix) q.set('prefix', prefix);
-      if (pageParam) q.set('cursor', pageParam);
-      return getList<Entry>(`${base}?${q.toString()}`);
-    },
+    queryFn: ({ pageParam }) =>
+      ok(
+        api.GET('/v1/memory/{scope}/{scope_id}', {
+          params: {
+            path: place,
+            query: { limit: 100, ...(prefix ? { prefix } : {}), ...(pageParam ? { cursor: pageParam } : {}) },
+          },
+        }),
+      ),
     initialPageParam: null as string | null,
-    getNextPageParam: (last) => last.next_cursor,
+    getNextPageParam: (last) => last.next_cursor ?? null,
   });
   const rows = keys.data?.pages.flatMap((p) => p.data) ?? [];
   const writable = can(session, 'memory:write');
@@ -54,8 +51,8 @@ export function MemoryPage({ session }: { session: Session }) {
     e.preventDefault();
     setError(null);
     try {
-      const r = await sendJson<unknown>('POST', '/v1/memory/search', { scope, scope_id: scopeId, query });
-      setHits(listOf<Entry>(r).data);
+      const r = await ok(api.POST('/v1/memory/search', { body: { scope, scope_id: scopeId, query } }));
+      setHits(r.data);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
@@ -134,7 +131,7 @@ export function MemoryPage({ session }: { session: Session }) {
         {open && (
           <ValueEditor
             key={open === 'new' ? 'new' : `${open.key}@${open.version}`}
-            base={base}
+            place={place}
             entry={open === 'new' ? null : open}
             writable={writable}
             onDone={async (next) => {
@@ -168,7 +165,7 @@ export function MemoryPage({ session }: { session: Session }) {
               <button type="button" className="link" onClick={() => setOpen(h)}>
                 {h.key}
               </button>{' '}
-              <span className="t-muted">{h.score?.toFixed(3)}</span>
+              <span className="t-muted">{h.score.toFixed(3)}</span>
             </li>
           ))}
         </ol>
@@ -178,12 +175,12 @@ export function MemoryPage({ session }: { session: Session }) {
 }
 
 function ValueEditor({
-  base,
+  place,
   entry,
   writable,
   onDone,
 }: {
-  base: string;
+  place: Place;
   entry: Entry | null;
   writable: boolean;
   onDone: (next: Entry | null) => Promise<void>;
@@ -204,11 +201,16 @@ function ValueEditor({
     }
     try {
       // Compare-and-set: a write over someone else's newer version is a 409, not a lost update.
-      const written = await sendJson<Entry>('PUT', `${base}/${encodeURIComponent(key)}`, {
-        value,
-        if_version: entry ? entry.version : 0,
-        ...(ttl ? { ttl_seconds: Number(ttl) } : {}),
-      });
+      const written = await ok(
+        api.PUT('/v1/memory/{scope}/{scope_id}/{key}', {
+          params: { path: { ...place, key } },
+          body: {
+            value,
+            if_version: entry ? entry.version : 0,
+            ...(ttl ? { ttl_seconds: Number(ttl) } : {}),
+          },
+        }),
+      );
       await onDone(written);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
@@ -218,7 +220,11 @@ function ValueEditor({
     if (!entry) return;
     setError(null);
     try {
-      await request(`${base}/${encodeURIComponent(entry.key)}?if_version=${entry.version}`, { method: 'DELETE' });
+      await ok(
+        api.DELETE('/v1/memory/{scope}/{scope_id}/{key}', {
+          params: { path: { ...place, key: entry.key }, query: { if_version: entry.version } },
+        }),
+      );
       await onDone(null);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));

@@ -1,5 +1,5 @@
 import { useRef, useState, type FormEvent } from 'react';
-import { request } from '../api';
+import { api, stream, type Schemas } from '../api';
 import { applyChat, emptyAnswer, type ChatAnswer } from '../chat';
 import { readSse } from '../sse';
 import { ErrorNote } from '../ErrorNote';
@@ -27,22 +27,23 @@ export function PlaygroundPage() {
     const history: Turn[] = [...turns, { role: 'user', content: input }];
     setTurns(history);
     setInput('');
-    const messages = [
-      ...(system ? [{ role: 'system', content: system }] : []),
+    const messages: Schemas['LlmChatRequest']['messages'] = [
+      ...(system ? [{ role: 'system' as const, content: system }] : []),
       ...history.map((t) => ({ role: t.role, content: t.content })),
     ];
     let answer = emptyAnswer;
     setLive(answer);
     abort.current = new AbortController();
     try {
-      const res = await request('/v1/llm/chat', {
-        method: 'POST',
-        headers: { accept: 'text/event-stream' },
-        body: JSON.stringify({ model, messages, stream: true }),
-        signal: abort.current.signal,
-      });
-      if (!res.body) throw new Error('the answer has no body');
-      await readSse(res.body, (event, data) => {
+      const body = await stream(
+        api.POST('/v1/llm/chat', {
+          headers: { accept: 'text/event-stream' },
+          body: { model, messages, stream: true },
+          parseAs: 'stream',
+          signal: abort.current.signal,
+        }),
+      );
+      await readSse(body, (event, data) => {
         answer = applyChat(answer, event, data);
         setLive(answer);
       });

@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useRef, useState, type FormEvent } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useParams } from 'react-router';
-import { ApiError, getJson, sendJson } from '../api';
+import { api, ApiError, ok } from '../api';
 import { readRunStream } from '../sse';
 import {
   apply,
@@ -11,13 +11,11 @@ import {
   isEnded,
   pretty,
   summary,
+  tokens,
   type Line,
   type RunFacts,
   type Terminal,
 } from '../terminal';
-import type { Run } from './Runs';
-
-type RunView = Run & { pending_interrupt: unknown };
 import { ErrorNote } from '../ErrorNote';
 
 const saveKey = (runId: string) => `weft-run:${runId}`;
@@ -114,7 +112,7 @@ function RunOf({ id }: { id: string }) {
     queryKey: ['run', id],
     queryFn: async () => {
       const askedAt = Date.now();
-      return { run: await getJson<RunView>(`/v1/runs/${encodeURIComponent(id)}`), askedAt };
+      return { run: await ok(api.GET('/v1/runs/{id}', { params: { path: { id } } })), askedAt };
     },
     refetchInterval: (q) => (streamEnded || isEnded(q.state.data?.run.status) ? false : 1500),
   });
@@ -148,7 +146,8 @@ function RunOf({ id }: { id: string }) {
       setError(e instanceof Error ? e.message : String(e));
     }
   };
-  const cancel = () => act(() => sendJson('POST', `/v1/runs/${id}/cancel`, { reason: 'cancelled from the UI' }));
+  const cancel = () =>
+    act(() => ok(api.POST('/v1/runs/{id}/cancel', { params: { path: { id } }, body: { reason: 'cancelled from the UI' } })));
 
   // A failed poll keeps the last answer on screen; only a run never fetched is an error page.
   if (run.isError && !run.data) {
@@ -179,7 +178,7 @@ function RunOf({ id }: { id: string }) {
           </dd>
           <dt>Tokens in / out</dt>
           <dd data-testid="run-usage">
-            {head.usage?.prompt_tokens ?? 0} / {head.usage?.completion_tokens ?? 0}
+            {tokens(head.usage).prompt} / {tokens(head.usage).completion}
           </dd>
           {head.parent_run_id && (
             <>
@@ -207,7 +206,7 @@ function RunOf({ id }: { id: string }) {
       {head?.status === 'awaiting_input' && !head.pending_interrupt && (
         <InputBox
           label="Your reply"
-          onSend={(text) => act(() => sendJson('POST', `/v1/runs/${id}/input`, { text }))}
+          onSend={(text) => act(() => ok(api.POST('/v1/runs/{id}/input', { params: { path: { id } }, body: { text } })))}
         />
       )}
     </section>
@@ -258,7 +257,12 @@ function TerminalLine({
               label="Answer"
               onSend={(answer) =>
                 act(() =>
-                  sendJson('POST', `/v1/runs/${runId}/interrupts/${encodeURIComponent(line.id)}`, { answer }),
+                  ok(
+                    api.POST('/v1/runs/{id}/interrupts/{interrupt_id}', {
+                      params: { path: { id: runId, interrupt_id: line.id } },
+                      body: { answer },
+                    }),
+                  ),
                 )
               }
             />

@@ -1,21 +1,15 @@
 import { useState, type FormEvent } from 'react';
 import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
 import { Link, useNavigate, useSearchParams } from 'react-router';
-import { getList, sendJson } from '../api';
+import { api, ok, type Schemas } from '../api';
 import { ErrorNote } from '../ErrorNote';
+import { tokens } from '../terminal';
+import type { paths } from '../openapi';
 
-export interface Run {
-  run_id: string;
-  status: string;
-  agent: string;
-  parent_run_id: string | null;
-  interactive: boolean;
-  stop_reason: string | null;
-  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
-  created_at: string;
-  finished_at: string | null;
-}
+export type Run = Schemas['Run'];
+type RunStatus = Run['status'];
 
+/** Every run status, in the order of a run's life (the filter's options). */
 export const STATUSES = [
   'queued',
   'running',
@@ -23,7 +17,9 @@ export const STATUSES = [
   'succeeded',
   'failed',
   'cancelled',
-] as const;
+] as const satisfies readonly RunStatus[];
+
+const isStatus = (s: string): s is RunStatus => (STATUSES as readonly string[]).includes(s);
 
 /** How far back the list reaches: `since` is now minus this many hours (0: no bound). */
 export const SINCE = [
@@ -33,14 +29,17 @@ export const SINCE = [
   { key: '7d', label: 'the last 7 days', hours: 24 * 7 },
 ] as const;
 
-/** The query string of `GET /v1/runs` for these filters and page cursor. */
-export function runsQuery(agent: string, status: string, cursor: string | null, since: Date | null = null): string {
-  const q = new URLSearchParams({ limit: '50' });
-  if (agent) q.set('agent', agent);
-  if (status) q.set('status', status);
-  if (since) q.set('since', since.toISOString());
-  if (cursor) q.set('cursor', cursor);
-  return `/v1/runs?${q.toString()}`;
+type RunsQuery = NonNullable<paths['/v1/runs']['get']['parameters']['query']>;
+
+/** The query of `GET /v1/runs` for these filters and page cursor (a status that is none is no
+ * filter). */
+export function runsQuery(agent: string, status: string, cursor: string | null, since: Date | null = null): RunsQuery {
+  const q: RunsQuery = { limit: 50 };
+  if (agent) q.agent = agent;
+  if (isStatus(status)) q.status = status;
+  if (since) q.since = since.toISOString();
+  if (cursor) q.cursor = cursor;
+  return q;
 }
 
 export function RunsPage() {
@@ -51,9 +50,12 @@ export function RunsPage() {
   const runs = useInfiniteQuery({
     queryKey: ['runs', agent, status, span.key],
     queryFn: ({ pageParam }) =>
-      getList<Run>(
-        runsQuery(agent, status, pageParam, span.hours ? new Date(Date.now() - span.hours * 3600_000) : null),
-        'runs',
+      ok(
+        api.GET('/v1/runs', {
+          params: {
+            query: runsQuery(agent, status, pageParam, span.hours ? new Date(Date.now() - span.hours * 3600_000) : null),
+          },
+        }),
       ),
     initialPageParam: null as string | null,
     getNextPageParam: (last) => last.next_cursor,
@@ -128,7 +130,7 @@ export function RunsPage() {
                     {r.stop_reason ? ` (${r.stop_reason})` : ''}
                   </td>
                   <td>
-                    {r.usage?.prompt_tokens ?? 0} / {r.usage?.completion_tokens ?? 0}
+                    {tokens(r.usage).prompt} / {tokens(r.usage).completion}
                   </td>
                   <td>
                     <time dateTime={r.created_at}>{new Date(r.created_at).toLocaleString()}</time>
@@ -148,12 +150,6 @@ export function RunsPage() {
   );
 }
 
-interface AgentSummary {
-  name: string;
-  retired: boolean;
-  description?: string;
-}
-
 /** The hint's example: a `#mock` line that scripts the mock model's tool calls and answer. */
 const MOCK_EXAMPLE = '#mock {"turns": [[{"name": "Context", "input": {"op": "time"}}]], "reply": "done"}';
 
@@ -162,7 +158,7 @@ function Launcher() {
   const navigate = useNavigate();
   const agents = useQuery({
     queryKey: ['agents'],
-    queryFn: () => getList<AgentSummary>('/v1/agents'),
+    queryFn: () => ok(api.GET('/v1/agents')),
   });
   const [agent, setAgent] = useState('');
   const [input, setInput] = useState('');
@@ -175,11 +171,15 @@ function Launcher() {
     e.preventDefault();
     setError(null);
     try {
-      const run = await sendJson<{ run_id: string }>('POST', '/v1/runs', {
-        agent: chosen,
-        ...(input ? { input } : {}),
-        interactive,
-      });
+      const run = await ok(
+        api.POST('/v1/runs', {
+          body: {
+            agent: chosen,
+            ...(input ? { input } : {}),
+            interactive,
+          },
+        }),
+      );
       navigate(`/runs/${run.run_id}`);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));

@@ -1,20 +1,7 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
-import { can, getList, request, sendJson, type Scope, type Session } from '../api';
+import { api, can, ok, type Scope, type Session } from '../api';
 import { ErrorNote } from '../ErrorNote';
-
-interface Token {
-  id: string;
-  name: string;
-  tenant: string;
-  subject: string;
-  scopes: Scope[];
-  prefix: string;
-  bootstrap: boolean;
-  created_at: string;
-  expires_at: string | null;
-  revoked_at: string | null;
-}
 
 const ALL_SCOPES: Scope[] = [
   'tenant:admin',
@@ -34,9 +21,9 @@ export function grantable(session: Session): Scope[] {
 
 export function TokensPage({ session }: { session: Session }) {
   const client = useQueryClient();
-  const tokens = useQuery({ queryKey: ['tokens'], queryFn: () => getList<Token>('/v1/tokens') });
+  const tokens = useQuery({ queryKey: ['tokens'], queryFn: () => ok(api.GET('/v1/tokens')) });
   const revoke = useMutation({
-    mutationFn: (id: string) => request(`/v1/tokens/${encodeURIComponent(id)}`, { method: 'DELETE' }),
+    mutationFn: (id: string) => ok(api.DELETE('/v1/tokens/{id}', { params: { path: { id } } })),
     onSuccess: () => client.invalidateQueries({ queryKey: ['tokens'] }),
   });
   const rows = tokens.data?.data ?? [];
@@ -115,13 +102,19 @@ function MintForm({ session }: { session: Session }) {
     setError(null);
     setSecret(null);
     try {
-      const minted = await sendJson<{ token: string }>('POST', '/v1/tokens', {
-        name,
-        subject,
-        scopes,
-        ...(isAdmin && tenant ? { tenant } : {}),
-        ...(expires ? { expires_at: new Date(expires).toISOString() } : {}),
-      });
+      const minted = await ok(
+        api.POST('/v1/tokens', {
+          body: {
+            name,
+            subject,
+            scopes,
+            ...(isAdmin && tenant ? { tenant } : {}),
+            ...(expires ? { expires_at: new Date(expires).toISOString() } : {}),
+          },
+        }),
+      );
+      // Only a mint's answer carries the secret (`token`), once.
+      if (!minted.token) throw new Error('the gateway answered without the new token');
       setSecret(minted.token);
       setName('');
       setSubject('');

@@ -2,8 +2,19 @@ import { useEffect, useMemo, useRef, useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { getList } from '../api';
-import { barSlots, bucketLabel, label, metricOf, toSeries, xRange, yRange, type Metric, type UsageRow } from '../usage';
+import { api, ok, type Schemas } from '../api';
+import {
+  barSlots,
+  bucketLabel,
+  label,
+  metricOf,
+  toSeries,
+  xRange,
+  yRange,
+  type Metric,
+  type UsageDim,
+  type UsageRow,
+} from '../usage';
 
 const RANGES = [
   { key: '1h', hours: 1 },
@@ -17,14 +28,13 @@ const DIMS = [
   { key: 'subject', field: 'subject' },
   { key: 'token', field: 'token_id' },
   { key: 'kind', field: 'kind' },
-] as const;
+] as const satisfies readonly { key: string; field: UsageDim }[];
 // uPlot's BarsPathBuilderFacetUnit.ScaleValue (a const enum, which isolated modules cannot read).
 const SCALE_VALUE = 1 as uPlot.Series.BarsPathBuilderFacetUnit;
 const COLORS = ['#2457c5', '#d97706', '#1a7f37', '#b42318', '#7c3aed', '#0891b2', '#be185d', '#4d7c0f'];
 
-function usageUrl(groupBy: string, from: Date, to: Date): string {
-  const q = new URLSearchParams({ group_by: groupBy, from: from.toISOString(), to: to.toISOString() });
-  return `/v1/usage?${q.toString()}`;
+function usage(groupBy: string, from: Date, to: Date): Promise<Schemas['UsageSummary']> {
+  return ok(api.GET('/v1/usage', { params: { query: { group_by: groupBy, from: from.toISOString(), to: to.toISOString() } } }));
 }
 
 export function UsagePage() {
@@ -39,11 +49,11 @@ export function UsagePage() {
   const from = useMemo(() => new Date(now.getTime() - hours * 3600_000), [now, hours]);
   const series = useQuery({
     queryKey: ['usage', 'series', bucket, dim, from.toISOString(), now.toISOString()],
-    queryFn: () => getList<UsageRow, { truncated: boolean }>(usageUrl(`${bucket},${dim}`, from, now)),
+    queryFn: () => usage(`${bucket},${dim}`, from, now),
   });
   const totals = useQuery({
     queryKey: ['usage', 'totals', dim, from.toISOString(), now.toISOString()],
-    queryFn: () => getList<UsageRow, { truncated: boolean }>(usageUrl(dim, from, now)),
+    queryFn: () => usage(dim, from, now),
   });
 
   return (
@@ -110,7 +120,7 @@ export function UsagePage() {
                   <td>{r.input_tokens}</td>
                   <td>{r.output_tokens}</td>
                   <td>{metricOf(r, 'cost').toFixed(6)}</td>
-                  <td>{Math.round(Number(r.avg_latency_ms ?? 0))}</td>
+                  <td>{Math.round(r.avg_latency_ms)}</td>
                 </tr>
               ))}
             </tbody>
@@ -134,7 +144,7 @@ function Chart({
 }: {
   rows: UsageRow[];
   bucket: 'hour' | 'day';
-  dim: string;
+  dim: UsageDim;
   metric: Metric;
   from: Date;
   to: Date;
