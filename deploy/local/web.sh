@@ -5,8 +5,11 @@
 #   web_node     picks Node: the machine's `node` when Vite 7 runs on it (20.19+ or 22.12+), else
 #                Node 24 from PyPI (tests/mcp/node24.sh); sets WEB_NODE_BIN (put first on PATH)
 #   web_deps     `npm ci` when web/package-lock.json changed since the last install
-#   web_build    typecheck + `vite build` into web/dist when the UI's sources changed since the
-#                last build (the gateway embeds web/dist when it is compiled)
+#   web_api_types  fails when web/src/openapi.d.ts (the UI's API types) is not what
+#                `npm run gen:api` makes of shared/api/openapi.json (the gateway's OpenAPI document)
+#   web_build    web_api_types, then typecheck (against those types) + `vite build` into web/dist
+#                when the UI's sources changed since the last build (the gateway embeds web/dist
+#                when it is compiled)
 #   web_unit     the vitest unit tests
 # Stamps live in web/node_modules/ (.weft-lock.sha256, .weft-dist.sha256), so a clean checkout
 # installs and builds once.
@@ -57,8 +60,19 @@ _web_sources_sha() {
         | sha256sum | cut -d' ' -f1)
 }
 
-web_build() {
+# Always run (it takes a second): the document can change while the UI's sources do not, and a
+# server change that breaks the UI must then fail here, not in a browser.
+web_api_types() {
     web_deps || return 1
+    if ! _web_npm run --silent check:api; then
+        echo "web: web/src/openapi.d.ts is stale against shared/api/openapi.json: run \`npm run gen:api\` in web/, fix what the typecheck then finds, and commit both" >&2
+        return 1
+    fi
+    echo "web: web/src/openapi.d.ts matches shared/api/openapi.json"
+}
+
+web_build() {
+    web_api_types || return 1
     local want have=""
     want=$(_web_sources_sha)
     [[ -f $WEB_DIR/node_modules/.weft-dist.sha256 ]] && have=$(<"$WEB_DIR/node_modules/.weft-dist.sha256")
