@@ -15,9 +15,19 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use weft_api::channels::{
+    AckResult, AwaitResult, Channel, ChannelList, ChannelMessage, ChannelReadiness, ChannelScope,
+    PeekResult, PublishResult, PutChannelResult, ReadResult,
+};
+use weft_api::common::{NextCursor, Timestamp};
 use weft_core::Principal;
 use weft_proto::v1;
+
+// The bodies are the contract's types; the old names stay for the OpenAPI tests.
+pub use weft_api::channels::{
+    AckChannel as AckBody, AwaitChannels as AwaitBody, Publish as PublishBody,
+    PutChannel as PutChannelBody, ReadChannel as ReadBody,
+};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -57,45 +67,34 @@ impl AppState {
     }
 }
 
-fn channel_json(c: v1::ChannelInfo) -> Value {
-    json!({
-        "name": c.name,
-        "scope": c.scope,
-        "ttl_seconds": c.ttl_seconds,
-        "max_messages": c.max_messages,
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-    })
+fn channel(c: v1::ChannelInfo) -> Channel {
+    Channel {
+        name: c.name,
+        scope: ChannelScope(c.scope),
+        ttl_seconds: c.ttl_seconds,
+        max_messages: c.max_messages,
+        created_at: Timestamp(c.created_at),
+        updated_at: Timestamp(c.updated_at),
+    }
 }
 
-fn message_json(m: v1::ChannelMessage) -> Value {
-    let payload = serde_json::from_str::<Value>(&m.payload_json).unwrap_or_else(|e| {
+fn message(m: v1::ChannelMessage) -> ChannelMessage {
+    let payload = serde_json::from_str(&m.payload_json).unwrap_or_else(|e| {
         tracing::error!(error = %e, seq = m.seq, "substrate sent a payload that is not JSON");
-        Value::Null
+        serde_json::Value::Null
     });
-    json!({
-        "seq": m.seq,
-        "cursor": m.cursor,
-        "payload": payload,
-        "published_at": m.published_at,
-        "expires_at": m.expires_at,
-        "published_by": m.published_by,
-    })
+    ChannelMessage {
+        seq: m.seq,
+        cursor: m.cursor,
+        payload,
+        published_at: Timestamp(m.published_at),
+        expires_at: Timestamp(m.expires_at),
+        published_by: m.published_by,
+    }
 }
 
-fn messages_json(ms: Vec<v1::ChannelMessage>) -> Vec<Value> {
-    ms.into_iter().map(message_json).collect()
-}
-
-/// `PUT /v1/channels/{name}` body.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct PutChannelBody {
-    pub scope: String,
-    #[serde(default)]
-    pub ttl_seconds: Option<u64>,
-    #[serde(default)]
-    pub max_messages: Option<u64>,
+fn messages(ms: Vec<v1::ChannelMessage>) -> Vec<ChannelMessage> {
+    ms.into_iter().map(message).collect()
 }
 
 /// `PUT /v1/channels/{name}`: creates the channel (201) or changes its bounds (200).
@@ -111,7 +110,7 @@ pub async fn put_channel_handler(
             &p,
             v1::PutChannelRequest {
                 name,
-                scope: body.scope,
+                scope: body.scope.0,
                 ttl_seconds: body.ttl_seconds,
                 max_messages: body.max_messages,
             },
@@ -124,8 +123,10 @@ pub async fn put_channel_handler(
     } else {
         StatusCode::OK
     };
-    let mut body = r.channel.map(channel_json).unwrap_or_else(|| json!({}));
-    body["created"] = Value::Bool(r.created);
+    let body = PutChannelResult {
+        channel: r.channel.map(channel),
+        created: r.created,
+    };
     Ok((status, Json(body)).into_response())
 }
 
@@ -155,25 +156,11 @@ pub async fn list_channels_handler(
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(0, client.list_channels(req)).await?;
-    let data: Vec<Value> = r.channels.into_iter().map(channel_json).collect();
-    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
-}
-
-/// `POST /v1/channels/{name}/publish` body.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct PublishBody {
-    /// Any JSON value, at most 64 KiB as JSON text.
-    pub payload: Value,
-    /// Publish at most once per key (per stream): a repeat returns the first message.
-    #[serde(default)]
-    pub op_key: Option<String>,
-    /// The agent's stream, for channels of scope `agent`.
-    #[serde(default)]
-    pub agent: Option<String>,
-    /// Another subject's stream, for channels of scope `user` (tenant admins).
-    #[serde(default)]
-    pub user: Option<String>,
+    Ok(Json(ChannelList {
+        data: r.channels.into_iter().map(channel).collect(),
+        next_cursor: NextCursor::default(),
+    })
+    .into_response())
 }
 
 /// `POST /v1/channels/{name}/publish`: 201 with the new message's `seq` and `cursor`; 200 with
@@ -192,8 +179,8 @@ pub async fn publish_handler(
                 name,
                 payload_json: body.payload.to_string(),
                 op_key: body.op_key,
-                agent: body.agent,
-                user: body.user,
+                agent: body.agent.map(|a| a.0),
+                user: body.user.map(|u| u.0),
             },
         )
         .map_err(ApiError::native)?;
@@ -206,34 +193,14 @@ pub async fn publish_handler(
     };
     Ok((
         status,
-        Json(json!({
-            "seq": r.seq,
-            "cursor": r.cursor,
-            "replayed": r.replayed,
-            "published_at": r.published_at,
-        })),
+        Json(PublishResult {
+            seq: r.seq,
+            cursor: r.cursor,
+            replayed: r.replayed,
+            published_at: Timestamp(r.published_at),
+        }),
     )
         .into_response())
-}
-
-/// `POST /v1/channels/{name}/read` body (optional: no body reads after the committed cursor
-/// without waiting).
-#[derive(Debug, Default, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct ReadBody {
-    #[serde(default)]
-    pub cursor: Option<String>,
-    #[serde(default)]
-    pub max: Option<u32>,
-    #[serde(default)]
-    pub wait_ms: Option<u32>,
-    /// Whose committed cursor (default: the token's subject).
-    #[serde(default)]
-    pub consumer: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub user: Option<String>,
 }
 
 /// `POST /v1/channels/{name}/read`: messages after `cursor` (or the consumer's committed
@@ -251,35 +218,22 @@ pub async fn read_handler(
             &p,
             v1::ReadRequest {
                 name,
-                cursor: body.cursor,
+                cursor: body.cursor.map(|c| c.0),
                 max: body.max,
                 wait_ms: body.wait_ms,
-                consumer: body.consumer,
-                agent: body.agent,
-                user: body.user,
+                consumer: body.consumer.map(|c| c.0),
+                agent: body.agent.map(|a| a.0),
+                user: body.user.map(|u| u.0),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(wait, client.read(req)).await?;
-    Ok(Json(json!({
-        "messages": messages_json(r.messages),
-        "cursor": r.cursor,
-    }))
+    Ok(Json(ReadResult {
+        messages: messages(r.messages),
+        cursor: r.cursor,
+    })
     .into_response())
-}
-
-/// `POST /v1/channels/{name}/ack` body.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct AckBody {
-    pub cursor: String,
-    #[serde(default)]
-    pub consumer: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub user: Option<String>,
 }
 
 /// `POST /v1/channels/{name}/ack`: commits the consumer's cursor.
@@ -295,16 +249,16 @@ pub async fn ack_handler(
             &p,
             v1::AckRequest {
                 name,
-                cursor: body.cursor,
-                consumer: body.consumer,
-                agent: body.agent,
-                user: body.user,
+                cursor: body.cursor.0,
+                consumer: body.consumer.map(|c| c.0),
+                agent: body.agent.map(|a| a.0),
+                user: body.user.map(|u| u.0),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(0, client.ack(req)).await?;
-    Ok(Json(json!({ "cursor": r.cursor })).into_response())
+    Ok(Json(AckResult { cursor: r.cursor }).into_response())
 }
 
 /// `GET /v1/channels/{name}/peek` query.
@@ -340,27 +294,14 @@ pub async fn peek_handler(
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(0, client.peek(req)).await?;
-    let data = messages_json(r.messages);
+    let data = messages(r.messages);
     // `messages`: the old key, kept one release beside the list envelope's `data`.
-    Ok(Json(json!({ "data": data, "next_cursor": null, "messages": data })).into_response())
-}
-
-/// `POST /v1/channels/await` body.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct AwaitBody {
-    pub channels: Vec<String>,
-    pub mode: String,
-    #[serde(default)]
-    pub n: Option<u32>,
-    #[serde(default)]
-    pub wait_ms: u32,
-    #[serde(default)]
-    pub consumer: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub user: Option<String>,
+    Ok(Json(PeekResult {
+        messages: data.clone(),
+        data,
+        next_cursor: NextCursor::default(),
+    })
+    .into_response())
 }
 
 /// `POST /v1/channels/await`: fan-in over the channels' unread messages.
@@ -376,24 +317,29 @@ pub async fn await_handler(
             &p,
             v1::AwaitRequest {
                 channels: body.channels,
-                mode: body.mode,
+                mode: body.mode.0,
                 n: body.n,
                 wait_ms: body.wait_ms,
-                consumer: body.consumer,
-                agent: body.agent,
-                user: body.user,
+                consumer: body.consumer.map(|c| c.0),
+                agent: body.agent.map(|a| a.0),
+                user: body.user.map(|u| u.0),
             },
         )
         .map_err(ApiError::native)?;
     let mut client = st.channels.clone();
     let r = st.channels_call(wait, client.await_channels(req)).await?;
-    let channels: Vec<Value> = r
+    let channels = r
         .channels
         .into_iter()
-        .map(|c| json!({"channel": c.channel, "ready": c.ready, "cursor": c.cursor}))
+        .map(|c| ChannelReadiness {
+            channel: c.channel,
+            ready: c.ready,
+            cursor: c.cursor,
+        })
         .collect();
-    Ok(Json(json!({ "satisfied": r.satisfied, "channels": channels })).into_response())
+    Ok(Json(AwaitResult {
+        satisfied: r.satisfied,
+        channels,
+    })
+    .into_response())
 }
-
-// Bodies are JSON objects only: serde's derive would also read an array of the fields.
-weft_core::objects_only!(deserialize: PutChannelBody, PublishBody, ReadBody, AckBody, AwaitBody);

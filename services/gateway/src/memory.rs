@@ -10,10 +10,15 @@ use axum::extract::State;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use weft_api::memory::MemoryDeleted;
 use weft_core::{Error, Principal, Scope};
 use weft_proto::v1;
+
+// The bodies are the contract's types; the old names stay for the OpenAPI tests.
+pub use weft_api::memory::{
+    MemoryIncr as IncrBody, MemoryPut as PutBody, MemorySearch as SearchBody,
+};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -142,41 +147,6 @@ fn entries_response<'a>(
     json_response(out)
 }
 
-/// Present (even as `null`) or absent: `{"value": null}` stores null; `{}` is a 400.
-fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// `PUT /v1/memory/{scope}/{scope_id}/{key}`.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct PutBody {
-    #[serde(default, deserialize_with = "present")]
-    value: Option<Value>,
-    ttl_seconds: Option<i64>,
-    if_version: Option<i64>,
-    #[serde(default)]
-    embed: bool,
-}
-
-/// `POST /v1/memory/{scope}/{scope_id}/{key}/incr`; an empty body adds 1.
-#[derive(Debug, Default, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct IncrBody {
-    by: Option<i64>,
-    ttl_seconds: Option<i64>,
-}
-
-/// `POST /v1/memory/search`.
-#[derive(Debug, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct SearchBody {
-    scope: String,
-    scope_id: String,
-    query: String,
-    top_k: Option<u32>,
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
@@ -279,7 +249,12 @@ pub async fn delete_handler(
         .substrate_call(client.delete(req))
         .await
         .map_err(ApiError::native)?;
-    Ok(Json(json!({"key": key, "deleted": d.deleted, "version": d.version})).into_response())
+    Ok(Json(MemoryDeleted {
+        key,
+        deleted: d.deleted,
+        version: d.version,
+    })
+    .into_response())
 }
 
 /// `POST /v1/memory/{scope}/{scope_id}/{key}/incr` `{by?, ttl_seconds?}`.
@@ -365,8 +340,8 @@ pub async fn search_handler(
         .internal(
             &p,
             v1::MemorySearchRequest {
-                scope: body.scope,
-                scope_id: body.scope_id,
+                scope: body.scope.0,
+                scope_id: body.scope_id.0,
                 query: body.query,
                 top_k: body.top_k.unwrap_or(0),
             },
@@ -385,6 +360,3 @@ pub async fn search_handler(
         &r.mode,
     ))
 }
-
-// Bodies are JSON objects only: serde's derive would also read an array of the fields.
-weft_core::objects_only!(deserialize: PutBody, IncrBody, SearchBody);

@@ -17,16 +17,22 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use futures::StreamExt as _;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::mpsc;
+use weft_api::common::{Nullable, Timestamp};
+use weft_api::runs::{Run, RunEvent, RunEventPage, RunList};
 use weft_bus::Dispatch;
-use weft_core::run::{EventKind, RunStatus};
+use weft_core::run::{EventKind, RunStatus, StopReason};
 use weft_core::{Error, ErrorCode, Principal, RunId, Scope};
 use weft_store::{EventRecord, RunFilter, RunRecord};
 
+// `POST /v1/runs` is read by the launcher (shared with the ingress's doors); weft-api's
+// `CreateRun` mirrors it for the document (a test below holds the two together).
 pub use weft_launch::CreateRun;
+// The other bodies are the contract's types.
+pub use weft_api::runs::{AnswerBody, CancelBody, InputBody};
 
 use crate::AppState;
 use crate::dialect::Sse;
@@ -146,32 +152,65 @@ async fn require_run_scope(req: axum::extract::Request, next: axum::middleware::
     }
 }
 
-fn ts(t: Option<OffsetDateTime>) -> Value {
-    t.and_then(|t| t.format(&Rfc3339).ok())
-        .map_or(Value::Null, Value::String)
+fn ts(t: OffsetDateTime) -> Option<Timestamp> {
+    t.format(&Rfc3339).ok().map(Timestamp)
+}
+
+/// A creation time: always formattable (it was set by this system, within RFC 3339's years).
+fn created(t: OffsetDateTime) -> Timestamp {
+    ts(t).unwrap_or_else(|| Timestamp(String::new()))
+}
+
+fn run_id(id: RunId) -> weft_api::runs::RunId {
+    weft_api::runs::RunId(id.to_string())
+}
+
+/// A status as the contract spells it.
+pub fn status(s: RunStatus) -> weft_api::runs::RunStatus {
+    use weft_api::runs::RunStatus as Api;
+    match s {
+        RunStatus::Queued => Api::Queued,
+        RunStatus::Running => Api::Running,
+        RunStatus::AwaitingInput => Api::AwaitingInput,
+        RunStatus::Succeeded => Api::Succeeded,
+        RunStatus::Failed => Api::Failed,
+        RunStatus::Cancelled => Api::Cancelled,
+    }
+}
+
+fn stop_reason(s: StopReason) -> weft_api::runs::StopReason {
+    use weft_api::runs::StopReason as Api;
+    match s {
+        StopReason::EndTurn => Api::EndTurn,
+        StopReason::MaxIterations => Api::MaxIterations,
+        StopReason::MaxTokens => Api::MaxTokens,
+        StopReason::Cancelled => Api::Cancelled,
+        StopReason::Error => Api::Error,
+        StopReason::Timeout => Api::Timeout,
+    }
 }
 
 /// The public view of a run.
-pub fn run_json(r: &RunRecord) -> Value {
-    json!({
-        "run_id": r.id,
-        "status": r.status,
-        "agent": r.agent_name,
-        "agent_hash": r.agent_hash,
-        "parent_run_id": r.parent_run_id,
-        "root_run_id": r.root_run_id,
-        "depth": r.depth,
-        "interactive": r.interactive,
-        "stop_reason": r.stop_reason,
-        "usage": r.usage,
-        "iterations": r.iterations,
-        "metadata": r.spec.get("metadata").cloned().unwrap_or(Value::Null),
-        "pending_interrupt": r.pending_interrupt,
-        "error": r.error,
-        "created_at": ts(Some(r.created_at)),
-        "started_at": ts(r.started_at),
-        "finished_at": ts(r.finished_at),
-    })
+pub fn run_view(r: &RunRecord) -> Run {
+    Run {
+        run_id: run_id(r.id),
+        status: status(r.status),
+        agent: r.agent_name.clone(),
+        agent_hash: r.agent_hash.clone(),
+        parent_run_id: r.parent_run_id.map(run_id),
+        root_run_id: run_id(r.root_run_id),
+        depth: r.depth,
+        interactive: r.interactive,
+        stop_reason: r.stop_reason.map(stop_reason),
+        usage: r.usage.clone(),
+        iterations: r.iterations,
+        metadata: r.spec.get("metadata").cloned().unwrap_or(Value::Null),
+        pending_interrupt: r.pending_interrupt.clone(),
+        error: r.error.clone(),
+        created_at: created(r.created_at),
+        started_at: r.started_at.and_then(ts),
+        finished_at: r.finished_at.and_then(ts),
+    }
 }
 
 fn store_err(e: weft_store::RunStoreError) -> ApiError {
@@ -224,14 +263,6 @@ fn sees_all(p: &Principal) -> bool {
     p.is_admin() || p.scopes.contains(Scope::TenantAdmin)
 }
 
-// Request bodies are JSON objects only: serde's derive would also read one from an array of its
-// fields (`["agent", "hi"]` as a run).
-weft_core::objects_only!(
-    deserialize: CancelBody,
-    InputBody,
-    AnswerBody,
-);
-
 /// `POST /v1/runs`.
 #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
 pub async fn create_run_handler(
@@ -269,7 +300,7 @@ pub async fn create_run_handler(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(run_json(&run))).into_response())
+    Ok((status, Json(run_view(&run))).into_response())
 }
 
 /// `GET /v1/runs/{id}`.
@@ -277,8 +308,8 @@ pub async fn get_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativePath(id): NativePath<String>,
-) -> Result<Json<Value>> {
-    Ok(Json(run_json(&visible_run(&st, &p, &id).await?)))
+) -> Result<Json<Run>> {
+    Ok(Json(run_view(&visible_run(&st, &p, &id).await?)))
 }
 
 #[derive(Deserialize)]
@@ -296,7 +327,7 @@ pub async fn list_runs_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     NativeQuery(q): NativeQuery<ListQuery>,
-) -> Result<Json<Value>> {
+) -> Result<Json<RunList>> {
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
@@ -344,13 +375,13 @@ pub async fn list_runs_handler(
     let next = (runs.len() == usize::try_from(limit).unwrap_or(0))
         .then(|| runs.last().map(|r| r.id))
         .flatten();
-    let data: Vec<Value> = runs.iter().map(run_json).collect();
+    let data: Vec<Run> = runs.iter().map(run_view).collect();
     // `runs`: the old key, kept one release beside the list envelope's `data`.
-    Ok(Json(json!({
-        "data": data,
-        "next_cursor": next,
-        "runs": data,
-    })))
+    Ok(Json(RunList {
+        runs: data.clone(),
+        data,
+        next_cursor: Nullable(next.map(|id| id.to_string())),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -360,8 +391,13 @@ pub struct EventsQuery {
     limit: Option<i64>,
 }
 
-fn event_json(e: &EventRecord) -> Value {
-    json!({"seq": e.seq, "kind": e.kind, "data": e.data, "created_at": ts(Some(e.created_at))})
+fn event_view(e: &EventRecord) -> RunEvent {
+    RunEvent {
+        seq: e.seq,
+        kind: e.kind.clone(),
+        data: e.data.clone(),
+        created_at: created(e.created_at),
+    }
 }
 
 /// `GET /v1/runs/{id}/events`.
@@ -370,7 +406,7 @@ pub async fn run_events_handler(
     Extension(p): Extension<Principal>,
     NativePath(id): NativePath<String>,
     NativeQuery(q): NativeQuery<EventsQuery>,
-) -> Result<Json<Value>> {
+) -> Result<Json<RunEventPage>> {
     let run = visible_run(&st, &p, &id).await?;
     let limit = q.limit.unwrap_or(PAGE);
     if !(1..=1000).contains(&limit) {
@@ -386,17 +422,17 @@ pub async fn run_events_handler(
         .await
         .map_err(store_err)?;
     let next = events.last().map(|e| e.seq + 1);
-    let data: Vec<Value> = events.iter().map(event_json).collect();
+    let data: Vec<RunEvent> = events.iter().map(event_view).collect();
     // `events` and `next_seq`: the old keys, kept one release beside the list envelope's
     // `data` and `next_cursor` (the `from_seq` of the next page).
-    Ok(Json(json!({
-        "run_id": run.id,
-        "status": run.status,
-        "data": data,
-        "next_cursor": next,
-        "events": data,
-        "next_seq": next,
-    })))
+    Ok(Json(RunEventPage {
+        run_id: run_id(run.id),
+        status: status(run.status),
+        events: data.clone(),
+        data,
+        next_cursor: next,
+        next_seq: Nullable(next),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -441,7 +477,12 @@ fn stream_response(st: AppState, run: RunId, from_seq: i64, slot: StreamSlot) ->
         if let Err(e) = pump(&st, run, from_seq, &tx, &mut out).await {
             out.json(
                 Some("error"),
-                &json!({"code": e.code.as_str(), "message": e.message}),
+                &weft_api::ErrorBody {
+                    code: e.code.as_str().into(),
+                    message: e.message,
+                    kind: None,
+                    param: None,
+                },
             );
             flush(&mut out, &tx).await;
         }
@@ -676,13 +717,6 @@ async fn pump(
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct CancelBody {
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 /// `POST /v1/runs/{id}/cancel`: flags the run in Redis and tells its executor; a run nobody
 /// holds is ended here. Cascades to sub-runs.
 pub async fn cancel_run_handler(
@@ -690,10 +724,10 @@ pub async fn cancel_run_handler(
     Extension(p): Extension<Principal>,
     NativePath(id): NativePath<String>,
     OptionalNativeJson(body): OptionalNativeJson<CancelBody>,
-) -> Result<(StatusCode, Json<Value>)> {
+) -> Result<(StatusCode, Json<Run>)> {
     let run = visible_run(&st, &p, &id).await?;
     if run.status.is_terminal() {
-        return Ok((StatusCode::OK, Json(run_json(&run))));
+        return Ok((StatusCode::OK, Json(run_view(&run))));
     }
     let reason = body.reason;
     let mut targets = vec![run.id];
@@ -742,13 +776,7 @@ pub async fn cancel_run_handler(
     } else {
         StatusCode::ACCEPTED
     };
-    Ok((code, Json(run_json(&now))))
-}
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct InputBody {
-    text: String,
+    Ok((code, Json(run_view(&now))))
 }
 
 /// `POST /v1/runs/{id}/input`: steers a running run or wakes a parked one.
@@ -757,7 +785,7 @@ pub async fn input_handler(
     Extension(p): Extension<Principal>,
     NativePath(id): NativePath<String>,
     ValidJson(body): NativeJson<InputBody>,
-) -> Result<(StatusCode, Json<Value>)> {
+) -> Result<(StatusCode, Json<Run>)> {
     let run = visible_run(&st, &p, &id).await?;
     if body.text.is_empty() {
         return Err(ApiError::native(
@@ -823,13 +851,7 @@ pub async fn input_handler(
         .await
         .map_err(store_err)?
         .unwrap_or(run);
-    Ok((StatusCode::ACCEPTED, Json(run_json(&now))))
-}
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct AnswerBody {
-    answer: String,
+    Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
 }
 
 /// `POST /v1/runs/{id}/interrupts/{interrupt_id}`: answers an `Interruption.ask`.
@@ -838,7 +860,7 @@ pub async fn answer_interrupt_handler(
     Extension(p): Extension<Principal>,
     NativePath((id, interrupt_id)): NativePath<(String, String)>,
     ValidJson(body): NativeJson<AnswerBody>,
-) -> Result<(StatusCode, Json<Value>)> {
+) -> Result<(StatusCode, Json<Run>)> {
     let run = visible_run(&st, &p, &id).await?;
     let not_waiting = || {
         ApiError::native(Error::not_found(format!(
@@ -887,5 +909,113 @@ pub async fn answer_interrupt_handler(
         .await
         .map_err(store_err)?
         .unwrap_or(run);
-    Ok((StatusCode::ACCEPTED, Json(run_json(&now))))
+    Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contracts_create_run_is_what_the_launcher_reads() {
+        // weft-api's CreateRun documents the body the launcher reads: its example, and a body
+        // with every field the contract has, are read here.
+        let doc = weft_api::document();
+        let example = &doc["components"]["schemas"]["CreateRun"]["example"];
+        assert!(example.is_object(), "{example}");
+        crate::extract::parse_native::<CreateRun>(example.to_string().as_bytes()).unwrap();
+        let full = weft_api::runs::CreateRun {
+            agent: "triage".into(),
+            input: Some(weft_api::runs::Input::Parts(vec![
+                weft_api::runs::InputPart::Text { text: "a".into() },
+                weft_api::runs::InputPart::Untrusted { text: "b".into() },
+            ])),
+            messages: Some(vec![weft_api::runs::InputMessage {
+                role: weft_api::runs::InputRole::Assistant,
+                content: "c".into(),
+            }]),
+            tools: Some(vec!["t".into()]),
+            allowed_hosts: Some(Vec::new()),
+            interactive: true,
+            metadata: Some(serde_json::json!({"k": 1})),
+            sampling: Some(weft_api::common::AgentSampling {
+                temperature: Some(0.5),
+                top_p: Some(0.5),
+                seed: Some(7),
+                stop: vec!["x".into()],
+            }),
+            max_iterations: Some(3),
+            credentials: Some([("key".to_owned(), "12345678".to_owned())].into()),
+            idempotency_key: Some("k".into()),
+            stream: true,
+        };
+        let text = serde_json::to_string(&full).unwrap();
+        let read: CreateRun = crate::extract::parse_native(text.as_bytes()).unwrap();
+        assert!(
+            read.stream && read.interactive && read.sampling.is_some(),
+            "{text}"
+        );
+        // And the other way: a field the contract lacks is refused, as the mirror would.
+        assert!(crate::extract::parse_native::<CreateRun>(br#"{"agent":"a","extra":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_run_reads_as_before() {
+        // The typed view writes the JSON `json!` wrote: every key, nulls included.
+        let id = RunId::new();
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let r = RunRecord {
+            id,
+            tenant: weft_core::TenantId::parse("default").unwrap(),
+            subject: "alice".into(),
+            agent_name: "triage".into(),
+            agent_hash: "h".into(),
+            parent_run_id: None,
+            root_run_id: id,
+            depth: 0,
+            status: RunStatus::AwaitingInput,
+            stop_reason: None,
+            interactive: true,
+            spec: serde_json::json!({}),
+            idempotency_key: None,
+            lease_epoch: 0,
+            lease_owner: None,
+            pending_interrupt: Some(serde_json::json!({"id": "i1"})),
+            usage: serde_json::json!({"input_tokens": 1}),
+            iterations: 2,
+            error: None,
+            created_at: now,
+            started_at: Some(now),
+            finished_at: None,
+        };
+        let v = serde_json::to_value(run_view(&r)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "run_id": id,
+                "status": "awaiting_input",
+                "agent": "triage",
+                "agent_hash": "h",
+                "parent_run_id": null,
+                "root_run_id": id,
+                "depth": 0,
+                "interactive": true,
+                "stop_reason": null,
+                "usage": {"input_tokens": 1},
+                "iterations": 2,
+                "metadata": null,
+                "pending_interrupt": {"id": "i1"},
+                "error": null,
+                "created_at": "2027-01-15T08:00:00Z",
+                "started_at": "2027-01-15T08:00:00Z",
+                "finished_at": null,
+            })
+        );
+        for s in RunStatus::ALL {
+            assert_eq!(serde_json::to_value(status(*s)).unwrap(), s.as_str());
+        }
+        for s in StopReason::ALL {
+            assert_eq!(serde_json::to_value(stop_reason(*s)).unwrap(), s.as_str());
+        }
+    }
 }
