@@ -35,7 +35,8 @@ use weft_auth::{InternalJwt, JwtInterceptor};
 use weft_config::Config;
 
 pub use boot::{BootLoaded, load_boot_definitions};
-pub use channels::{ChannelHub, ChannelsService};
+pub use channels::ChannelHub;
+pub use channels::grpc::ChannelsService;
 pub use grpc::SubstrateService;
 pub use memory::Memory;
 pub use skills::hash_skill_dir;

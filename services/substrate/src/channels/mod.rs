@@ -22,7 +22,6 @@ use weft_bus::Bus;
 use weft_core::{Error, Principal, Scope, TenantId};
 use weft_store::StoreError;
 
-pub use grpc::ChannelsService;
 pub use store::{Acked, ChannelRecord, ChannelStore, MessageRecord, Part, Published, PutOutcome};
 
 use rules::{AwaitMode, ChannelScope, Cursor, Partition};
