@@ -12,8 +12,9 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde::de::{Deserializer, Unexpected, Visitor};
-use serde_json::{Value, json};
+use serde_json::Value;
+use weft_api::common::Timestamp;
+use weft_api::defs::{DefList, DefSummary, DefVersion, PutDefResult, VerifyDefResult};
 use weft_core::{Error, ErrorCode, Principal};
 use weft_proto::v1;
 
@@ -94,47 +95,52 @@ pub fn routes() -> axum::Router<AppState> {
         .merge(def_routes::<Webhooks>())
 }
 
-fn version_json(v: v1::AgentVersion) -> Value {
+/// A version as answered; its content is passed on as the substrate stored it.
+fn version(v: v1::AgentVersion) -> DefVersion {
     let content = serde_json::from_str::<Value>(&v.content_json).unwrap_or_else(|e| {
         tracing::error!(error = %e, version = %v.hash, "substrate sent content that is not JSON");
         Value::Null
     });
-    json!({
-        "name": v.name,
-        "version": v.hash,
-        "number": v.number,
-        "parent_version": v.parent_version,
-        "created_at": v.created_at,
-        "active": v.active,
-        "retired": v.retired,
-        "content": content,
-    })
+    DefVersion {
+        name: v.name,
+        version: v.hash,
+        number: v.number,
+        parent_version: v.parent_version,
+        created_at: Timestamp(v.created_at),
+        active: v.active,
+        retired: v.retired,
+        content,
+        warnings: None,
+    }
 }
 
 /// A put's answer; `warnings` for the kinds that have them (webhooks, schedules).
-fn put_json(r: v1::PutAgentResponse, warnings: Option<Vec<String>>) -> Response {
+fn put_answer(r: v1::PutAgentResponse, warnings: Option<Vec<String>>) -> Response {
     let status = if r.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let mut body = r.version.map(version_json).unwrap_or_else(|| json!({}));
-    body["created"] = Value::Bool(r.created);
-    if let Some(w) = warnings {
-        body["warnings"] = json!(w);
+    let mut version = r.version.map(version);
+    if let Some(v) = &mut version {
+        v.warnings = warnings;
     }
+    let body = PutDefResult {
+        version,
+        created: r.created,
+    };
     (status, Json(body)).into_response()
 }
 
-fn summary_json(s: v1::AgentSummary) -> Value {
-    json!({
-        "name": s.name,
-        "active_version": s.active_version,
-        "retired": s.retired,
-        "versions": s.versions,
-        "description": s.description,
-        "updated_at": s.updated_at,
-    })
+fn summary(s: v1::AgentSummary) -> DefSummary {
+    DefSummary {
+        name: s.name,
+        active_version: s.active_version,
+        retired: s.retired,
+        versions: s.versions,
+        description: s.description,
+        updated_at: Timestamp(s.updated_at),
+    }
 }
 
 /// A definition of this replica's caller changed: a run started here next reads the new active
@@ -175,7 +181,7 @@ pub async fn put_handler<K: DefRoute>(
     } else {
         None
     };
-    Ok(put_json(r, warnings))
+    Ok(put_answer(r, warnings))
 }
 
 /// What a webhook or schedule definition points at that is not there yet: an agent not
@@ -264,10 +270,9 @@ pub async fn get_handler<K: DefRoute>(
         .substrate_call(client.get_def(req))
         .await
         .map_err(ApiError::native)?;
-    let active = v.active;
-    let mut body = version_json(v);
-    if active && matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
-        body["warnings"] = json!(warnings::<K>(&st, &p, &body["content"]).await);
+    let mut body = version(v);
+    if body.active && matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
+        body.warnings = Some(warnings::<K>(&st, &p, &body.content).await);
     }
     Ok(Json(body).into_response())
 }
@@ -292,8 +297,7 @@ pub async fn list_handler<K: DefRoute>(
         .substrate_call(client.list_defs(req))
         .await
         .map_err(ApiError::native)?;
-    let data: Vec<Value> = r.defs.into_iter().map(summary_json).collect();
-    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
+    Ok(Json(DefList::all(r.defs.into_iter().map(summary).collect())).into_response())
 }
 
 /// `GET /v1/<kind>s/{name}/versions`: oldest first.
@@ -317,66 +321,14 @@ pub async fn list_versions_handler<K: DefRoute>(
         .substrate_call(client.list_def_versions(req))
         .await
         .map_err(ApiError::native)?;
-    let data: Vec<Value> = r.versions.into_iter().map(version_json).collect();
-    Ok(Json(json!({ "data": data, "next_cursor": null })).into_response())
+    Ok(Json(DefList::all(r.versions.into_iter().map(version).collect())).into_response())
 }
 
-/// A version reference in a body: `sha256:<hex>` or a version number, given as a string or as a
-/// JSON integer (`{"version": 3}`), as the OpenAPI document says.
-fn version_ref<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
-    struct V;
-    impl Visitor<'_> for V {
-        type Value = String;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a version: `sha256:<hex>` or a version number (1, 2, …)")
-        }
-
-        fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<String, E> {
-            if s.is_empty() {
-                return Err(E::invalid_value(Unexpected::Str(s), &self));
-            }
-            Ok(s.to_owned())
-        }
-
-        fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<String, E> {
-            // Version numbers are 1.. and fit a u32, as the document says.
-            if n == 0 || n > u64::from(u32::MAX) {
-                return Err(E::invalid_value(Unexpected::Unsigned(n), &self));
-            }
-            Ok(n.to_string())
-        }
-
-        fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<String, E> {
-            match u64::try_from(n) {
-                Ok(n) => self.visit_u64(n),
-                Err(_) => Err(E::invalid_value(Unexpected::Signed(n), &self)),
-            }
-        }
-    }
-    d.deserialize_any(V)
-}
-
-fn optional_version_ref<'de, D: Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<String>, D::Error> {
-    struct Wrap(String);
-    impl<'de> Deserialize<'de> for Wrap {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-            version_ref(d).map(Wrap)
-        }
-    }
-    Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
-}
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct ForkBody {
-    #[serde(default, deserialize_with = "optional_version_ref")]
-    from_version: Option<String>,
-    #[serde(default)]
-    changes: Option<Value>,
-}
+// The bodies of fork, activate and verify are the contract's; the old names stay for the
+// gateway's tests.
+pub use weft_api::defs::{
+    ActivateDef as ActivateBody, ForkDef as ForkBody, VerifyDef as VerifyBody,
+};
 
 /// `POST /v1/<kind>s/{name}/fork` `{from_version?, changes}`.
 #[tracing::instrument(skip_all, fields(kind = K::KIND.as_str_name(), name = %name))]
@@ -386,7 +338,9 @@ pub async fn fork_handler<K: DefRoute>(
     NativePath(name): NativePath<String>,
     ValidJson(body): NativeJson<ForkBody>,
 ) -> Result<Response> {
-    let changes = body.changes.unwrap_or_else(|| json!({}));
+    let changes = body
+        .changes
+        .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
     let req = st
         .internal(
             &p,
@@ -411,7 +365,7 @@ pub async fn fork_handler<K: DefRoute>(
         }
         _ => None,
     };
-    Ok(put_json(r, warnings))
+    Ok(put_answer(r, warnings))
 }
 
 /// `POST /v1/<kind>s/{name}/retire`.
@@ -436,14 +390,7 @@ pub async fn retire_handler<K: DefRoute>(
         .await
         .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
-    Ok(Json(summary_json(s)).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct ActivateBody {
-    #[serde(deserialize_with = "version_ref")]
-    version: String,
+    Ok(Json(summary(s)).into_response())
 }
 
 /// `POST /v1/<kind>s/{name}/activate` `{version}`.
@@ -470,17 +417,8 @@ pub async fn activate_handler<K: DefRoute>(
         .await
         .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
-    Ok(Json(summary_json(s)).into_response())
+    Ok(Json(summary(s)).into_response())
 }
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct VerifyBody {
-    sha256: String,
-}
-
-// Bodies are JSON objects only: serde's derive would also read `[null, null]` as a `ForkBody`.
-weft_core::objects_only!(deserialize: ForkBody, ActivateBody, VerifyBody);
 
 /// `POST /v1/<kind>s/verify` `{sha256}`: whether the hash is a version of a definition of the
 /// kind in the caller's tenant (200 either way).
@@ -504,7 +442,12 @@ pub async fn verify_handler<K: DefRoute>(
         .substrate_call(client.verify_def(req))
         .await
         .map_err(ApiError::native)?;
-    Ok(Json(json!({"known": r.known, "name": r.name, "number": r.number})).into_response())
+    Ok(Json(VerifyDefResult {
+        known: r.known,
+        name: r.name,
+        number: r.number,
+    })
+    .into_response())
 }
 
 #[cfg(test)]
@@ -528,9 +471,7 @@ mod tests {
             r#"{"version": -1}"#,
             r#"{"version": 1.5}"#,
         ] {
-            let e = parse::<ActivateBody>(bad.as_bytes())
-                .err()
-                .expect("refused");
+            let e = parse::<ActivateBody>(bad.as_bytes()).expect_err("refused");
             assert_eq!(e.param.as_deref(), Some("version"), "{bad}: {}", e.message);
         }
         let b: ForkBody =
@@ -538,26 +479,20 @@ mod tests {
         assert_eq!(b.from_version.as_deref(), Some("3"));
         let b: ForkBody = parse(br#"{"from_version": null}"#).unwrap();
         assert_eq!(b.from_version, None);
-        let e = parse::<ForkBody>(br#"{"from_version": ""}"#)
-            .err()
-            .expect("refused");
+        let e = parse::<ForkBody>(br#"{"from_version": ""}"#).expect_err("refused");
         assert_eq!(e.param.as_deref(), Some("from_version"), "{}", e.message);
     }
 
     #[test]
     fn bodies_are_objects_only() {
         // serde's derive would read these as the fields in order.
-        let e = parse::<ForkBody>(b"[null, null]").err().expect("refused");
+        let e = parse::<ForkBody>(b"[null, null]").expect_err("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<ActivateBody>(br#"["1"]"#).err().expect("refused");
+        let e = parse::<ActivateBody>(br#"["1"]"#).expect_err("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<VerifyBody>(br#"["sha256:ab"]"#)
-            .err()
-            .expect("refused");
+        let e = parse::<VerifyBody>(br#"["sha256:ab"]"#).expect_err("refused");
         assert!(e.message.contains("JSON object"), "{}", e.message);
-        let e = parse::<ActivateBody>(br#"{"version": "1", "x": 1}"#)
-            .err()
-            .expect("refused");
+        let e = parse::<ActivateBody>(br#"{"version": "1", "x": 1}"#).expect_err("refused");
         assert!(e.message.contains("unknown field"), "{}", e.message);
     }
 }

@@ -4,18 +4,17 @@
 //! how its deliveries are signed; see `weft_ingress::webhooks`). The definitions themselves are
 //! served by [`crate::agents`] like every kind.
 
-use std::collections::BTreeMap;
-
 use axum::Extension;
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use weft_api::common::Timestamp;
+use weft_api::ingress::{RunNowResult, ScheduleFire, ScheduleState, Uuid, WebhookDeliveries};
 use weft_core::def::DefContent as _;
 use weft_core::schedule::ScheduleContent;
 use weft_core::webhook::WebhookContent;
@@ -46,9 +45,12 @@ pub fn receiver() -> axum::Router<AppState> {
     axum::Router::new().route("/v1/_webhooks/{tenant}/{name}", post(receive_handler))
 }
 
-fn ts(t: Option<OffsetDateTime>) -> Value {
-    t.and_then(|t| t.format(&Rfc3339).ok())
-        .map_or(Value::Null, Value::String)
+fn ts(t: Option<OffsetDateTime>) -> Option<Timestamp> {
+    t.and_then(|t| t.format(&Rfc3339).ok()).map(Timestamp)
+}
+
+fn uuid(id: uuid::Uuid) -> Uuid {
+    Uuid(id.to_string())
 }
 
 fn not_found(name: &str) -> ApiError {
@@ -71,48 +73,47 @@ async fn schedule_row(st: &AppState, p: &Principal, name: &str) -> Result<Schedu
 }
 
 /// The live state of a schedule, with its most recent fires.
-async fn state_json(st: &AppState, r: &ScheduleRow) -> Result<Value> {
+async fn state(st: &AppState, r: &ScheduleRow) -> Result<ScheduleState> {
     let fires = st
         .ingress
         .schedules
         .fires(r.id, 20)
         .await
         .map_err(|e| store(&e))?;
-    let fires: Vec<Value> = fires
+    let fires = fires
         .into_iter()
-        .map(|f| {
-            json!({
-                "fire_id": f.id,
-                "kind": f.kind,
-                "fire_at": ts(Some(f.fire_at)),
-                "status": f.status,
-                "run_id": f.run_id,
-                "run_status": f.run_status,
-                "error": f.error,
-                "attempts": f.attempts,
-                "on_complete": f.on_complete,
-                "on_complete_result": f.on_complete_result,
-            })
+        .map(|f| ScheduleFire {
+            fire_id: uuid(f.id),
+            kind: f.kind,
+            // A time that does not format (never, for a stored one) was null before too.
+            fire_at: ts(Some(f.fire_at)).unwrap_or(Timestamp(String::new())),
+            status: f.status,
+            run_id: f.run_id.map(uuid),
+            run_status: f.run_status,
+            error: f.error,
+            attempts: f.attempts,
+            on_complete: f.on_complete,
+            on_complete_result: f.on_complete_result,
         })
         .collect();
-    Ok(json!({
-        "name": r.name,
-        "version": r.def_hash,
-        "enabled": r.enabled,
-        "paused": r.paused,
-        "retired": r.retired_at.is_some(),
-        "retired_at": ts(r.retired_at),
-        "retired_why": r.retired_why,
-        "next_fire_at": ts(r.next_fire_at),
-        "last_fire_at": ts(r.last_fire_at),
-        "last_run_id": r.last_run_id,
-        "last_run_status": r.last_run_status,
-        "fire_count": r.cron_fires + r.run_now_fires,
-        "cron_fires": r.cron_fires,
-        "run_now_fires": r.run_now_fires,
-        "skipped": r.skipped,
-        "fires": fires,
-    }))
+    Ok(ScheduleState {
+        name: r.name.clone(),
+        version: r.def_hash.clone(),
+        enabled: r.enabled,
+        paused: r.paused,
+        retired: r.retired_at.is_some(),
+        retired_at: ts(r.retired_at),
+        retired_why: r.retired_why.clone(),
+        next_fire_at: ts(r.next_fire_at),
+        last_fire_at: ts(r.last_fire_at),
+        last_run_id: r.last_run_id.map(uuid),
+        last_run_status: r.last_run_status.clone(),
+        fire_count: r.cron_fires + r.run_now_fires,
+        cron_fires: r.cron_fires,
+        run_now_fires: r.run_now_fires,
+        skipped: r.skipped,
+        fires,
+    })
 }
 
 fn require_admin(p: &Principal) -> Result<()> {
@@ -128,7 +129,7 @@ pub async fn state_handler(
     // The state names the schedule's runs, which only tenant admins may see.
     require_admin(&p)?;
     let r = schedule_row(&st, &p, &name).await?;
-    Ok(Json(state_json(&st, &r).await?).into_response())
+    Ok(Json(state(&st, &r).await?).into_response())
 }
 
 /// `POST /v1/schedules/{name}/run-now`: a distinct fire now (not a move of `next_fire_at`).
@@ -146,7 +147,12 @@ pub async fn run_now_handler(
     };
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"schedule": name, "fire_id": fire, "run_id": run, "error": error})),
+        Json(RunNowResult {
+            schedule: name,
+            fire_id: uuid(fire),
+            run_id: run.map(uuid),
+            error,
+        }),
     )
         .into_response())
 }
@@ -177,7 +183,7 @@ async fn set_paused(st: &AppState, p: &Principal, name: &str, paused: bool) -> R
         .await
         .map_err(|e| store(&e))?;
     let r = schedule_row(st, p, name).await?;
-    Ok(Json(state_json(st, &r).await?).into_response())
+    Ok(Json(state(st, &r).await?).into_response())
 }
 
 /// `POST /v1/schedules/{name}/pause`.
@@ -259,20 +265,17 @@ pub async fn deliveries_handler(
     let rejected = weft_ingress::webhooks::rejected(&st.ingress, &p.tenant, &name)
         .await
         .map_err(ApiError::native)?;
-    Ok(Json(json!({ "data": data, "next_cursor": null, "rejected": rejected })).into_response())
+    let body: WebhookDeliveries<Value, Value> = WebhookDeliveries {
+        data,
+        next_cursor: Default::default(),
+        rejected,
+    };
+    Ok(Json(body).into_response())
 }
 
-/// A delivery to try: its headers and raw body.
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct TestBody {
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    body: String,
-}
-
-weft_core::objects_only!(deserialize: TestBody);
+/// A delivery to try: its headers and raw body (the contract's; the old name stays for the
+/// gateway's tests).
+pub use weft_api::ingress::WebhookTest as TestBody;
 
 /// `POST /v1/webhooks/{name}/test` `{headers, body}`: a dry run — whether the delivery would
 /// verify (and why not), its delivery id, and what the mapping makes of it. Nothing is started,
