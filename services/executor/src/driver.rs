@@ -28,6 +28,7 @@ use weft_store::{Fenced, Lease, LedgerDone, LedgerEntry, RunStoreError, Step, St
 
 use crate::Inner;
 use crate::machine::{self, Action, Facts, LoopState};
+use crate::stop::Stop;
 
 /// How a driven run ended for this executor.
 pub(crate) enum Outcome {
@@ -107,27 +108,6 @@ impl Deferred {
                 calls,
             },
             (_, change) => change,
-        }
-    }
-}
-
-/// Why the loop stopped early.
-#[derive(Debug)]
-pub(crate) enum Stop {
-    Lost,
-    Shutdown,
-    /// Worth retrying: the database or a peer was unreachable.
-    Infra(String),
-    /// Never worth retrying: the database refused what this step writes.
-    Permanent(String),
-}
-
-impl From<RunStoreError> for Stop {
-    fn from(e: RunStoreError) -> Self {
-        match e {
-            RunStoreError::StaleLease(_) => Self::Lost,
-            e if e.is_permanent() => Self::Permanent(e.to_string()),
-            e => Self::Infra(e.to_string()),
         }
     }
 }
@@ -855,4 +835,36 @@ pub(crate) fn parse_input(args: &str) -> Value {
         return json!({});
     }
     serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.to_owned()))
+}
+
+impl crate::tools::RunHost for Driver {
+    fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    fn record(&self) -> &weft_store::RunRecord {
+        &self.lease.run
+    }
+
+    fn spec(&self) -> &RunSpec {
+        &self.spec
+    }
+
+    fn credentials(
+        &self,
+    ) -> futures::future::BoxFuture<'_, Arc<std::collections::BTreeMap<String, String>>> {
+        Box::pin(Driver::credentials(self))
+    }
+
+    fn spawn_children<'a>(
+        &'a self,
+        tool_use_id: &'a str,
+        items: Vec<(String, String)>,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<Value>, Stop>> {
+        Box::pin(Driver::spawn_children(self, tool_use_id, items))
+    }
 }

@@ -24,8 +24,9 @@ use weft_core::agent::AgentContent;
 use weft_core::run::{Interruption, RunEvent, ToolResultEvent};
 use weft_store::{LedgerDone, LedgerEntry, LedgerStart, StepChange};
 
-use crate::driver::{Driver, Stop, parse_input};
+use crate::driver::{Driver, parse_input};
 use crate::machine::{LoopState, ToolCall};
+use crate::stop::Stop;
 use crate::tools::{SideEffect, ToolCtx, ToolOutcome, ToolOutput};
 
 /// A call that passed the ledger rules and default-deny, to be run.

@@ -15,7 +15,8 @@ use weft_core::run::{
 };
 use weft_store::NewRun;
 
-use crate::driver::{Driver, Stop};
+use crate::driver::Driver;
+use crate::stop::Stop;
 use crate::tools::http::HostAllowlist;
 
 impl Driver {

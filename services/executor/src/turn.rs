@@ -13,8 +13,9 @@ use weft_core::{Error, ErrorCode};
 
 use weft_store::{LedgerStart, StepChange};
 
-use crate::driver::{Driver, Stop, parse_input};
+use crate::driver::{Driver, parse_input};
 use crate::machine::LoopState;
+use crate::stop::Stop;
 
 impl Driver {
     /// The router request of a model turn: the system prompt, the transcript as it can be

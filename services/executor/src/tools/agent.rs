@@ -77,10 +77,7 @@ async fn spawn(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
             "sub-runs may nest at most {max_depth} deep (executor.max_depth); this run is at depth {depth}"
         )));
     }
-    let out = ctx
-        .driver()
-        .spawn_children(ctx.tool_use_id(), items)
-        .await?;
+    let out = ctx.host().spawn_children(ctx.tool_use_id(), items).await?;
     let text = if op == Some("spawn") {
         out.into_iter().next().unwrap_or(Value::Null).to_string()
     } else {

@@ -25,8 +25,8 @@ use weft_core::mcp::glob_matches;
 use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
+use super::RunHost;
 use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
-use crate::driver::Driver;
 
 /// The longest the bridge may take to list a server's tools (it gives up on the server itself
 /// after `mcp_bridge.connect_timeout_ms`).
@@ -105,9 +105,9 @@ impl Mount {
 }
 
 /// Lists the tools of the agent's MCP servers that the run may use.
-pub(crate) async fn mount(driver: &Driver, def: &AgentContent) -> Mount {
+pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent) -> Mount {
     let mut out = Mount::default();
-    let allowed = &driver.spec.tools;
+    let allowed = &run.spec().tools;
     let servers: Vec<&String> = def
         .mcp_servers
         .iter()
@@ -120,8 +120,8 @@ pub(crate) async fn mount(driver: &Driver, def: &AgentContent) -> Mount {
     if servers.is_empty() {
         return out;
     }
-    let credentials = driver.credentials().await;
-    let client = weft_proto::transport::mcp_bridge_client(driver.inner.mcp_bridge.clone());
+    let credentials = run.credentials().await;
+    let client = weft_proto::transport::mcp_bridge_client(run.inner().mcp_bridge.clone());
     for server in servers {
         let msg = v1::McpListToolsRequest {
             server: server.clone(),
@@ -130,7 +130,7 @@ pub(crate) async fn mount(driver: &Driver, def: &AgentContent) -> Mount {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
-        let listed = match driver.internal(msg) {
+        let listed = match weft_auth::rpc::request(&run.inner().jwt, run.principal(), msg) {
             Ok(mut req) => {
                 // The bridge bounds connecting and listing itself; this bounds the bridge.
                 req.set_timeout(LIST_DEADLINE);
@@ -208,7 +208,7 @@ impl Tool for McpTool {
         input: &'a Value,
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
         Box::pin(async move {
-            let credentials = ctx.driver().credentials().await;
+            let credentials = ctx.host().credentials().await;
             let msg = v1::McpCallToolRequest {
                 server: self.server.clone(),
                 tool: self.tool.clone(),

@@ -26,12 +26,12 @@ use serde_json::Value;
 use weft_core::agent::AgentContent;
 use weft_core::message::ToolSpec;
 use weft_core::run::{RunEvent, RunSpec};
-use weft_core::{Error, RunId, TenantId};
+use weft_core::{Error, Principal, RunId, TenantId};
 use weft_store::RunRecord;
 
 use crate::Inner;
-use crate::driver::{Driver, Stop};
 use crate::machine::ToolCall;
+use crate::stop::Stop;
 
 /// What one tool call hands back to the model.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -134,10 +134,31 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>>;
 }
 
+/// What a call may use of the run it belongs to. The run's driver implements it; the tools see
+/// only this, so they do not depend on the driver (which depends on them).
+pub(crate) trait RunHost: Send + Sync {
+    /// The executor's shared state: the run store, bus, coordination, config and clients.
+    fn inner(&self) -> &Inner;
+    /// The run's identity, sent to peers as an internal JWT.
+    fn principal(&self) -> &Principal;
+    /// The run's record as leased.
+    fn record(&self) -> &RunRecord;
+    /// The run's spec.
+    fn spec(&self) -> &RunSpec;
+    /// The run's credentials (read once per lease).
+    fn credentials(&self) -> BoxFuture<'_, Arc<std::collections::BTreeMap<String, String>>>;
+    /// Starts sub-runs of this run for the call `tool_use_id` and waits for their results.
+    fn spawn_children<'a>(
+        &'a self,
+        tool_use_id: &'a str,
+        items: Vec<(String, String)>,
+    ) -> BoxFuture<'a, Result<Vec<Value>, Stop>>;
+}
+
 /// What a call can see and use: the run's identity and spec, the call's id, the executor's
 /// shared clients, and the transcript (events emitted with the result).
 pub struct ToolCtx<'a> {
-    driver: &'a Driver,
+    driver: &'a dyn RunHost,
     agent: &'a AgentContent,
     call: &'a ToolCall,
     iteration: u32,
@@ -146,7 +167,7 @@ pub struct ToolCtx<'a> {
 
 impl<'a> ToolCtx<'a> {
     pub(crate) fn new(
-        driver: &'a Driver,
+        driver: &'a dyn RunHost,
         agent: &'a AgentContent,
         call: &'a ToolCall,
         iteration: u32,
@@ -162,7 +183,7 @@ impl<'a> ToolCtx<'a> {
 
     /// The run this call belongs to.
     pub fn run_id(&self) -> RunId {
-        self.driver.run_id()
+        self.driver.record().id
     }
 
     /// The model's id of this call.
@@ -178,22 +199,22 @@ impl<'a> ToolCtx<'a> {
 
     /// The run's tenant.
     pub fn tenant(&self) -> &TenantId {
-        &self.driver.lease.run.tenant
+        &self.driver.record().tenant
     }
 
     /// The user the run acts for.
     pub fn subject(&self) -> &str {
-        &self.driver.lease.run.subject
+        &self.driver.record().subject
     }
 
     /// The run's agent, by name.
     pub fn agent_name(&self) -> &str {
-        &self.driver.lease.run.agent_name
+        &self.driver.record().agent_name
     }
 
     /// The content hash of the run's agent version.
     pub fn agent_hash(&self) -> &str {
-        &self.driver.lease.run.agent_hash
+        &self.driver.record().agent_hash
     }
 
     /// The run's agent definition.
@@ -203,12 +224,12 @@ impl<'a> ToolCtx<'a> {
 
     /// The run's spec (tools, hosts, memory scopes, channel ACL, skills, limits).
     pub fn spec(&self) -> &RunSpec {
-        &self.driver.spec
+        self.driver.spec()
     }
 
     /// The run's record as leased (depth, parent, interactive…).
     pub fn run(&self) -> &RunRecord {
-        &self.driver.lease.run
+        self.driver.record()
     }
 
     /// Model turns taken so far.
@@ -219,7 +240,7 @@ impl<'a> ToolCtx<'a> {
     /// A gRPC request carrying the run's principal as an internal JWT (and the trace context),
     /// for the router or the substrate.
     pub fn internal<T>(&self, msg: T) -> Result<tonic::Request<T>, Error> {
-        self.driver.internal(msg)
+        weft_auth::rpc::request(&self.driver.inner().jwt, self.driver.principal(), msg)
     }
 
     /// Appends `event` to the transcript, committed together with this call's result (before
@@ -240,17 +261,17 @@ impl<'a> ToolCtx<'a> {
     /// The transport to the substrate, to build a client of any of its gRPC services on
     /// (`weft_proto::transport`); send requests made by [`ToolCtx::internal`].
     pub fn substrate_transport(&self) -> weft_proto::transport::GrpcTransport {
-        self.driver.inner.substrate_transport.clone()
+        self.driver.inner().substrate_transport.clone()
     }
 
     /// The executor's shared state: the run store, bus, coordination, config and the router
     /// and substrate clients.
     pub(crate) fn inner(&self) -> &Inner {
-        &self.driver.inner
+        self.driver.inner()
     }
 
-    /// The run's driver, for tools that need its machinery (sub-runs).
-    pub(crate) fn driver(&self) -> &Driver {
+    /// The run, for tools that need its machinery (sub-runs, credentials).
+    pub(crate) fn host(&self) -> &dyn RunHost {
         self.driver
     }
 }
