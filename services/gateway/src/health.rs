@@ -7,12 +7,12 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use weft_api::base::{Check, Health, Readiness, ReadyStatus};
 
 use crate::AppState;
 
 pub async fn healthz() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+    Json(Health::default()).into_response()
 }
 
 pub async fn readyz(State(st): State<AppState>) -> Response {
@@ -39,15 +39,24 @@ pub async fn readyz(State(st): State<AppState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let word = |ok: bool| if ok { "ok" } else { "unavailable" };
-    (
-        status,
-        Json(json!({
-            "status": if ready { "ready" } else { "not_ready" },
-            "checks": {"postgres": word(db), "router": word(router), "nats": word(nats), "redis": word(redis)},
-        })),
-    )
-        .into_response()
+    let checks = [
+        ("postgres", db),
+        ("router", router),
+        ("nats", nats),
+        ("redis", redis),
+    ];
+    let body = Readiness {
+        status: if ready {
+            ReadyStatus::Ready
+        } else {
+            ReadyStatus::NotReady
+        },
+        checks: checks
+            .into_iter()
+            .map(|(name, ok)| (name.to_owned(), Check::from(ok)))
+            .collect(),
+    };
+    (status, Json(body)).into_response()
 }
 
 pub async fn metrics() -> Response {

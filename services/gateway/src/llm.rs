@@ -20,9 +20,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde::de::{Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use weft_core::chat::{
     Answer, Assembler, Blocks, ChatEvent, ChatRequest, Delta, Fallback, Sampling, Start, Step,
 };
@@ -68,145 +66,23 @@ pub(crate) fn check_llm_call(req: &axum::extract::Request, shape: Shape) -> Opti
 
 // --- request ------------------------------------------------------------------------------------
 
-/// `POST /v1/llm/chat`.
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct LlmChatRequest {
-    model: String,
-    messages: Vec<LlmMessage>,
-    #[serde(default)]
-    tools: Vec<LlmTool>,
-    /// `"auto"`, `"none"`, `"required"` or `{"type": "tool", "name": …}`.
-    #[serde(default)]
-    tool_choice: Option<Value>,
-    #[serde(default)]
-    sampling: LlmSampling,
-    /// OpenAI-style: `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": …}`.
-    #[serde(default)]
-    response_format: Option<Value>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    user: Option<String>,
-    /// Provider-specific request fields (`thinking`, `top_k`, `reasoning_effort`, …), forwarded
-    /// unchanged to providers that have them.
-    #[serde(default)]
-    extra: Map<String, Value>,
-}
+pub use weft_api::llm::LlmChatRequest;
+use weft_api::llm::{
+    LlmAnswerMessage, LlmBlockDelta, LlmBlockHead, LlmBlockStart, LlmBlockStop, LlmChatResponse,
+    LlmContentBlock as LlmBlock, LlmDelta, LlmDone, LlmFallback, LlmFinishReason, LlmMessage,
+    LlmMessageDelta, LlmProviderChosen, LlmRole, LlmUsage,
+};
 
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-struct LlmMessage {
-    role: Role,
-    #[serde(deserialize_with = "text_or_blocks")]
-    content: Vec<LlmBlock>,
-    #[serde(default)]
-    name: Option<String>,
-}
-
-/// weft's content block, as JSON. A `tool_use` carries its arguments as a JSON object.
-#[derive(Deserialize)]
-#[serde(
-    remote = "Self",
-    tag = "type",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
-enum LlmBlock {
-    Text {
-        text: String,
-    },
-    Image {
-        url: String,
-        #[serde(default)]
-        detail: Option<String>,
-    },
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
-    ToolResult {
-        tool_use_id: String,
-        #[serde(default, deserialize_with = "text_or_blocks")]
-        content: Vec<LlmBlock>,
-        #[serde(default)]
-        is_error: bool,
-    },
-    Reasoning {
-        text: String,
-        #[serde(default)]
-        signature: Option<String>,
-    },
-}
-
-impl LlmBlock {
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::Text { .. } => "text",
-            Self::Image { .. } => "image",
-            Self::ToolUse { .. } => "tool_use",
-            Self::ToolResult { .. } => "tool_result",
-            Self::Reasoning { .. } => "reasoning",
-        }
+/// The contract's role as weft-core's.
+fn role(r: LlmRole) -> Role {
+    match r {
+        LlmRole::System => Role::System,
+        LlmRole::Developer => Role::Developer,
+        LlmRole::User => Role::User,
+        LlmRole::Assistant => Role::Assistant,
+        LlmRole::Tool => Role::Tool,
     }
 }
-
-/// `content` is a string (one text block) or an array of blocks.
-fn text_or_blocks<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<LlmBlock>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Vec<LlmBlock>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a string or an array of content blocks")
-        }
-
-        fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Self::Value, E> {
-            Ok(vec![LlmBlock::Text { text: s.to_owned() }])
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
-            let mut out = Vec::new();
-            while let Some(b) = seq.next_element()? {
-                out.push(b);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_any(V)
-}
-
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-struct LlmTool {
-    name: String,
-    #[serde(default)]
-    description: String,
-    /// JSON schema of the arguments; an empty object schema when absent.
-    #[serde(default)]
-    parameters: Option<Value>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(remote = "Self", deny_unknown_fields)]
-struct LlmSampling {
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    stop: Vec<String>,
-    seed: Option<i64>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
-}
-
-// Objects only: serde's derive would also read a struct (and an internally tagged enum) from a
-// sequence of its fields, so `"sampling": [0.5]` or `"messages": [["user", "hi"]]` would pass.
-weft_core::objects_only!(deserialize: LlmChatRequest, LlmMessage, LlmBlock, LlmTool, LlmSampling);
 
 /// A 400 unless `v` is within `lo..=hi`.
 pub(crate) fn range(
@@ -360,7 +236,7 @@ fn to_message(i: usize, m: LlmMessage) -> std::result::Result<Message, Error> {
             "must not be empty; send a string or at least one content block",
         ));
     }
-    let role = m.role;
+    let role = role(m.role);
     let mut content = Vec::with_capacity(m.content.len());
     for (j, b) in m.content.into_iter().enumerate() {
         let path = format!("messages[{i}].content[{j}]");
@@ -527,60 +403,67 @@ pub(crate) fn tool_input(name: &str, input_json: &str) -> std::result::Result<Va
 
 // --- the handler ----------------------------------------------------------------------------------
 
-#[derive(Serialize)]
-struct UsageOut {
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    total_tokens: u64,
-    cache_read_tokens: u64,
-    cache_write_tokens: u64,
+/// `v` as a JSON value, whose keys serialize in sorted order: the native answer and stream keep
+/// the exact bytes the golden files (`golden/native-*`) pin. These types always convert.
+fn sorted<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-impl From<Usage> for UsageOut {
-    fn from(u: Usage) -> Self {
-        Self {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            total_tokens: u.total_tokens,
-            cache_read_tokens: u.cache_read_tokens,
-            cache_write_tokens: u.cache_write_tokens,
-        }
+fn usage_out(u: Usage) -> LlmUsage {
+    LlmUsage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
     }
 }
 
-fn fallback_json(f: &Fallback) -> Value {
-    json!({"provider": f.provider, "model": f.model, "code": f.code, "message": f.message})
+fn fallback_out(f: &Fallback) -> LlmFallback {
+    LlmFallback {
+        provider: f.provider.clone(),
+        model: f.model.clone(),
+        code: f.code.clone(),
+        message: f.message.clone(),
+    }
 }
 
-fn finish_name(f: FinishReason) -> &'static str {
+fn finish_out(f: FinishReason) -> LlmFinishReason {
     match f {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::ToolCalls => "tool_calls",
-        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Stop => LlmFinishReason::Stop,
+        FinishReason::Length => LlmFinishReason::Length,
+        FinishReason::ToolCalls => LlmFinishReason::ToolCalls,
+        FinishReason::ContentFilter => LlmFinishReason::ContentFilter,
     }
 }
 
-fn block_json(b: ContentBlock) -> std::result::Result<Value, Error> {
+/// An answer's block in the native shape: a tool call's arguments as a JSON object.
+fn block_out(b: ContentBlock) -> std::result::Result<LlmBlock, Error> {
     Ok(match b {
-        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
-        ContentBlock::Reasoning { text, signature } => {
-            let mut v = json!({"type": "reasoning", "text": text});
-            if let Some(s) = signature {
-                v["signature"] = Value::String(s);
-            }
-            v
-        }
+        ContentBlock::Text { text } => LlmBlock::Text { text },
+        ContentBlock::Reasoning { text, signature } => LlmBlock::Reasoning { text, signature },
         ContentBlock::ToolUse {
             id,
             name,
             input_json,
         } => {
             let input = tool_input(&name, &input_json)?;
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            LlmBlock::ToolUse { id, name, input }
         }
-        // An answer holds only text, reasoning and tool calls.
-        ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => Value::Null,
+        // An answer holds only text, reasoning and tool calls; these two never reach here.
+        ContentBlock::Image { url, detail } => LlmBlock::Image { url, detail },
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => LlmBlock::ToolResult {
+            tool_use_id,
+            content: content
+                .into_iter()
+                .map(block_out)
+                .collect::<std::result::Result<_, _>>()?,
+            is_error,
+        },
     })
 }
 
@@ -630,16 +513,19 @@ impl Dialect for Native {
         let content = a
             .blocks
             .into_iter()
-            .map(block_json)
+            .map(block_out)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        to_json(&json!({
-            "id": self.id,
-            "provider": a.provider,
-            "model": a.model,
-            "fallbacks": a.fallbacks.iter().map(fallback_json).collect::<Vec<_>>(),
-            "message": {"role": "assistant", "content": content},
-            "finish_reason": finish_name(a.finish),
-            "usage": UsageOut::from(a.usage),
+        to_json(&sorted(&LlmChatResponse {
+            id: self.id,
+            provider: a.provider,
+            model: a.model,
+            fallbacks: a.fallbacks.iter().map(fallback_out).collect(),
+            message: LlmAnswerMessage {
+                role: Default::default(),
+                content,
+            },
+            finish_reason: finish_out(a.finish),
+            usage: usage_out(a.usage),
         }))
     }
 
@@ -647,47 +533,48 @@ impl Dialect for Native {
         self.blocks.step(ev, &mut self.steps);
         for step in self.steps.drain(..) {
             match step {
-                Step::Fallback(f) => out.json(Some("provider_fallback"), &fallback_json(&f)),
+                Step::Fallback(f) => {
+                    out.json(Some("provider_fallback"), &sorted(&fallback_out(&f)))
+                }
                 Step::Chosen {
                     provider, model, ..
                 } => out.json(
                     Some("provider_chosen"),
-                    &json!({"provider": provider, "model": model}),
+                    &sorted(&LlmProviderChosen { provider, model }),
                 ),
                 Step::Start { index, start } => {
                     let block = match start {
-                        Start::Text => json!({"type": "text"}),
-                        Start::Reasoning => json!({"type": "reasoning"}),
-                        Start::ToolUse { id, name } => {
-                            json!({"type": "tool_use", "id": id, "name": name})
-                        }
+                        Start::Text => LlmBlockHead::Text,
+                        Start::Reasoning => LlmBlockHead::Reasoning,
+                        Start::ToolUse { id, name } => LlmBlockHead::ToolUse { id, name },
                     };
                     out.json(
                         Some("content_block_start"),
-                        &json!({"index": index, "block": block}),
+                        &sorted(&LlmBlockStart { index, block }),
                     );
                 }
                 Step::Delta { index, delta } => {
                     let delta = match delta {
-                        Delta::Text(t) => json!({"type": "text_delta", "text": t}),
-                        Delta::Reasoning(t) => json!({"type": "reasoning_delta", "text": t}),
-                        Delta::Signature(s) => json!({"type": "signature_delta", "signature": s}),
-                        Delta::InputJson(j) => {
-                            json!({"type": "input_json_delta", "partial_json": j})
-                        }
+                        Delta::Text(text) => LlmDelta::TextDelta { text },
+                        Delta::Reasoning(text) => LlmDelta::ReasoningDelta { text },
+                        Delta::Signature(signature) => LlmDelta::SignatureDelta { signature },
+                        Delta::InputJson(partial_json) => LlmDelta::InputJsonDelta { partial_json },
                     };
                     out.json(
                         Some("content_block_delta"),
-                        &json!({"index": index, "delta": delta}),
+                        &sorted(&LlmBlockDelta { index, delta }),
                     );
                 }
                 Step::Stop { index } => {
-                    out.json(Some("content_block_stop"), &json!({"index": index}));
+                    out.json(Some("content_block_stop"), &sorted(&LlmBlockStop { index }));
                 }
                 Step::Usage(u) => self.usage = u,
                 Step::Finish(f) => out.json(
                     Some("message_delta"),
-                    &json!({"finish_reason": finish_name(f), "usage": UsageOut::from(self.usage)}),
+                    &sorted(&LlmMessageDelta {
+                        finish_reason: finish_out(f),
+                        usage: usage_out(self.usage),
+                    }),
                 ),
             }
         }
@@ -695,7 +582,7 @@ impl Dialect for Native {
 
     fn end(&mut self, finished: bool, out: &mut Sse) {
         if finished {
-            out.json(Some("done"), &json!({}));
+            out.json(Some("done"), &LlmDone::default());
         } else {
             self.error(&weft_core::chat::ended_early(), out);
         }

@@ -7,10 +7,10 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use weft_api::base::{Token, TokenList};
+use weft_api::common::{NextCursor, Timestamp};
 use weft_core::{Error, Principal, Scope, Scopes, TenantId, TokenId};
 use weft_store::{NewToken, TokenRecord};
 
@@ -20,38 +20,44 @@ use crate::extract::{NativeJson, NativePath, ValidJson};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct CreateToken {
-    name: String,
-    #[serde(default)]
-    tenant: Option<TenantId>,
-    subject: String,
-    scopes: Vec<Scope>,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    expires_at: Option<OffsetDateTime>,
+pub use weft_api::base::CreateToken;
+
+/// A time as the token routes have always written it (RFC 3339, in the offset stored).
+fn ts(t: OffsetDateTime) -> Timestamp {
+    // Formatting fails only past year 9999, which no stored token time reaches.
+    Timestamp(t.format(&Rfc3339).unwrap_or_default())
 }
 
-// A JSON object only: serde's derive would also read one from an array of its fields.
-weft_core::objects_only!(deserialize: CreateToken);
-
-fn ts(t: OffsetDateTime) -> Value {
-    t.format(&Rfc3339).map(Value::String).unwrap_or(Value::Null)
+fn token_out(r: &TokenRecord) -> Token {
+    Token {
+        id: r.id.to_string(),
+        name: r.name.clone(),
+        tenant: r.tenant.to_string(),
+        subject: r.subject.clone(),
+        scopes: r.scopes.to_strings(),
+        prefix: r.prefix.clone(),
+        bootstrap: r.bootstrap,
+        created_at: ts(r.created_at),
+        expires_at: r.expires_at.map(ts),
+        revoked_at: r.revoked_at.map(ts),
+        token: None,
+    }
 }
 
-fn token_json(r: &TokenRecord) -> Value {
-    json!({
-        "id": r.id,
-        "name": r.name,
-        "tenant": r.tenant,
-        "subject": r.subject,
-        "scopes": r.scopes,
-        "prefix": r.prefix,
-        "bootstrap": r.bootstrap,
-        "created_at": ts(r.created_at),
-        "expires_at": r.expires_at.map_or(Value::Null, ts),
-        "revoked_at": r.revoked_at.map_or(Value::Null, ts),
-    })
+/// The contract's scope as weft-core's (the same nine names).
+fn scope(s: weft_api::base::Scope) -> Scope {
+    use weft_api::base::Scope as S;
+    match s {
+        S::Admin => Scope::Admin,
+        S::TenantAdmin => Scope::TenantAdmin,
+        S::RunsCreate => Scope::RunsCreate,
+        S::RunsRead => Scope::RunsRead,
+        S::MemoryRead => Scope::MemoryRead,
+        S::MemoryWrite => Scope::MemoryWrite,
+        S::ChannelsPublish => Scope::ChannelsPublish,
+        S::ChannelsRead => Scope::ChannelsRead,
+        S::LlmCall => Scope::LlmCall,
+    }
 }
 
 /// The scopes `p` does not hold: a token holding any of them holds more than `p`, so `p` may
@@ -147,11 +153,16 @@ pub async fn create_token_handler(
     Extension(p): Extension<Principal>,
     ValidJson(body): NativeJson<CreateToken>,
 ) -> Result<Response> {
+    // The body's tenant was checked as it was read; parsing it again cannot fail.
+    let tenant = match body.tenant {
+        Some(t) => TenantId::parse(&t.0).map_err(ApiError::native)?,
+        None => p.tenant.clone(),
+    };
     let input = CreateTokenInput {
         name: body.name,
-        tenant: body.tenant.unwrap_or_else(|| p.tenant.clone()),
+        tenant,
         subject: body.subject,
-        scopes: Scopes::new(body.scopes),
+        scopes: Scopes::new(body.scopes.into_iter().map(scope)),
         expires_at: body.expires_at,
         bootstrap: false,
     };
@@ -159,8 +170,10 @@ pub async fn create_token_handler(
         .await
         .map_err(ApiError::native)?;
     tracing::info!(token_id = %rec.id, tenant = %rec.tenant, "token created");
-    let mut body = token_json(&rec);
-    body["token"] = Value::String(secret);
+    let body = Token {
+        token: Some(secret),
+        ..token_out(&rec)
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -202,10 +215,10 @@ pub async fn list_tokens_handler(
             tracing::error!(error = %e, "listing tokens failed");
             ApiError::native(e.to_api())
         })?;
-    Ok(Json(json!({
-        "data": list.iter().map(token_json).collect::<Vec<_>>(),
-        "next_cursor": null,
-    }))
+    Ok(Json(TokenList {
+        data: list.iter().map(token_out).collect(),
+        next_cursor: NextCursor(None),
+    })
     .into_response())
 }
 
@@ -230,9 +243,14 @@ pub async fn revoke_token_handler(
     let rec = rec.ok_or_else(not_found)?;
     st.resolver.forget(&rec.hash);
     tracing::info!(token_id = %rec.id, "token revoked");
-    Ok(Json(token_json(&rec)).into_response())
+    Ok(Json(token_out(&rec)).into_response())
 }
 
 pub async fn me_handler(Extension(p): Extension<Principal>) -> Response {
-    Json(json!({"tenant": p.tenant, "subject": p.subject, "scopes": p.scopes})).into_response()
+    Json(weft_api::base::Principal {
+        tenant: p.tenant.to_string(),
+        subject: p.subject,
+        scopes: p.scopes.to_strings(),
+    })
+    .into_response()
 }

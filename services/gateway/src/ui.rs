@@ -15,11 +15,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rust_embed::RustEmbed;
-use serde::Deserialize;
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
+use weft_api::common::Timestamp;
 use weft_auth::session::{self, SESSION_COOKIE};
 use weft_core::{Error, ErrorCode, TokenId};
 use weft_store::UiSession;
@@ -53,23 +52,18 @@ pub fn routes() -> axum::Router<AppState> {
         )
 }
 
-#[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
-pub struct LoginBody {
-    token: String,
-}
+pub use weft_api::ui::UiLogin as LoginBody;
 
-weft_core::objects_only!(deserialize: LoginBody);
-
-fn session_json(s: &UiSession) -> Value {
-    json!({
-        "tenant": s.token.tenant,
-        "subject": s.token.subject,
-        "scopes": s.token.scopes.to_strings(),
-        "token_name": s.token.name,
-        "csrf_token": s.csrf_token,
-        "expires_at": s.expires_at.format(&Rfc3339).ok(),
-    })
+fn session_out(s: &UiSession) -> weft_api::ui::UiSession {
+    weft_api::ui::UiSession {
+        tenant: s.token.tenant.to_string(),
+        subject: s.token.subject.clone(),
+        scopes: s.token.scopes.to_strings(),
+        token_name: s.token.name.clone(),
+        csrf_token: s.csrf_token.clone(),
+        // Formatting fails only past year 9999, which no session's expiry reaches.
+        expires_at: Timestamp(s.expires_at.format(&Rfc3339).unwrap_or_default()),
+    }
 }
 
 /// `Set-Cookie` for session `value`, living `max_age` seconds (0 clears it). `Secure` when
@@ -196,7 +190,7 @@ async fn login_handler(
     let s = session::find_session(&st.tokens, &new.id)
         .await
         .map_err(ApiError::native)?;
-    let mut res = (StatusCode::CREATED, Json(session_json(&s))).into_response();
+    let mut res = (StatusCode::CREATED, Json(session_out(&s))).into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,
         session_cookie(&new.id, ttl.as_secs(), st.ui_cookie_secure, &headers),
@@ -219,7 +213,7 @@ async fn session_handler(
     let s = session::find_session(&st.tokens, id)
         .await
         .map_err(ApiError::native)?;
-    let mut res = Json(session_json(&s)).into_response();
+    let mut res = Json(session_out(&s)).into_response();
     res.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(res)

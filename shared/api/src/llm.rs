@@ -332,7 +332,7 @@ pub enum AnthropicErrorType {
 
 /// `POST /v1/llm/chat`. Strict: an unknown field is a 400 naming it; provider-specific fields go
 /// in `extra`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(remote = "Self", deny_unknown_fields)]
 #[schemars(transform = tidy, example = serde_json::json!({"model": "mock-1", "messages": [{"role": "user", "content": "Say hi"}], "sampling": {"max_tokens": 64}}))]
 pub struct LlmChatRequest {
@@ -643,7 +643,7 @@ pub struct LlmProviderChosen {
 /// `content_block_start`: a block opens at `index`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct LlmBlockStart {
-    pub index: usize,
+    pub index: u32,
     pub block: LlmBlockHead,
 }
 
@@ -659,7 +659,7 @@ pub enum LlmBlockHead {
 /// `content_block_delta`: more of the block at `index`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct LlmBlockDelta {
-    pub index: usize,
+    pub index: u32,
     pub delta: LlmDelta,
 }
 
@@ -676,7 +676,7 @@ pub enum LlmDelta {
 /// `content_block_stop`: the block at `index` is complete.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct LlmBlockStop {
-    pub index: usize,
+    pub index: u32,
 }
 
 /// `message_delta`: why the answer ended, and its usage.
