@@ -1,4 +1,4 @@
-//! `/mcp`: weft's MCP server face (the MCP bridge's [`weft_mcp_bridge::face`]) mounted on the
+//! `/mcp`: weft's MCP server face (the MCP bridge's [`weft_mcp_face`]) mounted on the
 //! gateway. The bearer token is checked here, as on every native route (401 with
 //! `WWW-Authenticate: Bearer` when missing or bad); each MCP tool then calls the gateway's own
 //! API in-process with that token, so scopes, tenancy and validation are the API's.
@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tower::ServiceExt as _;
 use weft_core::Error;
-use weft_mcp_bridge::face::{Caller, UpResponse, Upstream};
+use weft_mcp_face::{Caller, UpResponse, Upstream};
 
 use crate::AppState;
 use crate::error::{ApiError, Shape};
@@ -63,7 +63,7 @@ impl Upstream for RouterUpstream {
 
 /// The live `/mcp` sessions of this replica, by id and owner, so that one principal, one tenant
 /// and the replica as a whole hold a bounded number. rmcp tells it of every session it opens,
-/// restores and ends ([`weft_mcp_bridge::face::SessionLedger`]): a session ends when its client
+/// restores and ends ([`weft_mcp_face::SessionLedger`]): a session ends when its client
 /// deletes it or after `mcp.session_idle_secs` unused, and its place is free again then.
 pub struct SessionCaps {
     per_principal: usize,
@@ -179,7 +179,7 @@ impl SessionCaps {
     }
 }
 
-impl weft_mcp_bridge::face::SessionLedger for SessionCaps {
+impl weft_mcp_face::SessionLedger for SessionCaps {
     fn opened(&self, id: &str, owner: Option<&str>) {
         if let Ok(mut st) = self.state.lock() {
             st.sessions
@@ -291,7 +291,7 @@ pub async fn authenticate(
                 bearer: token,
             });
             // rmcp opens (or restores) the session inside this future: it learns whose it is here.
-            let mut resp = weft_mcp_bridge::face::SESSION_OWNER
+            let mut resp = weft_mcp_face::SESSION_OWNER
                 .scope(owner.clone(), next.run(req))
                 .await;
             drop(opening);
@@ -406,7 +406,14 @@ pub async fn weft_errors(State(max_body): State<usize>, req: Request, next: Next
         s if s >= 500 => (status, weft_core::ErrorCode::Internal),
         _ => (status, weft_core::ErrorCode::InvalidRequest),
     };
-    let body = serde_json::json!({"error": {"code": code.as_str(), "message": text.trim()}});
+    let body = weft_api::Error {
+        error: weft_api::ErrorBody {
+            code: code.as_str().to_owned(),
+            message: text.trim().to_owned(),
+            kind: None,
+            param: None,
+        },
+    };
     let mut out = (status, axum::Json(body)).into_response();
     for (name, value) in &parts.headers {
         if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {
@@ -508,8 +515,8 @@ pub(crate) fn check_message(bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-fn session_store(st: &AppState) -> weft_mcp_bridge::sessions::PgSessionStore {
-    weft_mcp_bridge::sessions::PgSessionStore::new(
+fn session_store(st: &AppState) -> weft_mcp_face::sessions::PgSessionStore {
+    weft_mcp_face::sessions::PgSessionStore::new(
         st.pool.clone(),
         std::time::Duration::from_secs(st.mcp.session_ttl_secs),
     )
@@ -526,13 +533,8 @@ pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router
             .sweep_until(std::time::Duration::from_secs(600), st.shutdown.clone()),
     );
     let caps = Arc::new(SessionCaps::new(&st.mcp));
-    let face = weft_mcp_bridge::face::http_service(
-        upstream,
-        &st.mcp,
-        store,
-        caps.clone(),
-        st.shutdown.clone(),
-    );
+    let face =
+        weft_mcp_face::http_service(upstream, &st.mcp, store, caps.clone(), st.shutdown.clone());
     // The layers wrap the MCP service itself, not the method router: an unknown method is a
     // 405 before any token is looked at, as on every other route.
     let svc = tower::ServiceBuilder::new()

@@ -19,10 +19,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt as _;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
+use weft_api::common::{NextCursor, Timestamp};
+use weft_api::usage::{GroupKey, UsageGroup, UsageSummary};
 use weft_bus::Bus;
 use weft_core::{Error, Principal, Scope, TenantId, UsageRecord};
 use weft_store::usage::unstorable;
@@ -386,38 +388,49 @@ fn parse_params(q: &UsageQuery, now: OffsetDateTime) -> std::result::Result<Usag
     })
 }
 
-fn time_json(t: Option<OffsetDateTime>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
+fn timestamp(t: Option<OffsetDateTime>) -> Option<Timestamp> {
+    t.map(|t| Timestamp(rfc3339(t)))
 }
 
-fn row_json(r: UsageRow, group_by: &[GroupBy]) -> Value {
-    let mut o = Map::new();
-    for g in group_by {
-        let (key, value) = match g {
-            GroupBy::Provider => ("provider", json!(r.provider)),
-            GroupBy::Model => ("model", json!(r.model)),
-            GroupBy::RequestedModel => ("requested_model", json!(r.requested_model)),
-            GroupBy::Subject => ("subject", json!(r.subject)),
-            GroupBy::Token => ("token_id", json!(r.token_id)),
-            GroupBy::Kind => ("kind", json!(r.kind)),
-            GroupBy::Day => ("day", time_json(r.day)),
-            GroupBy::Hour => ("hour", time_json(r.hour)),
-        };
-        o.insert(key.to_owned(), value);
+fn group_key(g: GroupBy) -> GroupKey {
+    match g {
+        GroupBy::Provider => GroupKey::Provider,
+        GroupBy::Model => GroupKey::Model,
+        GroupBy::RequestedModel => GroupKey::RequestedModel,
+        GroupBy::Subject => GroupKey::Subject,
+        GroupBy::Token => GroupKey::Token,
+        GroupBy::Kind => GroupKey::Kind,
+        GroupBy::Day => GroupKey::Day,
+        GroupBy::Hour => GroupKey::Hour,
     }
-    for (key, value) in [
-        ("requests", json!(r.requests)),
-        ("input_tokens", json!(r.input_tokens)),
-        ("output_tokens", json!(r.output_tokens)),
-        ("cache_read_tokens", json!(r.cache_read_tokens)),
-        ("cache_write_tokens", json!(r.cache_write_tokens)),
-        ("cost_usd", json!(r.cost_usd)),
-        ("avg_latency_ms", json!(r.avg_latency_ms)),
-        ("p95_latency_ms", json!(r.p95_latency_ms)),
-    ] {
-        o.insert(key.to_owned(), value);
+}
+
+/// One row as the API answers it: the keys grouped by (each present, maybe null), then the sums.
+fn group(r: UsageRow, group_by: &[GroupBy]) -> UsageGroup {
+    let mut g = UsageGroup {
+        requests: r.requests,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+        cache_read_tokens: r.cache_read_tokens,
+        cache_write_tokens: r.cache_write_tokens,
+        cost_usd: r.cost_usd,
+        avg_latency_ms: r.avg_latency_ms,
+        p95_latency_ms: r.p95_latency_ms,
+        ..UsageGroup::default()
+    };
+    for key in group_by {
+        match key {
+            GroupBy::Provider => g.provider = Some(r.provider.clone()),
+            GroupBy::Model => g.model = Some(r.model.clone()),
+            GroupBy::RequestedModel => g.requested_model = Some(r.requested_model.clone()),
+            GroupBy::Subject => g.subject = Some(r.subject.clone()),
+            GroupBy::Token => g.token_id = Some(r.token_id.clone()),
+            GroupBy::Kind => g.kind = Some(r.kind.clone()),
+            GroupBy::Day => g.day = Some(timestamp(r.day)),
+            GroupBy::Hour => g.hour = Some(timestamp(r.hour)),
+        }
     }
-    Value::Object(o)
+    g
 }
 
 /// `GET /v1/usage?group_by=&from=&to=&tenant=`: the caller's tenant's usage in `[from, to)`.
@@ -449,20 +462,19 @@ pub async fn usage_handler(
             tracing::error!(error = %e, "reading usage failed");
             ApiError::native(e.to_api())
         })?;
-    let data: Vec<Value> = summary
-        .rows
-        .into_iter()
-        .map(|r| row_json(r, &params.group_by))
-        .collect();
-    Ok(Json(json!({
-        "data": data,
-        "next_cursor": null,
-        "tenant": tenant,
-        "from": rfc3339(params.from),
-        "to": rfc3339(params.to),
-        "group_by": params.group_by.iter().map(|g| g.as_str()).collect::<Vec<_>>(),
-        "truncated": summary.truncated,
-    }))
+    Ok(Json(UsageSummary {
+        data: summary
+            .rows
+            .into_iter()
+            .map(|r| group(r, &params.group_by))
+            .collect(),
+        next_cursor: NextCursor(None),
+        tenant: tenant.to_string(),
+        from: Timestamp(rfc3339(params.from)),
+        to: Timestamp(rfc3339(params.to)),
+        group_by: params.group_by.iter().copied().map(group_key).collect(),
+        truncated: summary.truncated,
+    })
     .into_response())
 }
 

@@ -39,17 +39,17 @@ pub struct UsageSummary {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct UsageGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
+    pub provider: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requested_model: Option<String>,
+    pub requested_model: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
+    pub subject: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub day: Option<Option<Timestamp>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
