@@ -12,17 +12,14 @@ mod common;
 
 use common::{TestFleet, create, put_agent, script, stream};
 use serde_json::{Value, json};
-use sqlx::Row as _;
 
 /// The spec stored with run `run`.
 async fn spec_of(f: &TestFleet, run: &str) -> Value {
     let id: uuid::Uuid = run.parse().unwrap();
-    sqlx::query("SELECT spec FROM runs WHERE id = $1")
+    sqlx::query_scalar("SELECT spec FROM runs WHERE id = $1")
         .bind(id)
         .fetch_one(&f.db.pool)
         .await
-        .unwrap()
-        .try_get("spec")
         .unwrap()
 }
 
