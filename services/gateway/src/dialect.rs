@@ -87,11 +87,21 @@ pub(crate) async fn serve<D: Dialect>(
     if stream {
         return Ok((headers, sse_response(events, dialect)).into_response());
     }
-    let answer = crate::llm::collect(&mut events)
+    let answer = collect(&mut events)
         .await
         .map_err(|e| ApiError(e, D::SHAPE))?;
     let body = dialect.answer(answer).map_err(|e| ApiError(e, D::SHAPE))?;
     Ok((headers, json_response(body)).into_response())
+}
+
+/// Reads the router's stream to its end and assembles the answer (the chat contract's one
+/// [`weft_core::chat::Assembler`]); an error when the stream fails or ends before its finish.
+async fn collect(events: &mut ChatEvents) -> Result<weft_core::chat::Answer, Error> {
+    let mut acc = weft_core::chat::Assembler::default();
+    while let Some(ev) = events.next().await {
+        acc.push(ev?);
+    }
+    acc.finish()
 }
 
 /// A JSON body already serialized.

@@ -13,8 +13,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt as _;
-
 use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -22,11 +20,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use weft_core::chat::{
-    Answer, Assembler, Blocks, ChatEvent, ChatRequest, Delta, Fallback, Sampling, Start, Step,
+    Answer, Blocks, ChatEvent, ChatRequest, Delta, Fallback, Sampling, Start, Step,
 };
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, ErrorCode, Principal, Scope};
-use weft_proto::router_api::ChatEvents;
 
 use crate::error::{ApiError, Shape};
 use crate::extract::NativeJson;
@@ -372,16 +369,6 @@ pub(crate) fn to_chat(
 }
 
 // --- answers -------------------------------------------------------------------------------------
-
-/// Reads the router's stream to its end and assembles the answer (the chat contract's one
-/// [`Assembler`]); an error when the stream fails or ends before its finish.
-pub(crate) async fn collect(events: &mut ChatEvents) -> std::result::Result<Answer, Error> {
-    let mut acc = Assembler::default();
-    while let Some(ev) = events.next().await {
-        acc.push(ev?);
-    }
-    acc.finish()
-}
 
 /// A tool call's arguments as a JSON object (`{}` for none); an error naming the tool when the
 /// model produced something else.
