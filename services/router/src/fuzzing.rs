@@ -89,12 +89,13 @@ thread_local! {
 /// The events of a non-streamed answer `body`, parsed as the driver does; `None` where the driver
 /// answers "malformed response".
 pub fn parse_body(provider: Provider, body: &[u8]) -> Option<Vec<ChatEvent>> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     match provider {
-        Provider::OpenAi | Provider::DeepSeek => openai::parse_completion(&v),
-        Provider::Anthropic => anthropic::parse_message(&v),
-        Provider::Gemini => gemini::parse_response(&v, 1),
+        Provider::OpenAi | Provider::DeepSeek => openai::completion_events(body),
+        Provider::Anthropic => anthropic::message_events(body),
+        Provider::Gemini => gemini::response_events(body, 1),
         Provider::Ollama => {
+            let v: weft_wire::ollama::ChatResponse<'_> =
+                weft_wire::lenient::from_slice(body).ok()??;
             let mut fold = ollama::ChatFold::new(&[]);
             let mut out = VecDeque::new();
             match fold
@@ -112,9 +113,12 @@ pub fn parse_body(provider: Provider, body: &[u8]) -> Option<Vec<ChatEvent>> {
 /// a `Retry-After` header (`retry_after`) or the body asks for.
 pub fn error_answer(body: &[u8], retry_after: &str) -> (Option<String>, Option<Duration>) {
     let header = http::parse_retry_after(retry_after, std::time::UNIX_EPOCH);
-    let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-    let message = v.as_ref().and_then(http::error_message);
-    let delay = header.or_else(|| v.as_ref().and_then(http::body_retry_delay));
+    let answer: Option<weft_wire::error::ErrorAnswer<'_>> = serde_json::from_slice(body).ok();
+    let message = answer
+        .as_ref()
+        .and_then(weft_wire::error::ErrorAnswer::message)
+        .map(str::to_owned);
+    let delay = header.or_else(|| answer.as_ref().and_then(http::retry_delay));
     (message, delay)
 }
 

@@ -1,10 +1,18 @@
-//! OpenAI's Chat Completions answer: the whole completion (`chat.completion`) and the streamed
-//! chunk (`chat.completion.chunk`), as weft's `/v1/chat/completions` writes them and as
-//! OpenAI-compatible upstreams (and the test fakes that stand in for them) send them.
+//! OpenAI's Chat Completions and Embeddings.
+//!
+//! - The answer, the whole completion (`chat.completion`) and the streamed chunk
+//!   (`chat.completion.chunk`), as weft's `/v1/chat/completions` writes them and as
+//!   OpenAI-compatible upstreams (and the test fakes that stand in for them) send them.
+//! - The request the router's `openai` and `deepseek` drivers send ([`ChatRequest`],
+//!   [`EmbeddingsRequest`]); its message and tool shapes are shared with Ollama's.
+//! - [`read`]: an upstream's answer as the router reads it, leniently.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Extra;
 
 /// `"chat.completion"`.
 pub const COMPLETION: &str = "chat.completion";
@@ -224,6 +232,310 @@ impl<'a> ChatCompletionChunk<'a> {
     }
 }
 
+/// A chat-completions request, as weft sends it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatRequest<'a> {
+    pub model: &'a str,
+    pub messages: Vec<Message<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool<'a>>,
+    /// The caller's `tool_choice`, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub stop: &'a [String],
+    /// The caller's `response_format`, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<&'a str>,
+    pub stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// The caller's unmodelled fields, minus those [`ChatRequest::owns`].
+    #[serde(flatten)]
+    pub extra: Extra<'a>,
+}
+
+impl ChatRequest<'_> {
+    /// Whether the field `key` is weft's to write: set here, or (`stream_options`) decided by
+    /// weft whether set or not. A passed-through field of that name is left out.
+    pub fn owns(&self, key: &str) -> bool {
+        match key {
+            "model" | "messages" | "stream" | "stream_options" => true,
+            "tools" => !self.tools.is_empty(),
+            "tool_choice" => self.tool_choice.is_some(),
+            "temperature" => self.temperature.is_some(),
+            "top_p" => self.top_p.is_some(),
+            "max_tokens" => self.max_tokens.is_some(),
+            "seed" => self.seed.is_some(),
+            "presence_penalty" => self.presence_penalty.is_some(),
+            "frequency_penalty" => self.frequency_penalty.is_some(),
+            "stop" => !self.stop.is_empty(),
+            "response_format" => self.response_format.is_some(),
+            "user" => self.user.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// `stream_options`: weft always asks for the usage chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamOptions {
+    pub include_usage: bool,
+}
+
+/// One message of a request.
+#[derive(Clone, Debug, Serialize)]
+pub struct Message<'a> {
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
+    pub role: &'a str,
+    /// Always written; `null` for an assistant message that only calls tools.
+    pub content: Option<Content<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    /// DeepSeek: the reasoning of an earlier assistant message, sent back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall<'a>>,
+    /// On a `tool` message: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<Cow<'a, str>>,
+}
+
+impl<'a> Message<'a> {
+    /// A message of `role` with text `content` and nothing else.
+    pub fn text(role: &'a str, content: Cow<'a, str>) -> Self {
+        Self {
+            role,
+            content: Some(Content::Text(content)),
+            name: None,
+            reasoning_content: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A message's content: text, or parts (text and images).
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Content<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<ContentPart<'a>>),
+}
+
+/// One part of a user message.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ImageUrl<'a> {
+    pub url: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
+}
+
+/// A tool offered to the model: `{"type": "function", "function": {…}}`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Tool<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub function: FunctionDef<'a>,
+}
+
+impl<'a> Tool<'a> {
+    pub fn function(name: &'a str, description: &'a str, parameters: &'a Value) -> Self {
+        Self {
+            kind: "function",
+            function: FunctionDef {
+                name,
+                description,
+                parameters,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionDef<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    /// The JSON schema of the arguments, as the caller gave it.
+    pub parameters: &'a Value,
+}
+
+/// An embeddings request.
+#[derive(Clone, Debug, Serialize)]
+pub struct EmbeddingsRequest<'a> {
+    pub model: &'a str,
+    pub input: &'a [String],
+    /// Always `float`: weft hands vectors on as numbers.
+    pub encoding_format: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<&'a str>,
+}
+
+/// An upstream's answer as the router's drivers read it: every field optional and read
+/// [leniently](crate::lenient), so that the driver, not the parser, decides what a usable answer
+/// needs. The same shapes cover DeepSeek's additions (`reasoning_content`,
+/// `prompt_cache_hit_tokens`).
+pub mod read {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+
+    use crate::lenient::{self, Obj};
+
+    /// A whole completion.
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Completion<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::array")]
+        pub choices: Option<Vec<Obj<Choice<'a>>>>,
+        #[serde(default, deserialize_with = "lenient::object")]
+        pub usage: Option<Usage>,
+    }
+
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Choice<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::object")]
+        pub message: Option<Message<'a>>,
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    /// A completion's message, or what a chunk adds to it (`delta`).
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Message<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub content: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub reasoning_content: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "lenient::array")]
+        pub tool_calls: Option<Vec<Obj<ToolCall<'a>>>>,
+    }
+
+    /// A tool call, whole or (in chunks) a piece of one.
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct ToolCall<'a> {
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub index: Option<u64>,
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub id: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "lenient::object")]
+        pub function: Option<Function<'a>>,
+    }
+
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Function<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub name: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub arguments: Option<Cow<'a, str>>,
+    }
+
+    /// Token counts, with the cache reads as OpenAI (`prompt_tokens_details.cached_tokens`) and
+    /// DeepSeek (`prompt_cache_hit_tokens`) report them.
+    #[derive(Clone, Copy, Debug, Default, Deserialize)]
+    pub struct Usage {
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub prompt_tokens: Option<u64>,
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub completion_tokens: Option<u64>,
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub total_tokens: Option<u64>,
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub prompt_cache_hit_tokens: Option<u64>,
+        #[serde(default, deserialize_with = "lenient::object")]
+        pub prompt_tokens_details: Option<TokensDetails>,
+    }
+
+    #[derive(Clone, Copy, Debug, Default, Deserialize)]
+    pub struct TokensDetails {
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub cached_tokens: Option<u64>,
+    }
+
+    /// One `data:` payload of a stream: a chunk, or an error object.
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Chunk<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::object")]
+        pub error: Option<Error<'a>>,
+        /// Present (even `null`) on every chunk of a stream with `include_usage`.
+        #[serde(default, deserialize_with = "lenient::present")]
+        pub usage: Option<Obj<Usage>>,
+        #[serde(default, borrow, deserialize_with = "lenient::array")]
+        pub choices: Option<Vec<Obj<ChunkChoice<'a>>>>,
+    }
+
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct ChunkChoice<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::object")]
+        pub delta: Option<Message<'a>>,
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Error<'a> {
+        #[serde(default, borrow, deserialize_with = "lenient::string")]
+        pub message: Option<Cow<'a, str>>,
+    }
+
+    /// An embeddings answer.
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Embeddings {
+        #[serde(default, deserialize_with = "lenient::array")]
+        pub data: Option<Vec<Obj<Embedding>>>,
+        #[serde(default, deserialize_with = "lenient::object")]
+        pub usage: Option<Usage>,
+    }
+
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct Embedding {
+        #[serde(default, deserialize_with = "lenient::f32s")]
+        pub embedding: Option<Vec<f32>>,
+        #[serde(default, deserialize_with = "lenient::u64")]
+        pub index: Option<u64>,
+    }
+
+    /// A caller's OpenAI-style `tool_choice` naming a function:
+    /// `{"type": "function", "function": {"name": …}}`.
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct NamedToolChoice<'a> {
+        #[serde(default, borrow, rename = "type", deserialize_with = "lenient::string")]
+        pub kind: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "lenient::object")]
+        pub function: Option<Function<'a>>,
+    }
+
+    impl NamedToolChoice<'_> {
+        /// The named function, if any.
+        pub fn name(&self) -> Option<&str> {
+            self.function.as_ref()?.name.as_deref()
+        }
+    }
+}
+
 /// `Option<Option<T>>` where the outer `None` is "absent" and `Some(None)` is `null`.
 mod nullable {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -272,6 +584,69 @@ mod tests {
         let text = serde_json::to_string(&c).unwrap();
         let back: ChatCompletionChunk<'_> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, c);
+    }
+
+    /// A request with every field set, and one with none: `owns` must claim exactly the fields
+    /// the request writes (plus `stream_options`, which weft decides either way).
+    #[test]
+    fn requests_own_the_fields_they_write() {
+        let v = serde_json::Value::Bool(true);
+        let stop = ["x".to_owned()];
+        let full = ChatRequest {
+            model: "m",
+            messages: vec![Message::text("user", Cow::Borrowed("hi"))],
+            tools: vec![Tool::function("f", "d", &v)],
+            tool_choice: Some(&v),
+            temperature: Some(0.5),
+            top_p: Some(0.5),
+            max_tokens: Some(1),
+            seed: Some(1),
+            presence_penalty: Some(0.1),
+            frequency_penalty: Some(0.1),
+            stop: &stop,
+            response_format: Some(&v),
+            user: Some("u"),
+            stream: true,
+            stream_options: Some(StreamOptions {
+                include_usage: true,
+            }),
+            extra: Extra::default(),
+        };
+        let empty = ChatRequest {
+            tools: Vec::new(),
+            tool_choice: None,
+            temperature: None,
+            top_p: None,
+            max_tokens: None,
+            seed: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            stop: &[],
+            response_format: None,
+            user: None,
+            stream: false,
+            stream_options: None,
+            ..full.clone()
+        };
+        for r in [&full, &empty] {
+            let written = serde_json::to_value(r).unwrap();
+            let written = written.as_object().unwrap();
+            for k in written.keys() {
+                assert!(r.owns(k), "{k} is written but not owned");
+            }
+            for k in ["tools", "tool_choice", "temperature", "seed", "stop", "user", "x"] {
+                assert_eq!(r.owns(k), written.contains_key(k), "{k}");
+            }
+        }
+        let passed: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"model": "other", "user": "p", "logit_bias": {}}"#).unwrap();
+        let mut r = empty;
+        r.extra = Extra::except(&passed, |k| r.owns(k));
+        let text = serde_json::to_string(&r).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["model"], "m");
+        assert_eq!(back["user"], "p");
+        assert_eq!(text.matches("\"model\"").count(), 1);
     }
 
     #[test]

@@ -24,10 +24,16 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use weft_config::HttpProviderConfig;
 use weft_core::Error;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
+use weft_wire::Extra;
+use weft_wire::anthropic::{self as wire, Block};
+use weft_wire::lenient;
+
+#[cfg(test)]
+use serde_json::{Map, json};
 
 use super::http::{Fault, Fold, KeyStyle, Upstream};
 use super::{EventStream, ProviderError, Unsupported, tool_call_id};
@@ -74,13 +80,13 @@ impl AnthropicProvider {
     /// One turn. Returns once Anthropic accepted the call; a stream's later failures travel in
     /// the event stream.
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = messages_body(model, req, self.default_max_tokens)?;
+        let body = messages_request(model, req, self.default_max_tokens)?;
         let resp = self.up.post(&self.url, &body).await?;
         if req.stream {
             Ok(self.up.sse(resp, StreamState::default()))
         } else {
-            let v = self.up.json_body(resp).await?;
-            let events = parse_message(&v)
+            let bytes = self.up.body(resp).await?;
+            let events = message_events(&bytes)
                 .ok_or_else(|| ProviderError::retryable(self.up.malformed_error()))?;
             Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
         }
@@ -92,12 +98,23 @@ fn invalid(param: &str, msg: String) -> ProviderError {
     ProviderError::fatal(Error::invalid(msg).with_param(param))
 }
 
-/// The Messages API request body for one turn.
+/// The Messages API request body for one turn, as JSON (for tests and the fuzz targets; a call
+/// sends [`messages_request`]'s typed body).
 pub fn messages_body(
     model: &str,
     req: &ChatRequest,
     default_max_tokens: u32,
 ) -> Result<Value, ProviderError> {
+    let body = messages_request(model, req, default_max_tokens)?;
+    Ok(serde_json::to_value(body).unwrap_or(Value::Null))
+}
+
+/// The Messages API request body for one turn.
+pub(crate) fn messages_request<'a>(
+    model: &'a str,
+    req: &'a ChatRequest,
+    default_max_tokens: u32,
+) -> Result<wire::Request<'a>, ProviderError> {
     let s = &req.sampling;
     if s.seed.is_some() {
         return Err(ProviderError::unsupported(
@@ -134,93 +151,86 @@ pub fn messages_body(
         ));
     }
 
-    let mut body = Map::new();
-    let mut extra = req.extra.clone();
-    // OpenAI's name for it; Anthropic's lives on the tool choice.
-    let parallel = extra.remove("parallel_tool_calls");
-    // Unmodelled fields first, so that the fields weft sets win.
-    for (k, v) in extra {
-        body.insert(k, v);
-    }
-    body.insert("model".into(), json!(model));
     let (system, messages) = translate_messages(&req.messages)?;
-    if !system.is_empty() {
-        body.insert("system".into(), Value::Array(system));
-    }
-    body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools = req
-            .tools
-            .iter()
-            .map(|t| {
-                let mut tool = json!({"name": t.name, "input_schema": input_schema(&t.parameters)});
-                if !t.description.is_empty() {
-                    tool["description"] = json!(t.description);
-                }
-                tool
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
+    let tools = req
+        .tools
+        .iter()
+        .map(|t| wire::Tool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: input_schema(&t.parameters),
+        })
+        .collect();
     let mut choice = req.tool_choice.as_ref().map(tool_choice).transpose()?;
-    if matches!(parallel, Some(Value::Bool(false))) {
-        let c = choice.get_or_insert_with(|| json!({"type": "auto"}));
-        if c["type"] != "none" {
-            c["disable_parallel_tool_use"] = json!(true);
+    // OpenAI's name for it; Anthropic's lives on the tool choice.
+    if matches!(
+        req.extra.get("parallel_tool_calls"),
+        Some(Value::Bool(false))
+    ) {
+        let c = choice.get_or_insert(wire::ToolChoice {
+            kind: "auto",
+            name: None,
+            disable_parallel_tool_use: false,
+        });
+        if c.kind != "none" {
+            c.disable_parallel_tool_use = true;
         }
     }
-    if let Some(c) = choice {
-        body.insert("tool_choice".into(), c);
-    }
-    body.insert(
-        "max_tokens".into(),
-        json!(s.max_tokens.unwrap_or(default_max_tokens)),
-    );
-    if let Some(t) = s.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = s.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    if !s.stop.is_empty() {
-        body.insert("stop_sequences".into(), json!(s.stop));
-    }
-    if let Some(u) = &req.user {
-        let meta = body
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !meta.is_object() {
-            return Err(invalid(
-                "metadata",
-                "`metadata` must be an object".to_owned(),
-            ));
-        }
-        meta["user_id"] = json!(u);
-    }
-    if req.stream {
-        body.insert("stream".into(), json!(true));
-    } else {
-        body.remove("stream");
-    }
-    Ok(Value::Object(body))
+    let metadata = match &req.user {
+        None => None,
+        Some(u) => match req.extra.get("metadata") {
+            None => Some(wire::Metadata::new(u, None)),
+            Some(Value::Object(m)) => Some(wire::Metadata::new(u, Some(m))),
+            Some(_) => {
+                return Err(invalid(
+                    "metadata",
+                    "`metadata` must be an object".to_owned(),
+                ));
+            }
+        },
+    };
+    let mut body = wire::Request {
+        model,
+        system,
+        messages,
+        tools,
+        tool_choice: choice,
+        max_tokens: s.max_tokens.unwrap_or(default_max_tokens),
+        temperature: s.temperature,
+        top_p: s.top_p,
+        stop_sequences: &s.stop,
+        metadata,
+        stream: req.stream,
+        extra: Extra::default(),
+    };
+    // Unmodelled fields pass through; the fields weft sets win.
+    body.extra = Extra::except(&req.extra, |k| body.owns(k));
+    Ok(body)
 }
 
 /// A tool's schema as Anthropic's `input_schema`, which must be an object schema.
-fn input_schema(parameters: &Value) -> Value {
+fn input_schema(parameters: &Value) -> wire::InputSchema<'_> {
     match parameters {
-        Value::Null => json!({"type": "object", "properties": {}}),
-        Value::Object(m) if m.is_empty() => json!({"type": "object", "properties": {}}),
-        v => v.clone(),
+        Value::Null => wire::InputSchema::NoArguments,
+        Value::Object(m) if m.is_empty() => wire::InputSchema::NoArguments,
+        v => wire::InputSchema::Given(v),
     }
 }
 
 /// OpenAI-style `tool_choice` as Anthropic's.
-fn tool_choice(tc: &Value) -> Result<Value, ProviderError> {
+fn tool_choice(tc: &Value) -> Result<wire::ToolChoice<'_>, ProviderError> {
+    let mode = |kind| {
+        Ok(wire::ToolChoice {
+            kind,
+            name: None,
+            disable_parallel_tool_use: false,
+        })
+    };
     match tc {
         Value::String(s) => match s.as_str() {
-            "auto" => Ok(json!({"type": "auto"})),
-            "none" => Ok(json!({"type": "none"})),
-            "required" => Ok(json!({"type": "any"})),
+            "auto" => mode("auto"),
+            "none" => mode("none"),
+            "required" => mode("any"),
             other => Err(invalid(
                 "tool_choice",
                 format!(
@@ -228,8 +238,12 @@ fn tool_choice(tc: &Value) -> Result<Value, ProviderError> {
                 ),
             )),
         },
-        v => match v["function"]["name"].as_str() {
-            Some(name) => Ok(json!({"type": "tool", "name": name})),
+        v => match function_name(v) {
+            Some(name) => Ok(wire::ToolChoice {
+                kind: "tool",
+                name: Some(name),
+                disable_parallel_tool_use: false,
+            }),
             None => Err(invalid(
                 "tool_choice",
                 "`tool_choice` must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": …}}".to_owned(),
@@ -238,20 +252,25 @@ fn tool_choice(tc: &Value) -> Result<Value, ProviderError> {
     }
 }
 
+/// The function an OpenAI-style `tool_choice` names (`function.name`), if any.
+fn function_name(tc: &Value) -> Option<&str> {
+    tc.get("function")?.get("name")?.as_str()
+}
+
 /// Splits weft's messages into Anthropic's `system` blocks and alternating `messages`.
-fn translate_messages(msgs: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderError> {
+fn translate_messages(
+    msgs: &[Message],
+) -> Result<(Vec<Block<'_>>, Vec<wire::Message<'_>>), ProviderError> {
     let mut system = Vec::new();
     // (role, content blocks) of the turns built so far.
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut turns: Vec<wire::Message<'_>> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let role = match m.role {
             Role::System | Role::Developer => {
                 for (j, b) in m.content.iter().enumerate() {
                     match b {
                         ContentBlock::Text { text } if text.is_empty() => {}
-                        ContentBlock::Text { text } => {
-                            system.push(json!({"type": "text", "text": text}));
-                        }
+                        ContentBlock::Text { text } => system.push(Block::Text { text }),
                         _ => {
                             return Err(invalid(
                                 "messages",
@@ -281,31 +300,31 @@ fn translate_messages(msgs: &[Message]) -> Result<(Vec<Value>, Vec<Value>), Prov
             continue;
         }
         match turns.last_mut() {
-            Some((r, content)) if *r == role => content.extend(blocks),
-            _ => turns.push((role, blocks)),
+            Some(t) if t.role == role => t.content.extend(blocks),
+            _ => turns.push(wire::Message {
+                role,
+                content: blocks,
+            }),
         }
     }
-    let messages = turns
-        .into_iter()
-        .map(|(role, mut content)| {
-            if role == "user" {
-                // A user turn answering tool calls must start with its results; the sort is
-                // stable, so both groups keep their order.
-                content.sort_by_key(|b| b["type"] != "tool_result");
-            }
-            json!({"role": role, "content": content})
-        })
-        .collect();
-    Ok((system, messages))
+    for t in &mut turns {
+        if t.role == "user" {
+            // A user turn answering tool calls must start with its results; the sort is
+            // stable, so both groups keep their order.
+            t.content
+                .sort_by_key(|b| !matches!(b, Block::ToolResult { .. }));
+        }
+    }
+    Ok((system, turns))
 }
 
 /// One content block in Anthropic's shape; `None` when it is deliberately not sent; `Err` says
 /// why the block cannot be sent in a message of this role.
-fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Value>, String> {
+fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Block<'_>>, String> {
     match (b, role) {
         (ContentBlock::Text { text }, Role::User | Role::Assistant) => {
             // The API rejects empty text blocks.
-            Ok((!text.is_empty()).then(|| json!({"type": "text", "text": text})))
+            Ok((!text.is_empty()).then_some(Block::Text { text }))
         }
         (ContentBlock::Image { url, .. }, Role::User) => image_block(url).map(Some),
         (
@@ -317,7 +336,7 @@ fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Value>, String> 
             Role::Assistant,
         ) => {
             let input = if input_json.trim().is_empty() {
-                json!({})
+                Value::Object(serde_json::Map::new())
             } else {
                 match serde_json::from_str::<Value>(input_json) {
                     Ok(v @ Value::Object(_)) => v,
@@ -328,12 +347,11 @@ fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Value>, String> 
                     }
                 }
             };
-            Ok(Some(json!({
-                "type": "tool_use",
-                "id": tool_call_id(id),
-                "name": name,
-                "input": input,
-            })))
+            Ok(Some(Block::ToolUse {
+                id: tool_call_id(id),
+                name,
+                input,
+            }))
         }
         (
             ContentBlock::ToolResult {
@@ -347,26 +365,24 @@ fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Value>, String> 
             for c in content {
                 match c {
                     ContentBlock::Text { text } if text.is_empty() => {}
-                    ContentBlock::Text { text } => {
-                        parts.push(json!({"type": "text", "text": text}))
-                    }
+                    ContentBlock::Text { text } => parts.push(Block::Text { text }),
                     ContentBlock::Image { url, .. } => parts.push(image_block(url)?),
                     _ => return Err("a tool result may hold only text and images".to_owned()),
                 }
             }
-            let mut v = json!({"type": "tool_result", "tool_use_id": tool_call_id(tool_use_id)});
-            if !parts.is_empty() {
-                v["content"] = Value::Array(parts);
-            }
-            if *is_error {
-                v["is_error"] = json!(true);
-            }
-            Ok(Some(v))
+            Ok(Some(Block::ToolResult {
+                tool_use_id: tool_call_id(tool_use_id),
+                content: parts,
+                is_error: *is_error,
+            }))
         }
         (ContentBlock::Reasoning { text, signature }, Role::Assistant) => Ok(signature
             .as_deref()
             .filter(|s| !s.is_empty())
-            .map(|sig| json!({"type": "thinking", "thinking": text, "signature": sig}))),
+            .map(|signature| Block::Thinking {
+                thinking: text,
+                signature,
+            })),
         (ContentBlock::Text { .. }, _) => {
             Err("a tool message may hold only tool results".to_owned())
         }
@@ -386,9 +402,11 @@ fn content_block(role: Role, b: &ContentBlock) -> Result<Option<Value>, String> 
 }
 
 /// An `image` block: `data:` URLs are sent inline as base64, any other URL by reference.
-fn image_block(url: &str) -> Result<Value, String> {
+fn image_block(url: &str) -> Result<Block<'_>, String> {
     let Some(rest) = url.strip_prefix("data:") else {
-        return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
+        return Ok(Block::Image {
+            source: wire::ImageSource::Url { url },
+        });
     };
     let (media_type, data) = rest
         .split_once(";base64,")
@@ -397,10 +415,9 @@ fn image_block(url: &str) -> Result<Value, String> {
             "an inline image must be a base64 data URL (`data:<media type>;base64,<data>`)"
                 .to_owned()
         })?;
-    Ok(json!({
-        "type": "image",
-        "source": {"type": "base64", "media_type": media_type, "data": data},
-    }))
+    Ok(Block::Image {
+        source: wire::ImageSource::Base64 { media_type, data },
+    })
 }
 
 /// Anthropic's token counts, kept apart until the end.
@@ -415,16 +432,19 @@ struct Tokens {
 impl Tokens {
     /// Takes every count `u` carries; counts it lacks keep their value (stream events report
     /// cumulative counts, each event only some of them).
-    fn apply(&mut self, u: &Value) {
-        let set = |field: &mut u64, key: &str| {
-            if let Some(n) = u[key].as_u64() {
+    fn apply(&mut self, u: Option<&wire::Usage>) {
+        let Some(u) = u else {
+            return;
+        };
+        let set = |field: &mut u64, n: Option<u64>| {
+            if let Some(n) = n {
                 *field = n;
             }
         };
-        set(&mut self.input, "input_tokens");
-        set(&mut self.output, "output_tokens");
-        set(&mut self.cache_read, "cache_read_input_tokens");
-        set(&mut self.cache_write, "cache_creation_input_tokens");
+        set(&mut self.input, u.input_tokens);
+        set(&mut self.output, u.output_tokens);
+        set(&mut self.cache_read, u.cache_read_input_tokens);
+        set(&mut self.cache_write, u.cache_creation_input_tokens);
     }
 
     fn usage(self) -> Usage {
@@ -453,42 +473,49 @@ fn finish_reason(stop_reason: &str) -> FinishReason {
 }
 
 /// A tool call's arguments as JSON text (`{}` when the input is missing).
-fn arguments(input: &Value) -> String {
-    if input.is_null() {
-        "{}".to_owned()
-    } else {
-        input.to_string()
-    }
+fn arguments(input: Option<&Value>) -> String {
+    input.map_or_else(|| "{}".to_owned(), Value::to_string)
 }
 
-/// Events of a non-streamed message; `None` when the body is not a message.
+/// Events of a non-streamed message body; `None` when it is not a message.
+pub(crate) fn message_events(body: &[u8]) -> Option<Vec<ChatEvent>> {
+    parse(&lenient::from_slice(body).ok()??)
+}
+
+/// Events of a non-streamed message, parsed; `None` when it is not a message.
+#[cfg(test)]
 pub(crate) fn parse_message(v: &Value) -> Option<Vec<ChatEvent>> {
+    parse(&lenient::from_value(v)?)
+}
+
+fn parse(v: &wire::Answer<'_>) -> Option<Vec<ChatEvent>> {
     let mut events = Vec::new();
     let mut tools: u32 = 0;
-    for b in v["content"].as_array()? {
-        match b["type"].as_str()? {
+    for b in v.content.as_ref()? {
+        let b = b.0.as_ref()?;
+        match b.kind.as_deref()? {
             "text" => {
-                if let Some(t) = b["text"].as_str().filter(|t| !t.is_empty()) {
+                if let Some(t) = b.text.as_deref().filter(|t| !t.is_empty()) {
                     events.push(ChatEvent::TextDelta(t.to_owned()));
                 }
             }
             "thinking" => {
-                if let Some(t) = b["thinking"].as_str().filter(|t| !t.is_empty()) {
+                if let Some(t) = b.thinking.as_deref().filter(|t| !t.is_empty()) {
                     events.push(ChatEvent::ReasoningDelta(t.to_owned()));
                 }
-                if let Some(s) = b["signature"].as_str().filter(|s| !s.is_empty()) {
+                if let Some(s) = b.signature.as_deref().filter(|s| !s.is_empty()) {
                     events.push(ChatEvent::ReasoningSignature(s.to_owned()));
                 }
             }
             "tool_use" => {
                 events.push(ChatEvent::ToolCallStart {
                     index: tools,
-                    id: tool_call_id(b["id"].as_str()?).into_owned(),
-                    name: b["name"].as_str()?.to_owned(),
+                    id: tool_call_id(b.id.as_deref()?).into_owned(),
+                    name: b.name.as_deref()?.to_owned(),
                 });
                 events.push(ChatEvent::ToolCallDelta {
                     index: tools,
-                    arguments: arguments(&b["input"]),
+                    arguments: arguments(b.input.as_ref()),
                 });
                 tools += 1;
             }
@@ -497,10 +524,11 @@ pub(crate) fn parse_message(v: &Value) -> Option<Vec<ChatEvent>> {
         }
     }
     let mut tokens = Tokens::default();
-    tokens.apply(&v["usage"]);
+    tokens.apply(v.usage.as_ref());
     events.push(ChatEvent::Usage(tokens.usage()));
-    let finish = v["stop_reason"]
-        .as_str()
+    let finish = v
+        .stop_reason
+        .as_deref()
         .map_or(FinishReason::Stop, finish_reason);
     events.push(ChatEvent::Finish(finish));
     Some(events)
@@ -508,7 +536,7 @@ pub(crate) fn parse_message(v: &Value) -> Option<Vec<ChatEvent>> {
 
 /// What a streamed content block is, by its Anthropic block index.
 #[derive(Debug)]
-enum Block {
+enum StreamBlock {
     Text,
     Thinking,
     Tool {
@@ -525,7 +553,7 @@ enum Block {
 /// Folds Anthropic's SSE events into weft events.
 #[derive(Default)]
 pub(crate) struct StreamState {
-    blocks: HashMap<u64, Block>,
+    blocks: HashMap<u64, StreamBlock>,
     tools: u32,
     tokens: Tokens,
     stop_reason: Option<FinishReason>,
@@ -542,88 +570,98 @@ impl Fold for StreamState {
         if data.trim().is_empty() {
             return Ok(());
         }
-        let v: Value = serde_json::from_str(data).map_err(|_| Fault::Malformed)?;
-        if !v.is_object() {
-            return Err(Fault::Malformed);
-        }
+        // Parsed once, borrowing from `data`; the payload must be an object.
+        let v: wire::StreamEvent<'_> = lenient::from_str(data)
+            .map_err(|_| Fault::Malformed)?
+            .ok_or(Fault::Malformed)?;
         // The payload's `type` names the event as well as the SSE `event:` line does.
-        let kind = v["type"].as_str().unwrap_or(event);
+        let kind = v.kind.as_deref().unwrap_or(event);
         match kind {
             "message_start" => {
-                let msg = v.get("message").ok_or(Fault::Malformed)?;
-                self.tokens.apply(&msg["usage"]);
+                let msg = v.message.as_ref().ok_or(Fault::Malformed)?;
+                self.tokens
+                    .apply(msg.0.as_ref().and_then(|m| m.usage.as_ref()));
             }
             "content_block_start" => {
-                let index = v["index"].as_u64().ok_or(Fault::Malformed)?;
-                let block = v.get("content_block").ok_or(Fault::Malformed)?;
-                let b = match block["type"].as_str() {
+                let index = v.index.ok_or(Fault::Malformed)?;
+                let block = v.content_block.as_ref().ok_or(Fault::Malformed)?;
+                let block = block.0.as_ref();
+                let b = match block.and_then(|b| b.kind.as_deref()) {
                     Some("text") => {
-                        if let Some(t) = block["text"].as_str().filter(|t| !t.is_empty()) {
+                        if let Some(t) = block
+                            .and_then(|b| b.text.as_deref())
+                            .filter(|t| !t.is_empty())
+                        {
                             out.push_back(ChatEvent::TextDelta(t.to_owned()));
                         }
-                        Block::Text
+                        StreamBlock::Text
                     }
                     Some("thinking") => {
-                        if let Some(t) = block["thinking"].as_str().filter(|t| !t.is_empty()) {
+                        if let Some(t) = block
+                            .and_then(|b| b.thinking.as_deref())
+                            .filter(|t| !t.is_empty())
+                        {
                             out.push_back(ChatEvent::ReasoningDelta(t.to_owned()));
                         }
-                        Block::Thinking
+                        StreamBlock::Thinking
                     }
                     Some("tool_use") => {
                         let tool = self.tools;
                         self.tools += 1;
+                        let id = block.and_then(|b| b.id.as_deref());
+                        let name = block.and_then(|b| b.name.as_deref());
                         out.push_back(ChatEvent::ToolCallStart {
                             index: tool,
-                            id: tool_call_id(block["id"].as_str().ok_or(Fault::Malformed)?)
-                                .into_owned(),
-                            name: block["name"].as_str().ok_or(Fault::Malformed)?.to_owned(),
+                            id: tool_call_id(id.ok_or(Fault::Malformed)?).into_owned(),
+                            name: name.ok_or(Fault::Malformed)?.to_owned(),
                         });
-                        let start_input = block["input"]
-                            .as_object()
-                            .filter(|m| !m.is_empty())
-                            .map(|_| block["input"].to_string());
-                        Block::Tool {
+                        let start_input = block
+                            .and_then(|b| b.input.as_ref())
+                            .filter(|i| i.as_object().is_some_and(|m| !m.is_empty()))
+                            .map(Value::to_string);
+                        StreamBlock::Tool {
                             index: tool,
                             streamed: false,
                             start_input,
                         }
                     }
-                    _ => Block::Other,
+                    _ => StreamBlock::Other,
                 };
                 self.blocks.insert(index, b);
             }
             "content_block_delta" => {
-                let index = v["index"].as_u64().ok_or(Fault::Malformed)?;
-                let delta = v.get("delta").ok_or(Fault::Malformed)?;
-                let text = |key: &str| {
-                    delta[key]
-                        .as_str()
+                let index = v.index.ok_or(Fault::Malformed)?;
+                let delta = v.delta.as_ref().ok_or(Fault::Malformed)?;
+                let delta = delta.0.as_ref();
+                let text = |field: for<'d> fn(&'d wire::Delta<'_>) -> Option<&'d str>| {
+                    delta
+                        .and_then(field)
                         .filter(|s| !s.is_empty())
                         .map(str::to_owned)
                 };
-                match delta["type"].as_str() {
+                match delta.and_then(|d| d.kind.as_deref()) {
                     Some("text_delta") => {
-                        if let Some(t) = text("text") {
+                        if let Some(t) = text(|d| d.text.as_deref()) {
                             out.push_back(ChatEvent::TextDelta(t));
                         }
                     }
                     Some("thinking_delta") => {
-                        if let Some(t) = text("thinking") {
+                        if let Some(t) = text(|d| d.thinking.as_deref()) {
                             out.push_back(ChatEvent::ReasoningDelta(t));
                         }
                     }
                     Some("signature_delta") => {
-                        if let Some(s) = text("signature") {
+                        if let Some(s) = text(|d| d.signature.as_deref()) {
                             out.push_back(ChatEvent::ReasoningSignature(s));
                         }
                     }
                     Some("input_json_delta") => match self.blocks.get_mut(&index) {
-                        Some(Block::Tool {
+                        Some(StreamBlock::Tool {
                             index: tool,
                             streamed,
                             ..
                         }) => {
-                            if let Some(a) = text("partial_json") {
+                            if let Some(a) = text(|d| d.partial_json.as_deref()) {
                                 *streamed = true;
                                 out.push_back(ChatEvent::ToolCallDelta {
                                     index: *tool,
@@ -632,7 +670,7 @@ impl Fold for StreamState {
                             }
                         }
                         // Arguments of a server tool block (e.g. web search) are not ours.
-                        Some(Block::Other) => {}
+                        Some(StreamBlock::Other) => {}
                         _ => return Err(Fault::Malformed),
                     },
                     // citations_delta and newer kinds.
@@ -640,8 +678,8 @@ impl Fold for StreamState {
                 }
             }
             "content_block_stop" => {
-                let index = v["index"].as_u64().ok_or(Fault::Malformed)?;
-                if let Some(Block::Tool {
+                let index = v.index.ok_or(Fault::Malformed)?;
+                if let Some(StreamBlock::Tool {
                     index: tool,
                     streamed: false,
                     start_input,
@@ -656,17 +694,22 @@ impl Fold for StreamState {
                 }
             }
             "message_delta" => {
-                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                if let Some(r) = v
+                    .delta
+                    .as_ref()
+                    .and_then(|d| d.0.as_ref())
+                    .and_then(|d| d.stop_reason.as_deref())
+                {
                     self.stop_reason = Some(finish_reason(r));
                 }
-                self.tokens.apply(&v["usage"]);
+                self.tokens.apply(v.usage.as_ref());
             }
             "message_stop" => self.done = true,
             "error" => {
-                let e = &v["error"];
-                let msg = e["message"]
-                    .as_str()
-                    .or_else(|| e["type"].as_str())
+                let e = v.error.as_ref();
+                let msg = e
+                    .and_then(|e| e.message.as_deref())
+                    .or_else(|| e.and_then(|e| e.kind.as_deref()))
                     .unwrap_or("unknown error");
                 return Err(Fault::Upstream(msg.chars().take(300).collect()));
             }

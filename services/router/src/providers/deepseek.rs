@@ -11,12 +11,14 @@
 //!   `response_format` `json_schema`, and image inputs. `user` changes nothing and is not sent.
 //! - No embeddings API: [`super::Driver::embed`] refuses for this kind.
 
-use serde_json::Value;
 use weft_config::HttpProviderConfig;
 use weft_core::message::{ContentBlock, Message, Role};
 
+#[cfg(test)]
+use serde_json::Value;
+
 use super::http::{KeyStyle, Upstream};
-use super::openai::{Flavor, chat_body_as, send_chat};
+use super::openai::{Flavor, chat_request_as, send_chat};
 use super::{EventStream, ProviderError, Unsupported};
 use crate::types::ChatRequest;
 
@@ -40,34 +42,48 @@ impl DeepSeekProvider {
     }
 
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = chat_body(model, req)?;
+        let send_reasoning = reasoning_to_send(&req.messages);
+        let body = chat_request(model, req, &send_reasoning)?;
         send_chat(&self.up, &self.chat_url, &body, req.stream).await
     }
 }
 
-/// The DeepSeek request body for one turn, or the refusal of a parameter it cannot honour.
-pub(crate) fn chat_body(model: &str, req: &ChatRequest) -> Result<Value, ProviderError> {
+/// The DeepSeek request body for one turn, sending back the reasoning of the messages
+/// `send_reasoning` marks ([`reasoning_to_send`]), or the refusal of a parameter DeepSeek cannot
+/// honour.
+pub(crate) fn chat_request<'a>(
+    model: &'a str,
+    req: &'a ChatRequest,
+    send_reasoning: &'a [bool],
+) -> Result<weft_wire::openai::ChatRequest<'a>, ProviderError> {
     refuse_unsupported(model, req)?;
-    let send_reasoning = reasoning_to_send(&req.messages);
-    let mut body = chat_body_as(
-        Flavor::DeepSeek {
-            send_reasoning: &send_reasoning,
-        },
+    Ok(chat_request_as(
+        Flavor::DeepSeek { send_reasoning },
         model,
         req,
-    );
-    if let Some(o) = body.as_object_mut() {
-        // An end-user id for abuse monitoring on OpenAI; DeepSeek documents no such field and
-        // the answer does not depend on it.
-        o.remove("user");
-    }
-    Ok(body)
+    ))
+}
+
+/// The DeepSeek request body for one turn as JSON, or the refusal of a parameter it cannot
+/// honour (for tests and the fuzz targets; a call sends the typed body).
+pub(crate) fn chat_body(
+    model: &str,
+    req: &ChatRequest,
+) -> Result<serde_json::Value, ProviderError> {
+    let send_reasoning = reasoning_to_send(&req.messages);
+    let body = chat_request(model, req, &send_reasoning)?;
+    Ok(serde_json::to_value(body).unwrap_or(serde_json::Value::Null))
 }
 
 /// Whether the turn runs in DeepSeek's thinking mode: `deepseek-reasoner`, or thinking turned on
 /// explicitly (`"thinking": {"type": "enabled"}`).
 fn thinking(model: &str, req: &ChatRequest) -> bool {
-    match req.extra.get("thinking").and_then(|t| t["type"].as_str()) {
+    match req
+        .extra
+        .get("thinking")
+        .and_then(|t| t.get("type"))
+        .and_then(serde_json::Value::as_str)
+    {
         Some(t) => t == "enabled",
         None => model.contains("reasoner"),
     }
@@ -99,7 +115,7 @@ fn refuse_unsupported(model: &str, req: &ChatRequest) -> Result<(), ProviderErro
         }
     }
     if let Some(rf) = &req.response_format {
-        match rf["type"].as_str() {
+        match rf.get("type").and_then(serde_json::Value::as_str) {
             Some("text" | "json_object") => {}
             _ => {
                 return Err(ProviderError::unsupported(
@@ -134,7 +150,7 @@ fn refuse_unsupported(model: &str, req: &ChatRequest) -> Result<(), ProviderErro
 /// loop and in every later request, or DeepSeek answers 400. So: reasoning is sent for the
 /// assistant messages of the current turn (after the last user message) and of every earlier turn
 /// that called a tool, and dropped elsewhere.
-fn reasoning_to_send(messages: &[Message]) -> Vec<bool> {
+pub(crate) fn reasoning_to_send(messages: &[Message]) -> Vec<bool> {
     let mut send = vec![false; messages.len()];
     let user_at = messages
         .iter()

@@ -25,10 +25,17 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
 use weft_config::HttpProviderConfig;
 use weft_core::Error;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
+use weft_wire::gemini::{self as wire, Part};
+use weft_wire::lenient;
+
+#[cfg(test)]
+use serde_json::json;
 
 use super::http::{Fault, Fold, KeyStyle, Upstream};
 use super::{EventStream, ProviderError, Unsupported, tool_call_id};
@@ -76,7 +83,7 @@ impl GeminiProvider {
 
     /// One model turn, streamed from the upstream or not as `req.stream` says.
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = request_body(req)?;
+        let body = request(req)?;
         let turn = req
             .messages
             .iter()
@@ -91,8 +98,8 @@ impl GeminiProvider {
                 .up
                 .post(&self.url(model, "generateContent")?, &body)
                 .await?;
-            let v = self.up.json_body(resp).await?;
-            let events = parse_response(&v, turn)
+            let bytes = self.up.body(resp).await?;
+            let events = response_events(&bytes, turn)
                 .ok_or_else(|| ProviderError::retryable(self.up.malformed_error()))?;
             Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
         }
@@ -107,18 +114,19 @@ impl GeminiProvider {
         let vectors = if req.input.is_empty() {
             Vec::new()
         } else {
-            let body = embed_body(model, req);
+            let name = resource(model);
+            let body = embed_request(&name, req);
             let resp = self
                 .up
                 .post(&self.url(model, "batchEmbedContents")?, &body)
                 .await?;
-            let v = self.up.json_body(resp).await?;
+            let v: wire::BatchEmbedResponse = self.up.read(resp).await?;
             let malformed = || ProviderError::retryable(self.up.malformed_error());
-            let vectors = v["embeddings"]
-                .as_array()
+            let vectors = v
+                .embeddings
                 .ok_or_else(malformed)?
-                .iter()
-                .map(|e| super::f32_vector(&e["values"]))
+                .into_iter()
+                .map(|e| e.0.and_then(|e| e.values))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(malformed)?;
             if vectors.len() != req.input.len() {
@@ -137,21 +145,24 @@ impl GeminiProvider {
     }
 }
 
-/// The `batchEmbedContents` body: one request per input.
-pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
-    let name = resource(model);
-    let requests: Vec<Value> = req
-        .input
-        .iter()
-        .map(|text| {
-            let mut r = json!({"model": name, "content": {"parts": [{"text": text}]}});
-            if let Some(d) = req.dimensions {
-                r["outputDimensionality"] = json!(d);
-            }
-            r
-        })
-        .collect();
-    json!({"requests": requests})
+/// The `batchEmbedContents` body for the model resource `name`: one request per input.
+pub(crate) fn embed_request<'a>(
+    name: &'a str,
+    req: &'a EmbedRequest,
+) -> wire::BatchEmbedRequest<'a> {
+    wire::BatchEmbedRequest {
+        requests: req
+            .input
+            .iter()
+            .map(|text| wire::EmbedRequest {
+                model: name,
+                content: wire::EmbedContent {
+                    parts: [Part::Text(text)],
+                },
+                output_dimensionality: req.dimensions,
+            })
+            .collect(),
+    }
 }
 
 /// The API resource of a model: `models/{model}`, or the name as given when it already names a
@@ -168,64 +179,65 @@ fn invalid(message: String, param: impl Into<String>) -> ProviderError {
     ProviderError::fatal(Error::invalid(message).with_param(param))
 }
 
-/// The `GenerateContentRequest` body for one turn.
+/// The `GenerateContentRequest` body for one turn, as JSON (for tests and the fuzz targets; a
+/// call sends [`request`]'s typed body).
 pub fn request_body(req: &ChatRequest) -> Result<Value, ProviderError> {
-    let mut body = Map::new();
+    Ok(serde_json::to_value(request(req)?).unwrap_or(Value::Null))
+}
+
+/// The `GenerateContentRequest` body for one turn.
+pub(crate) fn request(req: &ChatRequest) -> Result<wire::Request<'_>, ProviderError> {
     let (system, contents) = contents(&req.messages)?;
-    if !system.is_empty() {
-        body.insert("systemInstruction".into(), json!({"parts": system}));
-    }
-    body.insert("contents".into(), Value::Array(contents));
+    let mut tools = Vec::new();
     if !req.tools.is_empty() {
-        let declarations: Vec<Value> = req
+        let declarations = req
             .tools
             .iter()
             .map(|t| {
-                let mut d = json!({"name": t.name});
-                if !t.description.is_empty() {
-                    d["description"] = json!(t.description);
-                }
                 let params = gemini_schema(&t.parameters);
                 // A function without arguments is declared without `parameters`: Gemini
                 // refuses an object schema with no properties.
-                let has_properties = params["properties"]
-                    .as_object()
+                let has_properties = params
+                    .get("properties")
+                    .and_then(Value::as_object)
                     .is_some_and(|p| !p.is_empty());
                 let is_object = params.get("type").is_none_or(|t| t == "object");
-                if has_properties || !is_object {
-                    d["parameters"] = params;
+                wire::FunctionDeclaration {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: (has_properties || !is_object).then_some(params),
                 }
-                d
             })
             .collect();
-        body.insert(
-            "tools".into(),
-            json!([{"functionDeclarations": declarations}]),
-        );
+        tools.push(wire::Tool {
+            function_declarations: declarations,
+        });
     }
-    if let Some(tc) = &req.tool_choice {
-        body.insert("toolConfig".into(), tool_config(tc)?);
-    }
-    let generation = generation_config(req)?;
-    if !generation.is_empty() {
-        body.insert("generationConfig".into(), Value::Object(generation));
-    }
-    Ok(Value::Object(body))
+    let tool_config = req.tool_choice.as_ref().map(tool_config).transpose()?;
+    Ok(wire::Request {
+        system_instruction: (!system.is_empty()).then_some(wire::Instruction { parts: system }),
+        contents,
+        tools,
+        tool_config,
+        generation_config: generation_config(req)?,
+    })
 }
 
 /// System parts and the `contents` list. Roles map to `user` and `model`; tool results travel
 /// as `functionResponse` parts of a `user` content; consecutive contents of one role are merged,
 /// so parallel tool results answer their calls in a single content as Gemini requires.
-fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderError> {
+fn contents(
+    messages: &[Message],
+) -> Result<(Vec<Part<'_>>, Vec<wire::Content<'_>>), ProviderError> {
     let mut system = Vec::new();
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut out: Vec<wire::Content<'_>> = Vec::new();
     // Normalised call id → function name: a functionResponse must name its function.
-    let mut call_names: HashMap<String, &str> = HashMap::new();
+    let mut call_names: HashMap<Cow<'_, str>, &str> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
         if matches!(m.role, Role::System | Role::Developer) {
             for b in &m.content {
                 match b {
-                    ContentBlock::Text { text } => system.push(json!({"text": text})),
+                    ContentBlock::Text { text } => system.push(Part::Text(text)),
                     ContentBlock::Reasoning { .. } => {}
                     _ => {
                         return Err(invalid(
@@ -249,7 +261,7 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
             match b {
                 ContentBlock::Text { text } => {
                     if !text.is_empty() {
-                        parts.push(json!({"text": text}));
+                        parts.push(Part::Text(text));
                     }
                 }
                 ContentBlock::Image { url, .. } => parts.push(image_part(url, i)?),
@@ -259,12 +271,12 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
                     input_json,
                 } => {
                     let id = tool_call_id(id);
-                    call_names.insert(id.clone().into_owned(), name.as_str());
-                    parts.push(json!({"functionCall": {
-                        "name": name,
-                        "args": call_args(name, input_json, i)?,
-                        "id": id,
-                    }}));
+                    call_names.insert(id.clone(), name.as_str());
+                    parts.push(Part::FunctionCall(wire::FunctionCall {
+                        name,
+                        args: call_args(name, input_json, i)?,
+                        id,
+                    }));
                 }
                 ContentBlock::ToolResult {
                     tool_use_id,
@@ -272,7 +284,7 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
                     is_error,
                 } => {
                     let id = tool_call_id(tool_use_id);
-                    let Some(name) = call_names.get(id.as_ref()) else {
+                    let Some(name) = call_names.get(&id).copied() else {
                         return Err(invalid(
                             format!(
                                 "`messages[{i}]` answers tool call `{tool_use_id}`, which no earlier assistant message made; gemini providers need the call to name the function"
@@ -289,12 +301,17 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
                         .collect();
                     // `error` is the key Gemini documents for a failed call; any other key is
                     // read as the function's output.
-                    let key = if *is_error { "error" } else { "content" };
-                    parts.push(json!({"functionResponse": {
-                        "name": name,
-                        "id": id,
-                        "response": {key: result_value(text)},
-                    }}));
+                    let value = result_value(text);
+                    let response = if *is_error {
+                        wire::FunctionResult::Error(value)
+                    } else {
+                        wire::FunctionResult::Content(value)
+                    };
+                    parts.push(Part::FunctionResponse(wire::FunctionResponse {
+                        name,
+                        id,
+                        response,
+                    }));
                     for c in content {
                         if let ContentBlock::Image { url, .. } = c {
                             parts.push(image_part(url, i)?);
@@ -309,26 +326,22 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
             continue;
         }
         match out.last_mut() {
-            Some((r, p)) if *r == role => p.extend(parts),
-            _ => out.push((role, parts)),
+            Some(c) if c.role == role => c.parts.extend(parts),
+            _ => out.push(wire::Content { role, parts }),
         }
     }
-    let contents = out
-        .into_iter()
-        .map(|(role, parts)| json!({"role": role, "parts": parts}))
-        .collect();
-    Ok((system, contents))
+    Ok((system, out))
 }
 
 /// A tool call's arguments as the object Gemini's `args` must be.
 fn call_args(name: &str, input_json: &str, i: usize) -> Result<Value, ProviderError> {
     let raw = input_json.trim();
     if raw.is_empty() {
-        return Ok(json!({}));
+        return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(Value::Null) => Ok(json!({})),
+        Ok(Value::Null) => Ok(Value::Object(Map::new())),
         _ => Err(invalid(
             format!(
                 "`messages[{i}]`: the arguments of tool call `{name}` are not a JSON object, which gemini providers require"
@@ -348,7 +361,7 @@ fn result_value(text: String) -> Value {
 }
 
 /// An image part: `data:` URLs inline, `http(s)://` and `gs://` URLs by reference.
-fn image_part(url: &str, i: usize) -> Result<Value, ProviderError> {
+fn image_part(url: &str, i: usize) -> Result<Part<'_>, ProviderError> {
     let bad = |why: &str| {
         invalid(
             format!("`messages[{i}]`: image url {why}"),
@@ -366,17 +379,19 @@ fn image_part(url: &str, i: usize) -> Result<Value, ProviderError> {
                 "must be a base64 data URL with a media type (data:image/png;base64,…)",
             ));
         }
-        return Ok(json!({"inlineData": {"mimeType": mime, "data": data}}));
+        return Ok(Part::InlineData(wire::Blob {
+            mime_type: mime,
+            data,
+        }));
     }
     if ["https://", "http://", "gs://"]
         .iter()
         .any(|p| url.starts_with(p))
     {
-        let mut file = json!({"fileUri": url});
-        if let Some(mime) = mime_from_url(url) {
-            file["mimeType"] = json!(mime);
-        }
-        return Ok(json!({"fileData": file}));
+        return Ok(Part::FileData(wire::FileData {
+            file_uri: url,
+            mime_type: mime_from_url(url),
+        }));
     }
     Err(bad("must be a data:, http(s):// or gs:// URL"))
 }
@@ -397,16 +412,23 @@ fn mime_from_url(url: &str) -> Option<&'static str> {
 }
 
 /// OpenAI-style `tool_choice` as Gemini's `toolConfig`.
-fn tool_config(tc: &Value) -> Result<Value, ProviderError> {
+fn tool_config(tc: &Value) -> Result<wire::ToolConfig<'_>, ProviderError> {
     let named = tc
         .get("type")
         .filter(|t| *t == "function")
         .and_then(|_| tc.get("function")?.get("name")?.as_str());
+    let mode = |mode| wire::FunctionCallingConfig {
+        mode,
+        allowed_function_names: None,
+    };
     let config = match (tc.as_str(), named) {
-        (Some("auto"), _) => json!({"mode": "AUTO"}),
-        (Some("none"), _) => json!({"mode": "NONE"}),
-        (Some("required"), _) => json!({"mode": "ANY"}),
-        (None, Some(name)) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+        (Some("auto"), _) => mode("AUTO"),
+        (Some("none"), _) => mode("NONE"),
+        (Some("required"), _) => mode("ANY"),
+        (None, Some(name)) => wire::FunctionCallingConfig {
+            mode: "ANY",
+            allowed_function_names: Some([name]),
+        },
         _ => {
             return Err(invalid(
                 r#"`tool_choice` must be "auto", "none", "required" or {"type": "function", "function": {"name": …}}"#
@@ -415,23 +437,23 @@ fn tool_config(tc: &Value) -> Result<Value, ProviderError> {
             ));
         }
     };
-    Ok(json!({"functionCallingConfig": config}))
+    Ok(wire::ToolConfig {
+        function_calling_config: config,
+    })
 }
 
 /// `generationConfig`: sampling, the response format, and the Gemini-specific extras.
-fn generation_config(req: &ChatRequest) -> Result<Map<String, Value>, ProviderError> {
-    let mut g = Map::new();
+fn generation_config(req: &ChatRequest) -> Result<wire::GenerationConfig<'_>, ProviderError> {
     let s = &req.sampling;
-    let mut put = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            g.insert(k.into(), v);
-        }
+    let mut g = wire::GenerationConfig {
+        temperature: s.temperature,
+        top_p: s.top_p,
+        max_output_tokens: s.max_tokens,
+        presence_penalty: s.presence_penalty,
+        frequency_penalty: s.frequency_penalty,
+        stop_sequences: &s.stop,
+        ..wire::GenerationConfig::default()
     };
-    put("temperature", s.temperature.map(|x| json!(x)));
-    put("topP", s.top_p.map(|x| json!(x)));
-    put("maxOutputTokens", s.max_tokens.map(|x| json!(x)));
-    put("presencePenalty", s.presence_penalty.map(|x| json!(x)));
-    put("frequencyPenalty", s.frequency_penalty.map(|x| json!(x)));
     if let Some(seed) = s.seed {
         let seed = i32::try_from(seed).map_err(|_| {
             invalid(
@@ -439,16 +461,13 @@ fn generation_config(req: &ChatRequest) -> Result<Map<String, Value>, ProviderEr
                 "seed",
             )
         })?;
-        g.insert("seed".into(), json!(seed));
-    }
-    if !s.stop.is_empty() {
-        g.insert("stopSequences".into(), json!(s.stop));
+        g.seed = Some(seed);
     }
     if let Some(rf) = &req.response_format {
         match rf.get("type").and_then(Value::as_str) {
             Some("text") => {}
             Some("json_object") => {
-                g.insert("responseMimeType".into(), json!("application/json"));
+                g.response_mime_type = Some("application/json");
             }
             Some("json_schema") => {
                 let schema = rf
@@ -462,8 +481,8 @@ fn generation_config(req: &ChatRequest) -> Result<Map<String, Value>, ProviderEr
                             "response_format",
                         )
                     })?;
-                g.insert("responseMimeType".into(), json!("application/json"));
-                g.insert("responseSchema".into(), gemini_schema(schema));
+                g.response_mime_type = Some("application/json");
+                g.response_schema = Some(gemini_schema(schema));
             }
             _ => {
                 return Err(invalid(
@@ -477,13 +496,9 @@ fn generation_config(req: &ChatRequest) -> Result<Map<String, Value>, ProviderEr
     for (k, v) in &req.extra {
         match k.as_str() {
             _ if v.is_null() => {}
-            "top_k" | "topK" => {
-                g.insert("topK".into(), v.clone());
-            }
+            "top_k" | "topK" => g.top_k = Some(v),
             // Gemini's JSON parser takes both spellings of the fields inside.
-            "thinking_config" | "thinkingConfig" => {
-                g.insert("thinkingConfig".into(), v.clone());
-            }
+            "thinking_config" | "thinkingConfig" => g.thinking_config = Some(v),
             // Asking for what Gemini does anyway changes nothing.
             "parallel_tool_calls" if *v == Value::Bool(true) => {}
             "logprobs" if *v == Value::Bool(false) => {}
@@ -561,7 +576,7 @@ fn convert(s: &Value, root: &Value, refs: &mut Refs) -> Map<String, Value> {
             }
             _ => {
                 let mut m = Map::new();
-                m.insert("type".into(), json!("object"));
+                m.insert("type".into(), Value::from("object"));
                 m
             }
         };
@@ -581,7 +596,7 @@ fn convert(s: &Value, root: &Value, refs: &mut Refs) -> Map<String, Value> {
     match obj.get("type") {
         Some(Value::String(t)) if t == "null" => nullable = true,
         Some(Value::String(t)) => {
-            out.insert("type".into(), json!(t));
+            out.insert("type".into(), Value::from(t.as_str()));
         }
         Some(Value::Array(types)) => {
             let named: Vec<&str> = types
@@ -593,10 +608,13 @@ fn convert(s: &Value, root: &Value, refs: &mut Refs) -> Map<String, Value> {
             match named.as_slice() {
                 [] => {}
                 [one] => {
-                    out.insert("type".into(), json!(one));
+                    out.insert("type".into(), Value::from(*one));
                 }
                 many => {
-                    let variants: Vec<Value> = many.iter().map(|t| json!({"type": t})).collect();
+                    let variants: Vec<Value> = many
+                        .iter()
+                        .map(|t| Value::Object(Map::from_iter([("type".into(), Value::from(*t))])))
+                        .collect();
                     out.insert("anyOf".into(), Value::Array(variants));
                 }
             }
@@ -609,7 +627,8 @@ fn convert(s: &Value, root: &Value, refs: &mut Refs) -> Map<String, Value> {
         }
     }
     if let Some(c) = obj.get("const") {
-        out.entry("enum").or_insert_with(|| json!([c]));
+        out.entry("enum")
+            .or_insert_with(|| Value::Array(vec![c.clone()]));
     }
     if let Some(Value::Object(props)) = obj.get("properties") {
         let props: Map<String, Value> = props
@@ -654,7 +673,7 @@ fn convert(s: &Value, root: &Value, refs: &mut Refs) -> Map<String, Value> {
         }
     }
     if nullable {
-        out.insert("nullable".into(), json!(true));
+        out.insert("nullable".into(), Value::Bool(true));
     }
     out
 }
@@ -715,7 +734,7 @@ fn tidy(node: &mut Map<String, Value>) {
     }
     if let Some(values) = node.get("enum").and_then(Value::as_array) {
         if values.iter().all(Value::is_string) {
-            node.entry("type").or_insert_with(|| json!("string"));
+            node.entry("type").or_insert_with(|| Value::from("string"));
         } else {
             // Gemini's enums are strings only; say the values in words instead.
             let listed = values
@@ -727,7 +746,7 @@ fn tidy(node: &mut Map<String, Value>) {
                 Some(d) if !d.is_empty() => format!("{d} (one of: {listed})"),
                 _ => format!("One of: {listed}"),
             };
-            node.insert("description".into(), json!(described));
+            node.insert("description".into(), Value::String(described));
             node.remove("enum");
         }
     }
@@ -763,16 +782,15 @@ fn tidy(node: &mut Map<String, Value>) {
 
 /// Weft's usage from Gemini's `usageMetadata`. Thoughts are output the caller pays for;
 /// `promptTokenCount` already includes cached tokens.
-fn parse_usage(v: &Value) -> Option<Usage> {
-    v.as_object()?;
-    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+fn usage(u: &wire::UsageMetadata) -> Usage {
+    let n = |k: Option<u64>| k.unwrap_or(0);
     // Upstream counts: sums saturate rather than overflow.
-    let prompt = n("promptTokenCount").saturating_add(n("toolUsePromptTokenCount"));
-    let completion = n("candidatesTokenCount").saturating_add(n("thoughtsTokenCount"));
-    Some(Usage {
-        cache_read_tokens: n("cachedContentTokenCount"),
+    let prompt = n(u.prompt_token_count).saturating_add(n(u.tool_use_prompt_token_count));
+    let completion = n(u.candidates_token_count).saturating_add(n(u.thoughts_token_count));
+    Usage {
+        cache_read_tokens: n(u.cached_content_token_count),
         ..Usage::new(prompt, completion)
-    })
+    }
 }
 
 /// The state of one answer, shared by the non-streamed body and the stream's chunks.
@@ -798,40 +816,39 @@ impl Turn {
     }
 
     /// Applies one `GenerateContentResponse`; `false` when `v` is not one.
-    fn apply(&mut self, v: &Value, out: &mut VecDeque<ChatEvent>) -> bool {
-        let Some(obj) = v.as_object() else {
-            return false;
-        };
-        if !["candidates", "usageMetadata", "promptFeedback"]
-            .iter()
-            .any(|k| obj.contains_key(*k))
-        {
+    fn apply(&mut self, v: &wire::Response<'_>, out: &mut VecDeque<ChatEvent>) -> bool {
+        if v.candidates.is_none() && v.usage_metadata.is_none() && v.prompt_feedback.is_none() {
             return false;
         }
         // Streams repeat the running totals in every chunk: the last one is the answer's.
-        if let Some(u) = parse_usage(&v["usageMetadata"]) {
-            self.usage = Some(u);
+        if let Some(u) = v.usage_metadata.as_ref().and_then(|u| u.0.as_ref()) {
+            self.usage = Some(usage(u));
         }
-        if v["promptFeedback"]["blockReason"].is_string() {
+        if v.prompt_feedback
+            .as_ref()
+            .and_then(|f| f.0.as_ref())
+            .is_some_and(|f| f.block_reason.is_some())
+        {
             self.blocked = true;
         }
-        let candidate = &v["candidates"][0];
-        for part in candidate["content"]["parts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            if let Some(call) = part.get("functionCall") {
-                let Some(name) = call["name"].as_str() else {
+        let candidate = v.candidates.as_ref().and_then(|c| c.0.as_ref());
+        let parts = candidate
+            .and_then(|c| c.content.as_ref())
+            .and_then(|c| c.parts.as_deref())
+            .unwrap_or_default();
+        for part in parts.iter().filter_map(|p| p.0.as_ref()) {
+            if let Some(call) = &part.function_call {
+                let call = call.0.as_ref();
+                let Some(name) = call.and_then(|c| c.name.as_deref()) else {
                     return false;
                 };
                 let index = self.calls;
                 self.calls += 1;
-                let id = match call["id"].as_str().filter(|s| !s.is_empty()) {
+                let id = match call.and_then(|c| c.id.as_deref()).filter(|s| !s.is_empty()) {
                     Some(id) => tool_call_id(id).into_owned(),
                     None => format!("call_{}_{index}", self.turn),
                 };
-                let arguments = match call.get("args") {
+                let arguments = match call.and_then(|c| c.args.as_ref()) {
                     Some(a @ Value::Object(_)) => a.to_string(),
                     _ => "{}".to_owned(),
                 };
@@ -841,15 +858,15 @@ impl Turn {
                     name: name.to_owned(),
                 });
                 out.push_back(ChatEvent::ToolCallDelta { index, arguments });
-            } else if let Some(text) = part["text"].as_str().filter(|t| !t.is_empty()) {
-                out.push_back(if part["thought"].as_bool() == Some(true) {
+            } else if let Some(text) = part.text.as_deref().filter(|t| !t.is_empty()) {
+                out.push_back(if part.thought == Some(true) {
                     ChatEvent::ReasoningDelta(text.to_owned())
                 } else {
                     ChatEvent::TextDelta(text.to_owned())
                 });
             }
         }
-        if let Some(f) = candidate["finishReason"].as_str() {
+        if let Some(f) = candidate.and_then(|c| c.finish_reason.as_deref()) {
             self.finish = Some(f.to_owned());
         }
         true
@@ -890,8 +907,18 @@ fn finish_reason(raw: Option<&str>, called: bool) -> FinishReason {
     }
 }
 
-/// Events of a non-streamed answer; `None` when the body is not a `GenerateContentResponse`.
+/// Events of a non-streamed answer body; `None` when it is not a `GenerateContentResponse`.
+pub(crate) fn response_events(body: &[u8], turn: usize) -> Option<Vec<ChatEvent>> {
+    parse(&lenient::from_slice(body).ok()??, turn)
+}
+
+/// Events of a non-streamed answer, parsed; `None` when it is not a `GenerateContentResponse`.
+#[cfg(test)]
 pub(crate) fn parse_response(v: &Value, turn: usize) -> Option<Vec<ChatEvent>> {
+    parse(&lenient::from_value(v)?, turn)
+}
+
+fn parse(v: &wire::Response<'_>, turn: usize) -> Option<Vec<ChatEvent>> {
     let mut t = Turn::new(turn);
     let mut out = VecDeque::new();
     if !t.apply(v, &mut out) {
@@ -926,11 +953,15 @@ impl Fold for StreamState {
         if data.is_empty() {
             return Ok(());
         }
-        let v: Value = serde_json::from_str(data).map_err(|_| Fault::Malformed)?;
-        if let Some(e) = v.get("error") {
-            let message = e["message"]
-                .as_str()
-                .or_else(|| e["status"].as_str())
+        // Parsed once, borrowing from `data`.
+        let v: wire::Response<'_> = lenient::from_str(data)
+            .map_err(|_| Fault::Malformed)?
+            .unwrap_or_default();
+        if let Some(e) = &v.error {
+            let e = e.0.as_ref();
+            let message = e
+                .and_then(|e| e.message.as_deref())
+                .or_else(|| e.and_then(|e| e.status.as_deref()))
                 .unwrap_or("unknown error");
             return Err(Fault::Upstream(message.chars().take(300).collect()));
         }

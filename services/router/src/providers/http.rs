@@ -8,9 +8,12 @@ use std::time::Duration;
 use eventsource_stream::Eventsource as _;
 use futures::{Stream, StreamExt as _};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde_json::Value;
 use weft_config::HttpProviderConfig;
 use weft_core::{Error, ErrorCode};
+use weft_wire::error::ErrorAnswer;
+
+#[cfg(test)]
+use serde_json::Value;
 
 use super::{EventStream, ProviderError};
 use crate::types::ChatEvent;
@@ -115,12 +118,12 @@ impl Upstream {
         Duration::from_secs(self.cfg.first_byte_timeout_secs)
     }
 
-    /// POSTs JSON `body`, retrying 429/5xx and connection failures with backoff (honouring
+    /// POSTs `body` as JSON, retrying 429/5xx and connection failures with backoff (honouring
     /// `Retry-After` up to `max_retry_after_secs`) until a 2xx arrives.
-    pub async fn post(
+    pub async fn post<B: serde::Serialize + ?Sized>(
         &self,
         url: &reqwest::Url,
-        body: &Value,
+        body: &B,
     ) -> Result<reqwest::Response, ProviderError> {
         let body = encode(body)?;
         let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
@@ -171,13 +174,25 @@ impl Upstream {
         }
     }
 
-    /// The whole body of an accepted non-streamed answer, parsed as JSON.
-    pub async fn json_body(&self, resp: reqwest::Response) -> Result<Value, ProviderError> {
-        let bytes = tokio::time::timeout(self.idle(), resp.bytes())
+    /// The whole body of an accepted non-streamed answer.
+    pub async fn body(&self, resp: reqwest::Response) -> Result<bytes::Bytes, ProviderError> {
+        tokio::time::timeout(self.idle(), resp.bytes())
             .await
             .map_err(|_| ProviderError::retryable(self.timeout_error()))?
-            .map_err(|_| ProviderError::retryable(self.broken_error()))?;
-        serde_json::from_slice(&bytes).map_err(|_| ProviderError::retryable(self.malformed_error()))
+            .map_err(|_| ProviderError::retryable(self.broken_error()))
+    }
+
+    /// The whole body of an accepted non-streamed answer, read as the JSON object `T`
+    /// ([leniently](weft_wire::lenient)); a body that is not a JSON object is malformed.
+    pub async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        resp: reqwest::Response,
+    ) -> Result<T, ProviderError> {
+        let bytes = self.body(resp).await?;
+        weft_wire::lenient::from_slice(&bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ProviderError::retryable(self.malformed_error()))
     }
 
     /// The weft error for a non-2xx upstream answer.
@@ -194,18 +209,17 @@ impl Upstream {
             .get(reqwest::header::LOCATION)
             .and_then(|v| v.to_str().ok())
             .map(|l| l.chars().take(200).collect::<String>());
-        let body = resp
-            .bytes()
-            .await
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        let bytes = resp.bytes().await.ok();
+        let body = bytes
+            .as_deref()
+            .and_then(|b| serde_json::from_slice::<ErrorAnswer<'_>>(b).ok());
         // Gemini says when to retry in the body (`RetryInfo.retryDelay`), not in a header.
-        let retry_after = header_retry.or_else(|| body.as_ref().and_then(body_retry_delay));
+        let retry_after = header_retry.or_else(|| body.as_ref().and_then(retry_delay));
         // The upstream's own message is meant for API callers; keep it short and never echo
         // anything but its error message.
         let detail = body
             .as_ref()
-            .and_then(error_message)
+            .and_then(ErrorAnswer::message)
             .map(|s| s.chars().take(300).collect::<String>());
         let name = &self.name;
         let with_detail = |s: String| match &detail {
@@ -302,7 +316,9 @@ impl Upstream {
 
 /// A request body as the bytes a call sends. Bytes: a retry re-sends the same buffer (a
 /// reference count, not a copy).
-pub(crate) fn encode<B: serde::Serialize + ?Sized>(body: &B) -> Result<bytes::Bytes, ProviderError> {
+pub(crate) fn encode<B: serde::Serialize + ?Sized>(
+    body: &B,
+) -> Result<bytes::Bytes, ProviderError> {
     serde_json::to_vec(body)
         .map(bytes::Bytes::from)
         .map_err(|_| ProviderError::fatal(Error::internal()))
@@ -323,24 +339,29 @@ pub(crate) fn ndjson_frames(
     ndjson_lines(body).map(|r| r.map(|line| (String::new(), line)))
 }
 
-/// The human-readable message of a provider error body: `error.message` (OpenAI, Anthropic,
-/// Gemini) or a bare `error` string (Ollama).
+/// The human-readable message of a provider error body, read from bytes as
+/// [`Upstream::status_error`] reads it.
+#[cfg(test)]
 pub(crate) fn error_message(v: &Value) -> Option<String> {
-    v["error"]["message"]
-        .as_str()
-        .or_else(|| v["error"].as_str())
-        .or_else(|| v[0]["error"]["message"].as_str())
+    use serde::Deserialize as _;
+    ErrorAnswer::deserialize(v)
+        .ok()?
+        .message()
         .map(str::to_owned)
+}
+
+/// [`retry_delay`] of a parsed body.
+#[cfg(test)]
+pub(crate) fn body_retry_delay(v: &Value) -> Option<Duration> {
+    use serde::Deserialize as _;
+    retry_delay(&ErrorAnswer::deserialize(v).ok()?)
 }
 
 /// Google's `RetryInfo` detail: `{"error": {"details": [{"@type": "…RetryInfo", "retryDelay":
 /// "7s"}]}}`.
-pub(crate) fn body_retry_delay(v: &Value) -> Option<Duration> {
-    let details = v["error"]["details"]
-        .as_array()
-        .or_else(|| v[0]["error"]["details"].as_array())?;
-    details.iter().find_map(|d| {
-        let s = d["retryDelay"].as_str()?.strip_suffix('s')?;
+pub(crate) fn retry_delay(answer: &ErrorAnswer<'_>) -> Option<Duration> {
+    answer.details()?.iter().find_map(|d| {
+        let s = d.0.as_ref()?.retry_delay.as_deref()?.strip_suffix('s')?;
         let secs: f64 = s.parse().ok()?;
         // `from_secs_f64` panics past u64::MAX seconds: cap there, as `Retry-After` is.
         (secs.is_finite() && secs >= 0.0)

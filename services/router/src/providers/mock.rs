@@ -318,7 +318,7 @@ fn last_user_text(req: &ChatRequest) -> String {
 /// caller's, so the work is bounded: at most [`MAX_GENERATED`] values, 8 levels deep and 2 items
 /// an array; past that a value is `null`.
 fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Value {
-    use serde_json::{Map, Value, json};
+    use serde_json::{Map, Value};
     struct Gen<'a> {
         text: Option<&'a str>,
         budget: usize,
@@ -368,14 +368,14 @@ fn arguments_for(schema: &serde_json::Value, user_text: &str) -> serde_json::Val
                 let pad = usize::try_from(min.min(1024))
                     .unwrap_or(0)
                     .saturating_sub(v.chars().count());
-                json!(format!("{v}{}", "x".repeat(pad)))
+                Value::String(format!("{v}{}", "x".repeat(pad)))
             }
             "integer" | "number" => s
                 .get("minimum")
                 .or_else(|| s.get("exclusiveMinimum"))
                 .cloned()
-                .unwrap_or_else(|| json!(1)),
-            "boolean" => json!(false),
+                .unwrap_or_else(|| Value::from(1)),
+            "boolean" => Value::Bool(false),
             "array" => {
                 let min = s
                     .get("minItems")

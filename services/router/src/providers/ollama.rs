@@ -18,13 +18,20 @@
 
 use std::collections::VecDeque;
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
 use weft_config::HttpProviderConfig;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, Usage};
 use weft_core::{Error, ErrorCode};
+use weft_wire::lenient;
+use weft_wire::ollama as wire;
+
+#[cfg(test)]
+use serde_json::json;
 
 use super::http::{Fault, Fold, KeyStyle, Upstream};
-use super::openai::{reasoning_of, text_of, tools_json};
+use super::openai::{reasoning_of, text_of, tools};
 use super::{EventStream, ProviderError, Unsupported};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
 
@@ -52,13 +59,17 @@ impl OllamaProvider {
     }
 
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = chat_body(model, req, self.up.cfg.num_ctx)?;
+        let body = chat_request(model, req, self.up.cfg.num_ctx)?;
         let resp = self.up.post(&self.chat_url, &body).await?;
         let mut fold = ChatFold::new(&req.messages);
         if req.stream {
             return Ok(self.up.ndjson(resp, fold));
         }
-        let v = self.up.json_body(resp).await?;
+        let bytes = self.up.body(resp).await?;
+        let v: wire::ChatResponse<'_> = lenient::from_slice(&bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ProviderError::retryable(self.up.malformed_error()))?;
         let mut events = VecDeque::new();
         fold.apply(&v, &mut events)
             .and_then(|()| fold.at_end(&mut events))
@@ -79,15 +90,15 @@ impl OllamaProvider {
         model: &str,
         req: &EmbedRequest,
     ) -> Result<EmbedResult, ProviderError> {
-        let body = embed_body(model, req);
+        let body = embed_request(model, req);
         let resp = self.up.post(&self.embed_url, &body).await?;
-        let v = self.up.json_body(resp).await?;
+        let v: wire::EmbedResponse = self.up.read(resp).await?;
         let malformed = || ProviderError::retryable(self.up.malformed_error());
-        let vectors = v["embeddings"]
-            .as_array()
+        let vectors = v
+            .embeddings
             .ok_or_else(malformed)?
-            .iter()
-            .map(|e| super::f32_vector(e).ok_or_else(malformed))
+            .into_iter()
+            .map(|e| e.0.ok_or_else(malformed))
             .collect::<Result<Vec<_>, _>>()?;
         if vectors.len() != req.input.len() {
             return Err(malformed());
@@ -96,32 +107,37 @@ impl OllamaProvider {
             provider: self.up.name.clone(),
             model: model.to_owned(),
             vectors,
-            usage: Usage::new(v["prompt_eval_count"].as_u64().unwrap_or(0), 0),
+            usage: Usage::new(v.prompt_eval_count.unwrap_or(0), 0),
         })
     }
 }
 
 /// The `/api/embed` body. `user` is dropped here too: it does not change the vectors.
-pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
-    let mut body = json!({"model": model, "input": req.input});
-    if let Some(d) = req.dimensions {
-        body["dimensions"] = json!(d);
+pub(crate) fn embed_request<'a>(model: &'a str, req: &'a EmbedRequest) -> wire::EmbedRequest<'a> {
+    wire::EmbedRequest {
+        model,
+        input: &req.input,
+        dimensions: req.dimensions,
     }
-    body
 }
 
-/// `extra` fields that go into `options`.
-const EXTRA_OPTIONS: [&str; 3] = ["top_k", "min_p", "repeat_penalty"];
-
-/// The `/api/chat` body for one turn, or the refusal of a parameter Ollama cannot honour.
+/// The `/api/chat` body for one turn as JSON, or the refusal of a parameter Ollama cannot
+/// honour (for tests and the fuzz targets; a call sends [`chat_request`]'s typed body).
 pub(crate) fn chat_body(
     model: &str,
     req: &ChatRequest,
     num_ctx: Option<u32>,
 ) -> Result<Value, ProviderError> {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert("messages".into(), json!(messages(&req.messages)?));
+    Ok(serde_json::to_value(chat_request(model, req, num_ctx)?).unwrap_or(Value::Null))
+}
+
+/// The `/api/chat` body for one turn, or the refusal of a parameter Ollama cannot honour.
+pub(crate) fn chat_request<'a>(
+    model: &'a str,
+    req: &'a ChatRequest,
+    num_ctx: Option<u32>,
+) -> Result<wire::ChatRequest<'a>, ProviderError> {
+    let messages = messages(&req.messages)?;
     let offer_tools = match &req.tool_choice {
         None => true,
         Some(Value::String(s)) if s == "auto" => true,
@@ -134,32 +150,36 @@ pub(crate) fn chat_body(
             ));
         }
     };
-    if offer_tools && !req.tools.is_empty() {
-        body.insert("tools".into(), tools_json(&req.tools));
-    }
-    // Ollama streams unless told otherwise.
-    body.insert("stream".into(), json!(req.stream));
-
     let s = &req.sampling;
-    let mut options = Map::new();
-    let mut opt = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            options.insert(k.into(), v);
-        }
+    let mut body = wire::ChatRequest {
+        model,
+        messages,
+        tools: if offer_tools {
+            tools(&req.tools)
+        } else {
+            Vec::new()
+        },
+        // Ollama streams unless told otherwise.
+        stream: req.stream,
+        options: wire::Options {
+            num_ctx,
+            num_predict: s.max_tokens,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            seed: s.seed,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+            stop: &s.stop,
+            ..wire::Options::default()
+        },
+        format: None,
+        think: None,
+        keep_alive: None,
     };
-    opt("num_ctx", num_ctx.map(|n| json!(n)));
-    opt("num_predict", s.max_tokens.map(|n| json!(n)));
-    opt("temperature", s.temperature.map(|x| json!(x)));
-    opt("top_p", s.top_p.map(|x| json!(x)));
-    opt("seed", s.seed.map(|x| json!(x)));
-    opt("presence_penalty", s.presence_penalty.map(|x| json!(x)));
-    opt("frequency_penalty", s.frequency_penalty.map(|x| json!(x)));
-    opt("stop", (!s.stop.is_empty()).then(|| json!(s.stop)));
-
     for (k, v) in &req.extra {
         match k.as_str() {
             "think" if v.is_boolean() || v.as_str().is_some_and(is_think_level) => {
-                body.insert(k.clone(), v.clone());
+                body.think = Some(v);
             }
             "think" => {
                 return Err(ProviderError::unsupported(
@@ -168,12 +188,10 @@ pub(crate) fn chat_body(
                     "ollama takes `think` as true, false, \"low\", \"medium\", \"high\" or \"max\"",
                 ));
             }
-            "keep_alive" => {
-                body.insert(k.clone(), v.clone());
-            }
-            k if EXTRA_OPTIONS.contains(&k) => {
-                options.insert(k.to_owned(), v.clone());
-            }
+            "keep_alive" => body.keep_alive = Some(v),
+            "top_k" => body.options.top_k = Some(v),
+            "min_p" => body.options.min_p = Some(v),
+            "repeat_penalty" => body.options.repeat_penalty = Some(v),
             other => {
                 return Err(ProviderError::unsupported(
                     KIND,
@@ -183,13 +201,8 @@ pub(crate) fn chat_body(
             }
         }
     }
-    if !options.is_empty() {
-        body.insert("options".into(), Value::Object(options));
-    }
-    if let Some(format) = format(req.response_format.as_ref())? {
-        body.insert("format".into(), format);
-    }
-    Ok(Value::Object(body))
+    body.format = format(req.response_format.as_ref())?;
+    Ok(body)
 }
 
 fn is_think_level(s: &str) -> bool {
@@ -197,7 +210,7 @@ fn is_think_level(s: &str) -> bool {
 }
 
 /// Ollama's `format` for an OpenAI-style `response_format`: `"json"`, or the JSON schema itself.
-fn format(response_format: Option<&Value>) -> Result<Option<Value>, ProviderError> {
+fn format(response_format: Option<&Value>) -> Result<Option<wire::Format<'_>>, ProviderError> {
     let Some(rf) = response_format else {
         return Ok(None);
     };
@@ -208,15 +221,14 @@ fn format(response_format: Option<&Value>) -> Result<Option<Value>, ProviderErro
             "use {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}",
         )
     };
-    match rf["type"].as_str() {
+    match rf.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(json!("json"))),
+        Some("json_object") => Ok(Some(wire::Format::Json)),
         Some("json_schema") => {
-            let schema = &rf["json_schema"]["schema"];
-            if schema.is_object() {
-                Ok(Some(schema.clone()))
-            } else {
-                Err(refuse())
+            let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
+            match schema {
+                Some(schema @ Value::Object(_)) => Ok(Some(wire::Format::Schema(schema))),
+                _ => Err(refuse()),
             }
         }
         _ => Err(refuse()),
@@ -224,16 +236,16 @@ fn format(response_format: Option<&Value>) -> Result<Option<Value>, ProviderErro
 }
 
 /// The messages in Ollama's shape.
-fn messages(messages: &[Message]) -> Result<Vec<Value>, ProviderError> {
+fn messages(messages: &[Message]) -> Result<Vec<wire::Message<'_>>, ProviderError> {
     let mut out = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         match m.role {
             Role::System | Role::Developer => {
-                out.push(json!({"role": "system", "content": text_of(&m.content)}));
+                out.push(wire::Message::text("system", text_of(&m.content)));
             }
             Role::User => {
-                let mut v = json!({"role": "user", "content": text_of(&m.content)});
-                let images = m
+                let mut v = wire::Message::text("user", text_of(&m.content));
+                v.images = m
                     .content
                     .iter()
                     .filter_map(|b| match b {
@@ -241,9 +253,6 @@ fn messages(messages: &[Message]) -> Result<Vec<Value>, ProviderError> {
                         _ => None,
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                if !images.is_empty() {
-                    v["images"] = json!(images);
-                }
                 out.push(v);
             }
             Role::Assistant => out.push(assistant(m)?),
@@ -255,14 +264,9 @@ fn messages(messages: &[Message]) -> Result<Vec<Value>, ProviderError> {
                         ..
                     } = b
                     {
-                        let mut v = json!({
-                            "role": "tool",
-                            "content": text_of(content),
-                            "tool_call_id": super::tool_call_id(tool_use_id),
-                        });
-                        if let Some(name) = tool_name(&messages[..i], tool_use_id) {
-                            v["tool_name"] = json!(name);
-                        }
+                        let mut v = wire::Message::text("tool", text_of(content));
+                        v.tool_call_id = Some(super::tool_call_id(tool_use_id));
+                        v.tool_name = tool_name(&messages[..i], tool_use_id);
                         out.push(v);
                     }
                 }
@@ -272,14 +276,13 @@ fn messages(messages: &[Message]) -> Result<Vec<Value>, ProviderError> {
     Ok(out)
 }
 
-fn assistant(m: &Message) -> Result<Value, ProviderError> {
-    let mut v = json!({"role": "assistant", "content": text_of(&m.content)});
+fn assistant(m: &Message) -> Result<wire::Message<'_>, ProviderError> {
+    let mut v = wire::Message::text("assistant", text_of(&m.content));
     let thinking = reasoning_of(&m.content);
     if !thinking.is_empty() {
         // Thinking models' templates decide whether earlier thinking is shown to the model.
-        v["thinking"] = json!(thinking);
+        v.thinking = Some(Cow::Owned(thinking));
     }
-    let mut calls = Vec::new();
     for b in &m.content {
         if let ContentBlock::ToolUse {
             id,
@@ -288,7 +291,7 @@ fn assistant(m: &Message) -> Result<Value, ProviderError> {
         } = b
         {
             let arguments = if input_json.trim().is_empty() {
-                json!({})
+                Value::Object(Map::new())
             } else {
                 serde_json::from_str::<Value>(input_json)
                     .ok()
@@ -302,14 +305,11 @@ fn assistant(m: &Message) -> Result<Value, ProviderError> {
                         )
                     })?
             };
-            calls.push(json!({
-                "id": super::tool_call_id(id),
-                "function": {"name": name, "arguments": arguments},
-            }));
+            v.tool_calls.push(wire::ToolCall {
+                id: super::tool_call_id(id),
+                function: wire::FunctionCall { name, arguments },
+            });
         }
-    }
-    if !calls.is_empty() {
-        v["tool_calls"] = Value::Array(calls);
     }
     Ok(v)
 }
@@ -365,34 +365,48 @@ impl ChatFold {
     }
 
     /// Applies one answer object (a stream line, or the whole non-streamed answer).
-    pub(crate) fn apply(&mut self, v: &Value, out: &mut VecDeque<ChatEvent>) -> Result<(), Fault> {
-        if let Some(e) = v.get("error") {
+    pub(crate) fn apply(
+        &mut self,
+        v: &wire::ChatResponse<'_>,
+        out: &mut VecDeque<ChatEvent>,
+    ) -> Result<(), Fault> {
+        if let Some(e) = &v.error {
             return Err(Fault::Upstream(
                 e.as_str().map_or_else(|| e.to_string(), str::to_owned),
             ));
         }
-        let done = v["done"].as_bool().ok_or(Fault::Malformed)?;
-        let msg = &v["message"];
-        if let Some(t) = msg["thinking"].as_str().filter(|s| !s.is_empty()) {
+        let done = v.done.ok_or(Fault::Malformed)?;
+        let msg = v.message.as_ref();
+        if let Some(t) = msg
+            .and_then(|m| m.thinking.as_deref())
+            .filter(|s| !s.is_empty())
+        {
             out.push_back(ChatEvent::ReasoningDelta(t.to_owned()));
         }
-        if let Some(t) = msg["content"].as_str().filter(|s| !s.is_empty()) {
+        if let Some(t) = msg
+            .and_then(|m| m.content.as_deref())
+            .filter(|s| !s.is_empty())
+        {
             out.push_back(ChatEvent::TextDelta(t.to_owned()));
         }
-        for call in msg["tool_calls"].as_array().into_iter().flatten() {
-            let f = &call["function"];
-            let name = f["name"].as_str().ok_or(Fault::Malformed)?;
-            let arguments = match &f["arguments"] {
-                Value::Null => "{}".to_owned(),
+        let calls = msg.and_then(|m| m.tool_calls.as_deref());
+        for call in calls.unwrap_or_default().iter().map(|c| c.0.as_ref()) {
+            let f = call.and_then(|c| c.function.as_ref());
+            let name = f.and_then(|f| f.name.as_deref()).ok_or(Fault::Malformed)?;
+            let arguments = match f.and_then(|f| f.arguments.as_ref()) {
+                None => "{}".to_owned(),
                 // Some Ollama-compatible servers send the arguments as text already.
-                Value::String(s) => s.clone(),
-                args => args.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(args) => args.to_string(),
             };
             let index = self.calls;
-            let id = call["id"].as_str().filter(|s| !s.is_empty()).map_or_else(
-                || format!("call_{}_{index}", self.turn),
-                |id| super::tool_call_id(id).into_owned(),
-            );
+            let id = call
+                .and_then(|c| c.id.as_deref())
+                .filter(|s| !s.is_empty())
+                .map_or_else(
+                    || format!("call_{}_{index}", self.turn),
+                    |id| super::tool_call_id(id).into_owned(),
+                );
             out.push_back(ChatEvent::ToolCallStart {
                 index,
                 id,
@@ -402,11 +416,13 @@ impl ChatFold {
             self.calls += 1;
         }
         if done {
-            let count = |k: &str| v[k].as_u64().unwrap_or(0);
-            self.usage = Some(Usage::new(count("prompt_eval_count"), count("eval_count")));
+            self.usage = Some(Usage::new(
+                v.prompt_eval_count.unwrap_or(0),
+                v.eval_count.unwrap_or(0),
+            ));
             self.finish = Some(if self.calls > 0 {
                 FinishReason::ToolCalls
-            } else if v["done_reason"] == "length" {
+            } else if v.done_reason.as_deref() == Some("length") {
                 FinishReason::Length
             } else {
                 FinishReason::Stop
@@ -423,7 +439,10 @@ impl Fold for ChatFold {
         data: &str,
         out: &mut VecDeque<ChatEvent>,
     ) -> Result<(), Fault> {
-        let v: Value = serde_json::from_str(data).map_err(|_| Fault::Malformed)?;
+        // Parsed once, borrowing from `data`.
+        let v: wire::ChatResponse<'_> = lenient::from_str(data)
+            .map_err(|_| Fault::Malformed)?
+            .unwrap_or_default();
         self.apply(&v, out)
     }
 

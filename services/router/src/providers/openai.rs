@@ -2,17 +2,23 @@
 //! HTTP (reqwest). Non-stream and SSE streaming, tool calls, usage, errors mapped to
 //! [`ErrorCode`], and retries with backoff on 429/5xx before the first byte, honouring
 //! `Retry-After`. The OpenAI-compatible `deepseek` driver reuses the translation and the stream
-//! fold here through a [`Flavor`].
+//! fold here through a [`Flavor`]. The wire shapes are [`weft_wire::openai`]'s.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use serde_json::{Map, Value, json};
 use weft_config::OpenAiProviderConfig;
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
+use weft_wire::Extra;
+use weft_wire::lenient;
+use weft_wire::openai::{self as wire, read};
 
 use super::http::{Fault, Fold, KeyStyle, Upstream};
 use super::{EventStream, ProviderError, Unsupported};
 use crate::types::{ChatEvent, ChatRequest, EmbedRequest, EmbedResult};
+
+#[cfg(test)]
+use serde_json::{Map, Value, json};
 
 /// Every conformance case passes.
 pub const UNSUPPORTED: &[Unsupported] = &[];
@@ -36,7 +42,8 @@ impl OpenAiProvider {
     }
 
     pub async fn chat(&self, model: &str, req: &ChatRequest) -> Result<EventStream, ProviderError> {
-        send_chat(&self.up, &self.chat_url, &chat_body(model, req), req.stream).await
+        let body = chat_request_as(Flavor::OpenAi, model, req);
+        send_chat(&self.up, &self.chat_url, &body, req.stream).await
     }
 
     pub async fn embed(
@@ -44,51 +51,56 @@ impl OpenAiProvider {
         model: &str,
         req: &EmbedRequest,
     ) -> Result<EmbedResult, ProviderError> {
-        let body = embed_body(model, req);
-        let resp = self.up.post(&self.embed_url, &body).await?;
-        let v = self.up.json_body(resp).await?;
+        let resp = self
+            .up
+            .post(&self.embed_url, &embed_request(model, req))
+            .await?;
+        let v: read::Embeddings = self.up.read(resp).await?;
         let malformed = || ProviderError::retryable(self.up.malformed_error());
         let mut data: Vec<(u64, Vec<f32>)> = Vec::new();
-        for d in v["data"].as_array().ok_or_else(malformed)? {
-            let vec = super::f32_vector(&d["embedding"]).ok_or_else(malformed)?;
-            data.push((d["index"].as_u64().unwrap_or(data.len() as u64), vec));
+        for d in v.data.ok_or_else(malformed)? {
+            let d = d.0.unwrap_or_default();
+            let vec = d.embedding.ok_or_else(malformed)?;
+            data.push((d.index.unwrap_or(data.len() as u64), vec));
         }
         data.sort_by_key(|(i, _)| *i);
         Ok(EmbedResult {
             provider: self.up.name.clone(),
             model: model.to_owned(),
             vectors: data.into_iter().map(|(_, v)| v).collect(),
-            usage: parse_usage(&v["usage"]).unwrap_or_default(),
+            usage: v.usage.as_ref().and_then(usage).unwrap_or_default(),
         })
     }
 }
 
 /// The embeddings request body.
-pub(crate) fn embed_body(model: &str, req: &EmbedRequest) -> Value {
-    let mut body = json!({"model": model, "input": req.input, "encoding_format": "float"});
-    if let Some(d) = req.dimensions {
-        body["dimensions"] = json!(d);
+pub(crate) fn embed_request<'a>(
+    model: &'a str,
+    req: &'a EmbedRequest,
+) -> wire::EmbeddingsRequest<'a> {
+    wire::EmbeddingsRequest {
+        model,
+        input: &req.input,
+        encoding_format: "float",
+        dimensions: req.dimensions,
+        user: req.user.as_deref(),
     }
-    if let Some(u) = &req.user {
-        body["user"] = json!(u);
-    }
-    body
 }
 
 /// Posts one chat-completions call; its events come from the SSE stream or the whole completion.
 pub(crate) async fn send_chat(
     up: &Upstream,
     url: &reqwest::Url,
-    body: &Value,
+    body: &wire::ChatRequest<'_>,
     stream: bool,
 ) -> Result<EventStream, ProviderError> {
     let resp = up.post(url, body).await?;
     if stream {
         Ok(up.sse(resp, StreamState::default()))
     } else {
-        let v = up.json_body(resp).await?;
-        let events =
-            parse_completion(&v).ok_or_else(|| ProviderError::retryable(up.malformed_error()))?;
+        let bytes = up.body(resp).await?;
+        let events = completion_events(&bytes)
+            .ok_or_else(|| ProviderError::retryable(up.malformed_error()))?;
         Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
     }
 }
@@ -98,95 +110,81 @@ pub(crate) async fn send_chat(
 pub(crate) enum Flavor<'a> {
     OpenAi,
     /// DeepSeek: no `developer` role (sent as `system`), `content` always a string on assistant
-    /// messages (it rejects null), and the reasoning of the messages whose index is `true` in
-    /// `send_reasoning` sent back as `reasoning_content`.
+    /// messages (it rejects null), the reasoning of the messages whose index is `true` in
+    /// `send_reasoning` sent back as `reasoning_content`, and no `user`.
     DeepSeek {
         send_reasoning: &'a [bool],
     },
 }
 
-/// The OpenAI request body for one turn.
-pub fn chat_body(model: &str, req: &ChatRequest) -> Value {
-    chat_body_as(Flavor::OpenAi, model, req)
+/// The OpenAI request body for one turn, as JSON (for tests and the fuzz targets; a call sends
+/// [`chat_request_as`]'s typed body).
+pub fn chat_body(model: &str, req: &ChatRequest) -> serde_json::Value {
+    serde_json::to_value(chat_request_as(Flavor::OpenAi, model, req))
+        .unwrap_or(serde_json::Value::Null)
 }
 
 /// The request body for one turn in `flavor`'s dialect.
-pub(crate) fn chat_body_as(flavor: Flavor<'_>, model: &str, req: &ChatRequest) -> Value {
-    let mut body = Map::new();
-    // Unmodelled fields first, so that the fields weft sets win.
-    for (k, v) in &req.extra {
-        body.insert(k.clone(), v.clone());
-    }
-    body.insert("model".into(), json!(model));
-    body.insert(
-        "messages".into(),
-        Value::Array(
-            req.messages
-                .iter()
-                .enumerate()
-                .flat_map(|(i, m)| to_openai_messages(m, i, flavor))
-                .collect(),
-        ),
-    );
-    if !req.tools.is_empty() {
-        body.insert("tools".into(), tools_json(&req.tools));
-    }
-    if let Some(tc) = &req.tool_choice {
-        body.insert("tool_choice".into(), tc.clone());
-    }
+pub(crate) fn chat_request_as<'a>(
+    flavor: Flavor<'a>,
+    model: &'a str,
+    req: &'a ChatRequest,
+) -> wire::ChatRequest<'a> {
     let s = &req.sampling;
-    let opt = |body: &mut Map<String, Value>, k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            body.insert(k.into(), v);
-        }
+    let user = match flavor {
+        Flavor::OpenAi => req.user.as_deref(),
+        // An end-user id for abuse monitoring on OpenAI; DeepSeek documents no such field and
+        // the answer does not depend on it.
+        Flavor::DeepSeek { .. } => None,
     };
-    opt(&mut body, "temperature", s.temperature.map(|x| json!(x)));
-    opt(&mut body, "top_p", s.top_p.map(|x| json!(x)));
-    opt(&mut body, "max_tokens", s.max_tokens.map(|x| json!(x)));
-    opt(&mut body, "seed", s.seed.map(|x| json!(x)));
-    opt(
-        &mut body,
-        "presence_penalty",
-        s.presence_penalty.map(|x| json!(x)),
-    );
-    opt(
-        &mut body,
-        "frequency_penalty",
-        s.frequency_penalty.map(|x| json!(x)),
-    );
-    if !s.stop.is_empty() {
-        body.insert("stop".into(), json!(s.stop));
-    }
-    opt(&mut body, "response_format", req.response_format.clone());
-    opt(&mut body, "user", req.user.as_ref().map(|u| json!(u)));
-    body.insert("stream".into(), json!(req.stream));
-    if req.stream {
+    let mut body = wire::ChatRequest {
+        model,
+        messages: req
+            .messages
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| to_openai_messages(m, i, flavor))
+            .collect(),
+        tools: tools(&req.tools),
+        tool_choice: req.tool_choice.as_ref(),
+        temperature: s.temperature,
+        top_p: s.top_p,
+        max_tokens: s.max_tokens,
+        seed: s.seed,
+        presence_penalty: s.presence_penalty,
+        frequency_penalty: s.frequency_penalty,
+        stop: &s.stop,
+        response_format: req.response_format.as_ref(),
+        user,
+        stream: req.stream,
         // Always ask for usage: weft accounts every call, whether or not the caller asked.
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    } else {
-        body.remove("stream_options");
-    }
-    Value::Object(body)
+        stream_options: req.stream.then_some(wire::StreamOptions {
+            include_usage: true,
+        }),
+        extra: Extra::default(),
+    };
+    let deepseek = matches!(flavor, Flavor::DeepSeek { .. });
+    // Unmodelled fields pass through; the fields weft sets win.
+    body.extra = Extra::except(&req.extra, |k| body.owns(k) || (deepseek && k == "user"));
+    body
 }
 
 /// `m` (at index `i` of the request) as chat-completions messages. Tool-call ids go out
 /// normalised ([`super::tool_call_id`]), so any history's ids are valid here.
-fn to_openai_messages(m: &Message, i: usize, flavor: Flavor<'_>) -> Vec<Value> {
+fn to_openai_messages<'a>(m: &'a Message, i: usize, flavor: Flavor<'_>) -> Vec<wire::Message<'a>> {
     let texts = || text_of(&m.content);
-    let with_name = |mut v: Value| {
-        if let Some(n) = &m.name {
-            v["name"] = json!(n);
-        }
+    let with_name = |mut v: wire::Message<'a>| {
+        v.name = m.name.as_deref();
         v
     };
     match m.role {
-        Role::System => vec![with_name(json!({"role": "system", "content": texts()}))],
+        Role::System => vec![with_name(wire::Message::text("system", texts()))],
         Role::Developer => {
             let role = match flavor {
                 Flavor::OpenAi => "developer",
                 Flavor::DeepSeek { .. } => "system",
             };
-            vec![with_name(json!({"role": role, "content": texts()}))]
+            vec![with_name(wire::Message::text(role, texts()))]
         }
         Role::User => {
             let only_text = m
@@ -194,55 +192,67 @@ fn to_openai_messages(m: &Message, i: usize, flavor: Flavor<'_>) -> Vec<Value> {
                 .iter()
                 .all(|b| matches!(b, ContentBlock::Text { .. }));
             let content = if only_text {
-                json!(texts())
+                wire::Content::Text(texts())
             } else {
-                Value::Array(
+                wire::Content::Parts(
                     m.content
                         .iter()
                         .filter_map(|b| match b {
-                            ContentBlock::Text { text } => {
-                                Some(json!({"type": "text", "text": text}))
-                            }
+                            ContentBlock::Text { text } => Some(wire::ContentPart::Text { text }),
                             ContentBlock::Image { url, detail } => {
-                                let mut img = json!({"url": url});
-                                if let Some(d) = detail {
-                                    img["detail"] = json!(d);
-                                }
-                                Some(json!({"type": "image_url", "image_url": img}))
+                                Some(wire::ContentPart::ImageUrl {
+                                    image_url: wire::ImageUrl {
+                                        url,
+                                        detail: detail.as_deref(),
+                                    },
+                                })
                             }
                             _ => None,
                         })
                         .collect(),
                 )
             };
-            vec![with_name(json!({"role": "user", "content": content}))]
+            let mut v = wire::Message::text("user", Cow::Borrowed(""));
+            v.content = Some(content);
+            vec![with_name(v)]
         }
         Role::Assistant => {
-            let calls: Vec<Value> = m
+            let calls: Vec<wire::ToolCall<'a>> = m
                 .content
                 .iter()
                 .filter_map(|b| match b {
-                    ContentBlock::ToolUse { id, name, input_json } => Some(
-                        json!({"id": super::tool_call_id(id), "type": "function", "function": {"name": name, "arguments": input_json}}),
-                    ),
+                    ContentBlock::ToolUse {
+                        id,
+                        name,
+                        input_json,
+                    } => Some(wire::ToolCall {
+                        index: None,
+                        id: Some(super::tool_call_id(id)),
+                        kind: Some(Cow::Borrowed("function")),
+                        function: wire::FunctionCall {
+                            name: Some(Cow::Borrowed(name)),
+                            arguments: Some(Cow::Borrowed(input_json)),
+                        },
+                    }),
                     _ => None,
                 })
                 .collect();
             let text = texts();
             let null_content =
                 matches!(flavor, Flavor::OpenAi) && text.is_empty() && !calls.is_empty();
-            let mut v = json!({"role": "assistant", "content": if null_content { Value::Null } else { json!(text) }});
+            let mut v = wire::Message::text("assistant", text);
+            if null_content {
+                v.content = None;
+            }
             if let Flavor::DeepSeek { send_reasoning } = flavor
                 && send_reasoning.get(i) == Some(&true)
             {
                 let reasoning = reasoning_of(&m.content);
                 if !reasoning.is_empty() {
-                    v["reasoning_content"] = json!(reasoning);
+                    v.reasoning_content = Some(Cow::Owned(reasoning));
                 }
             }
-            if !calls.is_empty() {
-                v["tool_calls"] = Value::Array(calls);
-            }
+            v.tool_calls = calls;
             vec![with_name(v)]
         }
         Role::Tool => m
@@ -253,9 +263,11 @@ fn to_openai_messages(m: &Message, i: usize, flavor: Flavor<'_>) -> Vec<Value> {
                     tool_use_id,
                     content,
                     ..
-                } => Some(
-                    json!({"role": "tool", "tool_call_id": super::tool_call_id(tool_use_id), "content": text_of(content)}),
-                ),
+                } => {
+                    let mut v = wire::Message::text("tool", text_of(content));
+                    v.tool_call_id = Some(super::tool_call_id(tool_use_id));
+                    Some(v)
+                }
                 _ => None,
             })
             .collect(),
@@ -264,22 +276,19 @@ fn to_openai_messages(m: &Message, i: usize, flavor: Flavor<'_>) -> Vec<Value> {
 
 /// Tool specs as `[{"type": "function", "function": {name, description, parameters}}]`, the
 /// shape OpenAI, DeepSeek and Ollama share.
-pub(crate) fn tools_json(tools: &[ToolSpec]) -> Value {
+pub(crate) fn tools(tools: &[ToolSpec]) -> Vec<wire::Tool<'_>> {
     tools
         .iter()
-        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .map(|t| wire::Tool::function(&t.name, &t.description, &t.parameters))
         .collect()
 }
 
-/// The `Text` blocks of `content`, concatenated.
-pub(crate) fn text_of(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+/// The `Text` blocks of `content`, concatenated (borrowed when there is only one).
+pub(crate) fn text_of(content: &[ContentBlock]) -> Cow<'_, str> {
+    concat(content.iter().filter_map(|b| match b {
+        ContentBlock::Text { text } => Some(text.as_str()),
+        _ => None,
+    }))
 }
 
 /// The `Reasoning` blocks of `content`, concatenated.
@@ -293,56 +302,91 @@ pub(crate) fn reasoning_of(content: &[ContentBlock]) -> String {
         .collect()
 }
 
-fn parse_usage(v: &Value) -> Option<Usage> {
-    let p = v["prompt_tokens"].as_u64()?;
-    let c = v["completion_tokens"].as_u64().unwrap_or(0);
+/// `parts` concatenated, without a copy when there is at most one.
+fn concat<'a>(mut parts: impl Iterator<Item = &'a str>) -> Cow<'a, str> {
+    let Some(first) = parts.next() else {
+        return Cow::Borrowed("");
+    };
+    match parts.next() {
+        None => Cow::Borrowed(first),
+        Some(second) => {
+            let mut s = String::from(first);
+            s.push_str(second);
+            s.extend(parts);
+            Cow::Owned(s)
+        }
+    }
+}
+
+/// Weft's usage from an upstream's, which must at least count the prompt.
+fn usage(u: &read::Usage) -> Option<Usage> {
+    let p = u.prompt_tokens?;
+    let c = u.completion_tokens.unwrap_or(0);
     Some(Usage {
-        total_tokens: v["total_tokens"].as_u64().unwrap_or(p.saturating_add(c)),
+        total_tokens: u.total_tokens.unwrap_or(p.saturating_add(c)),
         // DeepSeek reports the same count as `prompt_cache_hit_tokens`.
-        cache_read_tokens: v["prompt_cache_hit_tokens"]
-            .as_u64()
-            .or_else(|| v["prompt_tokens_details"]["cached_tokens"].as_u64())
+        cache_read_tokens: u
+            .prompt_cache_hit_tokens
+            .or_else(|| u.prompt_tokens_details.and_then(|d| d.cached_tokens))
             .unwrap_or(0),
         ..Usage::new(p, c)
     })
 }
 
-/// Events of a non-streamed completion; `None` when the body is not a completion.
+/// Events of a non-streamed completion body; `None` when it is not a completion.
+pub(crate) fn completion_events(body: &[u8]) -> Option<Vec<ChatEvent>> {
+    parse(&lenient::from_slice(body).ok()??)
+}
+
+/// Events of a non-streamed completion, parsed; `None` when the body is not a completion.
+#[cfg(test)]
 pub(crate) fn parse_completion(v: &Value) -> Option<Vec<ChatEvent>> {
-    let choice = v["choices"].as_array()?.first()?;
-    let msg = &choice["message"];
+    parse(&lenient::from_value(v)?)
+}
+
+fn parse(v: &read::Completion<'_>) -> Option<Vec<ChatEvent>> {
+    let choice = v.choices.as_ref()?.first()?.0.as_ref();
+    let msg = choice.and_then(|c| c.message.as_ref());
     let mut events = Vec::new();
-    if let Some(r) = msg["reasoning_content"].as_str().filter(|s| !s.is_empty()) {
+    if let Some(r) = msg
+        .and_then(|m| m.reasoning_content.as_deref())
+        .filter(|s| !s.is_empty())
+    {
         events.push(ChatEvent::ReasoningDelta(r.to_owned()));
     }
-    if let Some(t) = msg["content"].as_str().filter(|s| !s.is_empty()) {
+    if let Some(t) = msg
+        .and_then(|m| m.content.as_deref())
+        .filter(|s| !s.is_empty())
+    {
         events.push(ChatEvent::TextDelta(t.to_owned()));
     }
-    for (i, call) in msg["tool_calls"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    for (i, call) in msg
+        .and_then(|m| m.tool_calls.as_deref())
+        .unwrap_or_default()
+        .iter()
         .enumerate()
     {
         let index = u32::try_from(i).ok()?;
+        let call = call.0.as_ref();
+        let function = call.and_then(|c| c.function.as_ref());
         events.push(ChatEvent::ToolCallStart {
             index,
-            id: received_id(call["id"].as_str()),
-            name: call["function"]["name"].as_str()?.to_owned(),
+            id: received_id(call.and_then(|c| c.id.as_deref())),
+            name: function?.name.as_deref()?.to_owned(),
         });
         events.push(ChatEvent::ToolCallDelta {
             index,
-            arguments: call["function"]["arguments"]
-                .as_str()
+            arguments: function
+                .and_then(|f| f.arguments.as_deref())
                 .unwrap_or("{}")
                 .to_owned(),
         });
     }
-    if let Some(u) = parse_usage(&v["usage"]) {
+    if let Some(u) = v.usage.as_ref().and_then(usage) {
         events.push(ChatEvent::Usage(u));
     }
-    let finish = choice["finish_reason"]
-        .as_str()
+    let finish = choice
+        .and_then(|c| c.finish_reason.as_deref())
         .map_or(FinishReason::Stop, FinishReason::from_openai);
     events.push(ChatEvent::Finish(finish));
     Some(events)
@@ -383,11 +427,12 @@ impl Fold for StreamState {
             self.done = true;
             return Ok(());
         }
-        // Parsed once: an error object, or a chunk.
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
+        // Parsed once, borrowing from `data`: an error object, or a chunk.
+        let Ok(v) = lenient::from_str::<read::Chunk<'_>>(data) else {
             return Err(Fault::Malformed);
         };
-        if let Some(m) = v["error"]["message"].as_str() {
+        let v = v.unwrap_or_default();
+        if let Some(m) = v.error.as_ref().and_then(|e| e.message.as_deref()) {
             return Err(Fault::Upstream(m.to_owned()));
         }
         let ok = self.on_chunk(&v);
@@ -412,48 +457,49 @@ impl Fold for StreamState {
 
 impl StreamState {
     /// Applies one parsed `data:` payload; `false` when it is not a chunk.
-    fn on_chunk(&mut self, v: &Value) -> bool {
-        if let Some(u) = parse_usage(&v["usage"]) {
+    fn on_chunk(&mut self, v: &read::Chunk<'_>) -> bool {
+        if let Some(u) = v.usage.as_ref().and_then(|u| u.0.as_ref()).and_then(usage) {
             self.usage = Some(u);
         }
-        let Some(choices) = v["choices"].as_array() else {
-            return v.get("usage").is_some();
+        let Some(choices) = &v.choices else {
+            return v.usage.is_some();
         };
-        for choice in choices {
-            let delta = &choice["delta"];
-            if let Some(r) = delta["reasoning_content"]
-                .as_str()
+        for choice in choices.iter().map(|c| c.0.as_ref()) {
+            let delta = choice.and_then(|c| c.delta.as_ref());
+            if let Some(r) = delta
+                .and_then(|d| d.reasoning_content.as_deref())
                 .filter(|s| !s.is_empty())
             {
                 self.pending
                     .push_back(ChatEvent::ReasoningDelta(r.to_owned()));
             }
-            if let Some(t) = delta["content"].as_str().filter(|s| !s.is_empty()) {
+            if let Some(t) = delta
+                .and_then(|d| d.content.as_deref())
+                .filter(|s| !s.is_empty())
+            {
                 self.pending.push_back(ChatEvent::TextDelta(t.to_owned()));
             }
-            for (pos, call) in delta["tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let index = call["index"]
-                    .as_u64()
+            let calls = delta.and_then(|d| d.tool_calls.as_deref());
+            for (pos, call) in calls.unwrap_or_default().iter().enumerate() {
+                let call = call.0.as_ref();
+                let function = call.and_then(|c| c.function.as_ref());
+                let index = call
+                    .and_then(|c| c.index)
                     .and_then(|i| u32::try_from(i).ok())
                     .unwrap_or_else(|| u32::try_from(pos).unwrap_or(0));
                 if !self.started.contains(&index) {
                     self.started.push(index);
                     self.pending.push_back(ChatEvent::ToolCallStart {
                         index,
-                        id: received_id(call["id"].as_str()),
-                        name: call["function"]["name"]
-                            .as_str()
+                        id: received_id(call.and_then(|c| c.id.as_deref())),
+                        name: function
+                            .and_then(|f| f.name.as_deref())
                             .unwrap_or_default()
                             .to_owned(),
                     });
                 }
-                if let Some(a) = call["function"]["arguments"]
-                    .as_str()
+                if let Some(a) = function
+                    .and_then(|f| f.arguments.as_deref())
                     .filter(|s| !s.is_empty())
                 {
                     self.pending.push_back(ChatEvent::ToolCallDelta {
@@ -462,7 +508,7 @@ impl StreamState {
                     });
                 }
             }
-            if let Some(f) = choice["finish_reason"].as_str() {
+            if let Some(f) = choice.and_then(|c| c.finish_reason.as_deref()) {
                 self.finish = Some(FinishReason::from_openai(f));
             }
         }
@@ -472,7 +518,8 @@ impl StreamState {
     /// [`Self::on_chunk`] for a payload as text (`false` when it is not JSON).
     #[cfg(test)]
     fn on_text(&mut self, data: &str) -> bool {
-        serde_json::from_str::<Value>(data).is_ok_and(|v| self.on_chunk(&v))
+        lenient::from_str::<read::Chunk<'_>>(data)
+            .is_ok_and(|v| self.on_chunk(&v.unwrap_or_default()))
     }
 
     fn finish(&mut self) {
