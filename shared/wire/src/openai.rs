@@ -634,7 +634,15 @@ mod tests {
             for k in written.keys() {
                 assert!(r.owns(k), "{k} is written but not owned");
             }
-            for k in ["tools", "tool_choice", "temperature", "seed", "stop", "user", "x"] {
+            for k in [
+                "tools",
+                "tool_choice",
+                "temperature",
+                "seed",
+                "stop",
+                "user",
+                "x",
+            ] {
                 assert_eq!(r.owns(k), written.contains_key(k), "{k}");
             }
         }
