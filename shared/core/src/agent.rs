@@ -19,7 +19,6 @@ use std::collections::HashSet;
 use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest as _, Sha256};
 
 use crate::Error;
 
@@ -141,6 +140,8 @@ pub struct AgentChannels {
 
 crate::objects_only!(AgentSampling, AgentChannels);
 
+pub(crate) use crate::names::{is_def_name, json_kind};
+pub use crate::names::{normalize_hash, sha256_ref};
 pub use weft_api::objects::{FromFields, object_only};
 
 /// Bounds enforced by [`AgentContent::validate`].
@@ -152,7 +153,7 @@ pub mod limits {
     pub const SYSTEM_PROMPT_BYTES: usize = 1024 * 1024;
     pub const LIST_ENTRIES: usize = 256;
     pub const STOP_SEQUENCES: usize = 16;
-    pub const NAME_CHARS: usize = 64;
+    pub const NAME_CHARS: usize = crate::names::NAME_CHARS;
 }
 
 /// The memory scopes an agent may be granted (API.md, "Memory and channels").
@@ -163,16 +164,6 @@ pub const RESERVED_AGENT_NAMES: [&str; 1] = ["verify"];
 
 fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
     Error::invalid(message).with_param(param)
-}
-
-/// Whether `name` is a definition name: `[a-z0-9][a-z0-9_-]{0,63}`.
-pub(crate) fn is_def_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= limits::NAME_CHARS
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
 }
 
 fn check_def_name(field: &str, what: &str, name: &str) -> Result<(), Error> {
@@ -371,34 +362,6 @@ fn check_unit(field: &str, value: Option<f64>, max: f64) -> Result<(), Error> {
             format!("`{field}` must be between 0 and {max}, got {v}"),
         )),
         _ => Ok(()),
-    }
-}
-
-/// `sha256:` + the lowercase hex SHA-256 of `text`.
-pub fn sha256_ref(text: &str) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
-}
-
-/// Normalises a version reference: `sha256:<64 hex>` or bare 64 hex digits, any case, to
-/// `sha256:<lowercase hex>`. `None` when it is neither.
-pub fn normalize_hash(s: &str) -> Option<String> {
-    let s = s.trim();
-    let hex_part = match s.get(..7) {
-        Some(p) if p.eq_ignore_ascii_case("sha256:") => &s[7..],
-        _ => s,
-    };
-    (hex_part.len() == 64 && hex_part.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| format!("sha256:{}", hex_part.to_ascii_lowercase()))
-}
-
-pub(crate) fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -634,6 +597,22 @@ pub fn parse_agent_markdown(name_hint: &str, text: &str) -> Result<(String, Agen
     let content = AgentContent::from_json(Value::Object(fields))?;
     content.validate()?;
     Ok((name, content))
+}
+
+impl crate::def::DefContent for AgentContent {
+    const KIND: crate::def::DefKind = crate::def::DefKind::Agent;
+
+    fn from_json(value: Value) -> Result<Self, Error> {
+        AgentContent::from_json(value)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        AgentContent::validate(self)
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::Error;
-use crate::agent::sha256_ref;
+use crate::names::sha256_ref;
 
 /// The kinds of definition the substrate stores. The string form ([`DefKind::as_str`]) is what
 /// the `kind` column of `defs` and `def_versions` holds.
@@ -62,7 +62,7 @@ pub const RESERVED_NAMES: [&str; 1] = ["verify"];
 /// Checks the name of a definition of `kind`: `[a-z0-9][a-z0-9_-]{0,63}`, not a reserved word.
 /// The error names the field `name`.
 pub fn validate_def_name(kind: DefKind, name: &str) -> Result<(), Error> {
-    if !crate::agent::is_def_name(name) {
+    if !crate::names::is_def_name(name) {
         return Err(Error::invalid(format!(
             "{kind} name `{name}` is not valid; use 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
         ))
@@ -113,7 +113,7 @@ pub fn from_json_fields<T: DeserializeOwned>(what: &str, value: Value) -> Result
     if !value.is_object() {
         return Err(Error::invalid(format!(
             "{what} is a JSON object of content fields, got {}",
-            crate::agent::json_kind(&value)
+            crate::names::json_kind(&value)
         )));
     }
     serde_path_to_error::deserialize(value).map_err(|err| {
@@ -173,22 +173,6 @@ pub trait DefContent: Serialize + Sized + Send + Sync + 'static {
     /// The content address: `sha256:<hex>` of the canonical JSON.
     fn hash(&self) -> String {
         sha256_ref(&canonical_json(self))
-    }
-}
-
-impl DefContent for crate::agent::AgentContent {
-    const KIND: DefKind = DefKind::Agent;
-
-    fn from_json(value: Value) -> Result<Self, Error> {
-        crate::agent::AgentContent::from_json(value)
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        crate::agent::AgentContent::validate(self)
-    }
-
-    fn description(&self) -> &str {
-        &self.description
     }
 }
 

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod limits;
 pub mod mcp;
 pub mod message;
+pub mod names;
 pub mod principal;
 pub mod ratelimit;
 pub mod run;

@@ -3,6 +3,13 @@
 //! and both write it back the same, defaults included, so the document describes what the
 //! server stores and answers. Each kind's document example is also a valid definition.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "integration tests: a panic is how a test fails"
+)]
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
