@@ -3,9 +3,11 @@
 #
 #   1. local infrastructure (deploy/local/deps.sh: Postgres, Redis, NATS with JetStream), then
 #      the web UI (deploy/local/web.sh): `npm ci` when web/package-lock.json changed, the vitest
-#      unit tests, and the typecheck + `vite build` into web/dist when its sources changed (the
-#      gateway embeds it); the deployment files (deploy/check.sh: Dockerfile, compose, Helm chart)
-#   2. cargo fmt --check, clippy -D warnings, the Rust tests (nextest when installed), linked with
+#      unit tests, a check that web/src/openapi.d.ts matches shared/api/openapi.json, then the
+#      typecheck + `vite build` into web/dist when its sources changed (the gateway embeds it);
+#      the deployment files (deploy/check.sh: Dockerfile, compose, Helm chart)
+#   2. cargo fmt --check, import cycles between modules (tests/harness/module_cycles.py),
+#      clippy -D warnings, the Rust tests (nextest when installed), linked with
 #      mold when it can be had (use_fast_linker, deps.sh); fuzz/run.sh is for manual campaigns
 #   3. cargo build --bins (with --tests, so it reuses the test build); the official MCP
 #      conformance suite against weft's MCP layers (tests/mcp/conformance.sh); then the black-box
@@ -236,6 +238,7 @@ else
     step "deploy files: Dockerfile, compose, Helm chart (deploy/check.sh)" deploy/check.sh || true
     use_fast_linker
     step "cargo fmt --check" cargo fmt --all --check || true
+    step "module import cycles (tests/harness/module_cycles.py)" python3 tests/harness/module_cycles.py || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
     step "rust tests" rust_tests || true
     # With --tests, the features are the ones the test build above unified (dev-dependencies
