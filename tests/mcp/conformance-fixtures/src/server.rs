@@ -1017,8 +1017,7 @@ async fn run(args: Args) -> Result<(), String> {
         "memory"
     };
     let shutdown = CancellationToken::new();
-    let service =
-        weft_mcp_face::streamable(Fixtures::new(), &face, store, shutdown.clone());
+    let service = weft_mcp_face::streamable(Fixtures::new(), &face, store, shutdown.clone());
     let app = axum::Router::new().route_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
