@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::common::{NextCursor, SseEvent, TenantName, Timestamp};
+use crate::common::{NextCursor, SseEvent, TenantName, Timestamp, Uuid};
 use crate::op::{In, Op, Security};
 
 /// The document's spelling of a derived schema, applied to it and every schema inlined in it
@@ -542,23 +542,6 @@ pub struct Principal {
     pub tenant: String,
     pub subject: String,
     pub scopes: Vec<String>,
-}
-
-/// A UUID, such as a token's id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Uuid(pub String);
-
-impl JsonSchema for Uuid {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Uuid".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({"type": "string", "format": "uuid"})
-    }
 }
 
 // --- operations -----------------------------------------------------------------------------------

@@ -29,6 +29,23 @@ impl JsonSchema for Timestamp {
     }
 }
 
+/// A UUID, as text (a token's, a run's, a fire's id).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Uuid(pub String);
+
+impl JsonSchema for Uuid {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "Uuid".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "format": "uuid"})
+    }
+}
+
 /// Where the next page of a list starts: a string or a sequence number; null on the last page.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]

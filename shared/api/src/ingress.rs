@@ -14,26 +14,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::common::{NextCursor, TenantName, Timestamp};
+use crate::common::{NextCursor, TenantName, Timestamp, Uuid};
 use crate::defs::{DefContentSchema, DefName, all_required, def_ops};
 use crate::op::Op;
-
-/// A UUID, as text.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Uuid(pub String);
-
-impl JsonSchema for Uuid {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Uuid".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({"type": "string", "format": "uuid"})
-    }
-}
 
 const CHANNEL: &str = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$";
 const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";

@@ -570,7 +570,25 @@ pub struct LlmSampling {
 // Objects only: serde's derive would also read a struct (and an internally tagged enum) from a
 // sequence of its fields, so `"sampling": [0.5]` or `"messages": [["user", "hi"]]` would pass.
 crate::objects_only!(deserialize: LlmChatRequest, LlmMessage, LlmTool, LlmSampling);
-crate::objects_only!(LlmContentBlock);
+/// Read only from a JSON object whose `type` is a string: serde's reading of a tagged enum would
+/// also take a variant's index (`"type": 0` as `text`), which the document does not allow.
+impl<'de> Deserialize<'de> for LlmContentBlock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let crate::objects::Fields(map) = crate::objects::object_only(d)?;
+        if let Some(t) = map.get("type").filter(|t| !t.is_string()) {
+            return Err(serde::de::Error::custom(format!(
+                "invalid type: `type` is {t}, expected a string naming the block (text, image, tool_use, tool_result or reasoning)"
+            )));
+        }
+        LlmContentBlock::deserialize(Value::Object(map)).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for LlmContentBlock {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LlmContentBlock::serialize(self, s)
+    }
+}
 
 // --- the native gateway: the answer ---------------------------------------------------------------------
 

@@ -76,3 +76,14 @@ macro_rules! objects_only {
         )+
     };
 }
+
+/// A JSON object's fields, read through [`object_only`]: for a type that checks its fields
+/// before serde's derive reads them (e.g. that an enum's tag is a string).
+pub struct Fields(pub serde_json::Map<String, serde_json::Value>);
+
+impl<'de> FromFields<'de> for Fields {
+    fn from_fields<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <serde_json::Map<String, serde_json::Value> as serde::Deserialize>::deserialize(d)
+            .map(Fields)
+    }
+}

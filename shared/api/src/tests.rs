@@ -46,3 +46,17 @@ fn every_ref_resolves_and_every_route_is_listed_once() {
         );
     }
 }
+
+#[test]
+fn a_content_block_type_is_a_string_not_a_variant_index() {
+    // schemathesis found `"type": 0` read as `text` inside a tool result's content.
+    use crate::llm::LlmContentBlock;
+    let read = |v: Value| serde_json::from_value::<LlmContentBlock>(v);
+    assert!(read(serde_json::json!({"type": "text", "text": "hi"})).is_ok());
+    let e = read(serde_json::json!({"type": 0, "text": ""})).unwrap_err();
+    assert!(e.to_string().contains("`type` is 0"), "{e}");
+    let nested = serde_json::json!({"type": "tool_result", "tool_use_id": "a",
+        "content": [{"type": 0, "text": ""}]});
+    assert!(read(nested).is_err());
+    assert!(read(serde_json::json!([["text", "hi"]])).is_err());
+}
