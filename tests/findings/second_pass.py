@@ -370,10 +370,12 @@ def ch2_waiter_pool(bin_, new):
         stop_at = time.monotonic() + 25
 
         def hold():
-            # A 503 here can only be the pool briefly full with the probe below: try again.
+            # A 503 (the pool) or 429 (A's share of it) here can only be the pool briefly full
+            # with the probe below, or with a hold refused a moment ago: try again, so that all
+            # eight end up waiting and the probe then meets a full share.
             while True:
                 s = w.call("POST", "/v1/channels/quiet/read", {"wait_ms": 20000}, token=a)[0]
-                if s != 503 or time.monotonic() > stop_at:
+                if s not in (429, 503) or time.monotonic() > stop_at:
                     finished.append(s)
                     return
 
