@@ -1,6 +1,7 @@
 //! A fresh, migrated database per test, dropped when the test ends.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
@@ -52,14 +53,23 @@ impl Drop for TestDb {
         let opts = self.opts.clone();
         let name = self.name.clone();
         // Drop runs inside a test's runtime; do the async clean-up on a runtime of its own.
+        // The pool's connections belong to the test's runtime, which is blocked in `join`
+        // below: on a current-thread runtime nothing drives their sockets, so closing them
+        // could wait for ever (a test hung past nextest's 2 minutes this way, twice). The
+        // close is therefore bounded, and `DROP DATABASE … WITH (FORCE)` ends whatever
+        // sessions are left.
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
                 rt.block_on(async move {
-                    pool.close().await;
-                    let _ = weft_store::drop_database(&opts, &name).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), pool.close()).await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        weft_store::drop_database(&opts, &name),
+                    )
+                    .await;
                 });
             }
         })
