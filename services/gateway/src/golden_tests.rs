@@ -1,9 +1,14 @@
 //! Golden files for each front door's output: the JSON answer and the SSE stream that each
-//! dialect writes for scripted turns, pinned byte for byte under `golden/`. A change to a door's
-//! wire output shows up as a diff of these files; after reviewing it, regenerate them with
+//! dialect writes for scripted turns, pinned under `golden/` and compared as JSON values: each
+//! JSON line (a whole answer, or an SSE `data:` payload) as a `serde_json::Value`, so field order
+//! and spacing do not count, and every other line (`event:` names, `[DONE]`, the blank lines
+//! between frames) as text, in order. A change to a door's wire output shows up as a diff of
+//! these files; after reviewing it, regenerate them with
 //! `UPDATE_GOLDEN=1 cargo test -p weft-gateway golden`.
 
 use std::path::PathBuf;
+
+use serde_json::Value;
 
 use weft_core::chat::{ChatEvent, Fallback};
 use weft_core::message::{FinishReason, Usage};
@@ -108,8 +113,32 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
 }
 
-/// Compares `actual` with the golden file `name` (or writes it, with `UPDATE_GOLDEN=1`);
-/// returns the mismatch, if any.
+/// One line of a golden file, as what it means.
+#[derive(Debug, PartialEq)]
+enum Line<'a> {
+    /// A JSON object or array, after its prefix (`data: `, or none for a whole answer).
+    Json(&'a str, Value),
+    /// Anything else, as is: an `event:` line, `data: [DONE]`, a blank line, a note.
+    Text(&'a str),
+}
+
+/// `doc` line by line, each JSON document parsed.
+fn lines(doc: &str) -> Vec<Line<'_>> {
+    doc.split('\n')
+        .map(|line| {
+            let (prefix, body) = line
+                .strip_prefix("data: ")
+                .map_or(("", line), |body| ("data: ", body));
+            match serde_json::from_str::<Value>(body) {
+                Ok(v) if v.is_object() || v.is_array() => Line::Json(prefix, v),
+                _ => Line::Text(line),
+            }
+        })
+        .collect()
+}
+
+/// Compares `actual` with the golden file `name` as JSON values (see the module's header), or
+/// writes it, with `UPDATE_GOLDEN=1`; returns the mismatch, if any.
 fn check(name: &str, actual: &str) -> Option<String> {
     let path = dir().join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -118,13 +147,29 @@ fn check(name: &str, actual: &str) -> Option<String> {
         return None;
     }
     match std::fs::read_to_string(&path) {
-        Ok(want) if want == actual => None,
+        Ok(want) if lines(&want) == lines(actual) => None,
         Ok(want) => Some(format!(
             "{name} differs (review, then UPDATE_GOLDEN=1 cargo test -p weft-gateway golden):\n--- golden\n{want}\n--- now\n{actual}"
         )),
         Err(e) => Some(format!(
             "{name}: {e} (create it with UPDATE_GOLDEN=1 cargo test -p weft-gateway golden)"
         )),
+    }
+}
+
+#[test]
+fn goldens_compare_as_json_values() {
+    let golden = "event: a\ndata: {\"x\":1,\"y\":[1,2]}\n\ndata: [DONE]\n";
+    let same = "event: a\ndata: {\"y\": [1, 2], \"x\": 1}\n\ndata: [DONE]\n";
+    assert_eq!(lines(golden), lines(same));
+    for other in [
+        "event: b\ndata: {\"x\":1,\"y\":[1,2]}\n\ndata: [DONE]\n",
+        "event: a\ndata: {\"x\":1,\"y\":[2,1]}\n\ndata: [DONE]\n",
+        "event: a\ndata: {\"x\":1.0,\"y\":[1,2]}\n\ndata: [DONE]\n",
+        "event: a\ndata: {\"x\":1,\"y\":[1,2]}\n\n",
+        "event: a\n{\"x\":1,\"y\":[1,2]}\n\ndata: [DONE]\n",
+    ] {
+        assert_ne!(lines(golden), lines(other), "{other}");
     }
 }
 
