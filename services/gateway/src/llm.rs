@@ -18,12 +18,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 use weft_core::chat::{
     Answer, Blocks, ChatEvent, ChatRequest, Delta, Fallback, Sampling, Start, Step,
 };
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, ErrorCode, Principal, Scope};
+use weft_wire::openai::ToolChoice;
 
 use crate::error::{ApiError, Shape};
 use crate::extract::NativeJson;
@@ -140,7 +141,7 @@ pub(crate) fn strict(mut e: Error) -> Error {
 
 /// A tool's argument schema, or an empty object schema.
 pub(crate) fn schema_or_empty(s: Option<Value>) -> Value {
-    s.unwrap_or_else(|| json!({"type": "object", "properties": {}}))
+    s.unwrap_or_else(weft_wire::openai::no_arguments_schema)
 }
 
 /// The router's OpenAI-style `tool_choice` for the native one.
@@ -159,7 +160,9 @@ fn tool_choice(
     };
     match &choice {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(Some(choice)),
-        Value::Object(o) if o.len() == 2 && o.get("type") == Some(&json!("tool")) => {
+        Value::Object(o)
+            if o.len() == 2 && o.get("type").and_then(Value::as_str) == Some("tool") =>
+        {
             let name = o.get("name").and_then(Value::as_str).ok_or_else(bad)?;
             named_tool_choice(name, tools, "tool_choice.name").map(Some)
         }
@@ -179,7 +182,7 @@ pub(crate) fn named_tool_choice(
             format!("names tool {name:?}, which is not among the request's `tools`"),
         ));
     }
-    Ok(json!({"type": "function", "function": {"name": name}}))
+    Ok(ToolChoice::Function(name).to_value())
 }
 
 /// A nested block of a tool result: text or an image.
@@ -374,7 +377,7 @@ pub(crate) fn to_chat(
 /// model produced something else.
 pub(crate) fn tool_input(name: &str, input_json: &str) -> std::result::Result<Value, Error> {
     if input_json.trim().is_empty() {
-        return Ok(json!({}));
+        return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_str::<Value>(input_json) {
         Ok(v) if v.is_object() => Ok(v),
@@ -389,12 +392,6 @@ pub(crate) fn tool_input(name: &str, input_json: &str) -> std::result::Result<Va
 }
 
 // --- the handler ----------------------------------------------------------------------------------
-
-/// `v` as a JSON value, whose keys serialize in sorted order: the native answer and stream keep
-/// the exact bytes the golden files (`golden/native-*`) pin. These types always convert.
-fn sorted<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
 
 fn usage_out(u: Usage) -> LlmUsage {
     LlmUsage {
@@ -502,7 +499,7 @@ impl Dialect for Native {
             .into_iter()
             .map(block_out)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        to_json(&sorted(&LlmChatResponse {
+        to_json(&LlmChatResponse {
             id: self.id,
             provider: a.provider,
             model: a.model,
@@ -513,21 +510,19 @@ impl Dialect for Native {
             },
             finish_reason: finish_out(a.finish),
             usage: usage_out(a.usage),
-        }))
+        })
     }
 
     fn event(&mut self, ev: ChatEvent, out: &mut Sse) {
         self.blocks.step(ev, &mut self.steps);
         for step in self.steps.drain(..) {
             match step {
-                Step::Fallback(f) => {
-                    out.json(Some("provider_fallback"), &sorted(&fallback_out(&f)))
-                }
+                Step::Fallback(f) => out.json(Some("provider_fallback"), &fallback_out(&f)),
                 Step::Chosen {
                     provider, model, ..
                 } => out.json(
                     Some("provider_chosen"),
-                    &sorted(&LlmProviderChosen { provider, model }),
+                    &LlmProviderChosen { provider, model },
                 ),
                 Step::Start { index, start } => {
                     let block = match start {
@@ -535,10 +530,7 @@ impl Dialect for Native {
                         Start::Reasoning => LlmBlockHead::Reasoning,
                         Start::ToolUse { id, name } => LlmBlockHead::ToolUse { id, name },
                     };
-                    out.json(
-                        Some("content_block_start"),
-                        &sorted(&LlmBlockStart { index, block }),
-                    );
+                    out.json(Some("content_block_start"), &LlmBlockStart { index, block });
                 }
                 Step::Delta { index, delta } => {
                     let delta = match delta {
@@ -547,21 +539,18 @@ impl Dialect for Native {
                         Delta::Signature(signature) => LlmDelta::SignatureDelta { signature },
                         Delta::InputJson(partial_json) => LlmDelta::InputJsonDelta { partial_json },
                     };
-                    out.json(
-                        Some("content_block_delta"),
-                        &sorted(&LlmBlockDelta { index, delta }),
-                    );
+                    out.json(Some("content_block_delta"), &LlmBlockDelta { index, delta });
                 }
                 Step::Stop { index } => {
-                    out.json(Some("content_block_stop"), &sorted(&LlmBlockStop { index }));
+                    out.json(Some("content_block_stop"), &LlmBlockStop { index });
                 }
                 Step::Usage(u) => self.usage = u,
                 Step::Finish(f) => out.json(
                     Some("message_delta"),
-                    &sorted(&LlmMessageDelta {
+                    &LlmMessageDelta {
                         finish_reason: finish_out(f),
                         usage: usage_out(self.usage),
-                    }),
+                    },
                 ),
             }
         }
@@ -582,6 +571,8 @@ impl Dialect for Native {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -33,16 +33,19 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use weft_core::chat::{
     Answer, Blocks, ChatEvent, ChatRequest, Delta, Sampling, Start, Step, ended_early,
 };
 use weft_core::message::{ContentBlock, FinishReason, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, Principal};
+use weft_wire::anthropic::Block;
+use weft_wire::anthropic::write::{self as wire, Event};
+use weft_wire::openai::ToolChoice;
 
 use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
-use crate::error::{ApiError, Shape, anthropic_body};
+use crate::error::{ApiError, Shape, anthropic_type};
 use crate::extract::OpenAiJson;
 use crate::llm::{header, named_tool_choice, range, tool_input};
 
@@ -243,10 +246,9 @@ fn block_type(v: &Value, path: &str) -> std::result::Result<String, Error> {
     }
 }
 
-/// `content` as a list of blocks: a string is one text block.
+/// `content`'s blocks (a string, which is one text block, is read by the caller).
 fn block_list(content: Value, path: &str) -> std::result::Result<Vec<Value>, Error> {
     match content {
-        Value::String(text) => Ok(vec![json!({"type": "text", "text": text})]),
         Value::Array(items) if items.is_empty() => Err(invalid_at(
             path,
             "must not be empty; send a string or at least one content block",
@@ -335,6 +337,14 @@ fn user_messages(
     path: &str,
     out: &mut Vec<Message>,
 ) -> std::result::Result<(), Error> {
+    if let Value::String(text) = content {
+        out.push(Message {
+            role: Role::User,
+            content: vec![ContentBlock::Text { text }],
+            name: None,
+        });
+        return Ok(());
+    }
     let mut pending: Vec<ContentBlock> = Vec::new();
     let flush = |pending: &mut Vec<ContentBlock>, out: &mut Vec<Message>| {
         if !pending.is_empty() {
@@ -371,6 +381,13 @@ fn user_messages(
 }
 
 fn assistant_message(content: Value, path: &str) -> std::result::Result<Option<Message>, Error> {
+    if let Value::String(text) = content {
+        return Ok(Some(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::Text { text }],
+            name: None,
+        }));
+    }
     let mut blocks = Vec::new();
     for (j, item) in block_list(content, path)?.into_iter().enumerate() {
         let p = format!("{path}[{j}]");
@@ -595,10 +612,10 @@ pub(crate) fn to_chat(
             let (json, no_parallel) = match typed::<ToolChoiceIn>(v, "tool_choice")? {
                 ToolChoiceIn::Auto {
                     disable_parallel_tool_use,
-                } => (json!("auto"), disable_parallel_tool_use),
+                } => (ToolChoice::Auto.to_value(), disable_parallel_tool_use),
                 ToolChoiceIn::Any {
                     disable_parallel_tool_use,
-                } => (json!("required"), disable_parallel_tool_use),
+                } => (ToolChoice::Required.to_value(), disable_parallel_tool_use),
                 ToolChoiceIn::Tool {
                     name,
                     disable_parallel_tool_use,
@@ -606,7 +623,7 @@ pub(crate) fn to_chat(
                     named_tool_choice(&name, &tools, "tool_choice.name")?,
                     disable_parallel_tool_use,
                 ),
-                ToolChoiceIn::None => (json!("none"), None),
+                ToolChoiceIn::None => (ToolChoice::None.to_value(), None),
             };
             if no_parallel == Some(true) {
                 extra.insert("parallel_tool_calls".into(), Value::Bool(false));
@@ -615,7 +632,7 @@ pub(crate) fn to_chat(
         }
     };
     if let Some(k) = r.top_k {
-        extra.insert("top_k".into(), json!(k));
+        extra.insert("top_k".into(), Value::from(k));
     }
     if let Some(t) = r.thinking {
         extra.insert("thinking".into(), t);
@@ -661,32 +678,53 @@ fn stop_reason(f: FinishReason) -> &'static str {
 }
 
 /// Anthropic's usage: `input_tokens` counts only the uncached input.
-fn usage_json(u: &Usage) -> Value {
-    json!({
-        "input_tokens": u.prompt_tokens.saturating_sub(u.cache_read_tokens).saturating_sub(u.cache_write_tokens),
-        "output_tokens": u.completion_tokens,
-        "cache_creation_input_tokens": u.cache_write_tokens,
-        "cache_read_input_tokens": u.cache_read_tokens,
-    })
+fn usage_out(u: &Usage) -> wire::Usage {
+    wire::Usage {
+        input_tokens: u
+            .prompt_tokens
+            .saturating_sub(u.cache_read_tokens)
+            .saturating_sub(u.cache_write_tokens),
+        cache_creation_input_tokens: u.cache_write_tokens,
+        cache_read_input_tokens: u.cache_read_tokens,
+        output_tokens: u.completion_tokens,
+    }
 }
 
-fn content_json(b: ContentBlock) -> std::result::Result<Value, Error> {
-    Ok(match b {
-        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
-        ContentBlock::Reasoning { text, signature } => {
-            json!({"type": "thinking", "thinking": text, "signature": signature.unwrap_or_default()})
-        }
+/// An answer's block; `None` for images and tool results, which an answer never holds (the
+/// chat contract's assembler makes only text, reasoning and tool calls).
+fn block_out(b: &ContentBlock) -> std::result::Result<Option<Block<'_>>, Error> {
+    Ok(Some(match b {
+        ContentBlock::Text { text } => Block::Text { text },
+        ContentBlock::Reasoning { text, signature } => Block::Thinking {
+            thinking: text,
+            signature: signature.as_deref().unwrap_or_default(),
+        },
         ContentBlock::ToolUse {
             id,
             name,
             input_json,
-        } => {
-            let input = tool_input(&name, &input_json)?;
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-        }
-        // An answer holds only text, reasoning and tool calls.
-        ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => Value::Null,
-    })
+        } => Block::ToolUse {
+            id: id.into(),
+            name,
+            input: tool_input(name, input_json)?,
+        },
+        ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => return Ok(None),
+    }))
+}
+
+/// The error event, which is also the body of an error answer.
+fn error_event(e: &Error) -> Event<'_> {
+    Event::Error {
+        error: wire::ErrorDetail {
+            kind: anthropic_type(e.code),
+            message: &e.message,
+        },
+    }
+}
+
+/// A stream event, under its own name.
+fn send(out: &mut Sse, event: &Event<'_>) {
+    out.json(Some(event.name()), event);
 }
 
 /// The JSON extractor's rejection, in Anthropic's shape.
@@ -739,33 +777,28 @@ impl Dialect for Anthropic {
     const KEEPALIVE: KeepAlive = KeepAlive::Event(PING, "ping", r#"{"type":"ping"}"#);
 
     fn answer(self, a: Answer) -> std::result::Result<String, Error> {
-        let content = a
-            .blocks
-            .into_iter()
-            .map(content_json)
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        to_json(&json!({
-            "id": self.id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.requested,
-            "content": content,
-            "stop_reason": stop_reason(a.finish),
-            "stop_sequence": null,
-            "usage": usage_json(&a.usage),
-        }))
+        let mut content = Vec::with_capacity(a.blocks.len());
+        for b in &a.blocks {
+            content.extend(block_out(b)?);
+        }
+        to_json(&wire::Message::new(
+            &self.id,
+            &self.requested,
+            content,
+            Some(stop_reason(a.finish)),
+            usage_out(&a.usage),
+        ))
     }
 
     fn open(&mut self, out: &mut Sse) {
-        let start = json!({
-            "type": "message_start",
-            "message": {
-                "id": self.id, "type": "message", "role": "assistant", "model": self.requested,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": usage_json(&Usage::default()),
-            },
-        });
-        out.json(Some("message_start"), &start);
+        let message = wire::Message::new(
+            &self.id,
+            &self.requested,
+            Vec::new(),
+            None,
+            usage_out(&Usage::default()),
+        );
+        send(out, &Event::MessageStart { message });
     }
 
     fn event(&mut self, ev: ChatEvent, out: &mut Sse) {
@@ -775,45 +808,47 @@ impl Dialect for Anthropic {
                 Step::Fallback(_) | Step::Chosen { .. } => {}
                 Step::Usage(u) => self.usage = u,
                 Step::Start { index, start } => {
-                    let block = match start {
-                        Start::Text => json!({"type": "text", "text": ""}),
-                        Start::Reasoning => {
-                            json!({"type": "thinking", "thinking": "", "signature": ""})
-                        }
-                        Start::ToolUse { id, name } => {
-                            json!({"type": "tool_use", "id": id, "name": name, "input": {}})
-                        }
+                    let content_block = match &start {
+                        Start::Text => Block::Text { text: "" },
+                        Start::Reasoning => Block::Thinking {
+                            thinking: "",
+                            signature: "",
+                        },
+                        Start::ToolUse { id, name } => Block::ToolUse {
+                            id: id.into(),
+                            name,
+                            input: Value::Object(Map::new()),
+                        },
                     };
-                    out.json(
-                        Some("content_block_start"),
-                        &json!({"type": "content_block_start", "index": index, "content_block": block}),
+                    send(
+                        out,
+                        &Event::ContentBlockStart {
+                            index,
+                            content_block,
+                        },
                     );
                 }
                 Step::Delta { index, delta } => {
-                    let delta = match delta {
-                        Delta::Text(t) => json!({"type": "text_delta", "text": t}),
-                        Delta::Reasoning(t) => json!({"type": "thinking_delta", "thinking": t}),
-                        Delta::Signature(s) => json!({"type": "signature_delta", "signature": s}),
-                        Delta::InputJson(j) => {
-                            json!({"type": "input_json_delta", "partial_json": j})
+                    let delta = match &delta {
+                        Delta::Text(text) => wire::Delta::TextDelta { text },
+                        Delta::Reasoning(thinking) => wire::Delta::ThinkingDelta { thinking },
+                        Delta::Signature(signature) => wire::Delta::SignatureDelta { signature },
+                        Delta::InputJson(partial_json) => {
+                            wire::Delta::InputJsonDelta { partial_json }
                         }
                     };
-                    out.json(
-                        Some("content_block_delta"),
-                        &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-                    );
+                    send(out, &Event::ContentBlockDelta { index, delta });
                 }
-                Step::Stop { index } => out.json(
-                    Some("content_block_stop"),
-                    &json!({"type": "content_block_stop", "index": index}),
-                ),
-                Step::Finish(f) => out.json(
-                    Some("message_delta"),
-                    &json!({
-                        "type": "message_delta",
-                        "delta": {"stop_reason": stop_reason(f), "stop_sequence": null},
-                        "usage": usage_json(&self.usage),
-                    }),
+                Step::Stop { index } => send(out, &Event::ContentBlockStop { index }),
+                Step::Finish(f) => send(
+                    out,
+                    &Event::MessageDelta {
+                        delta: wire::MessageDelta {
+                            stop_reason: Some(stop_reason(f)),
+                            stop_sequence: None,
+                        },
+                        usage: usage_out(&self.usage),
+                    },
                 ),
             }
         }
@@ -821,14 +856,14 @@ impl Dialect for Anthropic {
 
     fn end(&mut self, finished: bool, out: &mut Sse) {
         if finished {
-            out.json(Some("message_stop"), &json!({"type": "message_stop"}));
+            send(out, &Event::MessageStop);
         } else {
             self.error(&ended_early(), out);
         }
     }
 
     fn error(&mut self, e: &Error, out: &mut Sse) {
-        out.json(Some("error"), &anthropic_body(e));
+        send(out, &error_event(e));
     }
 }
 
@@ -888,11 +923,16 @@ pub async fn count_tokens_handler(
     to_chat(check, &HeaderMap::new()).map_err(ApiError::anthropic)?;
     let messages = to_messages(r.system, r.messages).map_err(ApiError::anthropic)?;
     let tools = to_tools(r.tools).map_err(ApiError::anthropic)?;
-    Ok(axum::Json(json!({"input_tokens": estimate_tokens(&messages, &tools)})).into_response())
+    Ok(axum::Json(wire::TokenCount {
+        input_tokens: estimate_tokens(&messages, &tools),
+    })
+    .into_response())
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn parse(v: Value) -> MessagesRequest {
@@ -1034,7 +1074,7 @@ mod tests {
             cache_write_tokens: 10,
         };
         assert_eq!(
-            usage_json(&u),
+            serde_json::to_value(usage_out(&u)).unwrap(),
             json!({"input_tokens": 30, "output_tokens": 7, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 60})
         );
         let m = vec![Message {

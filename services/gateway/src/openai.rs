@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use weft_core::chat::{Answer, ChatEvent, ChatRequest, Sampling};
 use weft_core::message::{ContentBlock, Message, Role, ToolSpec, Usage};
 use weft_core::{Error, Principal, Scope};
@@ -350,10 +350,10 @@ pub(crate) fn to_chat(
         tools.push(ToolSpec {
             name: t.function.name,
             description: t.function.description,
-            parameters: t.function.parameters.map_or_else(
-                || json!({"type": "object", "properties": {}}),
-                Value::Object,
-            ),
+            parameters: t
+                .function
+                .parameters
+                .map_or_else(openai::no_arguments_schema, Value::Object),
         });
     }
     let include_usage = r.stream_options.as_ref().is_some_and(|o| o.include_usage);
@@ -644,31 +644,35 @@ pub async fn embeddings(
     };
     let (res, limits) = st.router_embed(&p, req).await.map_err(ApiError::openai)?;
     let b64 = body.encoding_format == Some(EncodingFormat::Base64);
-    let data: Vec<Value> = res
+    let data = res
         .data
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, e)| {
             let embedding = if b64 {
                 let bytes: Vec<u8> = e.values.iter().flat_map(|f| f.to_le_bytes()).collect();
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+                openai::Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
-                json!(e.values)
+                openai::Vector::Float(&e.values)
             };
-            json!({"object": "embedding", "index": i, "embedding": embedding})
+            openai::Embedding::new(i, embedding)
         })
         .collect();
     let u = res.usage.unwrap_or_default();
-    Ok((
-        limits,
-        axum::Json(json!({
-            "object": "list",
-            "data": data,
-            "model": if res.model.is_empty() { requested } else { res.model },
-            "usage": {"prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens},
-        })),
-    )
-        .into_response())
+    let answer = openai::EmbeddingsAnswer {
+        object: "list",
+        data,
+        model: if res.model.is_empty() {
+            &requested
+        } else {
+            &res.model
+        },
+        usage: openai::EmbeddingsUsage {
+            prompt_tokens: u.prompt_tokens,
+            total_tokens: u.total_tokens,
+        },
+    };
+    Ok((limits, axum::Json(answer)).into_response())
 }
 
 pub async fn models(
@@ -676,9 +680,19 @@ pub async fn models(
     Extension(p): Extension<Principal>,
 ) -> Result<Response> {
     let list = st.router_models(&p).await.map_err(ApiError::openai)?;
-    let data: Vec<Value> = list
-        .into_iter()
-        .map(|m| json!({"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by, "weft_kind": m.kind}))
+    let data = list
+        .iter()
+        .map(|m| openai::Model {
+            id: &m.id,
+            object: "model",
+            created: 0,
+            owned_by: &m.owned_by,
+            weft_kind: &m.kind,
+        })
         .collect();
-    Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
+    Ok(axum::Json(openai::ModelList {
+        object: "list",
+        data,
+    })
+    .into_response())
 }

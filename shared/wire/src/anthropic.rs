@@ -1,5 +1,6 @@
 //! Anthropic's Messages API (`POST /v1/messages`): the request the router's `anthropic` driver
-//! sends, and the answer it reads, whole ([`Answer`]) or as SSE events ([`StreamEvent`]).
+//! sends, and the answer it reads, whole ([`Answer`]) or as SSE events ([`StreamEvent`]); and, in
+//! [`write`], the answer weft's own Anthropic-compatible `/v1/messages` writes.
 
 use std::borrow::Cow;
 
@@ -269,4 +270,272 @@ pub struct StreamError<'a> {
     pub message: Option<Cow<'a, str>>,
     #[serde(default, borrow, rename = "type", deserialize_with = "lenient::string")]
     pub kind: Option<Cow<'a, str>>,
+}
+
+/// The answer as weft's Anthropic-compatible `/v1/messages` writes it: the `message` object, the
+/// stream's events and `count_tokens`' answer, in the shapes of Anthropic's API reference. An
+/// answer's text, thinking and tool-use blocks are the request's [`Block`]s, which have the same
+/// shape.
+pub mod write {
+    use serde::Serialize;
+
+    use super::Block;
+
+    /// A whole answer, or (empty, with no stop reason) the one a stream's `message_start`
+    /// opens.
+    #[derive(Clone, Debug, Serialize)]
+    pub struct Message<'a> {
+        pub id: &'a str,
+        /// Always `"message"`.
+        #[serde(rename = "type")]
+        pub kind: &'a str,
+        /// Always `"assistant"`.
+        pub role: &'a str,
+        pub model: &'a str,
+        pub content: Vec<Block<'a>>,
+        /// `end_turn`, `max_tokens`, `tool_use`, `refusal`; `null` until the answer ends.
+        pub stop_reason: Option<&'a str>,
+        /// The stop sequence that matched; always `null` from weft, which does not know it.
+        pub stop_sequence: Option<&'a str>,
+        pub usage: Usage,
+    }
+
+    impl<'a> Message<'a> {
+        /// The assistant's message `id`, naming `model`.
+        pub fn new(
+            id: &'a str,
+            model: &'a str,
+            content: Vec<Block<'a>>,
+            stop_reason: Option<&'a str>,
+            usage: Usage,
+        ) -> Self {
+            Self {
+                id,
+                kind: "message",
+                role: "assistant",
+                model,
+                content,
+                stop_reason,
+                stop_sequence: None,
+                usage,
+            }
+        }
+    }
+
+    /// Token counts: `input_tokens` excludes the cached input, which the other two count.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+    pub struct Usage {
+        pub input_tokens: u64,
+        pub cache_creation_input_tokens: u64,
+        pub cache_read_input_tokens: u64,
+        pub output_tokens: u64,
+    }
+
+    /// One event of a streamed answer; its `type` is also the SSE `event:` name
+    /// ([`Event::name`]).
+    #[derive(Clone, Debug, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Event<'a> {
+        MessageStart {
+            message: Message<'a>,
+        },
+        /// A block opens: empty text, empty thinking, or a tool call with an empty `input`.
+        ContentBlockStart {
+            index: u32,
+            content_block: Block<'a>,
+        },
+        ContentBlockDelta {
+            index: u32,
+            delta: Delta<'a>,
+        },
+        ContentBlockStop {
+            index: u32,
+        },
+        /// The answer's end: its stop reason and the call's usage.
+        MessageDelta {
+            delta: MessageDelta<'a>,
+            usage: Usage,
+        },
+        MessageStop,
+        /// Also the body of an error answer (`{"type": "error", "error": {…}}`).
+        Error {
+            error: ErrorDetail<'a>,
+        },
+    }
+
+    impl Event<'_> {
+        /// The SSE `event:` name, the same as the `type`.
+        pub fn name(&self) -> &'static str {
+            match self {
+                Self::MessageStart { .. } => "message_start",
+                Self::ContentBlockStart { .. } => "content_block_start",
+                Self::ContentBlockDelta { .. } => "content_block_delta",
+                Self::ContentBlockStop { .. } => "content_block_stop",
+                Self::MessageDelta { .. } => "message_delta",
+                Self::MessageStop => "message_stop",
+                Self::Error { .. } => "error",
+            }
+        }
+    }
+
+    /// What a `content_block_delta` adds to its block.
+    #[derive(Clone, Debug, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Delta<'a> {
+        TextDelta {
+            text: &'a str,
+        },
+        ThinkingDelta {
+            thinking: &'a str,
+        },
+        SignatureDelta {
+            signature: &'a str,
+        },
+        /// A piece of a tool call's JSON arguments.
+        InputJsonDelta {
+            partial_json: &'a str,
+        },
+    }
+
+    /// `message_delta`'s `delta`.
+    #[derive(Clone, Debug, Serialize)]
+    pub struct MessageDelta<'a> {
+        pub stop_reason: Option<&'a str>,
+        /// Always `null` from weft (see [`Message::stop_sequence`]).
+        pub stop_sequence: Option<&'a str>,
+    }
+
+    /// An error's `type` (`invalid_request_error`, `overloaded_error`, …) and message.
+    #[derive(Clone, Debug, Serialize)]
+    pub struct ErrorDetail<'a> {
+        #[serde(rename = "type")]
+        pub kind: &'a str,
+        pub message: &'a str,
+    }
+
+    /// `POST /v1/messages/count_tokens`' answer.
+    #[derive(Clone, Copy, Debug, Serialize)]
+    pub struct TokenCount {
+        pub input_tokens: u64,
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::borrow::Cow;
+
+        use serde_json::{Map, Value, json};
+
+        use super::*;
+
+        fn usage() -> Usage {
+            Usage {
+                input_tokens: 1,
+                cache_creation_input_tokens: 2,
+                cache_read_input_tokens: 3,
+                output_tokens: 4,
+            }
+        }
+
+        #[test]
+        fn answers_have_anthropics_shape() {
+            let m = Message::new(
+                "msg_1",
+                "claude",
+                vec![
+                    Block::Thinking {
+                        thinking: "hm",
+                        signature: "s",
+                    },
+                    Block::Text { text: "hi" },
+                    Block::ToolUse {
+                        id: Cow::Borrowed("t"),
+                        name: "f",
+                        input: Value::Object(Map::new()),
+                    },
+                ],
+                Some("tool_use"),
+                usage(),
+            );
+            assert_eq!(
+                serde_json::to_value(&m).unwrap(),
+                json!({
+                    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+                    "content": [
+                        {"type": "thinking", "thinking": "hm", "signature": "s"},
+                        {"type": "text", "text": "hi"},
+                        {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+                    ],
+                    "stop_reason": "tool_use", "stop_sequence": null,
+                    "usage": {"input_tokens": 1, "output_tokens": 4,
+                              "cache_creation_input_tokens": 2, "cache_read_input_tokens": 3},
+                })
+            );
+        }
+
+        #[test]
+        fn events_are_tagged_with_their_name() {
+            let events = [
+                (
+                    Event::MessageStart {
+                        message: Message::new("m", "c", Vec::new(), None, Usage::default()),
+                    },
+                    json!({"type": "message_start", "message": {
+                        "id": "m", "type": "message", "role": "assistant", "model": "c",
+                        "content": [], "stop_reason": null, "stop_sequence": null,
+                        "usage": {"input_tokens": 0, "output_tokens": 0,
+                                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+                    }}),
+                ),
+                (
+                    Event::ContentBlockStart {
+                        index: 1,
+                        content_block: Block::Text { text: "" },
+                    },
+                    json!({"type": "content_block_start", "index": 1,
+                           "content_block": {"type": "text", "text": ""}}),
+                ),
+                (
+                    Event::ContentBlockDelta {
+                        index: 2,
+                        delta: Delta::InputJsonDelta { partial_json: "{" },
+                    },
+                    json!({"type": "content_block_delta", "index": 2,
+                           "delta": {"type": "input_json_delta", "partial_json": "{"}}),
+                ),
+                (
+                    Event::ContentBlockStop { index: 3 },
+                    json!({"type": "content_block_stop", "index": 3}),
+                ),
+                (
+                    Event::MessageDelta {
+                        delta: MessageDelta {
+                            stop_reason: Some("end_turn"),
+                            stop_sequence: None,
+                        },
+                        usage: usage(),
+                    },
+                    json!({"type": "message_delta",
+                           "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                           "usage": {"input_tokens": 1, "output_tokens": 4,
+                                     "cache_creation_input_tokens": 2,
+                                     "cache_read_input_tokens": 3}}),
+                ),
+                (Event::MessageStop, json!({"type": "message_stop"})),
+                (
+                    Event::Error {
+                        error: ErrorDetail {
+                            kind: "api_error",
+                            message: "m",
+                        },
+                    },
+                    json!({"type": "error", "error": {"type": "api_error", "message": "m"}}),
+                ),
+            ];
+            for (event, want) in events {
+                let got = serde_json::to_value(&event).unwrap();
+                assert_eq!(got, want);
+                assert_eq!(got["type"], event.name());
+            }
+        }
+    }
 }

@@ -382,6 +382,61 @@ pub struct FunctionDef<'a> {
     pub parameters: &'a Value,
 }
 
+/// A `tool_choice` as weft hands it on: `"none"`, `"auto"`, `"required"`, or a named function,
+/// `{"type": "function", "function": {"name": …}}`. The native and Anthropic-compatible doors
+/// write their callers' choices in this shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolChoice<'a> {
+    None,
+    Auto,
+    Required,
+    Function(&'a str),
+}
+
+impl Serialize for ToolChoice<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            function: Name<'a>,
+        }
+        #[derive(Serialize)]
+        struct Name<'a> {
+            name: &'a str,
+        }
+        match *self {
+            Self::None => s.serialize_str("none"),
+            Self::Auto => s.serialize_str("auto"),
+            Self::Required => s.serialize_str("required"),
+            Self::Function(name) => Named {
+                kind: "function",
+                function: Name { name },
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl ToolChoice<'_> {
+    /// The choice as a JSON value, as the chat contract carries it.
+    pub fn to_value(self) -> Value {
+        // Strings and a map with string keys: converting cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// `{"type": "object", "properties": {}}`: the parameters of a tool that takes no arguments.
+pub fn no_arguments_schema() -> Value {
+    let mut schema = serde_json::Map::new();
+    schema.insert("type".to_owned(), Value::from("object"));
+    schema.insert(
+        "properties".to_owned(),
+        Value::Object(serde_json::Map::new()),
+    );
+    Value::Object(schema)
+}
+
 /// An embeddings request.
 #[derive(Clone, Debug, Serialize)]
 pub struct EmbeddingsRequest<'a> {
@@ -393,6 +448,84 @@ pub struct EmbeddingsRequest<'a> {
     pub dimensions: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<&'a str>,
+}
+
+/// An embeddings answer, as weft's `/v1/embeddings` writes it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EmbeddingsAnswer<'a> {
+    /// Always `"list"`.
+    pub object: &'a str,
+    pub data: Vec<Embedding<'a>>,
+    pub model: &'a str,
+    pub usage: EmbeddingsUsage,
+}
+
+/// One input's vector.
+#[derive(Clone, Debug, Serialize)]
+pub struct Embedding<'a> {
+    /// Always `"embedding"`.
+    pub object: &'a str,
+    /// The input's position in the request.
+    pub index: usize,
+    pub embedding: Vector<'a>,
+}
+
+impl<'a> Embedding<'a> {
+    pub fn new(index: usize, embedding: Vector<'a>) -> Self {
+        Self {
+            object: "embedding",
+            index,
+            embedding,
+        }
+    }
+}
+
+/// A vector as the caller's `encoding_format` asks for it.
+#[derive(Clone, Debug)]
+pub enum Vector<'a> {
+    /// Numbers (`float`). Each is written as the `f64` its `f32` widens to, as weft has always
+    /// written them (`0.1f32` as `0.10000000149011612`); a client reading `f32`s gets the
+    /// provider's values back exactly either way.
+    Float(&'a [f32]),
+    /// The little-endian `f32`s, base64-encoded (`base64`).
+    Base64(String),
+}
+
+impl Serialize for Vector<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Float(v) => s.collect_seq(v.iter().map(|f| f64::from(*f))),
+            Self::Base64(text) => s.serialize_str(text),
+        }
+    }
+}
+
+/// An embeddings call's token counts (there is no completion).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EmbeddingsUsage {
+    pub prompt_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// `GET /v1/models`' answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelList<'a> {
+    /// Always `"list"`.
+    pub object: &'a str,
+    pub data: Vec<Model<'a>>,
+}
+
+/// One model a caller may name.
+#[derive(Clone, Debug, Serialize)]
+pub struct Model<'a> {
+    pub id: &'a str,
+    /// Always `"model"`.
+    pub object: &'a str,
+    /// Unix seconds; weft writes `0`, as it does not know when a provider made the model.
+    pub created: u64,
+    pub owned_by: &'a str,
+    /// weft's addition: whether `id` is a `model`, an `alias` or a `tier`.
+    pub weft_kind: &'a str,
 }
 
 /// An upstream's answer as the router's drivers read it: every field optional and read
@@ -655,6 +788,40 @@ mod tests {
         assert_eq!(back["model"], "m");
         assert_eq!(back["user"], "p");
         assert_eq!(text.matches("\"model\"").count(), 1);
+    }
+
+    #[test]
+    fn tool_choices_and_embeddings_have_openais_shape() {
+        use serde_json::json;
+        assert_eq!(ToolChoice::Required.to_value(), json!("required"));
+        assert_eq!(
+            ToolChoice::Function("f").to_value(),
+            json!({"type": "function", "function": {"name": "f"}})
+        );
+        assert_eq!(
+            no_arguments_schema(),
+            json!({"type": "object", "properties": {}})
+        );
+        let values = [0.1_f32, -2.0];
+        let a = EmbeddingsAnswer {
+            object: "list",
+            data: vec![
+                Embedding::new(0, Vector::Float(&values)),
+                Embedding::new(1, Vector::Base64("AAAA".into())),
+            ],
+            model: "e",
+            usage: EmbeddingsUsage {
+                prompt_tokens: 2,
+                total_tokens: 2,
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            json!({"object": "list", "model": "e",
+                   "data": [{"object": "embedding", "index": 0, "embedding": values},
+                            {"object": "embedding", "index": 1, "embedding": "AAAA"}],
+                   "usage": {"prompt_tokens": 2, "total_tokens": 2}})
+        );
     }
 
     #[test]
