@@ -8,7 +8,7 @@ weft_telemetry::global_allocator!();
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use weft_config::{CommonArgs, Overrides};
+use weft_config::{CommonArgs, DatabaseFlags, Overrides};
 
 use cmd::hash::HashCmd;
 use cmd::mcp::McpArgs;
@@ -33,9 +33,8 @@ struct Cli {
 struct Common {
     #[command(flatten)]
     shared: CommonArgs,
-    /// Postgres URL (overrides database.url).
-    #[arg(long, global = true)]
-    database_url: Option<String>,
+    #[command(flatten)]
+    database: DatabaseFlags,
 }
 
 #[derive(Subcommand, Debug)]
@@ -78,18 +77,23 @@ fn main() -> ExitCode {
 
 async fn program() -> ExitCode {
     let cli = Cli::parse();
+    // The flag layer: typed flags, merged in this order on top of the environment.
     let mut o = Overrides::default();
-    o.set("database", "url", cli.common.database_url.as_deref());
+    o.flags(&cli.common.database);
     // Subcommands that load no config (doctor loads its own, to report on it).
     match &cli.cmd {
         Cmd::Doctor(a) => {
-            a.overrides(&mut o);
+            o.flags(a);
             return cmd::doctor::run(&cli.common.shared, o).await;
         }
         Cmd::Hash(h) => return cmd::hash::run(h),
         Cmd::Mcp(a) => return cmd::mcp::run(a).await,
-        Cmd::Up(a) => a.overrides(&mut o),
-        Cmd::Router(a) => a.overrides(&mut o),
+        Cmd::Up(a) => {
+            o.flags(&a.listen);
+        }
+        Cmd::Router(a) => {
+            o.flags(&a.listen);
+        }
         Cmd::Migrate | Cmd::Token(_) | Cmd::Executor | Cmd::Ingress => {}
     }
     let config = match cli.common.shared.load(o) {

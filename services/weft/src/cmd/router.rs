@@ -3,23 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use weft_config::Overrides;
 
 use super::fail;
 
 /// `weft router`'s flags.
 #[derive(Args, Debug)]
 pub struct RouterArgs {
-    /// Router gRPC address.
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-}
-
-impl RouterArgs {
-    /// The config these flags override.
-    pub fn overrides(&self, o: &mut Overrides) {
-        o.set("router", "listen", self.listen);
-    }
+    // router.listen.
+    #[command(flatten)]
+    pub listen: weft_config::RouterListenFlags,
 }
 
 /// Runs the router until SIGINT/SIGTERM.

@@ -6,48 +6,21 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
-use weft_config::Overrides;
 
 use super::fail;
 
 /// The addresses `weft up` listens on (`weft doctor` takes the same flags, to check them).
-#[derive(Args, Debug, Default)]
-pub struct ListenArgs {
-    /// Gateway HTTP address (gateway.listen).
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-    /// Router gRPC address (router.listen).
-    #[arg(long)]
-    router_listen: Option<std::net::SocketAddr>,
-    /// Substrate (definitions) gRPC address (substrate.listen).
-    #[arg(long)]
-    substrate_listen: Option<std::net::SocketAddr>,
-}
-
-impl ListenArgs {
-    /// The config these flags override.
-    pub fn overrides(&self, o: &mut Overrides) {
-        o.set("gateway", "listen", self.listen)
-            .set("router", "listen", self.router_listen)
-            .set("substrate", "listen", self.substrate_listen);
-    }
-}
+pub type ListenArgs = weft_config::FleetListenFlags;
 
 /// `weft up`'s flags.
 #[derive(Args, Debug)]
 pub struct UpArgs {
+    // gateway.listen, router.listen and substrate.listen.
     #[command(flatten)]
-    listen: ListenArgs,
+    pub listen: ListenArgs,
     /// Write {"url", "admin_token"} as JSON to this file once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
-}
-
-impl UpArgs {
-    /// The config these flags override.
-    pub fn overrides(&self, o: &mut Overrides) {
-        self.listen.overrides(o);
-    }
 }
 
 /// Starts the fleet, prints how to reach it, and runs until SIGINT/SIGTERM.
