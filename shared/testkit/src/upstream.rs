@@ -1,6 +1,7 @@
 //! A fake OpenAI-compatible upstream speaking the real wire format: `/v1/chat/completions`
 //! (JSON and SSE, tool calls, `stream_options.include_usage`), `/v1/embeddings`, `/v1/models`.
 //! Behaviours are scripted per call; when the script is empty the default behaviour applies.
+//! Chat answers are built from `weft_wire::openai` types (usage, deltas, tool calls).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -15,8 +16,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use futures::StreamExt as _;
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use weft_wire::openai::{self, ChatCompletionChunk, ChunkDelta, Logprobs, ToolCall, Usage};
+
+/// `created` of every answer: fixed, so answers are the same from run to run.
+const CREATED: u64 = 1_700_000_000;
 
 /// What the upstream does for one call.
 #[derive(Clone, Debug)]
@@ -192,6 +198,54 @@ fn last_user_text(body: &Value) -> String {
     }
 }
 
+/// A whole completion as the fake writes it: [`openai::ChatCompletion`]'s shape, less the
+/// fields the fake has always left out (`refusal`), so tests built on its answers see the same
+/// JSON.
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'a str,
+    created: u64,
+    model: &'a str,
+    choices: [Choice<'a>; 1],
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: Message<'a>,
+    finish_reason: &'a str,
+    logprobs: Option<Logprobs>,
+}
+
+/// The assistant's message: `content` is `null` when the answer is tool calls.
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'a str,
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall<'a>>,
+}
+
+/// A streamed chunk as the fake writes it: [`openai::ChatCompletionChunk`]'s shape without the
+/// choice's `logprobs` and the `usage` placeholder, which the fake has never sent.
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'a str,
+    created: u64,
+    model: &'a str,
+    choices: [ChunkChoice<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: ChunkDelta<'a>,
+    finish_reason: Option<&'a str>,
+}
+
 fn fail(status: u16, retry_after: Option<u64>) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (
@@ -248,63 +302,106 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     let completion_tokens = u64::try_from(text.split_whitespace().count() + calls.len() * 8)
         .unwrap_or(0)
         .max(1);
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+    let usage = Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+    };
     let finish = if calls.is_empty() {
         "stop"
     } else {
         "tool_calls"
     };
     let id = "chatcmpl-fake";
+    let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
     if !stream {
-        let tool_calls: Vec<Value> = calls
+        let tool_calls = calls
             .iter()
-            .enumerate()
-            .map(|(i, (n, a))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": n, "arguments": a}}))
+            .zip(&ids)
+            .map(|((name, args), id)| ToolCall::whole(id, name, args))
             .collect();
-        let mut message = json!({"role": "assistant", "content": if calls.is_empty() { Value::String(text) } else { Value::Null }});
-        if !tool_calls.is_empty() {
-            message["tool_calls"] = Value::Array(tool_calls);
-        }
-        return Json(json!({
-            "id": id, "object": "chat.completion", "created": 1_700_000_000, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
-            "usage": usage,
-        }))
+        return Json(Completion {
+            id,
+            object: openai::COMPLETION,
+            created: CREATED,
+            model: &model,
+            choices: [Choice {
+                index: 0,
+                message: Message {
+                    role: "assistant",
+                    content: calls.is_empty().then_some(text.as_str()),
+                    tool_calls,
+                },
+                finish_reason: finish,
+                logprobs: None,
+            }],
+            usage,
+        })
         .into_response();
     }
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    let chunk = |delta: ChunkDelta<'_>, finish: Option<&str>| {
+        serde_json::to_string(&Chunk {
+            id,
+            object: openai::CHUNK,
+            created: CREATED,
+            model: &model,
+            choices: [ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish,
+            }],
+        })
+        .unwrap_or_default()
     };
-    let mut frames: Vec<String> =
-        vec![chunk(json!({"role": "assistant", "content": ""}), None).to_string()];
+    let mut frames: Vec<String> = vec![chunk(
+        ChunkDelta {
+            role: Some("assistant".into()),
+            content: Some("".into()),
+            ..ChunkDelta::default()
+        },
+        None,
+    )];
     if matches!(behavior, Behavior::Malformed) {
         frames.push("{not json".to_owned());
     }
     for word in text.split_inclusive(' ') {
-        frames.push(chunk(json!({"content": word}), None).to_string());
+        frames.push(chunk(
+            ChunkDelta {
+                content: Some(word.into()),
+                ..ChunkDelta::default()
+            },
+            None,
+        ));
     }
-    for (i, (name, args)) in calls.iter().enumerate() {
-        frames.push(chunk(json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]}), None).to_string());
+    for (i, ((name, args), call_id)) in calls.iter().zip(&ids).enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        frames.push(chunk(
+            ChunkDelta {
+                tool_calls: vec![ToolCall::start(index, call_id, name)],
+                ..ChunkDelta::default()
+            },
+            None,
+        ));
         let mid = args
             .char_indices()
             .nth(args.chars().count() / 2)
             .map_or(args.len(), |(b, _)| b);
         for part in [&args[..mid], &args[mid..]] {
             if !part.is_empty() {
-                frames.push(
-                    chunk(
-                        json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
-                        None,
-                    )
-                    .to_string(),
-                );
+                frames.push(chunk(
+                    ChunkDelta {
+                        tool_calls: vec![ToolCall::arguments(index, part)],
+                        ..ChunkDelta::default()
+                    },
+                    None,
+                ));
             }
         }
     }
-    frames.push(chunk(json!({}), Some(finish)).to_string());
+    frames.push(chunk(ChunkDelta::default(), Some(finish)));
     if include_usage {
-        frames.push(json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model, "choices": [], "usage": usage}).to_string());
+        let last = ChatCompletionChunk::usage(id, CREATED, &model, usage);
+        frames.push(serde_json::to_string(&last).unwrap_or_default());
     }
     let breaks = matches!(behavior, Behavior::BreakMidStream);
     let mut out: Vec<Result<Bytes, std::io::Error>> = Vec::new();
