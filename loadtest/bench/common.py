@@ -222,17 +222,20 @@ def machine_info():
 
 # --- the load generator ---------------------------------------------------------------------------
 
-def loadtest(ctx, scenario, *args, out=None, env=None):
+def loadtest(ctx, scenario, *args, out=None, env=None, exe=None):
     """Runs `weft-loadtest SCENARIO ARGS… --out OUT` and returns the report it wrote. Secrets
-    travel in `env` (WEFT_LOADTEST_TOKEN, …), never on the command line (argv is visible to ps)."""
-    cmd = [str(ctx.lt), scenario, *[str(a) for a in args]]
+    travel in `env` (WEFT_LOADTEST_TOKEN, …), never on the command line (argv is visible to ps).
+    With `exe` (a generator of one scenario, such as `weft-mcp-profile`), runs `EXE ARGS…`
+    instead; `scenario` only names it in errors."""
+    cmd = [str(ctx.lt), scenario] if exe is None else [str(exe)]
+    cmd += [str(a) for a in args]
     if out is not None:
         cmd += ["--out", str(out)]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_LOADTEST_")}
     full_env.update(env or {})
     r = subprocess.run(cmd, env=full_env, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
-        raise BenchError(f"weft-loadtest {scenario} failed (exit {r.returncode}): "
+        raise BenchError(f"{os.path.basename(cmd[0])} {scenario} failed (exit {r.returncode}): "
                          + " ".join(cmd[1:]))
     if out is None:
         return None

@@ -203,8 +203,8 @@ class Sitting:
 
     # --- the load generator -------------------------------------------------------------------
 
-    def loadtest(self, scenario, *args, out=None, env=None):
-        return common.loadtest(self, scenario, *args, out=out, env=env)
+    def loadtest(self, scenario, *args, out=None, env=None, exe=None):
+        return common.loadtest(self, scenario, *args, out=out, env=env, exe=exe)
 
     def loadtest_compare(self, direct, through, out):
         """`weft-loadtest compare` of two reports in the out dir (names without `.json`)."""

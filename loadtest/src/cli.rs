@@ -244,24 +244,19 @@ pub struct McpServerArgs {
     pub ready_file: Option<PathBuf>,
 }
 
-/// Where the `mcp` scenario sends its calls.
+/// Where the `mcp` scenario sends its calls. The profiling targets that link the bridge into
+/// the generator (`pool`, `bridge-in-process`) are `weft-mcp-profile`'s (loadtest/mcp-profile):
+/// this generator only talks to a running fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum McpTarget {
     /// The MCP server itself: one rmcp client session per worker.
     Direct,
     /// weft's MCP bridge: `weft.v1.McpBridge/CallTool` over gRPC with an internal JWT.
     Bridge,
-    /// Profiling: the bridge's session pool (`weft_mcp_bridge::pool::Pool`) in this process,
-    /// calling the server at `--url` as the bridge does, without gRPC or definition lookups.
-    Pool,
     /// Profiling: `CallTool` to the bridge with arguments that are not a JSON object, which it
     /// refuses after the JWT check and the definition lookup, before the pool: the gRPC hop and
     /// the bridge's front half, no MCP call.
     BridgeHop,
-    /// The bridge as `weft up` runs it: `weft_mcp_bridge::Bridge` in this process, its gRPC
-    /// service called in-process (`weft_proto::transport::in_process`, no socket), reading
-    /// definitions from the substrate at `--substrate-url`.
-    BridgeInProcess,
 }
 
 #[derive(Debug, Args)]
@@ -270,20 +265,23 @@ pub struct McpArgs {
     /// `--bridge-url` for the server definition `--server`.
     #[arg(long, value_enum)]
     pub target: McpTarget,
-    /// The MCP server's streamable HTTP endpoint (`--target direct` and `pool`), e.g.
+    /// The MCP server's streamable HTTP endpoint (`--target direct`), e.g.
     /// `http://127.0.0.1:8791/mcp`.
-    #[arg(long, required_if_eq_any([("target", "direct"), ("target", "pool")]))]
+    #[arg(long, required_if_eq("target", "direct"))]
     pub url: Option<String>,
     /// The bridge's gRPC URL (`--target bridge`), e.g. `http://127.0.0.1:8790`.
     #[arg(long, required_if_eq_any([("target", "bridge"), ("target", "bridge-hop")]))]
     pub bridge_url: Option<String>,
-    /// The substrate's gRPC URL (`--target bridge-in-process`), e.g. `http://127.0.0.1:8789`.
-    #[arg(long, required_if_eq("target", "bridge-in-process"))]
-    pub substrate_url: Option<String>,
-    /// For `--target bridge-in-process`: CIDRs the in-process bridge may call although private
-    /// (its `mcp_bridge.private_exempt`).
-    #[arg(long, default_value = "127.0.0.1/32")]
-    pub private_exempt: Vec<String>,
+    #[command(flatten)]
+    pub caller: McpCallerArgs,
+    #[command(flatten)]
+    pub load: McpLoadArgs,
+}
+
+/// Who the bridge calls are made as (`--target bridge`, `bridge-hop`; and `weft-mcp-profile`'s
+/// `bridge-in-process`).
+#[derive(Clone, Debug, Args)]
+pub struct McpCallerArgs {
     /// The MCP server definition's name in `--tenant` (`--target bridge`).
     #[arg(long, default_value = "bench")]
     pub server: String,
@@ -297,6 +295,11 @@ pub struct McpArgs {
     /// The subject the internal JWT names (a run's creator, for the executor).
     #[arg(long, default_value = "weft-loadtest")]
     pub subject: String,
+}
+
+/// The closed loop of the `mcp` scenario, whatever the target.
+#[derive(Clone, Debug, Args)]
+pub struct McpLoadArgs {
     /// Closed loop: this many workers, each making its next call when the last one finished.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
@@ -789,8 +792,8 @@ mod tests {
     fn mcp_targets_need_their_addresses() {
         assert!(parse(&["mcp", "--target", "direct"]).is_err());
         assert!(parse(&["mcp", "--target", "bridge", "--url", "http://h/mcp"]).is_err());
-        assert!(parse(&["mcp", "--target", "pool"]).is_err());
-        assert!(parse(&["mcp", "--target", "bridge-in-process"]).is_err());
+        // In-process profiling lives in weft-mcp-profile.
+        assert!(parse(&["mcp", "--target", "pool", "--url", "http://h/mcp"]).is_err());
         assert!(parse(&["mcp", "--target", "bridge-hop", "--url", "http://h/mcp"]).is_err());
         let Command::Mcp(a) = parse(&["mcp", "--target", "direct", "--url", "http://h/mcp"])
             .unwrap()
@@ -799,11 +802,11 @@ mod tests {
             panic!("expected mcp");
         };
         assert_eq!(a.target, McpTarget::Direct);
-        assert_eq!(a.concurrency, 1);
-        assert_eq!(a.duration, Duration::from_secs(10));
-        assert_eq!(a.warmup, Duration::from_secs(2));
-        assert_eq!(a.tenant, "default");
-        assert_eq!(a.server, "bench");
+        assert_eq!(a.load.concurrency, 1);
+        assert_eq!(a.load.duration, Duration::from_secs(10));
+        assert_eq!(a.load.warmup, Duration::from_secs(2));
+        assert_eq!(a.caller.tenant, "default");
+        assert_eq!(a.caller.server, "bench");
         let Command::Mcp(a) = parse(&[
             "mcp",
             "--target",
@@ -823,7 +826,7 @@ mod tests {
             panic!("expected mcp");
         };
         assert_eq!(a.target, McpTarget::Bridge);
-        assert_eq!(a.concurrency, 8);
-        assert_eq!(a.jwt_secret.as_deref(), Some("x"));
+        assert_eq!(a.load.concurrency, 8);
+        assert_eq!(a.caller.jwt_secret.as_deref(), Some("x"));
     }
 }

@@ -12,10 +12,8 @@ use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde::Deserialize;
-use serde::de::IgnoredAny;
-use serde_json::json;
 use tokio::time::Instant;
+use weft_wire::openai::{self, ChatRequest, Message, StreamOptions};
 
 use crate::report::{ErrorKind, Timing};
 
@@ -45,17 +43,29 @@ pub struct TargetSpec<'a> {
     pub connections: usize,
 }
 
-/// The `POST /chat/completions` body.
-pub fn chat_body(model: &str, prompt: &str, stream: bool) -> serde_json::Value {
-    let mut body = json!({
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-    });
-    if stream {
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({"include_usage": true});
+/// The `POST /chat/completions` body: one user message, and the usage chunk asked for when
+/// streaming, as weft's router asks its upstreams.
+pub fn chat_body<'a>(model: &'a str, prompt: &'a str, stream: bool) -> ChatRequest<'a> {
+    ChatRequest {
+        model,
+        messages: vec![Message::text("user", prompt.into())],
+        tools: Vec::new(),
+        tool_choice: None,
+        temperature: None,
+        top_p: None,
+        max_tokens: None,
+        seed: None,
+        presence_penalty: None,
+        frequency_penalty: None,
+        stop: &[],
+        response_format: None,
+        user: None,
+        stream,
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+        extra: weft_wire::Extra::default(),
     }
-    body
 }
 
 impl Target {
@@ -250,21 +260,17 @@ impl BodyCheck {
     }
 }
 
-#[derive(Deserialize)]
-struct Completion {
-    choices: Vec<Choice>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    finish_reason: Option<IgnoredAny>,
-}
-
 /// A non-stream body is a success when it parses as a chat completion whose choices all have a
-/// `finish_reason` (an error object or a truncated body does not).
+/// `finish_reason` (an error object or a truncated body does not). Read as the router reads an
+/// upstream's answer ([`openai::read`]).
 fn check_completion(body: &[u8]) -> Result<(), ErrorKind> {
-    let c: Completion = serde_json::from_slice(body).map_err(|_| ErrorKind::Invalid)?;
-    if c.choices.is_empty() || c.choices.iter().any(|ch| ch.finish_reason.is_none()) {
+    let c: openai::read::Completion<'_> =
+        serde_json::from_slice(body).map_err(|_| ErrorKind::Invalid)?;
+    let choices = c.choices.unwrap_or_default();
+    let finished = |ch: &weft_wire::lenient::Obj<openai::read::Choice<'_>>| {
+        ch.0.as_ref().is_some_and(|c| c.finish_reason.is_some())
+    };
+    if choices.is_empty() || !choices.iter().all(finished) {
         return Err(ErrorKind::Invalid);
     }
     Ok(())
@@ -448,12 +454,17 @@ mod tests {
 
     #[test]
     fn request_body_asks_for_usage_only_when_streaming() {
-        let b = chat_body("bench", "hi", true);
+        let b = serde_json::to_value(chat_body("bench", "hi", true)).unwrap();
         assert_eq!(b["stream"], true);
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert_eq!(b["messages"][0]["content"], "hi");
-        let b = chat_body("bench", "hi", false);
-        assert!(b.get("stream").is_none());
+        assert_eq!(b["messages"][0]["role"], "user");
+        let b = serde_json::to_value(chat_body("bench", "hi", false)).unwrap();
+        assert_eq!(b["stream"], false);
         assert!(b.get("stream_options").is_none());
+        assert_eq!(
+            b.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["messages", "model", "stream"]
+        );
     }
 }

@@ -10,35 +10,14 @@
 //! weft's receiver. `loadtest/bench.py` runs the whole benchmarks: it makes each scenario's
 //! database, ports, config and fleet, runs this generator against it and tears it all down.
 
-mod api;
-mod channels;
-mod chat;
-mod cli;
-mod client;
-mod compare;
-mod cpu;
-mod mcp;
-mod mcp_server;
-mod memory;
-mod paced;
-mod parked;
-mod proxy;
-mod report;
-mod rss;
-mod runs;
-mod sse;
-mod streams;
-mod upstream;
-mod webhooks;
-
-use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser as _;
-use serde::Serialize;
-
-use crate::cli::{Cli, Command};
+use weft_loadtest::cli::{Cli, Command};
+use weft_loadtest::{
+    channels, chat, compare, emit, mcp, mcp_server, memory, parked, proxy, runs, runtime, streams,
+    upstream, webhooks,
+};
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -78,8 +57,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::McpServer(args) => runtime(args.threads, true)?.block_on(mcp_server::run(&args)),
         Command::Mcp(args) => {
-            let report = runtime(args.threads, false)?.block_on(mcp::run(&args))?;
-            emit(&report, args.out.as_deref())
+            let report = runtime(args.load.threads, false)?.block_on(mcp::run(&args))?;
+            emit(&report, args.load.out.as_deref())
         }
         Command::Memory(args) => {
             let report = runtime(args.weft.threads, false)?.block_on(memory::run(&args))?;
@@ -90,35 +69,4 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             emit(&report, args.out.as_deref())
         }
     }
-}
-
-/// One thread and no `multi_thread` wish gives a current-thread runtime: no work stealing, no
-/// cross-thread wake-ups, the lightest generator for a small machine.
-fn runtime(threads: u16, multi_thread: bool) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = if threads == 1 && !multi_thread {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(usize::from(threads.max(1)));
-        b
-    };
-    builder
-        .enable_all()
-        .build()
-        .context("start the tokio runtime")
-}
-
-/// Prints `value` as pretty JSON on stdout and, when asked, writes the same to `out`.
-pub(crate) fn emit<T: Serialize>(value: &T, out: Option<&Path>) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)? + "\n";
-    print!("{text}");
-    if let Some(path) = out {
-        if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-        }
-        std::fs::write(path, &text).with_context(|| format!("write {}", path.display()))?;
-    }
-    Ok(())
 }

@@ -11,19 +11,16 @@
 //!   calls the server on its pooled session (one for all workers: same tenant, version and
 //!   credentials).
 //!
-//! Two more targets take the bridge apart, for profiling:
+//! One more target takes the bridge apart, for profiling:
 //!
-//! - `--target pool`: the bridge's own session pool ([`weft_mcp_bridge::pool::Pool`]) in this
-//!   process, with a definition made here, answering through the bridge's `result_text`: the
-//!   bridge's MCP half without gRPC, JWT or definition lookups.
 //! - `--target bridge-hop`: `CallTool` with `arguments_json` `[]`, which the bridge answers with
 //!   a tool error after checking the JWT and looking the definition up, before the pool: the gRPC
 //!   hop and the bridge's front half, no MCP call. That answer counts as the success.
 //!
-//! And `--target bridge-in-process` measures the arrangement `weft up` runs: the bridge in the
-//! caller's process (here the generator's), its gRPC service called through
-//! `weft_proto::transport::in_process` (same codec and JWT check, no socket), with definitions
-//! read from `--substrate-url`.
+//! The targets that link the bridge into the generator's process (`pool`, `bridge-in-process`)
+//! are `weft-mcp-profile`'s (loadtest/mcp-profile), which runs its calls through [`measure`]
+//! with its own [`EchoCall`]s, so its reports have this scenario's shape. This crate talks to a
+//! running fleet only and links no service.
 //!
 //! A call succeeds when it answers the exact text sent (`<--text> <worker>:<n>`) and is no tool
 //! error. Latency is from sending the call to its result. Time is a warm-up (calls made, not
@@ -36,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use hdrhistogram::Histogram;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ContentBlock, Implementation,
@@ -48,13 +46,12 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use weft_core::mcp::{McpServerContent, McpTransport};
-use weft_core::{Principal, Scope, Scopes, TenantId};
-use weft_mcp_bridge::pool::{Pool, ServerRef};
+use weft_api::base::Scope;
+use weft_auth::Principal;
 use weft_proto::transport::GrpcTransport;
 use weft_proto::v1;
 
-use crate::cli::{McpArgs, McpTarget};
+use crate::cli::{McpArgs, McpCallerArgs, McpLoadArgs, McpTarget};
 use crate::mcp_server::ECHO;
 use crate::report::{Failure, Failures, Summary, histogram, micros};
 
@@ -67,7 +64,7 @@ const NOT_AN_OBJECT: &str = "the tool's arguments must be a JSON object";
 /// The client side of a direct session: declares what the bridge's pool declares (no
 /// capabilities).
 #[derive(Clone)]
-struct BenchClient;
+pub struct BenchClient;
 
 impl ClientHandler for BenchClient {
     fn get_info(&self) -> ClientConfig {
@@ -79,7 +76,7 @@ impl ClientHandler for BenchClient {
 }
 
 /// What the bridge calls need, shared by every worker.
-struct BridgeCaller {
+pub struct BridgeCaller {
     transport: GrpcTransport,
     jwt: weft_auth::InternalJwt,
     principal: Principal,
@@ -136,43 +133,17 @@ fn grpc_code_name(code: tonic::Code) -> String {
     format!("{code:?}").to_lowercase()
 }
 
-/// The bridge's session pool in this process (`--target pool`), called as `grpc.rs` calls it.
-struct PoolCaller {
-    pool: Pool,
-    content: McpServerContent,
-    timeout: Duration,
-    max_result_bytes: usize,
-}
-
-impl PoolCaller {
-    async fn echo(&self, text: &str) -> Result<String, Failure> {
-        let server = ServerRef {
-            tenant: "default",
-            name: "bench",
-            version: "bench",
-            content: &self.content,
-        };
-        let mut args = serde_json::Map::new();
-        args.insert("text".into(), text.into());
-        let r = self
-            .pool
-            .call_tool(&server, &BTreeMap::new(), ECHO, args, self.timeout)
-            .await
-            .map_err(|e| Failure::new("pool", Some(e.to_string())))?;
-        let out = weft_mcp_bridge::grpc::result_text(&r, self.max_result_bytes);
-        if r.is_error.unwrap_or(false) {
-            Err(Failure::new("tool_error", Some(out)))
-        } else {
-            Ok(out)
-        }
-    }
+/// A way to the `echo` tool defined outside this crate (`weft-mcp-profile`'s in-process
+/// targets): answers the tool's text, or the failure.
+pub trait EchoCall: Send + Sync {
+    fn echo<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<String, Failure>>;
 }
 
 /// One worker's way to the tool.
-enum Caller {
+pub enum Caller {
     Direct(RunningService<RoleClient, BenchClient>),
     Bridge(Arc<BridgeCaller>),
-    Pool(Arc<PoolCaller>),
+    Other(Arc<dyn EchoCall>),
 }
 
 impl Caller {
@@ -203,7 +174,7 @@ impl Caller {
                 }
             }
             Self::Bridge(b) => b.echo(text).await,
-            Self::Pool(p) => p.echo(text).await,
+            Self::Other(o) => o.echo(text).await,
         }
     }
 
@@ -233,7 +204,8 @@ impl Caller {
 #[derive(Debug, Serialize)]
 pub struct McpReport {
     pub scenario: &'static str,
-    /// `direct`, `bridge`, `pool`, `bridge-hop` or `bridge-in-process`.
+    /// `direct`, `bridge` or `bridge-hop`; `pool` or `bridge-in-process` from
+    /// `weft-mcp-profile`.
     pub target: &'static str,
     /// The MCP server's URL (direct, pool), the bridge's (bridge, bridge-hop) or the
     /// substrate's (bridge-in-process).
@@ -296,114 +268,130 @@ async fn open_direct(url: &str, sessions: u32) -> anyhow::Result<Vec<Caller>> {
     Ok(out)
 }
 
-fn pool_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<PoolCaller>> {
-    let cfg = weft_config::McpBridgeConfig {
-        private_exempt: vec!["127.0.0.1/32".into(), "::1/128".into()],
-        ..Default::default()
-    };
-    let max_result_bytes = cfg.max_result_bytes;
-    Ok(Arc::new(PoolCaller {
-        pool: Pool::new(cfg).map_err(|e| anyhow::anyhow!("the bridge's pool: {e}"))?,
-        max_result_bytes,
-        content: McpServerContent {
-            description: "weft-loadtest mcp".into(),
-            transport: McpTransport::Http,
-            url: Some(url.to_owned()),
-            ..Default::default()
-        },
-        timeout: args.timeout,
-    }))
+/// The principal a run carries (services/executor/src/dispatch.rs), written in the public
+/// contract's terms and read back as `weft_auth`'s (its fields are the internal JWT's claims).
+#[derive(Serialize)]
+struct RunPrincipal<'a> {
+    tenant: &'a str,
+    subject: &'a str,
+    scopes: [Scope; 7],
 }
 
-/// `--target bridge-in-process`: the transport `weft up` gives its executor, to a bridge living
-/// in this process.
-fn in_process_bridge(args: &McpArgs, secret: &str) -> anyhow::Result<GrpcTransport> {
-    let substrate_url = args
-        .substrate_url
-        .as_deref()
-        .context("--target bridge-in-process needs --substrate-url")?;
-    let mut config = weft_config::Config::default();
-    config.mcp_bridge.private_exempt = args.private_exempt.clone();
-    let substrate =
-        weft_proto::transport::channel(substrate_url).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bridge = weft_mcp_bridge::Bridge::new(&config, substrate)
-        .map_err(|e| anyhow::anyhow!("the in-process bridge: {e}"))?;
-    let jwt = weft_auth::InternalJwt::from_secret(secret.as_bytes());
-    Ok(weft_proto::transport::in_process(bridge.grpc_service(jwt)))
+fn run_principal(args: &McpCallerArgs) -> anyhow::Result<Principal> {
+    let p = RunPrincipal {
+        tenant: &args.tenant,
+        subject: &args.subject,
+        scopes: [
+            Scope::RunsCreate,
+            Scope::RunsRead,
+            Scope::LlmCall,
+            Scope::MemoryRead,
+            Scope::MemoryWrite,
+            Scope::ChannelsPublish,
+            Scope::ChannelsRead,
+        ],
+    };
+    serde_json::to_value(&p)
+        .and_then(serde_json::from_value)
+        .with_context(|| format!("--tenant `{}`", args.tenant))
 }
 
-fn bridge_caller(args: &McpArgs, url: &str) -> anyhow::Result<Arc<BridgeCaller>> {
-    let secret = args
-        .jwt_secret
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .context("--target bridge needs --jwt-secret (or WEFT_LOADTEST_JWT_SECRET): the fleet's auth.internal_jwt_secret")?;
-    let tenant = TenantId::parse(&args.tenant).map_err(|e| anyhow::anyhow!(e.message))?;
-    let transport = if args.target == McpTarget::BridgeInProcess {
-        in_process_bridge(args, secret)?
-    } else {
-        weft_proto::transport::channel(url).map_err(|e| anyhow::anyhow!("{e}"))?
-    };
+/// Calls to the bridge's gRPC service on `transport` (a channel to a running bridge, or
+/// `weft-mcp-profile`'s in-process one), signed with `--jwt-secret`; with `hop`, the
+/// `bridge-hop` call.
+pub fn bridge_caller(
+    args: &McpCallerArgs,
+    transport: GrpcTransport,
+    hop: bool,
+) -> anyhow::Result<Arc<BridgeCaller>> {
+    let secret = jwt_secret(args)?;
     Ok(Arc::new(BridgeCaller {
         transport,
         jwt: weft_auth::InternalJwt::from_secret(secret.as_bytes()),
-        // The principal a run carries (services/executor/src/dispatch.rs).
-        principal: Principal {
-            tenant,
-            subject: args.subject.clone(),
-            scopes: Scopes::new([
-                Scope::RunsCreate,
-                Scope::RunsRead,
-                Scope::LlmCall,
-                Scope::MemoryRead,
-                Scope::MemoryWrite,
-                Scope::ChannelsPublish,
-                Scope::ChannelsRead,
-            ]),
-            token_id: None,
-            agent: None,
-        },
+        principal: run_principal(args)?,
         server: args.server.clone(),
-        hop: args.target == McpTarget::BridgeHop,
+        hop,
     }))
+}
+
+/// `--jwt-secret`, which the bridge calls need.
+pub fn jwt_secret(args: &McpCallerArgs) -> anyhow::Result<&str> {
+    args.jwt_secret
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .context("the bridge targets need --jwt-secret (or WEFT_LOADTEST_JWT_SECRET): the fleet's auth.internal_jwt_secret")
+}
+
+/// What [`measure`] runs: the workers' callers and what the report says about them.
+pub struct Setup {
+    pub target: &'static str,
+    /// See [`McpReport::url`].
+    pub url: String,
+    pub server: Option<String>,
+    /// See [`McpReport::sessions`].
+    pub sessions: u32,
+    /// One per worker.
+    pub callers: Vec<Caller>,
+    /// The process's CPU seconds before the set-up ([`crate::cpu::self_seconds`]).
+    pub cpu0: Option<f64>,
 }
 
 pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
     let cpu0 = crate::cpu::self_seconds();
-    let (callers, url) = match args.target {
+    let setup = match args.target {
         McpTarget::Direct => {
             let url = args.url.clone().context("--target direct needs --url")?;
             eprintln!(
                 "mcp: opening {} MCP session(s) with {url}",
-                args.concurrency
+                args.load.concurrency
             );
-            (open_direct(&url, args.concurrency).await?, url)
+            Setup {
+                target: "direct",
+                callers: open_direct(&url, args.load.concurrency).await?,
+                url,
+                server: None,
+                sessions: args.load.concurrency,
+                cpu0,
+            }
         }
-        McpTarget::Pool => {
-            let url = args.url.clone().context("--target pool needs --url")?;
-            let p = pool_caller(args, &url)?;
-            let callers = (0..args.concurrency)
-                .map(|_| Caller::Pool(p.clone()))
-                .collect();
-            (callers, url)
-        }
-        McpTarget::Bridge | McpTarget::BridgeHop | McpTarget::BridgeInProcess => {
-            let url = if args.target == McpTarget::BridgeInProcess {
-                args.substrate_url
-                    .clone()
-                    .context("--target bridge-in-process needs --substrate-url")?
-            } else {
-                args.bridge_url
-                    .clone()
-                    .context("--target bridge needs --bridge-url")?
-            };
-            let b = bridge_caller(args, &url)?;
-            let callers = (0..args.concurrency)
-                .map(|_| Caller::Bridge(b.clone()))
-                .collect();
-            (callers, url)
+        McpTarget::Bridge | McpTarget::BridgeHop => {
+            let url = args
+                .bridge_url
+                .clone()
+                .context("--target bridge needs --bridge-url")?;
+            let transport =
+                weft_proto::transport::channel(&url).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let b = bridge_caller(&args.caller, transport, args.target == McpTarget::BridgeHop)?;
+            Setup {
+                target: if args.target == McpTarget::BridgeHop {
+                    "bridge-hop"
+                } else {
+                    "bridge"
+                },
+                callers: (0..args.load.concurrency)
+                    .map(|_| Caller::Bridge(b.clone()))
+                    .collect(),
+                url,
+                server: Some(args.caller.server.clone()),
+                sessions: 0,
+                cpu0,
+            }
         }
     };
+    measure(&args.load, setup).await
+}
+
+/// The closed loop over `setup.callers`: a preflight call, the warm-up, the measured window.
+pub async fn measure(load: &McpLoadArgs, setup: Setup) -> anyhow::Result<McpReport> {
+    let Setup {
+        target,
+        url,
+        server,
+        sessions,
+        callers,
+        cpu0,
+    } = setup;
+    let args = load;
     let sent = Arc::new(AtomicU64::new(0));
     if !args.no_preflight
         && let Some(first) = callers.first()
@@ -421,11 +409,8 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
         }
     }
     eprintln!(
-        "mcp: {} → {url}, concurrency {} for {:?} after {:?} warm-up",
-        target_name(args.target),
-        args.concurrency,
-        args.duration,
-        args.warmup
+        "mcp: {target} → {url}, concurrency {} for {:?} after {:?} warm-up",
+        args.concurrency, args.duration, args.warmup
     );
     let t0 = Instant::now();
     let measure_start = t0 + args.warmup;
@@ -491,20 +476,12 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
     let calls_incl_warmup = sent.load(Ordering::Relaxed);
     Ok(McpReport {
         scenario: "mcp",
-        target: target_name(args.target),
+        target,
         url,
-        server: matches!(
-            args.target,
-            McpTarget::Bridge | McpTarget::BridgeHop | McpTarget::BridgeInProcess
-        )
-        .then(|| args.server.clone()),
+        server,
         tool: ECHO,
         concurrency: args.concurrency,
-        sessions: if args.target == McpTarget::Direct {
-            args.concurrency
-        } else {
-            0
-        },
+        sessions,
         warmup_s: round(args.warmup.as_secs_f64(), 3),
         duration_s: round(seconds, 3),
         threads: args.threads,
@@ -522,12 +499,44 @@ pub async fn run(args: &McpArgs) -> anyhow::Result<McpReport> {
     })
 }
 
-fn target_name(t: McpTarget) -> &'static str {
-    match t {
-        McpTarget::Direct => "direct",
-        McpTarget::Bridge => "bridge",
-        McpTarget::Pool => "pool",
-        McpTarget::BridgeHop => "bridge-hop",
-        McpTarget::BridgeInProcess => "bridge-in-process",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(tenant: &str) -> McpCallerArgs {
+        McpCallerArgs {
+            server: "bench".into(),
+            jwt_secret: Some("s".into()),
+            tenant: tenant.into(),
+            subject: "me".into(),
+        }
+    }
+
+    #[test]
+    fn bridge_calls_are_made_as_a_run() {
+        let p = serde_json::to_value(run_principal(&caller("default")).unwrap()).unwrap();
+        assert_eq!(p["tenant"], "default");
+        assert_eq!(p["subject"], "me");
+        assert_eq!(
+            p["scopes"],
+            serde_json::json!([
+                "runs:create",
+                "runs:read",
+                "memory:read",
+                "memory:write",
+                "channels:publish",
+                "channels:read",
+                "llm:call"
+            ])
+        );
+        let e = run_principal(&caller("Bad Tenant")).unwrap_err();
+        assert!(format!("{e:#}").contains("is not valid"), "{e:#}");
+        assert!(
+            jwt_secret(&McpCallerArgs {
+                jwt_secret: Some(String::new()),
+                ..caller("default")
+            })
+            .is_err()
+        );
     }
 }

@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use weft_wire::openai::{ChatCompletionChunk, Usage};
 
 use crate::cli::{MAX_DELTAS, MAX_GAP_MS};
 
@@ -213,13 +214,17 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     };
     let model = body["model"].as_str().unwrap_or("paced");
     let prompt_tokens = u64::try_from(bytes.len() / 4).unwrap_or(u64::MAX).max(1);
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": pace.deltas, "total_tokens": prompt_tokens + u64::from(pace.deltas)});
+    let usage = Usage {
+        prompt_tokens,
+        completion_tokens: u64::from(pace.deltas),
+        total_tokens: prompt_tokens + u64::from(pace.deltas),
+    };
     if !body["stream"].as_bool().unwrap_or(false) {
         let text: String = (0..pace.deltas).map(delta_text).collect();
         return json_response(
             StatusCode::OK,
             &json!({
-                "id": "chatcmpl-paced", "object": "chat.completion", "created": 1_700_000_000,
+                "id": ID, "object": "chat.completion", "created": CREATED,
                 "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": null}],
                 "usage": usage,
@@ -254,6 +259,10 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
+/// Every answer's `id` and `created`.
+const ID: &str = "chatcmpl-paced";
+const CREATED: u64 = 1_700_000_000;
+
 /// The SSE chunks of one answer, rendered from pieces made once per request.
 #[derive(Clone)]
 struct Chunks {
@@ -264,14 +273,17 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn new(model: &str, usage: Option<Value>) -> Self {
+    fn new(model: &str, usage: Option<Usage>) -> Self {
+        let last = usage.map(|u| ChatCompletionChunk::usage(ID, CREATED, model, u));
         let model = Value::String(model.to_owned());
+        // Written by hand, once: every chunk but the usage one starts with these bytes.
         let head = format!(
-            "data: {{\"id\":\"chatcmpl-paced\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":{model},\"choices\":[{{\"index\":0,\"delta\":"
+            "data: {{\"id\":\"{ID}\",\"object\":\"chat.completion.chunk\",\"created\":{CREATED},\"model\":{model},\"choices\":[{{\"index\":0,\"delta\":"
         );
-        let usage = usage.map(|u| {
+        let usage = last.map(|c| {
             format!(
-                "data: {{\"id\":\"chatcmpl-paced\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":{model},\"choices\":[],\"usage\":{u}}}\n\n"
+                "data: {}\n\n",
+                serde_json::to_string(&c).unwrap_or_default()
             )
             .into()
         });
@@ -355,7 +367,13 @@ mod tests {
 
     #[test]
     fn frames_carry_one_delta_each_and_close_the_stream_with_the_last() {
-        let c = Chunks::new("m\"x", Some(json!({"prompt_tokens": 1})));
+        let c = Chunks::new(
+            "m\"x",
+            Some(Usage {
+                prompt_tokens: 1,
+                ..Usage::default()
+            }),
+        );
         let first = c.frame(0, 3);
         let events: Vec<&str> = first.split("\n\n").filter(|e| !e.is_empty()).collect();
         assert_eq!(events.len(), 2, "{first}");

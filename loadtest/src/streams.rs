@@ -22,7 +22,6 @@
 //! too. Compare a run through weft with a direct run of the same shape (`compare`), and look at
 //! `generator_cpu_pct`.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,10 +29,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use hdrhistogram::Histogram;
 use http_body_util::BodyExt as _;
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use weft_wire::openai;
 
 use crate::api::snippet;
 use crate::cli::StreamsArgs;
@@ -145,29 +144,6 @@ pub struct StreamsReport {
     pub server: Option<crate::report::ServerCost>,
 }
 
-/// One SSE chunk, as much of it as the check reads.
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(default, borrow)]
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(default)]
-    error: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ChunkChoice<'a> {
-    #[serde(default, borrow)]
-    delta: Option<ChunkDelta<'a>>,
-    #[serde(default)]
-    finish_reason: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ChunkDelta<'a> {
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-}
-
 /// What one stream saw; times are from sending its request.
 #[derive(Debug)]
 struct StreamLog {
@@ -233,12 +209,14 @@ impl StreamLog {
             self.done = true;
             return Ok(());
         }
-        let chunk: Chunk<'_> =
+        // Read as the router reads an upstream's chunk.
+        let chunk: openai::read::Chunk<'_> =
             serde_json::from_str(data).map_err(|_| Failure::new("invalid", Some(clip(data))))?;
         if chunk.error.is_some() {
             return Err(Failure::new("error_event", Some(clip(data))));
         }
-        for choice in &chunk.choices {
+        let choices = chunk.choices.iter().flatten().filter_map(|c| c.0.as_ref());
+        for choice in choices {
             if choice.finish_reason.is_some() {
                 self.finished = true;
             }

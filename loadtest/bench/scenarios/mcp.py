@@ -1,7 +1,8 @@
 """`mcp`: `echo` tool calls on a local MCP server, directly and through `weft-mcp-bridge` (gRPC
 `CallTool` with the internal JWT, as the executor calls it), at each concurrency, with the CPU
 per call of the bridge, the server and weft; optionally the profiling targets that take the
-bridge apart (`pool`, `bridge-hop`, `bridge-in-process`)."""
+bridge apart (`pool`, `bridge-hop`, `bridge-in-process`; `pool` and `bridge-in-process` link the
+bridge into the generator, so they are `weft-mcp-profile`'s, loadtest/mcp-profile)."""
 
 import secrets
 import socket
@@ -14,6 +15,12 @@ HELP = "MCP tool calls directly vs through the MCP bridge"
 DURATION = "10s"
 BINARIES = ["weft", "weft-mcp-bridge"]
 EXTRA = ["pool", "bridge-hop", "bridge-in-process"]
+# The targets run by `weft-mcp-profile` (the bridge in the generator's process), not weft-loadtest.
+IN_PROCESS = ["pool", "bridge-in-process"]
+
+
+def binaries(args):
+    return BINARIES + (["weft-mcp-profile"] if set(args.extra_targets) & set(IN_PROCESS) else [])
 
 
 def add_args(p):
@@ -85,8 +92,10 @@ def run(s):
         load, rustc = " ".join(loadavg()), compiler_running()
         m0 = Machine()
         b0, s0, w0 = proc_ticks(bridge.pid), proc_ticks(server.pid), sum(map(proc_ticks, weft_pids))
+        exe = s.bin / "weft-mcp-profile" if target in IN_PROCESS else None
         r = s.loadtest("mcp", "--target", target, *args, "--concurrency", c, "--duration",
-                       a.duration, "--warmup", a.warmup, "--threads", a.gen_threads, out=out, env=env)
+                       a.duration, "--warmup", a.warmup, "--threads", a.gen_threads, out=out, env=env,
+                       exe=exe)
         b, sv, w = (proc_ticks(bridge.pid) - b0, proc_ticks(server.pid) - s0,
                     sum(map(proc_ticks, weft_pids)) - w0)
         mm = Machine.since(m0)
