@@ -864,7 +864,7 @@ impl crate::tools::RunHost for Driver {
         &'a self,
         tool_use_id: &'a str,
         items: Vec<(String, String)>,
-    ) -> futures::future::BoxFuture<'a, Result<Vec<Value>, Stop>> {
+    ) -> futures::future::BoxFuture<'a, Result<Vec<crate::tools::agent::ChildOutcome>, Stop>> {
         Box::pin(Driver::spawn_children(self, tool_use_id, items))
     }
 }

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use weft_bus::Dispatch;
 use weft_core::RunId;
 use weft_core::agent::AgentContent;
@@ -17,7 +18,15 @@ use weft_store::NewRun;
 
 use crate::driver::Driver;
 use crate::stop::Stop;
+use crate::tools::agent::ChildOutcome;
 use crate::tools::http::HostAllowlist;
+
+/// What the parent's ledger records of its call: the children made so far, by index, so a
+/// resumed call finds them.
+#[derive(Serialize)]
+struct Children {
+    children: std::collections::BTreeMap<String, RunId>,
+}
 
 impl Driver {
     /// Runs `items` (agent, input) as sub-runs of call `tool_use_id` and returns each one's
@@ -29,7 +38,7 @@ impl Driver {
         &self,
         tool_use_id: &str,
         items: Vec<(String, String)>,
-    ) -> Result<Vec<Value>, Stop> {
+    ) -> Result<Vec<ChildOutcome>, Stop> {
         let _ = self
             .inner
             .coord
@@ -54,20 +63,21 @@ impl Driver {
         index: usize,
         agent: String,
         text: String,
-    ) -> Result<Value, Stop> {
+    ) -> Result<ChildOutcome, Stop> {
         let Ok(_permit) = self.children.clone().acquire_owned().await else {
             return Err(Stop::Infra("child semaphore closed".into()));
         };
         let v = match self.get_agent(&agent, None).await {
             Ok(v) => v,
-            Err(e) => return Ok(json!({"agent": agent, "status": "failed", "error": e.message})),
+            Err(e) => return Ok(ChildOutcome::failed(agent, e.message)),
         };
         let def: AgentContent = match serde_json::from_str(&v.content_json) {
             Ok(d) => d,
             Err(_) => {
-                return Ok(
-                    json!({"agent": agent, "status": "failed", "error": "the agent definition could not be read"}),
-                );
+                return Ok(ChildOutcome::failed(
+                    agent,
+                    "the agent definition could not be read",
+                ));
             }
         };
         let parent = &self.lease.run;
@@ -84,7 +94,7 @@ impl Driver {
                 allowed_hosts: Some(mine),
                 // Sub-runs inherit their parent's channel ACL and can never widen it.
                 channels: Some(self.spec.channels.clone()),
-                metadata: json!({}),
+                metadata: Value::Object(Map::new()),
                 ..Narrowing::default()
             },
         );
@@ -92,7 +102,7 @@ impl Driver {
         spec.credentials = self.spec.credentials.clone();
         let child_id = RunId::new();
         let Some(took) = self.wait_for_slot(child_id).await? else {
-            return Ok(json!({"agent": agent, "status": "cancelled"}));
+            return Ok(ChildOutcome::cancelled(None, agent));
         };
         let new = NewRun {
             id: child_id,
@@ -126,9 +136,12 @@ impl Driver {
             let (run, created) = f.create_child(&new).await?;
             let mut events = Vec::new();
             if created {
+                let children = Children {
+                    children: [(index.to_string(), run.id)].into(),
+                };
                 f.ledger_state(
                     tool_use_id,
-                    &json!({ "children": { index.to_string(): run.id } }),
+                    &serde_json::to_value(&children).unwrap_or_default(),
                 )
                 .await?;
                 events.push(RunEvent::SubRunStarted(SubRunStarted {
@@ -152,9 +165,7 @@ impl Driver {
                 let _ = self.inner.coord.release(&parent.tenant, child_id).await;
             }
             if !child.status.is_terminal() && self.wait_for_slot(child.id).await?.is_none() {
-                return Ok(
-                    json!({"run_id": child.id, "agent": child.agent_name, "status": "cancelled"}),
-                );
+                return Ok(ChildOutcome::cancelled(Some(child.id), child.agent_name));
             }
         }
         let mut sub = self
@@ -202,7 +213,7 @@ impl Driver {
                     if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
                         let _ = self.inner.coord.release(&record.tenant, record.id).await;
                     }
-                    return Ok(json!({"run_id": record.id, "agent": record.agent_name, "status": "cancelled"}));
+                    return Ok(ChildOutcome::cancelled(Some(record.id), record.agent_name));
                 }
                 () = self.lost.cancelled() => return Err(Stop::Lost),
                 () = self.stop.cancelled() => return Err(Stop::Shutdown),
@@ -218,14 +229,14 @@ impl Driver {
             }
         }
         let output = self.inner.store.last_assistant_text(record.id).await?;
-        let result = json!({
-            "run_id": record.id,
-            "agent": record.agent_name,
-            "status": record.status,
-            "stop_reason": record.stop_reason,
-            "output": output,
-            "error": record.error,
-        });
+        let result = ChildOutcome::Finished {
+            run_id: record.id,
+            agent: record.agent_name.clone(),
+            status: record.status,
+            stop_reason: record.stop_reason,
+            output,
+            error: record.error.clone(),
+        };
         self.persist(
             None,
             vec![RunEvent::SubRunFinished(SubRunFinished {

@@ -31,6 +31,7 @@ pub mod objects;
 pub mod op;
 pub mod runs;
 pub mod skills;
+pub mod tools;
 pub mod ui;
 pub mod usage;
 

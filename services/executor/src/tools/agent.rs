@@ -4,10 +4,14 @@
 //! (parent, call, index), so a repeat finds the same children.
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::tools::{AgentInput, AgentOp, input_schema};
+use weft_core::RunId;
 use weft_core::message::ToolSpec;
+use weft_core::run::{RunStatus, StopReason};
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_input};
 
 /// Sub-runs one call may start.
 const MAX_RUNS: usize = 64;
@@ -24,23 +28,7 @@ impl Tool for Agent {
         ToolSpec {
             name: self.name().into(),
             description: "Run other agents as sub-runs and wait for their answers. op=spawn runs one (agent, input); op=parallel_spawn runs several (runs: [{agent, input}]) at once, up to this agent's max_concurrent_children at a time. A failed child is reported inside the result.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": ["spawn", "parallel_spawn"]},
-                    "agent": {"type": "string"},
-                    "input": {"type": "string"},
-                    "runs": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {"agent": {"type": "string"}, "input": {"type": "string"}},
-                            "required": ["agent", "input"]
-                        }
-                    }
-                },
-                "required": ["op"]
-            }),
+            parameters: input_schema::<AgentInput>(),
         }
     }
 
@@ -57,11 +45,63 @@ impl Tool for Agent {
     }
 }
 
+/// How one sub-run ended, as the model sees it: a child's failure is a value, not an error of
+/// the call.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum ChildOutcome {
+    /// The child ran to an end.
+    Finished {
+        run_id: RunId,
+        agent: String,
+        status: RunStatus,
+        stop_reason: Option<StopReason>,
+        output: Option<String>,
+        error: Option<Value>,
+    },
+    /// The child never ran (its agent could not be read) or was cancelled while waiting.
+    Stopped {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        agent: String,
+        status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl ChildOutcome {
+    /// A child that could not start: `error` says why.
+    pub(crate) fn failed(agent: String, error: impl Into<String>) -> Self {
+        Self::Stopped {
+            run_id: None,
+            agent,
+            status: "failed",
+            error: Some(error.into()),
+        }
+    }
+
+    /// A child cancelled (with its parent) before it finished, or before it was made.
+    pub(crate) fn cancelled(run_id: Option<RunId>, agent: String) -> Self {
+        Self::Stopped {
+            run_id,
+            agent,
+            status: "cancelled",
+            error: None,
+        }
+    }
+}
+
+/// `Agent.parallel_spawn`'s result.
+#[derive(Serialize)]
+struct Results {
+    results: Vec<ChildOutcome>,
+}
+
 /// `Agent.spawn` / `Agent.parallel_spawn`.
 async fn spawn(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
-    let op = input.get("op").and_then(Value::as_str);
-    let items = match parse(op, input) {
-        Ok(items) => items,
+    let (op, items) = match parse(input) {
+        Ok(parsed) => parsed,
         Err(msg) => return Ok(ToolOutput::error(msg)),
     };
     if items.is_empty() || items.len() > MAX_RUNS {
@@ -77,42 +117,28 @@ async fn spawn(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
             "sub-runs may nest at most {max_depth} deep (executor.max_depth); this run is at depth {depth}"
         )));
     }
-    let out = ctx.host().spawn_children(ctx.tool_use_id(), items).await?;
-    let text = if op == Some("spawn") {
-        out.into_iter().next().unwrap_or(Value::Null).to_string()
-    } else {
-        json!({ "results": out }).to_string()
-    };
-    Ok(ToolOutput::ok(text))
+    let results = ctx.host().spawn_children(ctx.tool_use_id(), items).await?;
+    Ok(match op {
+        AgentOp::Spawn => match results.first() {
+            Some(one) => ToolOutput::json(one),
+            None => ToolOutput::ok(Value::Null.to_string()),
+        },
+        AgentOp::ParallelSpawn => ToolOutput::json(&Results { results }),
+    })
 }
 
-/// The (agent, input) pairs to run, or what is wrong with the input.
-fn parse(op: Option<&str>, input: &Value) -> Result<Vec<(String, String)>, String> {
-    match op {
-        Some("spawn") => {
-            let agent = input.get("agent").and_then(Value::as_str);
-            let text = input.get("input").and_then(Value::as_str);
-            match (agent, text) {
-                (Some(a), Some(t)) => Ok(vec![(a.to_owned(), t.to_owned())]),
-                _ => Err("spawn needs `agent` and `input` (strings)".into()),
-            }
-        }
-        Some("parallel_spawn") => {
-            let Some(runs) = input.get("runs").and_then(Value::as_array) else {
-                return Err("parallel_spawn needs `runs`: [{agent, input}, …]".into());
-            };
-            let mut items = Vec::new();
-            for (i, r) in runs.iter().enumerate() {
-                match (
-                    r.get("agent").and_then(Value::as_str),
-                    r.get("input").and_then(Value::as_str),
-                ) {
-                    (Some(a), Some(t)) => items.push((a.to_owned(), t.to_owned())),
-                    _ => return Err(format!("runs[{i}] needs `agent` and `input` (strings)")),
-                }
-            }
-            Ok(items)
-        }
-        _ => Err("`op` must be \"spawn\" or \"parallel_spawn\"".into()),
-    }
+/// The op and the (agent, input) pairs to run, or what is wrong with the input.
+fn parse(input: &Value) -> Result<(AgentOp, Vec<(String, String)>), String> {
+    let input: AgentInput = read_input(input)?;
+    let items = match input.op {
+        AgentOp::Spawn => match (input.agent, input.input) {
+            (Some(a), Some(t)) => vec![(a, t)],
+            _ => return Err("spawn needs `agent` and `input` (strings)".into()),
+        },
+        AgentOp::ParallelSpawn => match input.runs {
+            Some(runs) => runs.into_iter().map(|r| (r.agent, r.input)).collect(),
+            None => return Err("parallel_spawn needs `runs`: [{agent, input}, …]".into()),
+        },
+    };
+    Ok((input.op, items))
 }

@@ -9,20 +9,22 @@
 //! transcript as `channel_publish` / `channel_delivery` events.
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::tools::{ChannelInput, ChannelOp, input_schema};
 use weft_core::acl::channel_allowed;
 use weft_core::message::ToolSpec;
 use weft_core::run::{ChannelDelivery, ChannelPublish, RunEvent};
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
+    with_retry,
 };
 
 /// `Channel`.
 pub struct Channel;
 
-const OPS: [&str; 5] = ["publish", "read", "ack", "peek", "await"];
 /// The longest a tool call waits for a message: the run holds its slot meanwhile.
 const MAX_WAIT_MS: u32 = 30_000;
 
@@ -42,21 +44,7 @@ impl Tool for Channel {
                 op=await needs channels and mode (any, all or at_least; optional: n, wait_ms) \
                 and waits until those channels have unread messages."
                 .into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": OPS},
-                    "channel": {"type": "string"},
-                    "payload": {"description": "any JSON value (publish)"},
-                    "cursor": {"type": "string"},
-                    "max": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS},
-                    "channels": {"type": "array", "items": {"type": "string"}},
-                    "mode": {"type": "string", "enum": ["any", "all", "at_least"]},
-                    "n": {"type": "integer", "minimum": 1}
-                },
-                "required": ["op"]
-            }),
+            parameters: input_schema::<ChannelInput>(),
         }
     }
 
@@ -74,35 +62,76 @@ impl Tool for Channel {
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
         Box::pin(async move {
             Ok(ToolOutcome::Done(match channel(ctx, input).await? {
-                Ok(v) => ToolOutput::ok(v.to_string()),
+                Ok(answer) => ToolOutput::json(&answer),
                 Err(out) => out,
             }))
         })
     }
 }
 
-fn uint(input: &Value, name: &str, max: u32) -> Result<Option<u32>, ToolOutput> {
-    match input.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .filter(|n| *n <= u64::from(max))
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                ToolOutput::error(format!("`{name}` must be an integer from 0 to {max}"))
-            }),
+/// `value`, if given, is at most `max`: the substrate's bounds, said before asking it.
+fn at_most(value: Option<u32>, name: &str, max: u32) -> Result<Option<u32>, ToolOutput> {
+    match value {
+        Some(n) if n > max => Err(ToolOutput::error(format!(
+            "`{name}` must be an integer from 0 to {max}"
+        ))),
+        v => Ok(v),
     }
 }
 
-fn message(m: &v1::ChannelMessage) -> Value {
-    json!({
-        "seq": m.seq,
-        "cursor": m.cursor,
-        "payload": serde_json::from_str::<Value>(&m.payload_json).unwrap_or(Value::Null),
-        "published_at": m.published_at,
-        "published_by": m.published_by,
-    })
+/// One message as the model sees it.
+#[derive(Serialize)]
+struct Message {
+    seq: u64,
+    cursor: String,
+    payload: Value,
+    published_at: String,
+    published_by: String,
+}
+
+impl From<v1::ChannelMessage> for Message {
+    fn from(m: v1::ChannelMessage) -> Self {
+        Self {
+            payload: serde_json::from_str(&m.payload_json).unwrap_or(Value::Null),
+            seq: m.seq,
+            cursor: m.cursor,
+            published_at: m.published_at,
+            published_by: m.published_by,
+        }
+    }
+}
+
+/// One awaited channel's readiness.
+#[derive(Serialize)]
+struct Readiness {
+    channel: String,
+    ready: bool,
+    cursor: String,
+}
+
+/// What each op answers.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Answer {
+    Awaited {
+        satisfied: bool,
+        channels: Vec<Readiness>,
+    },
+    Published {
+        published: bool,
+        seq: u64,
+        cursor: String,
+    },
+    Read {
+        messages: Vec<Message>,
+        cursor: String,
+    },
+    Acked {
+        committed: String,
+    },
+    Peeked {
+        messages: Vec<Message>,
+    },
 }
 
 /// Checks `name` against the run's `publish` or `subscribe` grants.
@@ -127,7 +156,7 @@ fn check(ctx: &ToolCtx<'_>, name: &str, publish: bool) -> Result<(), ToolOutput>
     }
 }
 
-async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOutput>, Abort> {
+async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Answer, ToolOutput>, Abort> {
     macro_rules! tri {
         ($e:expr) => {
             match $e {
@@ -136,16 +165,7 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolO
             }
         };
     }
-    let op = match input.get("op").and_then(Value::as_str) {
-        Some(op) if OPS.contains(&op) => op,
-        other => {
-            return Ok(Err(ToolOutput::error(format!(
-                "`op` must be one of {}, got {}",
-                OPS.join(", "),
-                other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
-            ))));
-        }
-    };
+    let input: ChannelInput = tri!(parse_input(input));
     let client = weft_proto::transport::channels_client(ctx.substrate_transport());
     let agent = Some(ctx.agent_name().to_owned());
     let consumer = Some(ctx.agent_name().to_owned());
@@ -166,51 +186,47 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolO
             }
         }};
     }
-    if op == "await" {
-        let Some(names) = input.get("channels").and_then(Value::as_array) else {
+    if input.op == ChannelOp::Await {
+        let Some(channels) = input.channels else {
             return Ok(Err(ToolOutput::error(
                 "`channels` (an array of channel names) is required",
             )));
         };
-        let mut channels = Vec::with_capacity(names.len());
-        for (i, n) in names.iter().enumerate() {
-            let Some(n) = n.as_str() else {
-                return Ok(Err(ToolOutput::error(format!(
-                    "`channels[{i}]` must be a string"
-                ))));
-            };
+        for n in &channels {
             tri!(check(ctx, n, false));
-            channels.push(n.to_owned());
         }
         let r = rpc!(
             await_channels,
             v1::AwaitRequest {
                 channels,
-                mode: input
-                    .get("mode")
-                    .and_then(Value::as_str)
-                    .unwrap_or("any")
-                    .to_owned(),
-                n: tri!(uint(input, "n", 64)),
-                wait_ms: tri!(uint(input, "wait_ms", MAX_WAIT_MS)).unwrap_or(0),
+                mode: input.mode.map_or_else(|| "any".to_owned(), |m| m.0),
+                n: tri!(at_most(input.n, "n", 64)),
+                wait_ms: tri!(at_most(input.wait_ms, "wait_ms", MAX_WAIT_MS)).unwrap_or(0),
                 consumer,
                 agent,
                 user: None,
             }
         );
-        return Ok(Ok(json!({
-            "satisfied": r.satisfied,
-            "channels": r.channels.iter().map(|c| json!({"channel": c.channel, "ready": c.ready, "cursor": c.cursor})).collect::<Vec<_>>(),
-        })));
+        return Ok(Ok(Answer::Awaited {
+            satisfied: r.satisfied,
+            channels: r
+                .channels
+                .into_iter()
+                .map(|c| Readiness {
+                    channel: c.channel,
+                    ready: c.ready,
+                    cursor: c.cursor,
+                })
+                .collect(),
+        }));
     }
-    let Some(name) = input.get("channel").and_then(Value::as_str) else {
+    let Some(name) = input.channel else {
         return Ok(Err(ToolOutput::error("`channel` (a string) is required")));
     };
-    let name = name.to_owned();
-    tri!(check(ctx, &name, op == "publish"));
-    let out = match op {
-        "publish" => {
-            let Some(payload) = input.get("payload") else {
+    tri!(check(ctx, &name, input.op == ChannelOp::Publish));
+    let out = match input.op {
+        ChannelOp::Publish => {
+            let Some(payload) = input.payload else {
                 return Ok(Err(ToolOutput::error("`payload` (any JSON) is required")));
             };
             let r = rpc!(
@@ -229,19 +245,20 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolO
                 seq: i64::try_from(r.seq).unwrap_or(i64::MAX),
                 payload: None,
             }));
-            json!({"published": true, "seq": r.seq, "cursor": r.cursor})
+            Answer::Published {
+                published: true,
+                seq: r.seq,
+                cursor: r.cursor,
+            }
         }
-        "read" => {
+        ChannelOp::Read => {
             let r = rpc!(
                 read,
                 v1::ReadRequest {
                     name: name.clone(),
-                    cursor: input
-                        .get("cursor")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                    max: tri!(uint(input, "max", 1000)),
-                    wait_ms: tri!(uint(input, "wait_ms", MAX_WAIT_MS)),
+                    cursor: input.cursor,
+                    max: tri!(at_most(input.max, "max", 1000)),
+                    wait_ms: tri!(at_most(input.wait_ms, "wait_ms", MAX_WAIT_MS)),
                     consumer,
                     agent,
                     user: None,
@@ -256,35 +273,42 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolO
                     payload: None,
                 }));
             }
-            json!({"messages": r.messages.iter().map(message).collect::<Vec<_>>(), "cursor": r.cursor})
+            Answer::Read {
+                messages: r.messages.into_iter().map(Message::from).collect(),
+                cursor: r.cursor,
+            }
         }
-        "ack" => {
-            let Some(cursor) = input.get("cursor").and_then(Value::as_str) else {
+        ChannelOp::Ack => {
+            let Some(cursor) = input.cursor else {
                 return Ok(Err(ToolOutput::error("`cursor` (from a read) is required")));
             };
             let r = rpc!(
                 ack,
                 v1::AckRequest {
                     name,
-                    cursor: cursor.to_owned(),
+                    cursor,
                     consumer,
                     agent,
                     user: None,
                 }
             );
-            json!({"committed": r.cursor})
+            Answer::Acked {
+                committed: r.cursor,
+            }
         }
-        _ => {
+        ChannelOp::Peek | ChannelOp::Await => {
             let r = rpc!(
                 peek,
                 v1::PeekRequest {
                     name,
-                    max: tri!(uint(input, "max", 1000)),
+                    max: tri!(at_most(input.max, "max", 1000)),
                     agent,
                     user: None,
                 }
             );
-            json!({"messages": r.messages.iter().map(message).collect::<Vec<_>>()})
+            Answer::Peeked {
+                messages: r.messages.into_iter().map(Message::from).collect(),
+            }
         }
     };
     Ok(Ok(out))

@@ -1,10 +1,13 @@
 //! The `Context` tool: facts about the run itself (the time, the agent, its limits). Read-only.
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::tools::{ContextInput, ContextOp, input_schema};
+use weft_core::RunId;
 use weft_core::message::ToolSpec;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input};
 
 /// `Context`.
 pub struct Context;
@@ -18,11 +21,7 @@ impl Tool for Context {
         ToolSpec {
             name: self.name().into(),
             description: "Facts about this run. op=time: the current time (RFC 3339). op=self: this agent, its version hash, model, limits and the current iteration.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {"op": {"type": "string", "enum": ["time", "self"]}},
-                "required": ["op"]
-            }),
+            parameters: input_schema::<ContextInput>(),
         }
     }
 
@@ -39,39 +38,64 @@ impl Tool for Context {
     }
 }
 
+/// `op=time`.
+#[derive(Serialize)]
+struct Now {
+    time: String,
+}
+
+/// `op=self`.
+#[derive(Serialize)]
+struct Myself<'a> {
+    run_id: RunId,
+    agent: &'a str,
+    version: &'a str,
+    description: &'a str,
+    model: &'a str,
+    iteration: u32,
+    depth: i32,
+    limits: Limits,
+    tools: &'a [String],
+}
+
+#[derive(Serialize)]
+struct Limits {
+    max_iterations: u32,
+    max_tokens: Option<u32>,
+    max_concurrent_children: u32,
+    max_depth: u32,
+}
+
 fn context(ctx: &ToolCtx<'_>, input: &Value) -> ToolOutput {
-    match input.get("op").and_then(Value::as_str) {
-        Some("time") => {
-            let now = time::OffsetDateTime::now_utc()
+    let input: ContextInput = match parse_input(input) {
+        Ok(i) => i,
+        Err(out) => return out,
+    };
+    match input.op {
+        ContextOp::Time => {
+            let time = time::OffsetDateTime::now_utc()
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default();
-            ToolOutput::ok(json!({ "time": now }).to_string())
+            ToolOutput::json(&Now { time })
         }
-        Some("self") => {
+        ContextOp::Own => {
             let spec = ctx.spec();
-            ToolOutput::ok(
-                json!({
-                    "run_id": ctx.run_id(),
-                    "agent": ctx.agent_name(),
-                    "version": ctx.agent_hash(),
-                    "description": ctx.agent().description,
-                    "model": spec.model,
-                    "iteration": ctx.iteration(),
-                    "depth": ctx.run().depth,
-                    "limits": {
-                        "max_iterations": spec.max_iterations,
-                        "max_tokens": spec.max_tokens,
-                        "max_concurrent_children": spec.max_concurrent_children,
-                        "max_depth": ctx.inner().cfg.max_depth,
-                    },
-                    "tools": spec.tools,
-                })
-                .to_string(),
-            )
+            ToolOutput::json(&Myself {
+                run_id: ctx.run_id(),
+                agent: ctx.agent_name(),
+                version: ctx.agent_hash(),
+                description: &ctx.agent().description,
+                model: &spec.model,
+                iteration: ctx.iteration(),
+                depth: ctx.run().depth,
+                limits: Limits {
+                    max_iterations: spec.max_iterations,
+                    max_tokens: spec.max_tokens,
+                    max_concurrent_children: spec.max_concurrent_children,
+                    max_depth: ctx.inner().cfg.max_depth,
+                },
+                tools: &spec.tools,
+            })
         }
-        other => ToolOutput::error(format!(
-            "`op` must be \"time\" or \"self\", got {}",
-            other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
-        )),
     }
 }

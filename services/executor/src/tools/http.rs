@@ -23,11 +23,13 @@ use base64::Engine as _;
 use bytes::Bytes;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::tools::{HttpInput, HttpMethod, input_schema};
 use weft_config::ExecutorConfig;
 use weft_core::message::ToolSpec;
 
-use super::ToolOutput;
+use super::{ToolOutput, json_type, read_input};
 pub use weft_egress::{
     AddressPolicy, BlockedAddress, HostAllowlist, Lookup, REFUSED_ADDRESS, SystemLookup,
     Unresolved, guarded_resolver, guarded_resolver_over, non_public_class, normalize_host,
@@ -147,24 +149,7 @@ impl HttpTool {
                 when body_encoding is \"base64\"; long bodies are cut and marked truncated. \
                 Redirects are followed (at most 5)."
                 .into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "method": {"type": "string", "enum": ["GET", "POST"]},
-                    "url": {"type": "string", "description": "an absolute http:// or https:// URL"},
-                    "headers": {
-                        "type": "object",
-                        "additionalProperties": {"type": "string"},
-                        "description": "request headers by name"
-                    },
-                    "body": {
-                        "description": "POST only: a string sent as is, or an object sent as JSON",
-                        "type": ["string", "object"]
-                    }
-                },
-                "required": ["method", "url"],
-                "additionalProperties": false
-            }),
+            parameters: input_schema::<HttpInput>(),
         }
     }
 
@@ -189,7 +174,7 @@ impl HttpTool {
             return ToolOutput::error(format!("refused: {msg}"));
         }
         match tokio::time::timeout(self.timeout, self.execute(req, allow)).await {
-            Ok(Ok(result)) => ToolOutput::ok(result.to_string()),
+            Ok(Ok(result)) => ToolOutput::json(&result),
             Ok(Err(msg)) => {
                 tracing::debug!(%host, "http tool: request failed");
                 ToolOutput::error(msg)
@@ -235,7 +220,7 @@ impl HttpTool {
     }
 
     /// Sends the request, following redirects, and reads the response.
-    async fn execute(&self, req: HttpRequest, allow: &HostAllowlist) -> Result<Value, String> {
+    async fn execute(&self, req: HttpRequest, allow: &HostAllowlist) -> Result<Response, String> {
         let HttpRequest {
             mut method,
             mut url,
@@ -295,16 +280,15 @@ impl HttpTool {
     }
 
     /// Reads the status, the kept headers and up to `max_bytes` of the body.
-    async fn read(&self, mut resp: reqwest::Response, url: &Url) -> Result<Value, String> {
+    async fn read(&self, mut resp: reqwest::Response, url: &Url) -> Result<Response, String> {
         let status = resp.status().as_u16();
-        let headers: BTreeMap<&str, &str> = RESULT_HEADERS
+        let headers: BTreeMap<String, String> = RESULT_HEADERS
             .iter()
             .filter_map(|name| {
                 let value = resp.headers().get(name)?.to_str().ok()?;
-                Some((name.as_str(), value))
+                Some((name.as_str().to_owned(), value.to_owned()))
             })
             .collect();
-        let headers = json!(headers);
         let mut body = Vec::with_capacity(self.max_bytes.min(64 * 1024));
         let mut truncated = false;
         while let Some(chunk) = resp.chunk().await.map_err(|e| {
@@ -339,58 +323,57 @@ impl HttpTool {
                 }
             }
         };
-        let mut result = json!({
-            "status": status,
-            "headers": headers,
-            "body": body,
-            "body_encoding": encoding,
-            "truncated": truncated,
-        });
-        if truncated && let Some(obj) = result.as_object_mut() {
-            obj.insert(
-                "note".into(),
-                json!(format!(
+        Ok(Response {
+            status,
+            headers,
+            body,
+            body_encoding: encoding,
+            truncated,
+            note: truncated.then(|| {
+                format!(
                     "the body was cut at the HTTP tool's limit of {} bytes",
                     self.max_bytes
-                )),
-            );
-        }
-        Ok(result)
+                )
+            }),
+        })
     }
+}
+
+/// What the model gets back from a request that was answered.
+#[derive(Debug, Serialize)]
+struct Response {
+    status: u16,
+    /// The kept headers ([`RESULT_HEADERS`]).
+    headers: BTreeMap<String, String>,
+    /// Text, or base64 when `body_encoding` is `base64`.
+    body: String,
+    body_encoding: &'static str,
+    truncated: bool,
+    /// Says where a truncated body was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 impl HttpRequest {
     /// Validates the model's input; errors name the field and say what is expected.
     fn parse(input: &Value) -> Result<Self, String> {
-        let Some(obj) = input.as_object() else {
+        if !input.is_object() {
             return Err(format!(
                 "the HTTP tool takes a JSON object like {{\"method\": \"GET\", \"url\": \"https://…\"}}, got {}",
                 json_type(input)
             ));
-        };
-        if let Some(key) = obj
-            .keys()
-            .find(|k| !matches!(k.as_str(), "method" | "url" | "headers" | "body"))
-        {
-            return Err(format!(
-                "unknown field `{key}`; the HTTP tool takes `method`, `url`, `headers` and `body`"
-            ));
         }
-        let method = match obj.get("method") {
-            None => return Err("`method` is required: \"GET\" or \"POST\"".into()),
-            Some(Value::String(m)) if m.eq_ignore_ascii_case("GET") => Method::GET,
-            Some(Value::String(m)) if m.eq_ignore_ascii_case("POST") => Method::POST,
-            Some(other) => {
-                return Err(format!("`method` must be \"GET\" or \"POST\", got {other}"));
-            }
+        let input: HttpInput = read_input(input)?;
+        let method = match input.method {
+            HttpMethod::Get => Method::GET,
+            HttpMethod::Post => Method::POST,
         };
-        let url = match obj.get("url") {
-            Some(Value::String(u)) => Url::parse(u.trim()).map_err(|e| {
-                format!("`url` must be an absolute http:// or https:// URL ({e}), got {u:?}")
-            })?,
-            None => return Err("`url` is required: an absolute http:// or https:// URL".into()),
-            Some(other) => return Err(format!("`url` must be a string, got {}", json_type(other))),
-        };
+        let url = Url::parse(input.url.trim()).map_err(|e| {
+            format!(
+                "`url` must be an absolute http:// or https:// URL ({e}), got {:?}",
+                input.url
+            )
+        })?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
                 "`url` must use http or https, got `{}`",
@@ -398,44 +381,27 @@ impl HttpRequest {
             ));
         }
         let mut headers = HeaderMap::new();
-        match obj.get("headers") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(map)) => {
-                for (name, value) in map {
-                    let Value::String(value) = value else {
-                        return Err(format!(
-                            "`headers.{name}` must be a string, got {}",
-                            json_type(value)
-                        ));
-                    };
-                    let header_name = HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|_| format!("`headers`: {name:?} is not a valid header name"))?;
-                    if FORBIDDEN_REQUEST_HEADERS.contains(&header_name)
-                        || header_name.as_str().starts_with("proxy-")
-                    {
-                        return Err(format!(
-                            "`headers.{name}` cannot be set; the HTTP tool manages it"
-                        ));
-                    }
-                    let header_value = HeaderValue::from_str(value).map_err(|_| {
-                        format!("`headers.{name}` must be visible ASCII text without line breaks")
-                    })?;
-                    headers.append(header_name, header_value);
-                }
-            }
-            Some(other) => {
+        for (name, value) in input.headers.unwrap_or_default() {
+            let header_name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`headers`: {name:?} is not a valid header name"))?;
+            if FORBIDDEN_REQUEST_HEADERS.contains(&header_name)
+                || header_name.as_str().starts_with("proxy-")
+            {
                 return Err(format!(
-                    "`headers` must be an object of strings, got {}",
-                    json_type(other)
+                    "`headers.{name}` cannot be set; the HTTP tool manages it"
                 ));
             }
+            let header_value = HeaderValue::from_str(&value).map_err(|_| {
+                format!("`headers.{name}` must be visible ASCII text without line breaks")
+            })?;
+            headers.append(header_name, header_value);
         }
-        let body = match obj.get("body") {
+        let body = match input.body {
             None | Some(Value::Null) => None,
             Some(_) if method != Method::POST => {
                 return Err("`body` is only allowed with method \"POST\"".into());
             }
-            Some(Value::String(text)) => Some(Bytes::from(text.clone().into_bytes())),
+            Some(Value::String(text)) => Some(Bytes::from(text.into_bytes())),
             Some(value @ Value::Object(_)) => {
                 if !headers.contains_key(header::CONTENT_TYPE) {
                     headers.insert(
@@ -448,7 +414,7 @@ impl HttpRequest {
             Some(other) => {
                 return Err(format!(
                     "`body` must be a string or a JSON object, got {}",
-                    json_type(other)
+                    json_type(&other)
                 ));
             }
         };
@@ -458,17 +424,6 @@ impl HttpRequest {
             headers,
             body,
         })
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -573,6 +528,8 @@ impl super::Tool for HttpTool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn list(p: &[&str]) -> Vec<String> {

@@ -3,10 +3,11 @@
 //! waiting for the answer) is the orchestration's job, from [`ToolOutcome::Ask`].
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
+use weft_api::tools::{InterruptionInput, input_schema};
 use weft_core::message::ToolSpec;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input};
 
 /// `Interruption`.
 pub struct Interruption;
@@ -20,14 +21,7 @@ impl Tool for Interruption {
         ToolSpec {
             name: self.name().into(),
             description: "Ask the user a question and wait for the answer. op=ask with a question; the run pauses until someone answers.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": ["ask"]},
-                    "question": {"type": "string"}
-                },
-                "required": ["op", "question"]
-            }),
+            parameters: input_schema::<InterruptionInput>(),
         }
     }
 
@@ -42,11 +36,10 @@ impl Tool for Interruption {
         input: &'a Value,
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
         Box::pin(async move {
-            let question = input
-                .get("question")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
+            let question = match parse_input::<InterruptionInput>(input) {
+                Ok(i) => i.question.unwrap_or_default(),
+                Err(out) => return Ok(ToolOutcome::Done(out)),
+            };
             if question.is_empty() {
                 return Ok(ToolOutcome::Done(ToolOutput::error(
                     "`question` is required: Interruption {\"op\": \"ask\", \"question\": \"…\"}",

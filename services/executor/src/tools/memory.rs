@@ -6,18 +6,20 @@
 //! returns the first result, so writes are `Idempotent`; reads are `ReadOnly`.
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::face::MemoryScope;
+use weft_api::tools::{MemoryInput, MemoryOp, input_schema};
 use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
+    with_retry,
 };
 
 /// `Memory`.
 pub struct Memory;
-
-const OPS: [&str; 6] = ["get", "set", "delete", "list", "incr", "search"];
 
 impl Tool for Memory {
     fn name(&self) -> &str {
@@ -35,25 +37,7 @@ impl Tool for Memory {
                 by) and adds to an integer. op=search needs query (optional: top_k) and finds \
                 embedded entries by meaning, best first with scores."
                 .into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": OPS},
-                    "scope": {"type": "string", "enum": ["run", "agent", "user", "tenant"]},
-                    "key": {"type": "string"},
-                    "value": {"description": "any JSON value (set)"},
-                    "ttl_seconds": {"type": "integer", "minimum": 1},
-                    "if_version": {"type": "integer", "minimum": 0, "description": "set/delete only if the entry is at this version (0: does not exist)"},
-                    "embed": {"type": "boolean"},
-                    "by": {"type": "integer"},
-                    "prefix": {"type": "string"},
-                    "cursor": {"type": "string"},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    "query": {"type": "string"},
-                    "top_k": {"type": "integer", "minimum": 1, "maximum": 100}
-                },
-                "required": ["op", "scope"]
-            }),
+            parameters: input_schema::<MemoryInput>(),
         }
     }
 
@@ -75,66 +59,101 @@ impl Tool for Memory {
 }
 
 /// The scope id this run has in `scope`.
-fn scope_id(ctx: &ToolCtx<'_>, scope: &str) -> Option<String> {
-    Some(match scope {
-        "run" => ctx.run_id().to_string(),
-        "agent" => ctx.agent_name().to_owned(),
-        "user" => ctx.subject().to_owned(),
-        "tenant" => ctx.tenant().to_string(),
-        _ => return None,
-    })
-}
-
-fn str_field<'v>(input: &'v Value, name: &str) -> Result<&'v str, ToolOutput> {
-    input
-        .get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolOutput::error(format!("`{name}` (a string) is required")))
-}
-
-fn int_field(input: &Value, name: &str) -> Result<Option<i64>, ToolOutput> {
-    match input.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| ToolOutput::error(format!("`{name}` must be an integer"))),
+fn scope_id(ctx: &ToolCtx<'_>, scope: MemoryScope) -> String {
+    match scope {
+        MemoryScope::Run => ctx.run_id().to_string(),
+        MemoryScope::Agent => ctx.agent_name().to_owned(),
+        MemoryScope::User => ctx.subject().to_owned(),
+        MemoryScope::Tenant => ctx.tenant().to_string(),
     }
 }
 
-fn entry(e: &v1::MemoryEntry) -> Value {
-    json!({
-        "key": e.key,
-        "value": serde_json::from_str::<Value>(&e.value_json).unwrap_or(Value::Null),
-        "version": e.version,
-        "expires_at": e.expires_at,
-        "updated_at": e.updated_at,
-    })
+/// A field an op needs.
+fn needs<T>(field: Option<T>, what: &str) -> Result<T, ToolOutput> {
+    field.ok_or_else(|| ToolOutput::error(format!("{what} is required")))
+}
+
+/// One entry as the model sees it.
+#[derive(Serialize)]
+struct Entry {
+    key: String,
+    value: Value,
+    version: i64,
+    expires_at: Option<String>,
+    updated_at: String,
+}
+
+impl From<v1::MemoryEntry> for Entry {
+    fn from(e: v1::MemoryEntry) -> Self {
+        Self {
+            value: serde_json::from_str(&e.value_json).unwrap_or(Value::Null),
+            key: e.key,
+            version: e.version,
+            expires_at: e.expires_at,
+            updated_at: e.updated_at,
+        }
+    }
+}
+
+/// A search hit: the entry and its score.
+#[derive(Serialize)]
+struct Hit {
+    #[serde(flatten)]
+    entry: Option<Entry>,
+    score: f64,
+}
+
+/// What each op answers.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Answer {
+    Found {
+        found: bool,
+        entry: Entry,
+    },
+    Missing {
+        found: bool,
+        key: String,
+    },
+    Stored {
+        stored: bool,
+        entry: Entry,
+    },
+    Deleted {
+        deleted: bool,
+        version: i64,
+    },
+    Counted {
+        entry: Entry,
+    },
+    Listed {
+        entries: Vec<Entry>,
+        next_cursor: Option<String>,
+    },
+    Hits {
+        hits: Vec<Hit>,
+    },
 }
 
 async fn memory(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
     Ok(match run_op(ctx, input).await {
-        Ok(Ok(v)) => ToolOutput::ok(v.to_string()),
+        Ok(Ok(answer)) => ToolOutput::json(&answer),
         Ok(Err(out)) => out,
         Err(abort) => return Err(abort),
     })
 }
 
-async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOutput>, Abort> {
-    let op = match input.get("op").and_then(Value::as_str) {
-        Some(op) if OPS.contains(&op) => op,
-        other => {
-            return Ok(Err(ToolOutput::error(format!(
-                "`op` must be one of {}, got {}",
-                OPS.join(", "),
-                other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
-            ))));
-        }
-    };
-    let scope = match str_field(input, "scope") {
-        Ok(s) => s.to_owned(),
-        Err(e) => return Ok(Err(e)),
-    };
+async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Answer, ToolOutput>, Abort> {
+    macro_rules! tri {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(out) => return Ok(Err(out)),
+            }
+        };
+    }
+    let input: MemoryInput = tri!(parse_input(input));
+    let scope = input.scope.as_str().to_owned();
     let allowed = &ctx.spec().memory_scopes;
     if !allowed.contains(&scope) {
         return Ok(Err(ToolOutput::error(if allowed.is_empty() {
@@ -146,23 +165,11 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
             )
         })));
     }
-    let Some(scope_id) = scope_id(ctx, &scope) else {
-        return Ok(Err(ToolOutput::error(
-            "`scope` must be run, agent, user or tenant",
-        )));
-    };
+    let scope_id = scope_id(ctx, input.scope);
     let client = weft_proto::transport::memory_client(ctx.substrate_transport());
-    let key = || str_field(input, "key").map(str::to_owned);
+    let key = || needs(input.key.clone(), "`key` (a string)");
     let op_key = Some(ctx.exactly_once_key());
     let agent = Some(ctx.agent_name().to_owned());
-    macro_rules! tri {
-        ($e:expr) => {
-            match $e {
-                Ok(v) => v,
-                Err(out) => return Ok(Err(out)),
-            }
-        };
-    }
     macro_rules! rpc {
         ($method:ident, $msg:expr) => {{
             let msg = $msg;
@@ -180,8 +187,8 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
             }
         }};
     }
-    let out = match op {
-        "get" => {
+    let out = match input.op {
+        MemoryOp::Get => {
             let key = tri!(key());
             let msg = v1::MemoryGetRequest {
                 scope,
@@ -197,21 +204,22 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
             })
             .await;
             match answer {
-                Ok(r) => json!({"found": true, "entry": entry(&r.into_inner())}),
+                Ok(r) => Answer::Found {
+                    found: true,
+                    entry: r.into_inner().into(),
+                },
                 // A missing key, not a refused scope (also NOT_FOUND, naming no field).
                 Err(s)
                     if s.code() == tonic::Code::NotFound
                         && weft_core::Error::from(&s).param.as_deref() == Some("key") =>
                 {
-                    json!({"found": false, "key": key})
+                    Answer::Missing { found: false, key }
                 }
                 Err(s) => return substrate_error(&s).map(Err),
             }
         }
-        "set" => {
-            let Some(value) = input.get("value") else {
-                return Ok(Err(ToolOutput::error("`value` (any JSON) is required")));
-            };
+        MemoryOp::Set => {
+            let value = tri!(needs(input.value.as_ref(), "`value` (any JSON)"));
             let e = rpc!(
                 set,
                 v1::MemorySetRequest {
@@ -219,73 +227,70 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
                     scope_id,
                     key: tri!(key()),
                     value_json: value.to_string(),
-                    ttl_seconds: tri!(int_field(input, "ttl_seconds")),
-                    if_version: tri!(int_field(input, "if_version")),
-                    embed: input.get("embed").and_then(Value::as_bool).unwrap_or(false),
+                    ttl_seconds: input.ttl_seconds,
+                    if_version: input.if_version,
+                    embed: input.embed.unwrap_or(false),
                     op_key,
                     agent,
                 }
             );
-            json!({"stored": true, "entry": entry(&e)})
+            Answer::Stored {
+                stored: true,
+                entry: e.into(),
+            }
         }
-        "delete" => {
+        MemoryOp::Delete => {
             let r = rpc!(
                 delete,
                 v1::MemoryDeleteRequest {
                     scope,
                     scope_id,
                     key: tri!(key()),
-                    if_version: tri!(int_field(input, "if_version")),
+                    if_version: input.if_version,
                     op_key,
                     agent,
                 }
             );
-            json!({"deleted": r.deleted, "version": r.version})
+            Answer::Deleted {
+                deleted: r.deleted,
+                version: r.version,
+            }
         }
-        "incr" => {
+        MemoryOp::Incr => {
             let e = rpc!(
                 incr,
                 v1::MemoryIncrRequest {
                     scope,
                     scope_id,
                     key: tri!(key()),
-                    by: tri!(int_field(input, "by")).unwrap_or(1),
-                    ttl_seconds: tri!(int_field(input, "ttl_seconds")),
+                    by: input.by.unwrap_or(1),
+                    ttl_seconds: input.ttl_seconds,
                     op_key,
                     agent,
                 }
             );
-            json!({"entry": entry(&e)})
+            Answer::Counted { entry: e.into() }
         }
-        "list" => {
-            let limit = tri!(int_field(input, "limit"))
-                .unwrap_or(100)
-                .clamp(1, 1000);
+        MemoryOp::List => {
+            let limit = input.limit.unwrap_or(100).clamp(1, 1000);
             let r = rpc!(
                 list,
                 v1::MemoryListRequest {
                     scope,
                     scope_id,
-                    prefix: input
-                        .get("prefix")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned(),
-                    cursor: input
-                        .get("cursor")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
+                    prefix: input.prefix.clone().unwrap_or_default(),
+                    cursor: input.cursor.clone(),
                     limit: u32::try_from(limit).unwrap_or(100),
                 }
             );
-            json!({
-                "entries": r.entries.iter().map(entry).collect::<Vec<_>>(),
-                "next_cursor": r.next_cursor,
-            })
+            Answer::Listed {
+                entries: r.entries.into_iter().map(Entry::from).collect(),
+                next_cursor: r.next_cursor,
+            }
         }
-        _ => {
-            let query = tri!(str_field(input, "query")).to_owned();
-            let top_k = tri!(int_field(input, "top_k")).unwrap_or(5).clamp(1, 100);
+        MemoryOp::Search => {
+            let query = tri!(needs(input.query.clone(), "`query` (a string)"));
+            let top_k = input.top_k.unwrap_or(5).clamp(1, 100);
             let r = rpc!(
                 search,
                 v1::MemorySearchRequest {
@@ -295,13 +300,16 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Value, ToolOu
                     top_k: u32::try_from(top_k).unwrap_or(5),
                 }
             );
-            json!({
-                "hits": r.hits.iter().map(|h| {
-                    let mut e = h.entry.as_ref().map(entry).unwrap_or(Value::Null);
-                    e["score"] = json!(h.score);
-                    e
-                }).collect::<Vec<_>>(),
-            })
+            Answer::Hits {
+                hits: r
+                    .hits
+                    .into_iter()
+                    .map(|h| Hit {
+                        entry: h.entry.map(Entry::from),
+                        score: h.score,
+                    })
+                    .collect(),
+            }
         }
     };
     Ok(Ok(out))

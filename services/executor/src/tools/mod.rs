@@ -8,7 +8,8 @@
 //! as "outcome unknown"), and the ledger's `idempotent` column.
 //!
 //! Adding a tool is one file in this folder implementing [`Tool`] and one line in
-//! [`Registry::builtin`].
+//! [`Registry::builtin`]. Its input is a type in `weft_api::tools`, read with [`parse_input`];
+//! the schema the model sees is `weft_api::tools::input_schema` of that type.
 
 pub mod agent;
 pub mod channel;
@@ -22,6 +23,8 @@ pub mod skill;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use weft_core::agent::AgentContent;
 use weft_core::message::ToolSpec;
@@ -48,6 +51,16 @@ impl ToolOutput {
             text: text.into(),
             is_error: false,
         }
+    }
+
+    /// A structured result, as JSON text.
+    pub fn json(result: &impl Serialize) -> Self {
+        // Plain structs of strings, numbers and JSON values always serialize.
+        Self::ok(
+            serde_json::to_value(result)
+                .unwrap_or(Value::Null)
+                .to_string(),
+        )
     }
 
     pub fn error(text: impl Into<String>) -> Self {
@@ -152,7 +165,7 @@ pub(crate) trait RunHost: Send + Sync {
         &'a self,
         tool_use_id: &'a str,
         items: Vec<(String, String)>,
-    ) -> BoxFuture<'a, Result<Vec<Value>, Stop>>;
+    ) -> BoxFuture<'a, Result<Vec<agent::ChildOutcome>, Stop>>;
 }
 
 /// What a call can see and use: the run's identity and spec, the call's id, the executor's
@@ -333,6 +346,104 @@ impl Registry {
     }
 }
 
+/// Reads a call's input as the tool's input type (`weft_api::tools`). A bad input is a message
+/// that names the field and says what it must be: "`key` is required", "`ttl_seconds` must be
+/// an integer, got a string", "`op` must be one of get, set, …, got \"put\"".
+pub(crate) fn read_input<T: DeserializeOwned>(input: &Value) -> Result<T, String> {
+    if !input.is_object() {
+        return Err(format!(
+            "the input must be a JSON object of the fields in the tool's schema, got {}",
+            json_type(input)
+        ));
+    }
+    serde_path_to_error::deserialize(input).map_err(|e| input_error(input, e))
+}
+
+/// [`read_input`], a bad input being the call's error result.
+pub(crate) fn parse_input<T: DeserializeOwned>(input: &Value) -> Result<T, ToolOutput> {
+    read_input(input).map_err(ToolOutput::error)
+}
+
+/// serde's error at a path, in the words the tools use.
+fn input_error(input: &Value, err: serde_path_to_error::Error<serde_json::Error>) -> String {
+    use serde_path_to_error::Segment;
+    let path = err.path().clone();
+    let msg = err.into_inner().to_string();
+    let field = match path.to_string() {
+        p if p == "." => String::new(),
+        p => p,
+    };
+    let at = path.iter().try_fold(input, |v, seg| match seg {
+        Segment::Seq { index } => v.get(index),
+        Segment::Map { key } => v.get(key.as_str()),
+        _ => None,
+    });
+    // serde names fields and variants in backticks: "unknown variant `x`, expected `a` or `b`".
+    let named = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let (head, expected) = msg.split_once(", expected ").unwrap_or((&msg, ""));
+    if head.starts_with("missing field `") {
+        let name = named(head).concat();
+        let name = if field.is_empty() {
+            name
+        } else {
+            format!("{field}.{name}")
+        };
+        return format!("`{name}` is required");
+    }
+    if head.starts_with("unknown field `") {
+        let takes: Vec<String> = named(expected).iter().map(|f| format!("`{f}`")).collect();
+        return format!(
+            "unknown field `{}`; the tool takes {}",
+            named(head).concat(),
+            takes.join(", ")
+        );
+    }
+    if head.starts_with("unknown variant `") {
+        let choices = match named(expected).as_slice() {
+            [a, b] => format!("\"{a}\" or \"{b}\""),
+            names => format!("one of {}", names.join(", ")),
+        };
+        let got = at.map_or_else(|| "nothing".to_owned(), Value::to_string);
+        return format!("`{field}` must be {choices}, got {got}");
+    }
+    if !expected.is_empty() {
+        let what = match expected {
+            "i8" | "i16" | "i32" | "i64" => "an integer",
+            "u8" | "u16" | "u32" | "u64" => "an integer from 0 up",
+            "a sequence" => "an array",
+            "a map" => "an object",
+            "string or map" => "a string",
+            e if e.starts_with("struct ") => "an object",
+            e => e,
+        };
+        let got = match at {
+            Some(v) if head.starts_with("invalid type") => json_type(v).to_owned(),
+            Some(v) => v.to_string(),
+            None => "nothing".to_owned(),
+        };
+        return format!("`{field}` must be {what}, got {got}");
+    }
+    format!("`{field}`: {msg}")
+}
+
+/// The JSON type of `v`, for messages.
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// A substrate error as the call's result, which the model can act on: bad input, not found,
 /// a conflict, a quota, or the substrate being unavailable after [`with_retry`]'s retries. None
 /// of them aborts the run: an error that would come back on every retry (a misconfigured
@@ -368,4 +479,111 @@ where
         }
     }
     call().await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use weft_api::tools::{AgentInput, ChannelInput, InterruptionInput, MemoryInput};
+
+    use super::*;
+
+    fn err<T: DeserializeOwned>(input: Value) -> String {
+        match read_input::<T>(&input) {
+            Ok(_) => panic!("{input} was read"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn input_errors_name_the_field_and_what_it_must_be() {
+        let cases = [
+            (
+                err::<MemoryInput>(json!({"scope": "run"})),
+                "`op` is required",
+            ),
+            (
+                err::<MemoryInput>(json!({"op": "put", "scope": "run"})),
+                "`op` must be one of get, set, delete, list, incr, search, got \"put\"",
+            ),
+            (
+                err::<MemoryInput>(json!({"op": "set", "scope": "run", "ttl_seconds": "x"})),
+                "`ttl_seconds` must be an integer, got a string",
+            ),
+            (
+                err::<ChannelInput>(json!({"op": "await", "channels": ["a", 5]})),
+                "`channels[1]` must be a string, got a number",
+            ),
+            (
+                err::<ChannelInput>(json!({"op": "read", "max": -1})),
+                "`max` must be an integer from 0 up, got -1",
+            ),
+            (
+                err::<AgentInput>(json!({"op": "parallel_spawn", "runs": [{"agent": "a"}]})),
+                "`runs[0].input` is required",
+            ),
+            (
+                err::<AgentInput>(json!({"op": "fork"})),
+                "`op` must be \"spawn\" or \"parallel_spawn\", got \"fork\"",
+            ),
+            (
+                err::<MemoryInput>(json!(["get", "run"])),
+                "the input must be a JSON object of the fields in the tool's schema, got an array",
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn inputs_are_read_leniently() {
+        // A field a tool does not take is ignored, `null` is a value where any JSON is, and an
+        // ask without its op is still an ask.
+        let m: MemoryInput = read_input(
+            &json!({"op": "set", "scope": "user", "scope_id": "mallory", "key": "k", "value": null}),
+        )
+        .unwrap();
+        assert_eq!(m.value, Some(Value::Null));
+        let m: MemoryInput = read_input(&json!({"op": "get", "scope": "user"})).unwrap();
+        assert_eq!(m.value, None);
+        let i: InterruptionInput = read_input(&json!({"question": "why?"})).unwrap();
+        assert_eq!((i.op, i.question.as_deref()), (None, Some("why?")));
+    }
+
+    /// The schemas the model sees are schemars' with the generator's extras taken out: no
+    /// `$schema`, `title`, `null` types or defaults, integer formats or type docs.
+    #[test]
+    fn tool_schemas_are_plain() {
+        let spec = |t: &dyn Tool| t.spec().parameters;
+        assert_eq!(
+            spec(&interruption::Interruption),
+            json!({
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": ["ask"]},
+                    "question": {"type": "string"}
+                },
+                "required": ["op", "question"]
+            })
+        );
+        assert_eq!(
+            spec(&channel::Channel),
+            json!({
+                "type": "object",
+                "properties": {
+                    "op": {"type": "string", "enum": ["publish", "read", "ack", "peek", "await"]},
+                    "channel": {"type": "string"},
+                    "payload": {"description": "any JSON value (publish)"},
+                    "cursor": {"type": "string"},
+                    "max": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000},
+                    "channels": {"type": "array", "items": {"type": "string"}},
+                    "mode": {"type": "string", "enum": ["any", "all", "at_least"]},
+                    "n": {"type": "integer", "minimum": 1}
+                },
+                "required": ["op"]
+            })
+        );
+    }
 }

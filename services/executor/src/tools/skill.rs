@@ -3,12 +3,15 @@
 //! one of its files — into the conversation as the call's result. It only reads: `ReadOnly`.
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use weft_api::tools::{SkillInput, SkillOp, input_schema};
 use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, substrate_error, with_retry,
+    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
+    with_retry,
 };
 
 /// `Skill`.
@@ -26,15 +29,7 @@ impl Tool for Skill {
                 may load, with what each is for. op=load {name}: a skill's instructions (and \
                 the names of its files); op=load {name, file}: one of its files."
                 .into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": ["list", "load"]},
-                    "name": {"type": "string"},
-                    "file": {"type": "string"}
-                },
-                "required": ["op"]
-            }),
+            parameters: input_schema::<SkillInput>(),
         }
     }
 
@@ -51,11 +46,27 @@ impl Tool for Skill {
     }
 }
 
+/// `op=list`: the skills this agent may load.
+#[derive(Serialize)]
+struct Offered {
+    skills: Vec<Listed>,
+}
+
+#[derive(Serialize)]
+struct Listed {
+    name: String,
+    description: String,
+}
+
 async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
+    let input: SkillInput = match parse_input(input) {
+        Ok(i) => i,
+        Err(out) => return Ok(out),
+    };
     let allowed = &ctx.spec().skills;
     let client = weft_proto::transport::substrate_client(ctx.substrate_transport());
-    match input.get("op").and_then(Value::as_str) {
-        Some("list") => {
+    match input.op {
+        SkillOp::List => {
             let skills = match with_retry(|| {
                 let mut client = client.clone();
                 let req = ctx
@@ -68,15 +79,18 @@ async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
                 Ok(r) => r.into_inner().skills,
                 Err(s) => return substrate_error(&s),
             };
-            let offered: Vec<Value> = skills
+            let skills = skills
                 .into_iter()
                 .filter(|s| !s.retired && allowed.contains(&s.name))
-                .map(|s| json!({"name": s.name, "description": s.description}))
+                .map(|s| Listed {
+                    name: s.name,
+                    description: s.description,
+                })
                 .collect();
-            Ok(ToolOutput::ok(json!({ "skills": offered }).to_string()))
+            Ok(ToolOutput::json(&Offered { skills }))
         }
-        Some("load") => {
-            let Some(name) = input.get("name").and_then(Value::as_str) else {
+        SkillOp::Load => {
+            let Some(name) = input.name.as_deref() else {
                 return Ok(ToolOutput::error(
                     "`name` (a skill from op=list) is required",
                 ));
@@ -105,7 +119,7 @@ async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
             if s.retired {
                 return Ok(ToolOutput::error(format!("skill `{name}` is retired")));
             }
-            match input.get("file").and_then(Value::as_str) {
+            match input.file.as_deref() {
                 Some(file) => Ok(match s.files.get(file) {
                     Some(text) => ToolOutput::ok(text.clone()),
                     None => ToolOutput::error(format!(
@@ -123,9 +137,5 @@ async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
                 }
             }
         }
-        other => Ok(ToolOutput::error(format!(
-            "`op` must be \"list\" or \"load\", got {}",
-            other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
-        ))),
     }
 }

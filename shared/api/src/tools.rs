@@ -1,0 +1,286 @@
+//! The inputs of the executor's built-in tools (`Context`, `Agent`, `Interruption`, `HTTP`,
+//! `Memory`, `Channel`, `Skill`): what a model sends when it calls one. The executor reads a
+//! call's input into these types and shows the model [`input_schema`] of each.
+//!
+//! Fields an op does not always need are optional here; the executor says which op needs them.
+//! Inputs are read leniently (unknown fields are ignored: a model cannot name a scope id, but
+//! writing one is harmless) except `HTTP`'s, which refuses them.
+
+use std::collections::BTreeMap;
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::channels::AwaitMode;
+use crate::face::MemoryScope;
+
+/// `T`'s JSON Schema as a model sees it in a tool's `parameters`: definitions inlined, no
+/// `$schema` or `title` (the tool's description says what it is), and an optional field is
+/// its type, not its type or null.
+pub fn input_schema<T: JsonSchema>() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.meta_schema = None;
+    settings.inline_subschemas = true;
+    let mut schema = SchemaGenerator::new(settings)
+        .into_root_schema_for::<T>()
+        .to_value();
+    if let Value::Object(root) = &mut schema {
+        root.remove("title");
+        root.remove("description");
+    }
+    drop_null_types(&mut schema);
+    schema
+}
+
+/// At every depth: `["string", "null"]` → `"string"`, no `null` in an `enum` and no
+/// `"default": null` (an optional field is simply left out); no integer `format`s; no doc
+/// comments of enum types (the values speak for themselves; a field's own description stays).
+fn drop_null_types(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.get("default").is_some_and(Value::is_null) {
+                m.remove("default");
+            }
+            if let Some(Value::Array(values)) = m.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+                m.remove("description");
+            }
+            if let Some(Value::Array(types)) = m.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let only = types.remove(0);
+                    m.insert("type".into(), only);
+                }
+            }
+            if m.get("type").and_then(Value::as_str) == Some("integer") {
+                m.remove("format");
+            }
+            for child in m.values_mut() {
+                drop_null_types(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_null_types),
+        _ => {}
+    }
+}
+
+/// Reads a present field as `Some`, `null` included (`Option<Value>` alone reads `null` as
+/// absent).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Any JSON value.
+fn any_value(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({})
+}
+
+/// `Context`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextOp {
+    Time,
+    #[serde(rename = "self")]
+    Own,
+}
+
+/// `Context`: facts about the run.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ContextInput {
+    pub op: ContextOp,
+}
+
+/// `Interruption`'s one op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptionOp {
+    Ask,
+}
+
+/// `Interruption`: a question for the user.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct InterruptionInput {
+    // Only `ask`; an input without it is read as an ask, as before it was typed.
+    #[schemars(required)]
+    pub op: Option<InterruptionOp>,
+    // Read as optional so that a missing question and an empty one get the same answer.
+    #[schemars(required)]
+    pub question: Option<String>,
+}
+
+/// `Agent`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentOp {
+    Spawn,
+    ParallelSpawn,
+}
+
+/// One sub-run: an agent and the message it starts with.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(description = "")]
+pub struct AgentRun {
+    pub agent: String,
+    pub input: String,
+}
+
+/// `Agent`: `spawn` takes `agent` and `input`, `parallel_spawn` takes `runs`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct AgentInput {
+    pub op: AgentOp,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub input: Option<String>,
+    #[serde(default)]
+    pub runs: Option<Vec<AgentRun>>,
+}
+
+/// The methods `HTTP` sends, named in any case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    Get,
+    Post,
+}
+
+impl<'de> Deserialize<'de> for HttpMethod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = String::deserialize(d)?;
+        if m.eq_ignore_ascii_case("GET") {
+            Ok(Self::Get)
+        } else if m.eq_ignore_ascii_case("POST") {
+            Ok(Self::Post)
+        } else {
+            Err(serde::de::Error::unknown_variant(&m, &["GET", "POST"]))
+        }
+    }
+}
+
+/// A string or a JSON object.
+fn string_or_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": ["string", "object"]})
+}
+
+/// `HTTP`: one request.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpInput {
+    pub method: HttpMethod,
+    /// an absolute http:// or https:// URL
+    pub url: String,
+    /// request headers by name
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// POST only: a string sent as is, or an object sent as JSON
+    #[serde(default)]
+    #[schemars(schema_with = "string_or_object")]
+    pub body: Option<Value>,
+}
+
+/// `Memory`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryOp {
+    Get,
+    Set,
+    Delete,
+    List,
+    Incr,
+    Search,
+}
+
+/// `Memory`: the scope is the run's own (never a scope id); which other fields an op needs is
+/// in the tool's description.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryInput {
+    pub op: MemoryOp,
+    pub scope: MemoryScope,
+    #[serde(default)]
+    pub key: Option<String>,
+    /// any JSON value (set)
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(schema_with = "any_value")]
+    pub value: Option<Value>,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub ttl_seconds: Option<i64>,
+    /// set/delete only if the entry is at this version (0: does not exist)
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub if_version: Option<i64>,
+    #[serde(default)]
+    pub embed: Option<bool>,
+    #[serde(default)]
+    pub by: Option<i64>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub top_k: Option<i64>,
+}
+
+/// `Channel`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelOp {
+    Publish,
+    Read,
+    Ack,
+    Peek,
+    Await,
+}
+
+/// `Channel`: which fields an op needs is in the tool's description.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ChannelInput {
+    pub op: ChannelOp,
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// any JSON value (publish)
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(schema_with = "any_value")]
+    pub payload: Option<Value>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max: Option<u32>,
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30000))]
+    pub wait_ms: Option<u32>,
+    #[serde(default)]
+    pub channels: Option<Vec<String>>,
+    #[serde(default)]
+    pub mode: Option<AwaitMode>,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub n: Option<u32>,
+}
+
+/// `Skill`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SkillOp {
+    List,
+    Load,
+}
+
+/// `Skill`: `load` takes `name` and optionally `file`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SkillInput {
+    pub op: SkillOp,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+}
