@@ -19,7 +19,7 @@
 #      resolved file: replicas, health checks, depends_on, and each peer URL traced through
 #      deploy/compose/nginx.conf to the right service and port
 #   5. env (check_fleet.py env): every WEFT_<SECTION>__<KEY> set by compose or the chart is a key
-#      of shared/config/src/lib.rs
+#      of weft's config (shared/config/src/*.rs)
 #   6. Helm: `helm lint --strict` and `helm template` when helm is on PATH; else the same through
 #      Helm's Go SDK from the venv, with checks on the rendered manifests and Kubernetes' schemas
 #      (deploy/helm/render.py);

@@ -14,7 +14,7 @@
                service listens on; every weft command is a binary word or a `weft` subcommand
   env          every WEFT_<SECTION>__<KEY> variable set by docker-compose.yaml (environment and
                secret targets) and by the Helm chart's templates is a key of weft's config
-               (shared/config/src/lib.rs): an unknown key stops every binary at start
+               (shared/config/src/*.rs): an unknown key stops every binary at start
 
 Usage: check_fleet.py dockerfile | compose RESOLVED.yaml | env [RESOLVED.yaml]
 """
@@ -80,7 +80,8 @@ FIELD = re.compile(r"^\s*pub (\w+):\s*([^\n]+?),?\s*$", re.M)
 
 
 def config_schema() -> dict[str, dict[str, str]]:
-    src = (ROOT / "shared/config/src/lib.rs").read_text()
+    # One module per section (shared/config/src/<section>.rs); read them all.
+    src = "\n".join(p.read_text() for p in sorted((ROOT / "shared/config/src").glob("*.rs")))
     return {m.group(1): dict(FIELD.findall(m.group(2))) for m in STRUCT.finditer(src)}
 
 
@@ -96,7 +97,7 @@ def check_env_name(name: str, schema: dict[str, dict[str, str]], where: str) -> 
             return
         if part not in fields:
             err(where, f"{name}: `{'.'.join(parts[: i + 1])}` is not a key of weft's config "
-                f"(shared/config/src/lib.rs {struct}); every binary would refuse to start")
+                f"(shared/config/src {struct}); every binary would refuse to start")
             return
         ty = re.sub(r"^Option<(.*)>$", r"\1", fields[part].strip())
         if ty.startswith(("BTreeMap<", "HashMap<")):
@@ -520,7 +521,7 @@ def check_compose(resolved: Path) -> int:
 def check_env(resolved: Path | None) -> int:
     schema = config_schema()
     if "Config" not in schema:
-        err("shared/config/src/lib.rs", "no `pub struct Config` found; the env check cannot run")
+        err("shared/config/src", "no `pub struct Config` found; the env check cannot run")
         return finish("env")
     count = 0
     if resolved is not None:

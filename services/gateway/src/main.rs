@@ -4,9 +4,10 @@ weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Args, Parser};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use weft_config::{CommonArgs, Config, Overrides};
+use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
 use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft gateway (HTTP). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the router.
@@ -15,18 +16,34 @@ use weft_telemetry::boot::{BootError, Service, boot};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
-    /// Address to listen on, e.g. 127.0.0.1:8787.
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-    /// The router's gRPC URL, e.g. http://127.0.0.1:8788.
-    #[arg(long)]
-    router_url: Option<String>,
-    /// Postgres URL (overrides database.url).
-    #[arg(long)]
-    database_url: Option<String>,
+    #[command(flatten)]
+    flags: Flags,
     /// Write {"url": …} to this file once serving.
     #[arg(long)]
     ready_file: Option<std::path::PathBuf>,
+}
+
+/// The config keys the flags set, a field per section.
+#[derive(Args, Serialize, Debug)]
+struct Flags {
+    #[command(flatten)]
+    gateway: GatewayFlags,
+    #[command(flatten)]
+    database: weft_config::DatabaseFlags,
+}
+
+impl FlagLayer for Flags {}
+
+#[derive(Args, Serialize, Debug)]
+struct GatewayFlags {
+    /// Address to listen on, e.g. 127.0.0.1:8787 (gateway.listen).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listen: Option<std::net::SocketAddr>,
+    /// The router's gRPC URL, e.g. http://127.0.0.1:8788 (gateway.router_url).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    router_url: Option<String>,
 }
 
 /// The gateway, bound and connected.
@@ -94,8 +111,6 @@ fn main() -> ExitCode {
 async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
-    o.set("gateway", "listen", cli.listen)
-        .set("gateway", "router_url", cli.router_url.as_deref())
-        .set("database", "url", cli.database_url.as_deref());
+    o.flags(&cli.flags);
     boot::<Gateway>("weft-gateway", &cli.common, o, cli.ready_file).await
 }

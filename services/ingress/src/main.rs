@@ -6,7 +6,8 @@ weft_telemetry::global_allocator!();
 use std::process::ExitCode;
 
 use clap::Parser;
-use weft_config::{CommonArgs, Overrides};
+use serde::Serialize;
+use weft_config::{CommonArgs, FlagLayer, Overrides};
 use weft_telemetry::boot::boot;
 
 /// The weft ingress: fires cron schedules (exactly once across replicas) and receives signed
@@ -17,15 +18,31 @@ use weft_telemetry::boot::boot;
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
-    /// Address the webhook receiver listens on, e.g. 127.0.0.1:8791.
+    #[command(flatten)]
+    flags: Flags,
+}
+
+/// The config keys the flags set, a field per section.
+#[derive(clap::Args, Serialize, Debug)]
+struct Flags {
+    #[command(flatten)]
+    ingress: IngressFlags,
+    #[command(flatten)]
+    database: weft_config::DatabaseFlags,
+}
+
+impl FlagLayer for Flags {}
+
+#[derive(clap::Args, Serialize, Debug)]
+struct IngressFlags {
+    /// Address the webhook receiver listens on, e.g. 127.0.0.1:8791 (ingress.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<std::net::SocketAddr>,
     /// The substrate's gRPC URL (overrides ingress.substrate_url).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     substrate_url: Option<String>,
-    /// Postgres URL (overrides database.url).
-    #[arg(long)]
-    database_url: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -35,8 +52,6 @@ fn main() -> ExitCode {
 async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
-    o.set("ingress", "listen", cli.listen)
-        .set("ingress", "substrate_url", cli.substrate_url.as_deref())
-        .set("database", "url", cli.database_url.as_deref());
+    o.flags(&cli.flags);
     boot::<weft_ingress::IngressService>("weft-ingress", &cli.common, o, ()).await
 }

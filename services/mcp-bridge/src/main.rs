@@ -5,10 +5,11 @@ weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Args, Parser};
+use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use weft_config::{CommonArgs, Config, Overrides};
+use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
 use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft MCP bridge (gRPC): a pool of sessions to the MCP servers defined in the substrate,
@@ -18,11 +19,28 @@ use weft_telemetry::boot::{BootError, Service, boot};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
-    /// Address to listen on, e.g. 127.0.0.1:8790.
+    #[command(flatten)]
+    flags: Flags,
+}
+
+/// The config keys the flags set, a field per section.
+#[derive(Args, Serialize, Debug)]
+struct Flags {
+    #[command(flatten)]
+    mcp_bridge: BridgeFlags,
+}
+
+impl FlagLayer for Flags {}
+
+#[derive(Args, Serialize, Debug)]
+struct BridgeFlags {
+    /// Address to listen on, e.g. 127.0.0.1:8790 (mcp_bridge.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<std::net::SocketAddr>,
     /// The substrate's gRPC URL (overrides mcp_bridge.substrate_url).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     substrate_url: Option<String>,
 }
 
@@ -76,10 +94,6 @@ fn main() -> ExitCode {
 async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
-    o.set("mcp_bridge", "listen", cli.listen).set(
-        "mcp_bridge",
-        "substrate_url",
-        cli.substrate_url.as_deref(),
-    );
+    o.flags(&cli.flags);
     boot::<Bridge>("weft-mcp-bridge", &cli.common, o, ()).await
 }

@@ -4,10 +4,11 @@ weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Args, Parser};
+use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use weft_config::{CommonArgs, Config, Overrides};
+use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
 use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft provider router (gRPC). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the gateway.
@@ -16,11 +17,28 @@ use weft_telemetry::boot::{BootError, Service, boot};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
-    /// Address to listen on, e.g. 127.0.0.1:8788.
+    #[command(flatten)]
+    flags: Flags,
+}
+
+/// The config keys the flags set, a field per section.
+#[derive(Args, Serialize, Debug)]
+struct Flags {
+    #[command(flatten)]
+    router: RouterFlags,
+}
+
+impl FlagLayer for Flags {}
+
+#[derive(Args, Serialize, Debug)]
+struct RouterFlags {
+    /// Address to listen on, e.g. 127.0.0.1:8788 (router.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<std::net::SocketAddr>,
-    /// Serve Prometheus /metrics on this address, e.g. 127.0.0.1:8789.
+    /// Serve Prometheus /metrics on this address, e.g. 127.0.0.1:8789 (router.metrics_listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     metrics_listen: Option<std::net::SocketAddr>,
 }
 
@@ -76,7 +94,6 @@ fn main() -> ExitCode {
 async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
-    o.set("router", "listen", cli.listen)
-        .set("router", "metrics_listen", cli.metrics_listen);
+    o.flags(&cli.flags);
     boot::<Router>("weft-router", &cli.common, o, ()).await
 }

@@ -4,10 +4,11 @@ weft_telemetry::global_allocator!();
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Args, Parser};
+use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use weft_config::{CommonArgs, Config, Overrides};
+use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
 use weft_telemetry::boot::{BootError, Service, boot};
 
 /// The weft substrate (gRPC): versioned agent definitions and channels (Postgres, and NATS for
@@ -18,14 +19,30 @@ use weft_telemetry::boot::{BootError, Service, boot};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
-    /// Address to listen on, e.g. 127.0.0.1:8789.
+    #[command(flatten)]
+    flags: Flags,
+}
+
+/// The config keys the flags set, a field per section.
+#[derive(Args, Serialize, Debug)]
+struct Flags {
+    #[command(flatten)]
+    substrate: SubstrateFlags,
+    #[command(flatten)]
+    database: weft_config::DatabaseFlags,
+}
+
+impl FlagLayer for Flags {}
+
+#[derive(Args, Serialize, Debug)]
+struct SubstrateFlags {
+    /// Address to listen on, e.g. 127.0.0.1:8789 (substrate.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     listen: Option<std::net::SocketAddr>,
-    /// Postgres URL (overrides database.url).
-    #[arg(long)]
-    database_url: Option<String>,
     /// A folder of `<name>.md` agent definitions to load at start (substrate.agents_dir).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     agents_dir: Option<std::path::PathBuf>,
 }
 
@@ -78,12 +95,6 @@ fn main() -> ExitCode {
 async fn program() -> ExitCode {
     let cli = Cli::parse();
     let mut o = Overrides::default();
-    o.set("substrate", "listen", cli.listen)
-        .set("database", "url", cli.database_url.as_deref())
-        .set(
-            "substrate",
-            "agents_dir",
-            cli.agents_dir.as_ref().map(|p| p.display()),
-        );
+    o.flags(&cli.flags);
     boot::<Substrate>("weft-substrate", &cli.common, o, ()).await
 }

@@ -8,7 +8,8 @@ weft_telemetry::global_allocator!();
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use weft_config::{CommonArgs, DatabaseFlags, Overrides};
+use serde::Serialize;
+use weft_config::{CommonArgs, DatabaseFlags, FlagLayer, Overrides};
 
 use cmd::hash::HashCmd;
 use cmd::mcp::McpArgs;
@@ -29,13 +30,17 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Args, Debug)]
+/// The flags every subcommand takes; serializes as the config keys they set.
+#[derive(Args, Serialize, Debug)]
 struct Common {
     #[command(flatten)]
+    #[serde(flatten)]
     shared: CommonArgs,
     #[command(flatten)]
     database: DatabaseFlags,
 }
+
+impl FlagLayer for Common {}
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
@@ -79,7 +84,7 @@ async fn program() -> ExitCode {
     let cli = Cli::parse();
     // The flag layer: typed flags, merged in this order on top of the environment.
     let mut o = Overrides::default();
-    o.flags(&cli.common.database);
+    o.flags(&cli.common);
     // Subcommands that load no config (doctor loads its own, to report on it).
     match &cli.cmd {
         Cmd::Doctor(a) => {

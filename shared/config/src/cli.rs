@@ -9,139 +9,109 @@ use std::path::PathBuf;
 
 use figment::Figment;
 use figment::providers::Serialized;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use crate::{Config, ConfigError, LogFormat};
 
-/// `--config` and `--log-format`, flattened into each binary's CLI. Serializes as its one config
-/// key, `telemetry.log_format`.
-#[derive(clap::Args, Debug, Clone, Default)]
+/// `--config` and `--log-format`, flattened into each binary's CLI. Serializes as the one config
+/// key it sets, `telemetry.log_format` (the file's path is not a key).
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
 pub struct CommonArgs {
     /// TOML config file (defaults, then this file, then WEFT_<SECTION>__<KEY> env, then flags).
     #[arg(long, env = "WEFT_CONFIG", global = true)]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub telemetry: TelemetryFlags,
+}
+
+/// `telemetry.*` flags.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
+pub struct TelemetryFlags {
     /// Log format (telemetry.log_format).
     #[arg(long, global = true, value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
 }
 
-/// `--database-url`, for every subcommand.
-#[derive(clap::Args, Debug, Clone, Default)]
+/// `database.*` flags: `--database-url`, global so that every subcommand takes it.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
 pub struct DatabaseFlags {
     /// Postgres URL (overrides database.url).
-    #[arg(long, global = true)]
-    pub database_url: Option<String>,
+    #[arg(
+        long = "database-url",
+        id = "database_url",
+        value_name = "DATABASE_URL",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// The addresses `weft up` binds (`weft doctor` takes the same flags, to check them).
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
 pub struct FleetListenFlags {
+    #[command(flatten)]
+    pub gateway: GatewayListenFlag,
+    #[command(flatten)]
+    pub router: RouterListenFlag,
+    #[command(flatten)]
+    pub substrate: SubstrateListenFlag,
+}
+
+/// `--listen`: gateway.listen.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
+pub struct GatewayListenFlag {
     /// Gateway HTTP address (gateway.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+}
+
+/// `--router-listen`: router.listen.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
+pub struct RouterListenFlag {
     /// Router gRPC address (router.listen).
-    #[arg(long)]
-    pub router_listen: Option<SocketAddr>,
+    #[arg(
+        long = "router-listen",
+        id = "router_listen",
+        value_name = "ROUTER_LISTEN"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+}
+
+/// `--substrate-listen`: substrate.listen.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
+pub struct SubstrateListenFlag {
     /// Substrate (definitions) gRPC address (substrate.listen).
-    #[arg(long)]
-    pub substrate_listen: Option<SocketAddr>,
+    #[arg(
+        long = "substrate-listen",
+        id = "substrate_listen",
+        value_name = "SUBSTRATE_LISTEN"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
 }
 
 /// `--listen` of a process that runs only the router.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
 pub struct RouterListenFlags {
+    #[command(flatten)]
+    pub router: RouterOnlyListen,
+}
+
+/// `--listen`: router.listen.
+#[derive(clap::Args, Serialize, Debug, Clone, Default)]
+pub struct RouterOnlyListen {
     /// Router gRPC address (router.listen).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
 }
 
-/// `<section>.listen`, when its flag is given.
-#[derive(Serialize)]
-struct Listen {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    listen: Option<SocketAddr>,
-}
-
-impl Serialize for CommonArgs {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Telemetry {
-            #[serde(skip_serializing_if = "Option::is_none")]
-            log_format: Option<LogFormat>,
-        }
-        #[derive(Serialize)]
-        struct Layer {
-            telemetry: Telemetry,
-        }
-        Layer {
-            telemetry: Telemetry {
-                log_format: self.log_format,
-            },
-        }
-        .serialize(s)
-    }
-}
-
-impl Serialize for DatabaseFlags {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Database<'a> {
-            #[serde(skip_serializing_if = "Option::is_none")]
-            url: Option<&'a str>,
-        }
-        #[derive(Serialize)]
-        struct Layer<'a> {
-            database: Database<'a>,
-        }
-        Layer {
-            database: Database {
-                url: self.database_url.as_deref(),
-            },
-        }
-        .serialize(s)
-    }
-}
-
-impl Serialize for FleetListenFlags {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Layer {
-            gateway: Listen,
-            router: Listen,
-            substrate: Listen,
-        }
-        Layer {
-            gateway: Listen {
-                listen: self.listen,
-            },
-            router: Listen {
-                listen: self.router_listen,
-            },
-            substrate: Listen {
-                listen: self.substrate_listen,
-            },
-        }
-        .serialize(s)
-    }
-}
-
-impl Serialize for RouterListenFlags {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Layer {
-            router: Listen,
-        }
-        Layer {
-            router: Listen {
-                listen: self.listen,
-            },
-        }
-        .serialize(s)
-    }
-}
-
-/// The flag layer: typed flag structs, and `section.key` pairs from binaries whose flags are not
-/// typed yet, merged in the order given (a later one wins) on top of the environment.
+/// The flag layer: typed flag structs, merged in the order given (a later one wins) on top of
+/// the environment.
 #[derive(Debug, Clone)]
 pub struct Overrides(Figment);
 
@@ -151,22 +121,20 @@ impl Default for Overrides {
     }
 }
 
-impl Overrides {
-    /// Adds typed flags shaped like the config file: a struct with a field per section (serde
-    /// renames allowed) whose absent flags serialize to nothing.
-    pub fn flags(&mut self, flags: &impl Serialize) -> &mut Self {
-        self.merge(Serialized::defaults(flags))
-    }
+/// A flag group shaped like the whole config file: a field per section it sets (a struct of
+/// that section's flags, each `Option` skipped when absent), so that it can be merged as a layer.
+/// Section groups (`DatabaseFlags`, `GatewayListenFlag`, …) serialize as their section's
+/// content and are not layers: a binary names them in a struct of its own, field = section.
+pub trait FlagLayer: Serialize {}
 
-    /// Sets `section.key` when `value` is present; the value is read as its text.
-    pub fn set(&mut self, section: &str, key: &str, value: Option<impl ToString>) -> &mut Self {
-        match value {
-            Some(v) => self.merge(Serialized::default(
-                &format!("{section}.{key}"),
-                v.to_string(),
-            )),
-            None => self,
-        }
+impl FlagLayer for CommonArgs {}
+impl FlagLayer for FleetListenFlags {}
+impl FlagLayer for RouterListenFlags {}
+
+impl Overrides {
+    /// Adds a layer of typed flags; a flag not given changes nothing.
+    pub fn flags(&mut self, flags: &impl FlagLayer) -> &mut Self {
+        self.merge(Serialized::defaults(flags))
     }
 
     fn merge(&mut self, provider: impl figment::Provider) -> &mut Self {
@@ -199,15 +167,39 @@ mod tests {
         o.0.extract::<Value>().unwrap()
     }
 
+    #[derive(clap::Args, Serialize)]
+    struct Flags {
+        #[command(flatten)]
+        database: DatabaseFlags,
+        #[command(flatten)]
+        #[serde(flatten)]
+        listen: FleetListenFlags,
+    }
+
+    impl FlagLayer for Flags {}
+
     #[test]
-    fn overrides_nest_by_section_and_skip_absent_values() {
+    fn flags_nest_by_section_and_skip_absent_values() {
         let mut o = Overrides::default();
-        o.set("gateway", "listen", Some("127.0.0.1:1"))
-            .set("gateway", "router_url", None::<String>)
-            .set("database", "url", Some("postgres://x/y"));
+        o.flags(&Flags {
+            database: DatabaseFlags {
+                url: Some("postgres://x/y".into()),
+            },
+            listen: FleetListenFlags {
+                gateway: GatewayListenFlag {
+                    listen: Some("127.0.0.1:1".parse().unwrap()),
+                },
+                ..FleetListenFlags::default()
+            },
+        });
         assert_eq!(
             layer(&o),
-            json!({"gateway": {"listen": "127.0.0.1:1"}, "database": {"url": "postgres://x/y"}})
+            json!({
+                "gateway": {"listen": "127.0.0.1:1"},
+                "router": {},
+                "substrate": {},
+                "database": {"url": "postgres://x/y"}
+            })
         );
     }
 
@@ -216,15 +208,13 @@ mod tests {
         #[command(flatten)]
         common: CommonArgs,
         #[command(flatten)]
-        database: DatabaseFlags,
-        #[command(flatten)]
-        listen: FleetListenFlags,
+        flags: Flags,
     }
 
     impl Cli {
         fn overrides(&self) -> Overrides {
             let mut o = Overrides::default();
-            o.flags(&self.database).flags(&self.listen);
+            o.flags(&self.flags);
             o
         }
     }

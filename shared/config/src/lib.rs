@@ -32,7 +32,10 @@ use serde::{Deserialize, Serialize};
 pub use auth::AuthConfig;
 pub use bootstrap::BootstrapConfig;
 pub use check::Checked;
-pub use cli::{CommonArgs, DatabaseFlags, FleetListenFlags, Overrides, RouterListenFlags};
+pub use cli::{
+    CommonArgs, DatabaseFlags, FlagLayer, FleetListenFlags, GatewayListenFlag, Overrides,
+    RouterListenFlag, RouterListenFlags, RouterOnlyListen, SubstrateListenFlag, TelemetryFlags,
+};
 pub use database::DatabaseConfig;
 pub use executor::ExecutorConfig;
 pub use gateway::GatewayConfig;
