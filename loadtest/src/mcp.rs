@@ -281,15 +281,7 @@ fn run_principal(args: &McpCallerArgs) -> anyhow::Result<Principal> {
     let p = RunPrincipal {
         tenant: &args.tenant,
         subject: &args.subject,
-        scopes: [
-            Scope::RunsCreate,
-            Scope::RunsRead,
-            Scope::LlmCall,
-            Scope::MemoryRead,
-            Scope::MemoryWrite,
-            Scope::ChannelsPublish,
-            Scope::ChannelsRead,
-        ],
+        scopes: Scope::RUN,
     };
     serde_json::to_value(&p)
         .and_then(serde_json::from_value)

@@ -156,15 +156,7 @@ async fn work(
             subject: lease.run.subject.clone(),
             // What a run may touch beyond these is decided by its agent (memory_scopes, channels,
             // skills), checked by the tools before they call the substrate.
-            scopes: Scopes::new([
-                Scope::RunsCreate,
-                Scope::RunsRead,
-                Scope::LlmCall,
-                Scope::MemoryRead,
-                Scope::MemoryWrite,
-                Scope::ChannelsPublish,
-                Scope::ChannelsRead,
-            ]),
+            scopes: Scopes::new(Scope::RUN),
             token_id: None,
             // The run's own calls act as its agent: its channel consumer and its exactly-once
             // publish keys are its agent's, out of reach of every token.

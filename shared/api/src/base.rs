@@ -434,6 +434,18 @@ impl Scope {
         Self::LlmCall,
     ];
 
+    /// What a run's own principal holds (the executor's calls on a run's behalf); what it may
+    /// touch beyond these is decided by its agent (memory scopes, channels, skills).
+    pub const RUN: [Scope; 7] = [
+        Self::RunsCreate,
+        Self::RunsRead,
+        Self::LlmCall,
+        Self::MemoryRead,
+        Self::MemoryWrite,
+        Self::ChannelsPublish,
+        Self::ChannelsRead,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Admin => "admin",
@@ -449,20 +461,45 @@ impl Scope {
     }
 }
 
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A scope name that is not one; its message lists the known ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownScope(pub String);
+
+impl std::fmt::Display for UnknownScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let known: Vec<_> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+        write!(
+            f,
+            "unknown scope `{}`; known scopes are {}",
+            self.0,
+            known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownScope {}
+
+impl std::str::FromStr for Scope {
+    type Err = UnknownScope;
+    fn from_str(s: &str) -> Result<Self, UnknownScope> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| UnknownScope(s.to_owned()))
+    }
+}
+
 /// An unknown name is refused with the list of known ones.
 impl<'de> Deserialize<'de> for Scope {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Self::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<_> = Self::ALL.iter().map(|s| s.as_str()).collect();
-                serde::de::Error::custom(format!(
-                    "unknown scope `{s}`; known scopes are {}",
-                    known.join(", ")
-                ))
-            })
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 

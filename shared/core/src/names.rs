@@ -35,7 +35,8 @@ pub fn normalize_hash(s: &str) -> Option<String> {
         .then(|| format!("sha256:{}", hex_part.to_ascii_lowercase()))
 }
 
-pub(crate) fn json_kind(v: &Value) -> &'static str {
+/// The JSON type of `v` as a message names it ("a string", "null", …).
+pub fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -1,89 +1,18 @@
 //! Who is calling: the principal a bearer token resolves to, and the scopes it holds.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, TenantId};
 
 /// A permission. `admin` holds every scope in every tenant; `tenant:admin` every scope in its
-/// own tenant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Scope {
-    Admin,
-    TenantAdmin,
-    RunsCreate,
-    RunsRead,
-    MemoryRead,
-    MemoryWrite,
-    ChannelsPublish,
-    ChannelsRead,
-    LlmCall,
-}
+/// own tenant. The type is the public contract's ([`weft_api::base::Scope`]), written once.
+pub use weft_api::base::{Scope, UnknownScope};
 
-impl Scope {
-    pub const ALL: [Scope; 9] = [
-        Self::Admin,
-        Self::TenantAdmin,
-        Self::RunsCreate,
-        Self::RunsRead,
-        Self::MemoryRead,
-        Self::MemoryWrite,
-        Self::ChannelsPublish,
-        Self::ChannelsRead,
-        Self::LlmCall,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::TenantAdmin => "tenant:admin",
-            Self::RunsCreate => "runs:create",
-            Self::RunsRead => "runs:read",
-            Self::MemoryRead => "memory:read",
-            Self::MemoryWrite => "memory:write",
-            Self::ChannelsPublish => "channels:publish",
-            Self::ChannelsRead => "channels:read",
-            Self::LlmCall => "llm:call",
-        }
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Scope {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        Self::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<_> = Self::ALL.iter().map(|s| s.as_str()).collect();
-                Error::invalid(format!(
-                    "unknown scope `{s}`; known scopes are {}",
-                    known.join(", ")
-                ))
-                .with_param("scopes")
-            })
-    }
-}
-
-impl Serialize for Scope {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for Scope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse()
-            .map_err(|e: Error| serde::de::Error::custom(e.message))
+impl From<UnknownScope> for Error {
+    fn from(e: UnknownScope) -> Self {
+        Error::invalid(e.to_string()).with_param("scopes")
     }
 }
 
@@ -105,7 +34,7 @@ impl Scopes {
         s.split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(str::parse)
+            .map(|p| p.parse::<Scope>().map_err(Error::from))
             .collect::<Result<Vec<_>, _>>()
             .map(Self::new)
     }

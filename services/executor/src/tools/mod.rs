@@ -432,17 +432,8 @@ fn input_error(input: &Value, err: serde_path_to_error::Error<serde_json::Error>
     format!("`{field}`: {msg}")
 }
 
-/// The JSON type of `v`, for messages.
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// The JSON type of `v`, for messages (one spelling for the whole fleet).
+pub(crate) use weft_core::names::json_kind as json_type;
 
 /// A substrate error as the call's result, which the model can act on: bad input, not found,
 /// a conflict, a quota, or the substrate being unavailable after [`with_retry`]'s retries. None
