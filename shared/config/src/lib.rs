@@ -130,7 +130,6 @@ impl Config {
         })
     }
 
-    /// Checks what types cannot: references between sections and ranges.
     /// Checks what types cannot, section by section: ranges, and references within a section
     /// (a router candidate names a configured provider). No check spans two sections today; one
     /// that does belongs here, after the sections' own.
