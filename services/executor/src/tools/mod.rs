@@ -542,6 +542,32 @@ mod tests {
         assert_eq!((i.op, i.question.as_deref()), (None, Some("why?")));
     }
 
+    /// Every built-in tool's schema, pinned: `testdata/tool_schemas.json`, compared as a value
+    /// and rewritten with `UPDATE_GOLDEN=1`.
+    #[test]
+    fn tool_schemas_are_pinned() {
+        use weft_api::tools::{ContextInput, HttpInput, SkillInput, input_schema};
+        let got = json!({
+            "Context": input_schema::<ContextInput>(),
+            "Agent": input_schema::<AgentInput>(),
+            "Interruption": input_schema::<InterruptionInput>(),
+            "HTTP": input_schema::<HttpInput>(),
+            "Memory": input_schema::<MemoryInput>(),
+            "Channel": input_schema::<ChannelInput>(),
+            "Skill": input_schema::<SkillInput>(),
+        });
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/tools/testdata/tool_schemas.json"
+        );
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            let text = serde_json::to_string_pretty(&got).unwrap() + "\n";
+            std::fs::write(path, text).unwrap();
+        }
+        let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(got, want);
+    }
+
     /// The schemas the model sees are schemars' with the generator's extras taken out: no
     /// `$schema`, `title`, `null` types or defaults, integer formats or type docs.
     #[test]
