@@ -66,6 +66,30 @@ fn drop_null_types(v: &mut Value) {
     }
 }
 
+/// A tool's `op` enum: read on its own before the fields the op takes, and named in full in the
+/// message for a bad one.
+pub trait ToolOp: for<'de> Deserialize<'de> + JsonSchema {
+    /// The op names, in the schema's order.
+    fn names() -> Vec<String> {
+        input_schema::<Self>()
+            .get("enum")
+            .and_then(Value::as_array)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl ToolOp for ContextOp {}
+impl ToolOp for AgentOp {}
+impl ToolOp for MemoryOp {}
+impl ToolOp for ChannelOp {}
+impl ToolOp for SkillOp {}
+
 /// Reads a present field as `Some`, `null` included (`Option<Value>` alone reads `null` as
 /// absent).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {

@@ -11,7 +11,9 @@ use weft_core::RunId;
 use weft_core::message::ToolSpec;
 use weft_core::run::{RunStatus, StopReason};
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_input};
+use super::{
+    Abort, Field, Problem, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_op,
+};
 
 /// Sub-runs one call may start.
 const MAX_RUNS: usize = 64;
@@ -128,8 +130,26 @@ async fn spawn(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
 }
 
 /// The op and the (agent, input) pairs to run, or what is wrong with the input.
-fn parse(input: &Value) -> Result<(AgentOp, Vec<(String, String)>), String> {
-    let input: AgentInput = read_input(input)?;
+/// `Agent`'s messages: one for the op, one for each op's fields.
+fn words(field: &str, _: &Problem<'_>) -> Option<String> {
+    Some(match field {
+        "op" => "`op` must be \"spawn\" or \"parallel_spawn\"".into(),
+        "agent" | "input" => "spawn needs `agent` and `input` (strings)".into(),
+        "runs" => "parallel_spawn needs `runs`: [{agent, input}, …]".into(),
+        f => {
+            let (i, _) = f.strip_prefix("runs[")?.split_once(']')?;
+            format!("runs[{i}] needs `agent` and `input` (strings)")
+        }
+    })
+}
+
+pub(super) fn parse(input: &Value) -> Result<(AgentOp, Vec<(String, String)>), String> {
+    let op = read_op(input, words)?;
+    let fields: &[Field] = match op {
+        AgentOp::Spawn => &[Field::Need("op"), Field::Opt("agent"), Field::Opt("input")],
+        AgentOp::ParallelSpawn => &[Field::Need("op"), Field::Opt("runs")],
+    };
+    let input: AgentInput = Reading::new(fields, words).read(input)?;
     let items = match input.op {
         AgentOp::Spawn => match (input.agent, input.input) {
             (Some(a), Some(t)) => vec![(a, t)],

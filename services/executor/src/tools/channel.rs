@@ -13,13 +13,14 @@ use serde::Serialize;
 use serde_json::Value;
 use weft_api::tools::{ChannelInput, ChannelOp, input_schema};
 use weft_core::acl::channel_allowed;
+use weft_core::agent::AgentChannels;
 use weft_core::message::ToolSpec;
 use weft_core::run::{ChannelDelivery, ChannelPublish, RunEvent};
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
-    with_retry,
+    Abort, Field, Problem, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_op,
+    substrate_error, with_retry,
 };
 
 /// `Channel`.
@@ -66,16 +67,6 @@ impl Tool for Channel {
                 Err(out) => out,
             }))
         })
-    }
-}
-
-/// `value`, if given, is at most `max`: the substrate's bounds, said before asking it.
-fn at_most(value: Option<u32>, name: &str, max: u32) -> Result<Option<u32>, ToolOutput> {
-    match value {
-        Some(n) if n > max => Err(ToolOutput::error(format!(
-            "`{name}` must be an integer from 0 to {max}"
-        ))),
-        v => Ok(v),
     }
 }
 
@@ -135,8 +126,7 @@ enum Answer {
 }
 
 /// Checks `name` against the run's `publish` or `subscribe` grants.
-fn check(ctx: &ToolCtx<'_>, name: &str, publish: bool) -> Result<(), ToolOutput> {
-    let acl = &ctx.spec().channels;
+fn grant(acl: &AgentChannels, name: &str, publish: bool) -> Result<(), String> {
     let (list, what) = if publish {
         (&acl.publish, "publish to")
     } else {
@@ -145,14 +135,107 @@ fn check(ctx: &ToolCtx<'_>, name: &str, publish: bool) -> Result<(), ToolOutput>
     if channel_allowed(list, name) {
         Ok(())
     } else {
-        Err(ToolOutput::error(format!(
+        Err(format!(
             "this run may not {what} channel `{name}`; its grants: {}",
             if list.is_empty() {
                 "none".to_owned()
             } else {
                 list.join(", ")
             }
-        )))
+        ))
+    }
+}
+
+/// [`grant`], as the call's result.
+fn check(ctx: &ToolCtx<'_>, name: &str, publish: bool) -> Result<(), ToolOutput> {
+    grant(&ctx.spec().channels, name, publish).map_err(ToolOutput::error)
+}
+
+/// The largest value of a bounded integer field.
+fn bound(field: &str) -> Option<u32> {
+    match field {
+        "max" => Some(1000),
+        "wait_ms" => Some(MAX_WAIT_MS),
+        "n" => Some(64),
+        _ => None,
+    }
+}
+
+/// The fields each op reads, in the order their checks fire.
+fn fields(op: ChannelOp) -> &'static [Field] {
+    use Field::{Lenient, Need, NeedAny, Opt};
+    match op {
+        ChannelOp::Publish => &[Need("op"), Need("channel"), NeedAny("payload")],
+        ChannelOp::Read => &[
+            Need("op"),
+            Need("channel"),
+            Lenient("cursor"),
+            Opt("max"),
+            Opt("wait_ms"),
+        ],
+        ChannelOp::Ack => &[Need("op"), Need("channel"), Need("cursor")],
+        ChannelOp::Peek => &[Need("op"), Need("channel"), Opt("max")],
+        ChannelOp::Await => &[
+            Need("op"),
+            Need("channels"),
+            Lenient("mode"),
+            Opt("n"),
+            Opt("wait_ms"),
+        ],
+    }
+}
+
+/// `Channel`'s messages.
+fn words(field: &str, problem: &Problem<'_>) -> Option<String> {
+    let missing = matches!(problem, Problem::Missing | Problem::Invalid { .. });
+    Some(match field {
+        "channel" if missing => "`channel` (a string) is required".into(),
+        "channels" if missing => "`channels` (an array of channel names) is required".into(),
+        "payload" if missing => "`payload` (any JSON) is required".into(),
+        "cursor" if missing => "`cursor` (from a read) is required".into(),
+        f if f.starts_with("channels[") && missing => format!("`{f}` must be a string"),
+        f => match (bound(f), problem) {
+            (Some(max), Problem::Invalid { .. }) => {
+                format!("`{f}` must be an integer from 0 to {max}")
+            }
+            _ => return None,
+        },
+    })
+}
+
+/// Reads a call's input: its op, then the op's fields in order, each channel named checked
+/// against `acl` and each bound before the next field is read.
+pub(super) fn read(input: &Value, acl: &AgentChannels) -> Result<ChannelInput, String> {
+    let op = read_op(input, words)?;
+    let check = |field: &str, value: &Value| match field {
+        "channel" => value
+            .as_str()
+            .map_or(Ok(()), |name| grant(acl, name, op == ChannelOp::Publish)),
+        // Up to the first that is not a string, which the read then names.
+        "channels" => value
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map_while(Value::as_str)
+            .try_for_each(|name| grant(acl, name, false)),
+        _ => match (bound(field), value.as_u64()) {
+            (Some(max), Some(n)) if n > u64::from(max) => {
+                Err(format!("`{field}` must be an integer from 0 to {max}"))
+            }
+            _ => Ok(()),
+        },
+    };
+    Reading::new(fields(op), words).check(&check).read(input)
+}
+
+/// `value`, if given, is at most `max` (already checked while reading; said again here, where
+/// it guards the call).
+fn at_most(value: Option<u32>, name: &str, max: u32) -> Result<Option<u32>, ToolOutput> {
+    match value {
+        Some(n) if n > max => Err(ToolOutput::error(format!(
+            "`{name}` must be an integer from 0 to {max}"
+        ))),
+        v => Ok(v),
     }
 }
 
@@ -165,7 +248,7 @@ async fn channel(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Answer, Tool
             }
         };
     }
-    let input: ChannelInput = tri!(parse_input(input));
+    let input = tri!(read(input, &ctx.spec().channels).map_err(ToolOutput::error));
     let client = weft_proto::transport::channels_client(ctx.substrate_transport());
     let agent = Some(ctx.agent_name().to_owned());
     let consumer = Some(ctx.agent_name().to_owned());

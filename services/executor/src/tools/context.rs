@@ -7,7 +7,10 @@ use weft_api::tools::{ContextInput, ContextOp, input_schema};
 use weft_core::RunId;
 use weft_core::message::ToolSpec;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input};
+use super::{
+    Abort, Field, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, common_words,
+    read_op,
+};
 
 /// `Context`.
 pub struct Context;
@@ -67,7 +70,10 @@ struct Limits {
 }
 
 fn context(ctx: &ToolCtx<'_>, input: &Value) -> ToolOutput {
-    let input: ContextInput = match parse_input(input) {
+    if let Err(msg) = read_op::<ContextOp>(input, common_words) {
+        return ToolOutput::error(msg);
+    }
+    let input: ContextInput = match Reading::new(&[Field::Need("op")], common_words).parse(input) {
         Ok(i) => i,
         Err(out) => return out,
     };

@@ -29,7 +29,7 @@ use weft_api::tools::{HttpInput, HttpMethod, input_schema};
 use weft_config::ExecutorConfig;
 use weft_core::message::ToolSpec;
 
-use super::{ToolOutput, json_type, read_input};
+use super::{Field, Problem, Reading, ToolOutput, json_type};
 pub use weft_egress::{
     AddressPolicy, BlockedAddress, HostAllowlist, Lookup, REFUSED_ADDRESS, SystemLookup,
     Unresolved, guarded_resolver, guarded_resolver_over, non_public_class, normalize_host,
@@ -363,38 +363,28 @@ impl HttpRequest {
                 json_type(input)
             ));
         }
-        let input: HttpInput = read_input(input)?;
+        let check = |field: &str, value: &Value| match (field, value) {
+            ("url", Value::String(text)) => parse_url(text).map(drop),
+            // Up to the first header that is not a string, which the read then names.
+            ("headers", Value::Object(map)) => map
+                .iter()
+                .map_while(|(name, value)| Some((name, value.as_str()?)))
+                .try_for_each(|(name, value)| header(name, value).map(drop)),
+            _ => Ok(()),
+        };
+        let input: HttpInput = Reading::new(FIELDS, words)
+            .refuse_others()
+            .check(&check)
+            .read(input)?;
         let method = match input.method {
             HttpMethod::Get => Method::GET,
             HttpMethod::Post => Method::POST,
         };
-        let url = Url::parse(input.url.trim()).map_err(|e| {
-            format!(
-                "`url` must be an absolute http:// or https:// URL ({e}), got {:?}",
-                input.url
-            )
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "`url` must use http or https, got `{}`",
-                url.scheme()
-            ));
-        }
+        let url = parse_url(&input.url)?;
         let mut headers = HeaderMap::new();
         for (name, value) in input.headers.unwrap_or_default() {
-            let header_name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("`headers`: {name:?} is not a valid header name"))?;
-            if FORBIDDEN_REQUEST_HEADERS.contains(&header_name)
-                || header_name.as_str().starts_with("proxy-")
-            {
-                return Err(format!(
-                    "`headers.{name}` cannot be set; the HTTP tool manages it"
-                ));
-            }
-            let header_value = HeaderValue::from_str(&value).map_err(|_| {
-                format!("`headers.{name}` must be visible ASCII text without line breaks")
-            })?;
-            headers.append(header_name, header_value);
+            let (name, value) = header(&name, &value)?;
+            headers.append(name, value);
         }
         let body = match input.body {
             None | Some(Value::Null) => None,
@@ -425,6 +415,66 @@ impl HttpRequest {
             body,
         })
     }
+}
+
+/// The fields of a request, in the order their checks fire; no others are taken.
+const FIELDS: &[Field] = &[
+    Field::NeedAny("method"),
+    Field::NeedAny("url"),
+    Field::Opt("headers"),
+    Field::Opt("body"),
+];
+
+/// The HTTP tool's messages.
+fn words(field: &str, problem: &Problem<'_>) -> Option<String> {
+    let got = |got: &Option<&Value>| got.map_or_else(|| "nothing".to_owned(), Value::to_string);
+    Some(match (field, problem) {
+        (_, Problem::UnknownField) => format!(
+            "unknown field `{field}`; the HTTP tool takes `method`, `url`, `headers` and `body`"
+        ),
+        ("method", Problem::Missing) => "`method` is required: \"GET\" or \"POST\"".into(),
+        ("method", Problem::Invalid { got: g, .. } | Problem::Unknown { got: g, .. }) => {
+            format!("`method` must be \"GET\" or \"POST\", got {}", got(g))
+        }
+        ("url", Problem::Missing) => {
+            "`url` is required: an absolute http:// or https:// URL".into()
+        }
+        ("headers", Problem::Invalid { got: g, .. }) => format!(
+            "`headers` must be an object of strings, got {}",
+            g.map_or("nothing", json_type)
+        ),
+        _ => return None,
+    })
+}
+
+/// An absolute http:// or https:// URL.
+fn parse_url(text: &str) -> Result<Url, String> {
+    let url = Url::parse(text.trim()).map_err(|e| {
+        format!("`url` must be an absolute http:// or https:// URL ({e}), got {text:?}")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "`url` must use http or https, got `{}`",
+            url.scheme()
+        ));
+    }
+    Ok(url)
+}
+
+/// A request header the model may set.
+fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let header_name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("`headers`: {name:?} is not a valid header name"))?;
+    if FORBIDDEN_REQUEST_HEADERS.contains(&header_name)
+        || header_name.as_str().starts_with("proxy-")
+    {
+        return Err(format!(
+            "`headers.{name}` cannot be set; the HTTP tool manages it"
+        ));
+    }
+    let header_value = HeaderValue::from_str(value)
+        .map_err(|_| format!("`headers.{name}` must be visible ASCII text without line breaks"))?;
+    Ok((header_name, header_value))
 }
 
 /// What the model is told about a refused address — only that it was refused. Which address a
@@ -780,6 +830,76 @@ mod tests {
         assert_eq!(ok.method, Method::POST);
         assert_eq!(ok.headers[header::CONTENT_TYPE], "application/json");
         assert_eq!(ok.body.unwrap(), Bytes::from_static(br#"{"k":1}"#));
+    }
+
+    /// The messages the model got before the input was typed, word for word, and the order
+    /// in which the checks fire (an unknown field first, the URL before the headers).
+    #[test]
+    fn parse_messages_are_the_old_ones() {
+        let url = "https://a.com";
+        let cases = [
+            (
+                json!({"method": "GET", "url": url, "foo": 1}),
+                "unknown field `foo`; the HTTP tool takes `method`, `url`, `headers` and `body`",
+            ),
+            (
+                json!({"foo": 1, "method": 5}),
+                "unknown field `foo`; the HTTP tool takes `method`, `url`, `headers` and `body`",
+            ),
+            (
+                json!({"url": url}),
+                "`method` is required: \"GET\" or \"POST\"",
+            ),
+            (
+                json!({"method": 5, "url": url}),
+                "`method` must be \"GET\" or \"POST\", got 5",
+            ),
+            (
+                json!({"method": "PUT", "url": url}),
+                "`method` must be \"GET\" or \"POST\", got \"PUT\"",
+            ),
+            (
+                json!({"method": null, "url": url}),
+                "`method` must be \"GET\" or \"POST\", got null",
+            ),
+            (
+                json!({"method": "GET"}),
+                "`url` is required: an absolute http:// or https:// URL",
+            ),
+            (
+                json!({"method": "GET", "url": 5}),
+                "`url` must be a string, got a number",
+            ),
+            (
+                json!({"method": "GET", "url": null}),
+                "`url` must be a string, got null",
+            ),
+            (
+                json!({"method": "GET", "url": "ftp://a.com/", "headers": []}),
+                "`url` must use http or https, got `ftp`",
+            ),
+            (
+                json!({"method": "GET", "url": url, "headers": []}),
+                "`headers` must be an object of strings, got an array",
+            ),
+            (
+                json!({"method": "GET", "url": url, "headers": {"a": 1}}),
+                "`headers.a` must be a string, got a number",
+            ),
+            (
+                json!({"method": "GET", "url": url, "headers": {"Host": "b", "x": 1}}),
+                "`headers.Host` cannot be set; the HTTP tool manages it",
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                HttpRequest::parse(&input).err().as_deref(),
+                Some(want),
+                "{input}"
+            );
+        }
+        let ok = HttpRequest::parse(&json!({"method": "get", "url": url, "headers": null}));
+        assert_eq!(ok.unwrap().method, Method::GET);
     }
 
     #[test]

@@ -7,7 +7,9 @@ use serde_json::Value;
 use weft_api::tools::{InterruptionInput, input_schema};
 use weft_core::message::ToolSpec;
 
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input};
+use super::{
+    Abort, Field, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, common_words,
+};
 
 /// `Interruption`.
 pub struct Interruption;
@@ -36,10 +38,7 @@ impl Tool for Interruption {
         input: &'a Value,
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
         Box::pin(async move {
-            let question = match parse_input::<InterruptionInput>(input) {
-                Ok(i) => i.question.unwrap_or_default(),
-                Err(out) => return Ok(ToolOutcome::Done(out)),
-            };
+            let question = question(input);
             if question.is_empty() {
                 return Ok(ToolOutcome::Done(ToolOutput::error(
                     "`question` is required: Interruption {\"op\": \"ask\", \"question\": \"…\"}",
@@ -48,4 +47,14 @@ impl Tool for Interruption {
             Ok(ToolOutcome::Ask { question })
         })
     }
+}
+
+/// The question asked, empty if there is none. Only `question` is read, and only if it is a
+/// string: `op` is not looked at (there is one op) and a question of another type is none.
+pub(super) fn question(input: &Value) -> String {
+    Reading::new(&[Field::Lenient("question")], common_words)
+        .read::<InterruptionInput>(input)
+        .ok()
+        .and_then(|i| i.question)
+        .unwrap_or_default()
 }

@@ -14,8 +14,8 @@ use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
-    with_retry,
+    Abort, Field, Problem, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_op,
+    substrate_error, with_retry,
 };
 
 /// `Memory`.
@@ -71,6 +71,78 @@ fn scope_id(ctx: &ToolCtx<'_>, scope: MemoryScope) -> String {
 /// A field an op needs.
 fn needs<T>(field: Option<T>, what: &str) -> Result<T, ToolOutput> {
     field.ok_or_else(|| ToolOutput::error(format!("{what} is required")))
+}
+
+/// The fields each op reads, in the order their checks fire.
+fn fields(op: MemoryOp) -> &'static [Field] {
+    use Field::{Lenient, Need, NeedAny, Opt};
+    match op {
+        MemoryOp::Get => &[Need("op"), Need("scope"), Need("key")],
+        MemoryOp::Set => &[
+            Need("op"),
+            Need("scope"),
+            NeedAny("value"),
+            Need("key"),
+            Opt("ttl_seconds"),
+            Opt("if_version"),
+            Lenient("embed"),
+        ],
+        MemoryOp::Delete => &[Need("op"), Need("scope"), Need("key"), Opt("if_version")],
+        MemoryOp::Incr => &[
+            Need("op"),
+            Need("scope"),
+            Need("key"),
+            Opt("by"),
+            Opt("ttl_seconds"),
+        ],
+        MemoryOp::List => &[
+            Need("op"),
+            Need("scope"),
+            Opt("limit"),
+            Lenient("prefix"),
+            Lenient("cursor"),
+        ],
+        MemoryOp::Search => &[Need("op"), Need("scope"), Need("query"), Opt("top_k")],
+    }
+}
+
+/// `Memory`'s messages.
+fn words(field: &str, problem: &Problem<'_>) -> Option<String> {
+    Some(match (field, problem) {
+        ("scope" | "key" | "query", Problem::Missing | Problem::Invalid { .. }) => {
+            format!("`{field}` (a string) is required")
+        }
+        ("scope", Problem::Unknown { .. }) => "`scope` must be run, agent, user or tenant".into(),
+        ("value", Problem::Missing) => "`value` (any JSON) is required".into(),
+        // The rest are integers.
+        (_, Problem::Invalid { .. }) => format!("`{field}` must be an integer"),
+        _ => return None,
+    })
+}
+
+/// Whether the agent's `memory_scopes` has `scope`.
+fn allow(scope: &str, allowed: &[String]) -> Result<(), String> {
+    if allowed.iter().any(|a| a == scope) {
+        Ok(())
+    } else if allowed.is_empty() {
+        Err("this agent has no memory scopes (memory_scopes is empty)".to_owned())
+    } else {
+        Err(format!(
+            "scope `{scope}` is not allowed for this agent; allowed: {}",
+            allowed.join(", ")
+        ))
+    }
+}
+
+/// Reads a call's input: its op, then the op's fields in order, any scope named checked
+/// against `allowed` before it is read as a scope.
+pub(super) fn read(input: &Value, allowed: &[String]) -> Result<MemoryInput, String> {
+    let op = read_op(input, words)?;
+    let check = |field: &str, value: &Value| match value.as_str() {
+        Some(scope) if field == "scope" => allow(scope, allowed),
+        _ => Ok(()),
+    };
+    Reading::new(fields(op), words).check(&check).read(input)
 }
 
 /// One entry as the model sees it.
@@ -152,19 +224,11 @@ async fn run_op(ctx: &ToolCtx<'_>, input: &Value) -> Result<Result<Answer, ToolO
             }
         };
     }
-    let input: MemoryInput = tri!(parse_input(input));
-    let scope = input.scope.as_str().to_owned();
     let allowed = &ctx.spec().memory_scopes;
-    if !allowed.contains(&scope) {
-        return Ok(Err(ToolOutput::error(if allowed.is_empty() {
-            "this agent has no memory scopes (memory_scopes is empty)".to_owned()
-        } else {
-            format!(
-                "scope `{scope}` is not allowed for this agent; allowed: {}",
-                allowed.join(", ")
-            )
-        })));
-    }
+    let input = tri!(read(input, allowed).map_err(ToolOutput::error));
+    // Checked while reading too; said again here, where it guards the call.
+    tri!(allow(input.scope.as_str(), allowed).map_err(ToolOutput::error));
+    let scope = input.scope.as_str().to_owned();
     let scope_id = scope_id(ctx, input.scope);
     let client = weft_proto::transport::memory_client(ctx.substrate_transport());
     let key = || needs(input.key.clone(), "`key` (a string)");

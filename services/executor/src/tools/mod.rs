@@ -8,8 +8,9 @@
 //! as "outcome unknown"), and the ledger's `idempotent` column.
 //!
 //! Adding a tool is one file in this folder implementing [`Tool`] and one line in
-//! [`Registry::builtin`]. Its input is a type in `weft_api::tools`, read with [`parse_input`];
-//! the schema the model sees is `weft_api::tools::input_schema` of that type.
+//! [`Registry::builtin`]. Its input is a type in `weft_api::tools`, read with a [`Reading`] of
+//! the fields each op takes; the schema the model sees is `weft_api::tools::input_schema` of
+//! that type.
 
 pub mod agent;
 pub mod channel;
@@ -346,90 +347,278 @@ impl Registry {
     }
 }
 
-/// Reads a call's input as the tool's input type (`weft_api::tools`). A bad input is a message
-/// that names the field and says what it must be: "`key` is required", "`ttl_seconds` must be
-/// an integer, got a string", "`op` must be one of get, set, …, got \"put\"".
-pub(crate) fn read_input<T: DeserializeOwned>(input: &Value) -> Result<T, String> {
-    if !input.is_object() {
-        return Err(format!(
-            "the input must be a JSON object of the fields in the tool's schema, got {}",
-            json_type(input)
-        ));
-    }
-    serde_path_to_error::deserialize(input).map_err(|e| input_error(input, e))
+/// How an op reads one field of its input (see [`Reading`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Field {
+    /// Read if present (`null` is absent); a wrong type is an error.
+    Opt(&'static str),
+    /// Must be present and not `null`.
+    Need(&'static str),
+    /// Must be present; `null` is a value (`Memory`'s `value`, an HTTP `method` of `null`).
+    NeedAny(&'static str),
+    /// Read if present and of the right type, ignored otherwise: fields the tools read
+    /// leniently before they were typed (`Memory`'s `embed`, `Channel`'s `mode`).
+    Lenient(&'static str),
 }
 
-/// [`read_input`], a bad input being the call's error result.
-pub(crate) fn parse_input<T: DeserializeOwned>(input: &Value) -> Result<T, ToolOutput> {
-    read_input(input).map_err(ToolOutput::error)
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Opt(n) | Self::Need(n) | Self::NeedAny(n) | Self::Lenient(n) => n,
+        }
+    }
 }
 
-/// serde's error at a path, in the words the tools use.
-fn input_error(input: &Value, err: serde_path_to_error::Error<serde_json::Error>) -> String {
-    use serde_path_to_error::Segment;
-    let path = err.path().clone();
-    let msg = err.into_inner().to_string();
-    let field = match path.to_string() {
-        p if p == "." => String::new(),
-        p => p,
+/// What is wrong with one field, for a tool's own wording ([`Words`]).
+#[derive(Debug)]
+pub(crate) enum Problem<'a> {
+    /// Absent (or `null` where a value is needed).
+    Missing,
+    /// The wrong JSON type or a value out of range; `expected` is serde's ("i64", "a string").
+    Invalid {
+        got: Option<&'a Value>,
+        expected: &'a str,
+        /// The wrong JSON type, not a value out of range.
+        wrong_type: bool,
+    },
+    /// Not one of the names the field takes (for `op`: also absent or not a string, then
+    /// `got` is `None`).
+    Unknown {
+        got: Option<&'a Value>,
+        choices: &'a [String],
+    },
+    /// A field the tool does not take (only where [`Reading::refuse_others`]).
+    UnknownField,
+}
+
+/// A tool's own message for `field` (a path: `channels[1]`, `runs[0].input`) having
+/// `problem`, or `None` for the common one. The tools' messages are older than their typed
+/// inputs, and a model may have learnt them.
+pub(crate) type Words = fn(field: &str, problem: &Problem<'_>) -> Option<String>;
+
+/// No words of a tool's own.
+pub(crate) fn common_words(_: &str, _: &Problem<'_>) -> Option<String> {
+    None
+}
+
+/// A check of a field's raw value before the field is read (an ACL, an allow-list), so that
+/// the checks fire in the order the fields are listed.
+type Check<'a> = &'a (dyn Fn(&str, &Value) -> Result<(), String> + Sync);
+
+/// How a tool reads one op's input: which fields, in which order their checks fire, and in
+/// whose words. Fields not listed are dropped unread, so a wrong-typed field an op does not use
+/// is ignored, as it was before the inputs were typed.
+pub(crate) struct Reading<'a> {
+    fields: &'a [Field],
+    words: Words,
+    check: Option<Check<'a>>,
+    refuse_others: bool,
+}
+
+impl<'a> Reading<'a> {
+    pub(crate) fn new(fields: &'a [Field], words: Words) -> Self {
+        Self {
+            fields,
+            words,
+            check: None,
+            refuse_others: false,
+        }
+    }
+
+    /// Runs `check` on each listed field's raw value just before reading it.
+    pub(crate) fn check(mut self, check: Check<'a>) -> Self {
+        self.check = Some(check);
+        self
+    }
+
+    /// A field not listed is an error (before any other) instead of being dropped.
+    pub(crate) fn refuse_others(mut self) -> Self {
+        self.refuse_others = true;
+        self
+    }
+
+    /// Reads `input` as the tool's input type (`weft_api::tools`). A bad input is a message
+    /// naming the first bad field in the listed order: "`key` is required", "`ttl_seconds`
+    /// must be an integer, got a string". An input that is not an object has no fields.
+    pub(crate) fn read<T: DeserializeOwned>(&self, input: &Value) -> Result<T, String> {
+        let empty = serde_json::Map::new();
+        let obj = input.as_object().unwrap_or(&empty);
+        if self.refuse_others
+            && let Some(key) = obj
+                .keys()
+                .find(|k| !self.fields.iter().any(|f| f.name() == k.as_str()))
+        {
+            return Err(self.say(key, &Problem::UnknownField));
+        }
+        // Field by field, in order, so that the first problem reported is the first in the
+        // list; a field read alone can only fail on itself or on a required field not yet
+        // added (ignored here: `Need` says it, or the whole read below does).
+        let mut seen = serde_json::Map::new();
+        for field in self.fields {
+            let name = field.name();
+            let value = match (field, obj.get(name)) {
+                (Field::Need(_), None | Some(Value::Null)) | (Field::NeedAny(_), None) => {
+                    return Err(self.say(name, &Problem::Missing));
+                }
+                (_, None) => continue,
+                (_, Some(v)) => v,
+            };
+            if let Some(check) = self.check {
+                check(name, value)?;
+            }
+            seen.insert(name.to_owned(), value.clone());
+            let Err(e) = serde_path_to_error::deserialize::<_, T>(Value::Object(seen.clone()))
+            else {
+                continue;
+            };
+            if e.path().iter().next().is_none() && e.inner().to_string().starts_with("missing") {
+                continue;
+            }
+            if matches!(field, Field::Lenient(_)) {
+                seen.remove(name);
+                continue;
+            }
+            return Err(self.error(obj, e));
+        }
+        let all = Value::Object(seen);
+        serde_path_to_error::deserialize(&all).map_err(|e| self.error(obj, e))
+    }
+
+    /// [`Reading::read`], a bad input being the call's error result.
+    pub(crate) fn parse<T: DeserializeOwned>(&self, input: &Value) -> Result<T, ToolOutput> {
+        self.read(input).map_err(ToolOutput::error)
+    }
+
+    fn say(&self, field: &str, problem: &Problem<'_>) -> String {
+        (self.words)(field, problem).unwrap_or_else(|| common_message(field, problem))
+    }
+
+    /// serde's error at a path, as a [`Problem`] in the tool's words.
+    fn error(
+        &self,
+        input: &serde_json::Map<String, Value>,
+        err: serde_path_to_error::Error<serde_json::Error>,
+    ) -> String {
+        use serde_path_to_error::Segment;
+        let path = err.path().clone();
+        let msg = err.into_inner().to_string();
+        let field = match path.to_string() {
+            p if p == "." => String::new(),
+            p => p,
+        };
+        let mut segments = path.iter();
+        let at = match segments.next() {
+            Some(Segment::Map { key }) => input.get(key.as_str()),
+            _ => None,
+        };
+        let at = segments.try_fold(at, |v, seg| match seg {
+            Segment::Seq { index } => Some(v?.get(index)),
+            Segment::Map { key } => Some(v?.get(key.as_str())),
+            _ => None,
+        });
+        let at = at.flatten();
+        let (head, expected) = msg.split_once(", expected ").unwrap_or((&msg, ""));
+        if head.starts_with("missing field `") {
+            let name = named(head).concat();
+            let name = if field.is_empty() {
+                name
+            } else {
+                format!("{field}.{name}")
+            };
+            return self.say(&name, &Problem::Missing);
+        }
+        if head.starts_with("unknown variant `") {
+            let choices = named(expected);
+            return self.say(
+                &field,
+                &Problem::Unknown {
+                    got: at,
+                    choices: &choices,
+                },
+            );
+        }
+        if !expected.is_empty() {
+            let wrong_type = head.starts_with("invalid type");
+            return self.say(
+                &field,
+                &Problem::Invalid {
+                    got: at,
+                    expected,
+                    wrong_type,
+                },
+            );
+        }
+        format!("`{field}`: {msg}")
+    }
+}
+
+/// The names serde puts in backticks: "unknown variant `x`, expected `a` or `b`".
+fn named(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The message for a problem when a tool has no words of its own.
+fn common_message(field: &str, problem: &Problem<'_>) -> String {
+    match problem {
+        Problem::Missing => format!("`{field}` is required"),
+        Problem::UnknownField => format!("unknown field `{field}`"),
+        Problem::Unknown { got, choices } => {
+            let choices = match choices {
+                [a, b] => format!("\"{a}\" or \"{b}\""),
+                names => format!("one of {}", names.join(", ")),
+            };
+            let got = match got {
+                Some(Value::String(s)) => format!("{s:?}"),
+                Some(v) if field != "op" => v.to_string(),
+                _ => "nothing".to_owned(),
+            };
+            format!("`{field}` must be {choices}, got {got}")
+        }
+        Problem::Invalid {
+            got,
+            expected,
+            wrong_type,
+        } => {
+            let what = match *expected {
+                "i8" | "i16" | "i32" | "i64" => "an integer",
+                "u8" | "u16" | "u32" | "u64" => "an integer from 0 up",
+                "a sequence" => "an array",
+                "a map" => "an object",
+                "string or map" => "a string",
+                e if e.starts_with("struct ") => "an object",
+                e => e,
+            };
+            let got = match got {
+                Some(v) if *wrong_type => json_type(v).to_owned(),
+                Some(v) => v.to_string(),
+                None => "nothing".to_owned(),
+            };
+            format!("`{field}` must be {what}, got {got}")
+        }
+    }
+}
+
+/// Reads a call's `op` (an enum of `weft_api::tools`) from the raw input, before the fields
+/// the op takes. An absent, non-string or unknown op is one [`Problem::Unknown`] on `op`:
+/// "`op` must be one of get, set, …, got \"put\"" (or "got nothing").
+pub(crate) fn read_op<Op: weft_api::tools::ToolOp>(
+    input: &Value,
+    words: Words,
+) -> Result<Op, String> {
+    let raw = input.get("op").filter(|v| v.is_string());
+    if let Some(op) = raw.and_then(|v| serde_json::from_value(v.clone()).ok()) {
+        return Ok(op);
+    }
+    let choices = Op::names();
+    let problem = Problem::Unknown {
+        got: raw,
+        choices: &choices,
     };
-    let at = path.iter().try_fold(input, |v, seg| match seg {
-        Segment::Seq { index } => v.get(index),
-        Segment::Map { key } => v.get(key.as_str()),
-        _ => None,
-    });
-    // serde names fields and variants in backticks: "unknown variant `x`, expected `a` or `b`".
-    let named = |text: &str| -> Vec<String> {
-        text.split('`')
-            .skip(1)
-            .step_by(2)
-            .map(str::to_owned)
-            .collect()
-    };
-    let (head, expected) = msg.split_once(", expected ").unwrap_or((&msg, ""));
-    if head.starts_with("missing field `") {
-        let name = named(head).concat();
-        let name = if field.is_empty() {
-            name
-        } else {
-            format!("{field}.{name}")
-        };
-        return format!("`{name}` is required");
-    }
-    if head.starts_with("unknown field `") {
-        let takes: Vec<String> = named(expected).iter().map(|f| format!("`{f}`")).collect();
-        return format!(
-            "unknown field `{}`; the tool takes {}",
-            named(head).concat(),
-            takes.join(", ")
-        );
-    }
-    if head.starts_with("unknown variant `") {
-        let choices = match named(expected).as_slice() {
-            [a, b] => format!("\"{a}\" or \"{b}\""),
-            names => format!("one of {}", names.join(", ")),
-        };
-        let got = at.map_or_else(|| "nothing".to_owned(), Value::to_string);
-        return format!("`{field}` must be {choices}, got {got}");
-    }
-    if !expected.is_empty() {
-        let what = match expected {
-            "i8" | "i16" | "i32" | "i64" => "an integer",
-            "u8" | "u16" | "u32" | "u64" => "an integer from 0 up",
-            "a sequence" => "an array",
-            "a map" => "an object",
-            "string or map" => "a string",
-            e if e.starts_with("struct ") => "an object",
-            e => e,
-        };
-        let got = match at {
-            Some(v) if head.starts_with("invalid type") => json_type(v).to_owned(),
-            Some(v) => v.to_string(),
-            None => "nothing".to_owned(),
-        };
-        return format!("`{field}` must be {what}, got {got}");
-    }
-    format!("`{field}`: {msg}")
+    Err(words("op", &problem).unwrap_or_else(|| common_message("op", &problem)))
 }
 
 /// The JSON type of `v`, for messages (one spelling for the whole fleet).
@@ -479,67 +668,337 @@ mod tests {
 
     use super::*;
 
-    fn err<T: DeserializeOwned>(input: Value) -> String {
-        match read_input::<T>(&input) {
-            Ok(_) => panic!("{input} was read"),
-            Err(e) => e,
+    /// Each case's message, which must equal the one the tool gave before its input was typed.
+    fn check_messages(got: impl Fn(&Value) -> Result<(), String>, cases: &[(Value, &str)]) {
+        for (input, want) in cases {
+            assert_eq!(got(input).err().as_deref(), Some(*want), "{input}");
+        }
+    }
+
+    fn strings(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn memory_messages_are_the_old_ones() {
+        let allowed = strings(&["run", "agent", "user"]);
+        let read = |input: &Value| memory::read(input, &allowed).map(drop);
+        let ops = "`op` must be one of get, set, delete, list, incr, search, got";
+        check_messages(
+            read,
+            &[
+                (json!({"scope": "run"}), &format!("{ops} nothing")),
+                (json!({"op": 5, "scope": "run"}), &format!("{ops} nothing")),
+                (json!(["get", "run"]), &format!("{ops} nothing")),
+                (
+                    json!({"op": "put", "scope": "run"}),
+                    &format!("{ops} \"put\""),
+                ),
+                (json!({"op": "get"}), "`scope` (a string) is required"),
+                (
+                    json!({"op": "get", "scope": 5}),
+                    "`scope` (a string) is required",
+                ),
+                (
+                    json!({"op": "get", "scope": "global", "key": "k"}),
+                    "scope `global` is not allowed for this agent; allowed: run, agent, user",
+                ),
+                // The allow-list before the op's fields.
+                (
+                    json!({"op": "set", "scope": "tenant", "key": 5, "ttl_seconds": "x"}),
+                    "scope `tenant` is not allowed for this agent; allowed: run, agent, user",
+                ),
+                (
+                    json!({"op": "get", "scope": "run"}),
+                    "`key` (a string) is required",
+                ),
+                (
+                    json!({"op": "get", "scope": "run", "key": 5}),
+                    "`key` (a string) is required",
+                ),
+                (
+                    json!({"op": "delete", "scope": "run", "key": null}),
+                    "`key` (a string) is required",
+                ),
+                // `value` before `key`, and before `ttl_seconds`.
+                (
+                    json!({"op": "set", "scope": "run", "ttl_seconds": "x"}),
+                    "`value` (any JSON) is required",
+                ),
+                (
+                    json!({"op": "set", "scope": "run", "key": "k", "value": 1, "ttl_seconds": "x"}),
+                    "`ttl_seconds` must be an integer",
+                ),
+                (
+                    json!({"op": "set", "scope": "run", "key": "k", "value": 1, "ttl_seconds": 1.5}),
+                    "`ttl_seconds` must be an integer",
+                ),
+                (
+                    json!({"op": "set", "scope": "run", "key": "k", "value": 1, "if_version": "1"}),
+                    "`if_version` must be an integer",
+                ),
+                (
+                    json!({"op": "incr", "scope": "run", "key": "k", "by": "2"}),
+                    "`by` must be an integer",
+                ),
+                (
+                    json!({"op": "list", "scope": "run", "limit": "10"}),
+                    "`limit` must be an integer",
+                ),
+                (
+                    json!({"op": "search", "scope": "run"}),
+                    "`query` (a string) is required",
+                ),
+                (
+                    json!({"op": "search", "scope": "run", "query": "q", "top_k": "5"}),
+                    "`top_k` must be an integer",
+                ),
+            ],
+        );
+        check_messages(
+            |input| memory::read(input, &[]).map(drop),
+            &[(
+                json!({"op": "get", "scope": "run", "key": "k"}),
+                "this agent has no memory scopes (memory_scopes is empty)",
+            )],
+        );
+        check_messages(
+            |input| memory::read(input, &strings(&["global"])).map(drop),
+            &[(
+                json!({"op": "get", "scope": "global", "key": "k"}),
+                "`scope` must be run, agent, user or tenant",
+            )],
+        );
+    }
+
+    #[test]
+    fn memory_ignores_what_an_op_does_not_read() {
+        let allowed = strings(&["run", "user"]);
+        let read = |input: Value| memory::read(&input, &allowed).unwrap();
+        let m = read(json!({
+            "op": "get", "scope": "run", "key": "k", "limit": "10", "prefix": 5, "cursor": true,
+            "embed": "yes", "ttl_seconds": "x", "by": [], "query": 1, "top_k": "5", "value": 1
+        }));
+        assert_eq!(
+            (m.key.as_deref(), m.limit, m.value),
+            (Some("k"), None, None)
+        );
+        let m = read(json!({"op": "list", "scope": "run", "prefix": 5, "cursor": 7, "limit": 3}));
+        assert_eq!((m.prefix, m.cursor, m.limit), (None, None, Some(3)));
+        let m = read(json!({
+            "op": "set", "scope": "user", "scope_id": "mallory", "key": "k", "value": null,
+            "embed": "yes", "limit": "x"
+        }));
+        assert_eq!((m.value, m.embed), (Some(Value::Null), None));
+        let m = read(json!({"op": "set", "scope": "run", "key": "k", "value": 1, "embed": true}));
+        assert_eq!(m.embed, Some(true));
+    }
+
+    fn acl() -> weft_core::agent::AgentChannels {
+        weft_core::agent::AgentChannels {
+            publish: strings(&["out.*"]),
+            subscribe: strings(&["in", "jobs.*"]),
         }
     }
 
     #[test]
-    fn input_errors_name_the_field_and_what_it_must_be() {
-        let cases = [
-            (
-                err::<MemoryInput>(json!({"scope": "run"})),
-                "`op` is required",
-            ),
-            (
-                err::<MemoryInput>(json!({"op": "put", "scope": "run"})),
-                "`op` must be one of get, set, delete, list, incr, search, got \"put\"",
-            ),
-            (
-                err::<MemoryInput>(json!({"op": "set", "scope": "run", "ttl_seconds": "x"})),
-                "`ttl_seconds` must be an integer, got a string",
-            ),
-            (
-                err::<ChannelInput>(json!({"op": "await", "channels": ["a", 5]})),
-                "`channels[1]` must be a string, got a number",
-            ),
-            (
-                err::<ChannelInput>(json!({"op": "read", "max": -1})),
-                "`max` must be an integer from 0 up, got -1",
-            ),
-            (
-                err::<AgentInput>(json!({"op": "parallel_spawn", "runs": [{"agent": "a"}]})),
-                "`runs[0].input` is required",
-            ),
-            (
-                err::<AgentInput>(json!({"op": "fork"})),
-                "`op` must be \"spawn\" or \"parallel_spawn\", got \"fork\"",
-            ),
-            (
-                err::<MemoryInput>(json!(["get", "run"])),
-                "the input must be a JSON object of the fields in the tool's schema, got an array",
-            ),
-        ];
-        for (got, want) in cases {
-            assert_eq!(got, want);
-        }
+    fn channel_messages_are_the_old_ones() {
+        let acl = acl();
+        let read = |input: &Value| channel::read(input, &acl).map(drop);
+        let ops = "`op` must be one of publish, read, ack, peek, await, got";
+        let no_read = "this run may not read channel `secret`; its grants: in, jobs.*";
+        check_messages(
+            read,
+            &[
+                (json!({}), &format!("{ops} nothing")),
+                (json!({"op": true}), &format!("{ops} nothing")),
+                (json!({"op": "write"}), &format!("{ops} \"write\"")),
+                (json!({"op": "publish"}), "`channel` (a string) is required"),
+                (
+                    json!({"op": "publish", "channel": 5}),
+                    "`channel` (a string) is required",
+                ),
+                (
+                    json!({"op": "publish", "channel": "in", "payload": 1}),
+                    "this run may not publish to channel `in`; its grants: out.*",
+                ),
+                (
+                    json!({"op": "publish", "channel": "out.a"}),
+                    "`payload` (any JSON) is required",
+                ),
+                // The ACL before the other fields.
+                (
+                    json!({"op": "read", "channel": "secret", "max": -1}),
+                    no_read,
+                ),
+                (
+                    json!({"op": "read", "channel": "in", "max": -1}),
+                    "`max` must be an integer from 0 to 1000",
+                ),
+                (
+                    json!({"op": "read", "channel": "in", "max": 5000}),
+                    "`max` must be an integer from 0 to 1000",
+                ),
+                (
+                    json!({"op": "peek", "channel": "in", "max": "3"}),
+                    "`max` must be an integer from 0 to 1000",
+                ),
+                (
+                    json!({"op": "read", "channel": "in", "wait_ms": -1}),
+                    "`wait_ms` must be an integer from 0 to 30000",
+                ),
+                (
+                    json!({"op": "ack", "channel": "in"}),
+                    "`cursor` (from a read) is required",
+                ),
+                (
+                    json!({"op": "ack", "channel": "in", "cursor": 5}),
+                    "`cursor` (from a read) is required",
+                ),
+                (
+                    json!({"op": "await"}),
+                    "`channels` (an array of channel names) is required",
+                ),
+                (
+                    json!({"op": "await", "channels": "in"}),
+                    "`channels` (an array of channel names) is required",
+                ),
+                (
+                    json!({"op": "await", "channels": ["in", 5]}),
+                    "`channels[1]` must be a string",
+                ),
+                (
+                    json!({"op": "await", "channels": ["in", "secret", 5]}),
+                    no_read,
+                ),
+                (
+                    json!({"op": "await", "channels": ["in"], "n": -1}),
+                    "`n` must be an integer from 0 to 64",
+                ),
+                // `n` (in range for its type, not for the tool) before `wait_ms`.
+                (
+                    json!({"op": "await", "channels": ["in"], "n": 100, "wait_ms": -1}),
+                    "`n` must be an integer from 0 to 64",
+                ),
+                (
+                    json!({"op": "await", "channels": ["in"], "wait_ms": 30001}),
+                    "`wait_ms` must be an integer from 0 to 30000",
+                ),
+            ],
+        );
     }
 
     #[test]
-    fn inputs_are_read_leniently() {
-        // A field a tool does not take is ignored, `null` is a value where any JSON is, and an
-        // ask without its op is still an ask.
-        let m: MemoryInput = read_input(
-            &json!({"op": "set", "scope": "user", "scope_id": "mallory", "key": "k", "value": null}),
-        )
+    fn channel_ignores_what_an_op_does_not_read() {
+        let acl = acl();
+        let read = |input: Value| channel::read(&input, &acl).unwrap();
+        let c = read(json!({
+            "op": "publish", "channel": "out.a", "payload": null, "wait_ms": -1, "max": "x",
+            "mode": 5, "cursor": 3, "channels": 1, "n": -1
+        }));
+        assert_eq!(
+            (c.payload, c.wait_ms, c.max),
+            (Some(Value::Null), None, None)
+        );
+        let c = read(json!({"op": "await", "channels": ["in", "jobs.a"], "mode": 5, "channel": 1}));
+        assert_eq!((c.mode, c.channels.map(|c| c.len())), (None, Some(2)));
+        let c = read(json!({"op": "read", "channel": "in", "cursor": 5, "max": 10}));
+        assert_eq!((c.cursor, c.max), (None, Some(10)));
+    }
+
+    #[test]
+    fn agent_messages_are_the_old_ones() {
+        let read = |input: &Value| agent::parse(input).map(drop);
+        let spawn = "spawn needs `agent` and `input` (strings)";
+        let runs = "parallel_spawn needs `runs`: [{agent, input}, …]";
+        check_messages(
+            read,
+            &[
+                (json!({}), "`op` must be \"spawn\" or \"parallel_spawn\""),
+                (
+                    json!({"op": "fork"}),
+                    "`op` must be \"spawn\" or \"parallel_spawn\"",
+                ),
+                (
+                    json!({"op": ["spawn"]}),
+                    "`op` must be \"spawn\" or \"parallel_spawn\"",
+                ),
+                (json!({"op": "spawn", "agent": "a"}), spawn),
+                (json!({"op": "spawn", "agent": "a", "input": 5}), spawn),
+                (json!({"op": "spawn", "agent": null, "input": "i"}), spawn),
+                (json!({"op": "parallel_spawn"}), runs),
+                (json!({"op": "parallel_spawn", "runs": "x"}), runs),
+                (
+                    json!({"op": "parallel_spawn", "runs": [{"agent": "a"}]}),
+                    "runs[0] needs `agent` and `input` (strings)",
+                ),
+                (
+                    json!({"op": "parallel_spawn", "runs": [{"agent": "a", "input": "i"}, 5]}),
+                    "runs[1] needs `agent` and `input` (strings)",
+                ),
+                (
+                    json!({"op": "parallel_spawn", "runs": [
+                        {"agent": "a", "input": "i"}, {"agent": 5, "input": "i"}
+                    ]}),
+                    "runs[1] needs `agent` and `input` (strings)",
+                ),
+            ],
+        );
+        let (_, items) =
+            agent::parse(&json!({"op": "spawn", "agent": "a", "input": "i", "runs": 5})).unwrap();
+        assert_eq!(items, [("a".to_owned(), "i".to_owned())]);
+        let (_, items) = agent::parse(&json!({
+            "op": "parallel_spawn", "runs": [{"agent": "a", "input": "i"}], "agent": 5, "input": []
+        }))
         .unwrap();
-        assert_eq!(m.value, Some(Value::Null));
-        let m: MemoryInput = read_input(&json!({"op": "get", "scope": "user"})).unwrap();
-        assert_eq!(m.value, None);
-        let i: InterruptionInput = read_input(&json!({"question": "why?"})).unwrap();
-        assert_eq!((i.op, i.question.as_deref()), (None, Some("why?")));
+        assert_eq!(items, [("a".to_owned(), "i".to_owned())]);
+    }
+
+    #[test]
+    fn context_skill_and_interruption_read_as_before() {
+        use weft_api::tools::ContextOp;
+        check_messages(
+            |input| read_op::<ContextOp>(input, common_words).map(drop),
+            &[
+                (json!({}), "`op` must be \"time\" or \"self\", got nothing"),
+                (
+                    json!({"op": 1}),
+                    "`op` must be \"time\" or \"self\", got nothing",
+                ),
+                (
+                    json!({"op": "now"}),
+                    "`op` must be \"time\" or \"self\", got \"now\"",
+                ),
+            ],
+        );
+        check_messages(
+            |input| skill::read(input).map(drop),
+            &[
+                (json!({}), "`op` must be \"list\" or \"load\", got nothing"),
+                (
+                    json!({"op": "get"}),
+                    "`op` must be \"list\" or \"load\", got \"get\"",
+                ),
+                (
+                    json!({"op": "load"}),
+                    "`name` (a skill from op=list) is required",
+                ),
+                (
+                    json!({"op": "load", "name": 5}),
+                    "`name` (a skill from op=list) is required",
+                ),
+            ],
+        );
+        let s = skill::read(&json!({"op": "load", "name": "n", "file": 5})).unwrap();
+        assert_eq!((s.name.as_deref(), s.file), (Some("n"), None));
+        assert!(skill::read(&json!({"op": "list", "name": 5, "file": []})).is_ok());
+        // `op` is not looked at; a question that is not a string is none.
+        let ask = interruption::question;
+        assert_eq!(ask(&json!({"op": "Ask", "question": "why?"})), "why?");
+        assert_eq!(ask(&json!({"op": 5, "question": "why?"})), "why?");
+        assert_eq!(ask(&json!({"question": "why?"})), "why?");
+        assert_eq!(ask(&json!({"op": "ask", "question": 5})), "");
+        assert_eq!(ask(&json!(["why?"])), "");
     }
 
     /// Every built-in tool's schema, pinned: `testdata/tool_schemas.json`, compared as a value

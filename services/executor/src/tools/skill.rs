@@ -10,8 +10,8 @@ use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
 use super::{
-    Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, parse_input, substrate_error,
-    with_retry,
+    Abort, Field, Problem, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, read_op,
+    substrate_error, with_retry,
 };
 
 /// `Skill`.
@@ -58,10 +58,34 @@ struct Listed {
     description: String,
 }
 
+/// `Skill`'s messages.
+fn words(field: &str, problem: &Problem<'_>) -> Option<String> {
+    match (field, problem) {
+        ("name", Problem::Missing | Problem::Invalid { .. }) => {
+            Some("`name` (a skill from op=list) is required".into())
+        }
+        _ => None,
+    }
+}
+
+/// Reads a call's input: its op, then the op's fields (a `file` that is not a string is
+/// ignored, as before the input was typed).
+pub(super) fn read(input: &Value) -> Result<SkillInput, String> {
+    let fields: &[Field] = match read_op(input, words)? {
+        SkillOp::List => &[Field::Need("op")],
+        SkillOp::Load => &[
+            Field::Need("op"),
+            Field::Need("name"),
+            Field::Lenient("file"),
+        ],
+    };
+    Reading::new(fields, words).read(input)
+}
+
 async fn skill(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abort> {
-    let input: SkillInput = match parse_input(input) {
+    let input = match read(input) {
         Ok(i) => i,
-        Err(out) => return Ok(out),
+        Err(msg) => return Ok(ToolOutput::error(msg)),
     };
     let allowed = &ctx.spec().skills;
     let client = weft_proto::transport::substrate_client(ctx.substrate_transport());
