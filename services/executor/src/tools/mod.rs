@@ -450,9 +450,35 @@ impl<'a> Reading<'a> {
         {
             return Err(self.say(key, &Problem::UnknownField));
         }
-        // Field by field, in order, so that the first problem reported is the first in the
-        // list; a field read alone can only fail on itself or on a required field not yet
-        // added (ignored here: `Need` says it, or the whole read below does).
+        // The common case, a good input: one read of the listed fields, then the presence
+        // rules and checks in order (with nothing ill-typed, they are the only problems the
+        // walk below could report).
+        let listed: serde_json::Map<String, Value> = self
+            .fields
+            .iter()
+            .filter_map(|f| obj.get_key_value(f.name()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Ok(read) = <T as serde::Deserialize>::deserialize(&Value::Object(listed)) {
+            for field in self.fields {
+                let name = field.name();
+                match (field, obj.get(name)) {
+                    (Field::Need(_), None | Some(Value::Null)) | (Field::NeedAny(_), None) => {
+                        return Err(self.say(name, &Problem::Missing));
+                    }
+                    (_, None) => {}
+                    (_, Some(v)) => {
+                        if let Some(check) = self.check {
+                            check(name, v)?;
+                        }
+                    }
+                }
+            }
+            return Ok(read);
+        }
+        // A bad input: field by field, in order, so that the first problem reported is the
+        // first in the list; a field read alone can only fail on itself or on a required field
+        // not yet added (ignored here: `Need` says it, or the whole read below does).
         let mut seen = serde_json::Map::new();
         for field in self.fields {
             let name = field.name();
