@@ -49,22 +49,11 @@ pub fn chat_body<'a>(model: &'a str, prompt: &'a str, stream: bool) -> ChatReque
     ChatRequest {
         model,
         messages: vec![Message::text("user", prompt.into())],
-        tools: Vec::new(),
-        tool_choice: None,
-        temperature: None,
-        top_p: None,
-        max_tokens: None,
-        seed: None,
-        presence_penalty: None,
-        frequency_penalty: None,
-        stop: &[],
-        response_format: None,
-        user: None,
         stream,
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
-        extra: weft_wire::Extra::default(),
+        ..ChatRequest::default()
     }
 }
 

@@ -233,7 +233,8 @@ impl<'a> ChatCompletionChunk<'a> {
 }
 
 /// A chat-completions request, as weft sends it.
-#[derive(Clone, Debug, Serialize)]
+/// `Default` is an empty request: no model, no messages, nothing optional set.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ChatRequest<'a> {
     pub model: &'a str,
     pub messages: Vec<Message<'a>>,
