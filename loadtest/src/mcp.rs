@@ -274,7 +274,7 @@ async fn open_direct(url: &str, sessions: u32) -> anyhow::Result<Vec<Caller>> {
 struct RunPrincipal<'a> {
     tenant: &'a str,
     subject: &'a str,
-    scopes: [Scope; 7],
+    scopes: [Scope; 9],
 }
 
 fn run_principal(args: &McpCallerArgs) -> anyhow::Result<Principal> {

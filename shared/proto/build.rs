@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("weft/v1/memory.proto"),
         root.join("weft/v1/channels.proto"),
         root.join("weft/v1/mcp.proto"),
+        root.join("weft/v1/volumes.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -94,6 +94,8 @@ impl Driver {
                 allowed_hosts: Some(mine),
                 // Sub-runs inherit their parent's channel ACL and can never widen it.
                 channels: Some(self.spec.channels.clone()),
+                // ... and its volumes: the intersection of parent and child, `ro` winning.
+                volumes: Some(self.spec.volumes.clone()),
                 metadata: Value::Object(Map::new()),
                 ..Narrowing::default()
             },

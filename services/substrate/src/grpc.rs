@@ -16,6 +16,7 @@ use weft_core::mcp::McpServerContent;
 use weft_core::rfc3339;
 use weft_core::schedule::ScheduleContent;
 use weft_core::skill::SkillContent;
+use weft_core::volume::VolumeContent;
 use weft_core::webhook::WebhookContent;
 use weft_core::{Error, Principal, Scope, TenantId};
 use weft_proto::v1;
@@ -166,8 +167,9 @@ fn kind(k: i32) -> Result<DefKind, Status> {
         Ok(v1::DefKind::McpServer) => Ok(DefKind::McpServer),
         Ok(v1::DefKind::Schedule) => Ok(DefKind::Schedule),
         Ok(v1::DefKind::Webhook) => Ok(DefKind::Webhook),
+        Ok(v1::DefKind::Volume) => Ok(DefKind::Volume),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
-            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE or DEF_KIND_WEBHOOK",
+            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK or DEF_KIND_VOLUME",
         )
         .with_param("kind")
         .into()),
@@ -199,6 +201,9 @@ async fn put_kind(
         DefKind::Webhook => {
             defs::put_json::<WebhookContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::Volume => {
+            defs::put_json::<VolumeContent>(store, tenant, name, content_json, by).await
+        }
     }
 }
 
@@ -228,6 +233,9 @@ async fn fork_kind(
         }
         DefKind::Webhook => {
             defs::fork::<WebhookContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::Volume => {
+            defs::fork::<VolumeContent>(store, tenant, name, from_version, changes_json, by).await
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct AgentContent {
     pub allowed_hosts: Option<Vec<String>>,
     #[schemars(schema_with = "crate::defs::object_or_null")]
     pub compaction: Option<Value>,
+    /// the volumes the agent's file tools may use; absent (hashed as absent) = none
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub volumes: Vec<crate::volumes::VolumeBinding>,
 }
 
 impl Default for AgentContent {
@@ -83,6 +87,7 @@ impl Default for AgentContent {
             max_concurrent_children: 4,
             allowed_hosts: None,
             compaction: None,
+            volumes: Vec::new(),
         }
     }
 }

@@ -419,10 +419,14 @@ pub enum Scope {
     ChannelsRead,
     #[serde(rename = "llm:call")]
     LlmCall,
+    #[serde(rename = "volumes:read")]
+    VolumesRead,
+    #[serde(rename = "volumes:write")]
+    VolumesWrite,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 9] = [
+    pub const ALL: [Scope; 11] = [
         Self::Admin,
         Self::TenantAdmin,
         Self::RunsCreate,
@@ -432,11 +436,13 @@ impl Scope {
         Self::ChannelsPublish,
         Self::ChannelsRead,
         Self::LlmCall,
+        Self::VolumesRead,
+        Self::VolumesWrite,
     ];
 
     /// What a run's own principal holds (the executor's calls on a run's behalf); what it may
-    /// touch beyond these is decided by its agent (memory scopes, channels, skills).
-    pub const RUN: [Scope; 7] = [
+    /// touch beyond these is decided by its agent (memory scopes, channels, skills, volumes).
+    pub const RUN: [Scope; 9] = [
         Self::RunsCreate,
         Self::RunsRead,
         Self::LlmCall,
@@ -444,6 +450,8 @@ impl Scope {
         Self::MemoryWrite,
         Self::ChannelsPublish,
         Self::ChannelsRead,
+        Self::VolumesRead,
+        Self::VolumesWrite,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -457,6 +465,8 @@ impl Scope {
             Self::ChannelsPublish => "channels:publish",
             Self::ChannelsRead => "channels:read",
             Self::LlmCall => "llm:call",
+            Self::VolumesRead => "volumes:read",
+            Self::VolumesWrite => "volumes:write",
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod skills;
 pub mod tools;
 pub mod ui;
 pub mod usage;
+pub mod volumes;
 
 pub use op::{In, Method, Op, Security};
 

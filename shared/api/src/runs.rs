@@ -231,6 +231,10 @@ pub struct CreateRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_iterations: Option<u32>,
+    /// narrows the agent's volume bindings (names it lacks are dropped; ro wins)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub volumes: Option<Vec<crate::volumes::VolumeBinding>>,
     /// never stored
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<BTreeMap<String, String>>,

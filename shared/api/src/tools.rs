@@ -1,5 +1,6 @@
 //! The inputs of the executor's built-in tools (`Context`, `Agent`, `Interruption`, `HTTP`,
-//! `Memory`, `Channel`, `Skill`): what a model sends when it calls one. The executor reads a
+//! `Memory`, `Channel`, `Skill`, and the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep`,
+//! `Move`, `Delete`, `List`): what a model sends when it calls one. The executor reads a
 //! call's input into these types and shows the model [`input_schema`] of each.
 //!
 //! Fields an op does not always need are optional here; the executor says which op needs them.
@@ -307,4 +308,142 @@ pub struct SkillInput {
     pub name: Option<String>,
     #[serde(default)]
     pub file: Option<String>,
+}
+
+/// `Read`: a file of a volume, as numbered lines.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReadInput {
+    /// relative to the volume root, e.g. `src/main.rs`
+    pub path: String,
+    /// the first line to show, 1-based (default 1)
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// how many lines to show (default 2000)
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `Write`: a whole file's content.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct WriteInput {
+    /// relative to the volume root
+    pub path: String,
+    pub content: String,
+    /// write only if the file's sha256 is this; "" = only if the file does not exist
+    #[serde(default)]
+    pub if_match: Option<String>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// One replacement of an `Edit`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(description = "")]
+pub struct EditOp {
+    /// the text to replace, exactly as in the file (unique unless replace_all)
+    pub old: String,
+    pub new: String,
+    /// replace every occurrence (default false: `old` must occur once)
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+}
+
+/// `Edit`: replacements in a text file, all checked before any is applied.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct EditInput {
+    /// relative to the volume root
+    pub path: String,
+    /// applied in order, each to the result of the one before
+    #[schemars(length(min = 1))]
+    pub edits: Vec<EditOp>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `Glob`: the paths matching a pattern, newest first.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct GlobInput {
+    /// e.g. `**/*.rs`, `docs/*.md`
+    pub pattern: String,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// What `Grep` answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepMode {
+    /// The paths of files with a match.
+    #[default]
+    Files,
+    /// The matching lines (with `context` lines around them).
+    Content,
+    /// Matches per file.
+    Count,
+}
+
+/// `Grep`: lines matching a regex across a volume's text files.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct GrepInput {
+    /// a regular expression (Rust `regex` syntax)
+    pub pattern: String,
+    /// only files whose path matches this glob, e.g. `**/*.py`
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// files (default): paths with a match; content: matching lines; count: matches per file
+    #[serde(default)]
+    pub mode: Option<GrepMode>,
+    #[serde(default)]
+    pub case_insensitive: Option<bool>,
+    /// lines of context around each match (content mode)
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10))]
+    pub context: Option<u32>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `Move`: renames a file.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MoveInput {
+    pub from: String,
+    pub to: String,
+    /// replace a file at `to` (default false: refused when one exists)
+    #[serde(default)]
+    pub overwrite: Option<bool>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `Delete`: removes a file.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteInput {
+    pub path: String,
+    /// delete only if the file's sha256 is this
+    #[serde(default)]
+    pub if_match: Option<String>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `List`: the immediate children of a directory.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ListInput {
+    /// a directory relative to the volume root (default: the root)
+    #[serde(default)]
+    pub path: Option<String>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
 }

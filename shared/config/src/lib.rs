@@ -22,6 +22,7 @@ mod router;
 mod secret;
 mod substrate;
 mod telemetry;
+mod volumes;
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,7 @@ pub use router::{LimitSpec, Limits, Price, RouterConfig, TenantRouting};
 pub use secret::Secret;
 pub use substrate::{ChannelDecl, SubstrateConfig};
 pub use telemetry::{LogFormat, TelemetryConfig};
+pub use volumes::{BlobStoreConfig, ExecConfig, VolumesConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -79,6 +81,7 @@ pub struct Config {
     pub mcp_bridge: McpBridgeConfig,
     pub mcp: McpServerFaceConfig,
     pub ingress: IngressConfig,
+    pub volumes: VolumesConfig,
 }
 
 impl Config {
@@ -141,6 +144,7 @@ impl Config {
         self.redis.validate()?;
         self.substrate.validate()?;
         self.mcp.validate()?;
+        self.volumes.validate()?;
         self.router.validate()
     }
 }

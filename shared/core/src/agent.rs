@@ -52,6 +52,10 @@ pub struct AgentContent {
     pub allowed_hosts: Option<Vec<String>>,
     /// Context compaction settings (opaque until compaction is built).
     pub compaction: Option<serde_json::Value>,
+    /// The volumes the agent's file tools may use. Left out of the canonical JSON when empty,
+    /// so the content address of an agent without volumes is what it was before volumes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volume::VolumeBinding>,
 }
 
 impl Default for AgentContent {
@@ -72,6 +76,7 @@ impl Default for AgentContent {
             max_concurrent_children: 4,
             allowed_hosts: None,
             compaction: None,
+            volumes: Vec::new(),
         }
     }
 }
@@ -484,6 +489,7 @@ impl AgentContent {
                 ))
             }
         })?;
+        crate::volume::validate_bindings("volumes", &self.volumes)?;
         check_list("channels.publish", &self.channels.publish, check_channel)?;
         check_list(
             "channels.subscribe",

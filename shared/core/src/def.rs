@@ -24,10 +24,12 @@ pub enum DefKind {
     Webhook,
     /// A cron schedule ([`crate::schedule`]).
     Schedule,
+    /// A named volume ([`crate::volume`]).
+    Volume,
 }
 
 impl DefKind {
-    /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`.
+    /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`, `volume`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
@@ -35,6 +37,7 @@ impl DefKind {
             DefKind::McpServer => "mcp_server",
             DefKind::Webhook => "webhook",
             DefKind::Schedule => "schedule",
+            DefKind::Volume => "volume",
         }
     }
 
@@ -46,6 +49,7 @@ impl DefKind {
             DefKind::McpServer => "mcp-servers",
             DefKind::Webhook => "webhooks",
             DefKind::Schedule => "schedules",
+            DefKind::Volume => "volumes",
         }
     }
 }

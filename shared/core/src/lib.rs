@@ -19,6 +19,7 @@ pub mod schedule;
 pub mod skill;
 pub mod storable;
 pub mod usage;
+pub mod volume;
 pub mod webhook;
 
 pub use error::{Error, ErrorCode};

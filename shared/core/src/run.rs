@@ -413,6 +413,10 @@ pub struct RunSpec {
     /// The names of the credentials the run was given (`POST /v1/runs` `credentials`; the
     /// values are never stored — they live in Redis for the run's lifetime).
     pub credentials: Vec<String>,
+    /// The volumes the run's file tools may use: the agent's bindings narrowed by the caller,
+    /// and for a sub-run by its parent's (`ro` wins; a name must be in both).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volume::VolumeBinding>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -432,6 +436,9 @@ pub struct Narrowing {
     pub max_iterations: Option<u32>,
     /// Caller metadata, stored as given.
     pub metadata: Value,
+    /// An outer list of volume bindings (a caller's, or a parent run's effective ones): the
+    /// run's are the agent's narrowed by it ([`crate::volume::narrow_volumes`]).
+    pub volumes: Option<Vec<crate::volume::VolumeBinding>>,
 }
 
 impl RunSpec {
@@ -477,6 +484,7 @@ impl RunSpec {
             channels,
             skills: def.skills.clone(),
             credentials: Vec::new(),
+            volumes: crate::volume::narrow_volumes(&def.volumes, n.volumes.as_deref()),
         }
     }
 }

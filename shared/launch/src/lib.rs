@@ -73,6 +73,9 @@ pub struct CreateRun {
     pub sampling: Option<AgentSampling>,
     #[serde(default)]
     pub max_iterations: Option<u32>,
+    /// Narrows the agent's volume bindings (names it lacks are dropped; `ro` wins).
+    #[serde(default)]
+    pub volumes: Option<Vec<weft_core::volume::VolumeBinding>>,
     /// Values substituted into MCP server headers (`${run.credentials.<name>}`): kept only in
     /// Redis for the run's lifetime, never stored.
     #[serde(default)]
@@ -498,6 +501,9 @@ impl Launcher {
         }
         let def: AgentContent =
             serde_json::from_str(&version.content_json).map_err(|_| Error::internal())?;
+        if let Some(v) = &body.volumes {
+            weft_core::volume::validate_bindings("volumes", v)?;
+        }
         let spec = RunSpec::resolve(
             &def,
             Narrowing {
@@ -507,6 +513,7 @@ impl Launcher {
                 sampling: body.sampling,
                 max_iterations: body.max_iterations,
                 metadata: body.metadata.unwrap_or(Value::Null),
+                volumes: body.volumes,
             },
         );
         let mut spec = spec;

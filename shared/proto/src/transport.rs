@@ -87,6 +87,14 @@ pub fn channels_client(
         .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
 }
 
+/// A volumes client over `t` (the substrate serves `weft.v1.Volumes`), with the same message
+/// limit as [`router_client`].
+pub fn volumes_client(t: GrpcTransport) -> crate::v1::volumes_client::VolumesClient<GrpcTransport> {
+    crate::v1::volumes_client::VolumesClient::new(t)
+        .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+}
+
 /// An MCP bridge client over `t`, with the same message limit as [`router_client`].
 pub fn mcp_bridge_client(
     t: GrpcTransport,
