@@ -1,7 +1,8 @@
 //! The inputs of the executor's built-in tools (`Context`, `Agent`, `Interruption`, `HTTP`,
-//! `Memory`, `Channel`, `Skill`, and the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep`,
-//! `Move`, `Delete`, `List`): what a model sends when it calls one. The executor reads a
-//! call's input into these types and shows the model [`input_schema`] of each.
+//! `Memory`, `Channel`, `Skill`, the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep`,
+//! `Move`, `Delete`, `List`, and `Exec`, a command in a sandbox): what a model sends when it
+//! calls one. The executor reads a call's input into these types and shows the model
+//! [`input_schema`] of each.
 //!
 //! Fields an op does not always need are optional here; the executor says which op needs them.
 //! Inputs are read leniently (unknown fields are ignored: a model cannot name a scope id, but
@@ -443,6 +444,21 @@ pub struct ListInput {
     /// a directory relative to the volume root (default: the root)
     #[serde(default)]
     pub path: Option<String>,
+    /// one of the run's bound volumes (default: the run's default volume)
+    #[serde(default)]
+    pub volume: Option<String>,
+}
+
+/// `Exec`: a shell command in a sandbox over a checkout of a volume; the files it changes come
+/// back to the volume as one change.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ExecInput {
+    /// run with `sh -c` in the volume's root; no network, only the volume is writable
+    pub command: String,
+    /// seconds before the command is killed (default 60)
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout_s: Option<u64>,
     /// one of the run's bound volumes (default: the run's default volume)
     #[serde(default)]
     pub volume: Option<String>,
