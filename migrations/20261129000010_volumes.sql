@@ -22,6 +22,8 @@ CREATE TABLE volumes (
     tree_hash   text        NOT NULL,
     -- Changes so far; a change's `seq` is this value after it.
     seq         bigint      NOT NULL DEFAULT 0,
+    -- A named volume's description (a copy of its definition's).
+    description text        NOT NULL DEFAULT '',
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     UNIQUE (tenant_id, name),
@@ -95,6 +97,10 @@ CREATE TABLE volume_change_files (
     -- Modes before and after (NULL where the file did not exist).
     before_mode integer,
     after_mode  integer,
+    -- Sizes before and after (NULL where the file did not exist): an undo restores the before
+    -- side without looking its blob up.
+    before_size bigint,
+    after_size  bigint,
     PRIMARY KEY (change_id, path)
 );
 

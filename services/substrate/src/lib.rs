@@ -14,8 +14,10 @@
 //!
 //! Beside them it serves [`memory`] (`weft.v1.Memory`: JSON values by key per scope, with TTLs,
 //! compare-and-set, atomic increments, quotas and semantic search) and [`channels`]
-//! (`weft.v1.Channels`: message streams in Postgres, with wake-ups over NATS). [`Parts`] holds
-//! the three; [`grpc_service`] mounts every service of the substrate on one set of routes.
+//! (`weft.v1.Channels`: message streams in Postgres, with wake-ups over NATS) and [`volumes`]
+//! (`weft.v1.Volumes`: file trees as content-addressed blobs with a changelog, undo and
+//! snapshots). [`Parts`] holds them; [`grpc_service`] mounts every service of the substrate on
+//! one set of routes.
 
 pub mod agents;
 pub mod boot;
@@ -25,6 +27,7 @@ pub mod grpc;
 pub mod memory;
 pub mod skills;
 pub mod store;
+pub mod volumes;
 
 use std::time::Duration;
 
@@ -41,6 +44,7 @@ pub use grpc::SubstrateService;
 pub use memory::Memory;
 pub use skills::hash_skill_dir;
 pub use store::{AgentSummaryRecord, AgentVersionRecord, DefStore, SummaryRecord, VersionRecord};
+pub use volumes::Volumes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubstrateError {
@@ -56,20 +60,24 @@ pub enum SubstrateError {
     Boot(String),
 }
 
-/// What the substrate serves: definitions, memory and channels, each over the same database.
+/// What the substrate serves: definitions, memory, channels and volumes, each over the same
+/// database.
 #[derive(Clone)]
 pub struct Parts {
     pub defs: DefStore,
     pub memory: Memory,
     pub channels: ChannelHub,
+    pub volumes: Volumes,
     /// How often expired memory entries are swept.
     pub memory_sweep_every: Duration,
+    /// How often the ephemeral volumes of ended runs are purged (`volumes.sweep_interval_ms`).
+    pub volumes_sweep_every: Duration,
     /// `ingress.secret_env_prefix` (webhook secrets are named in a tenant's namespace under it).
     pub webhook_secret_prefix: String,
 }
 
-/// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`, `weft.v1.Channels`),
-/// each behind the JWT check, as one set of routes: to mount on a server or to call in-process
+/// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`, `weft.v1.Channels`,
+/// `weft.v1.Volumes`), each behind the JWT check, as one set of routes: to mount on a server or to call in-process
 /// (`weft_proto::transport::in_process`).
 pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
     let check = JwtInterceptor::new(jwt);
@@ -90,13 +98,25 @@ pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
     .add_service(
         weft_proto::v1::channels_server::ChannelsServer::with_interceptor(
             ChannelsService::new(parts.channels.clone()),
+            check.clone(),
+        ),
+    )
+    .add_service(
+        // File contents ride in these messages: the internal limit, not tonic's 4 MiB.
+        tonic::service::interceptor::InterceptedService::new(
+            weft_proto::v1::volumes_server::VolumesServer::new(volumes::grpc::VolumesService::new(
+                parts.volumes.clone(),
+            ))
+            .max_decoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES)
+            .max_encoding_message_size(weft_core::limits::INTERNAL_MESSAGE_BYTES),
             check,
         ),
     )
 }
 
 /// Serves the substrate's gRPC API on `listener` until `shutdown` is cancelled, then drains.
-/// Expired memory entries and channel messages are swept meanwhile.
+/// Expired memory entries and channel messages are swept meanwhile, and the ephemeral volumes
+/// of ended runs purged.
 pub async fn serve(
     listener: TcpListener,
     parts: Parts,
@@ -114,6 +134,11 @@ pub async fn serve(
         let stop = shutdown.child_token();
         async move { hub.sweep_until(stop).await }
     });
+    let volume_sweep = tokio::spawn(volumes::sweep_until(
+        parts.volumes.store().clone(),
+        parts.volumes_sweep_every,
+        shutdown.clone(),
+    ));
     let routes = grpc_service(&parts, jwt);
     tracing::info!(addr = ?addr, "substrate serving");
     let served = tonic::transport::Server::builder()
@@ -127,6 +152,7 @@ pub async fn serve(
         .await;
     memory_sweep.abort();
     channel_sweep.abort();
+    volume_sweep.abort();
     served?;
     Ok(())
 }
@@ -161,6 +187,17 @@ pub async fn connect_memory(
     Ok(Memory::new(store, embedder, mode))
 }
 
+/// The volumes over `defs`' database, with the blob store `volumes.blobs` names.
+pub fn connect_volumes(config: &Config, defs: &DefStore) -> Result<Volumes, SubstrateError> {
+    let cfg = &config.volumes;
+    let blobs = volumes::blobs::Blobs::from_config(defs.pool().clone(), &cfg.blobs)
+        .map_err(SubstrateError::Boot)?;
+    let store =
+        volumes::VolumeStore::new(defs.pool().clone(), blobs, volumes::Caps::from_config(cfg));
+    tracing::info!(blobs = %cfg.blobs.kind, "volumes");
+    Ok(Volumes::new(store, defs.clone()))
+}
+
 /// Connects the database (migrating when `database.migrate_on_start`) and makes the store.
 pub async fn connect(config: &Config) -> Result<DefStore, SubstrateError> {
     Ok(DefStore::new(weft_store::open(&config.database).await?))
@@ -183,7 +220,8 @@ pub async fn connect_channels(
 }
 
 /// Connects everything the substrate serves over `defs`' database: the memory (embedding
-/// through `router` when given) and the channels (NATS), with the declared channels created.
+/// through `router` when given), the channels (NATS), with the declared channels created, and
+/// the volumes.
 pub async fn connect_parts(
     config: &Config,
     defs: DefStore,
@@ -192,11 +230,14 @@ pub async fn connect_parts(
 ) -> Result<Parts, SubstrateError> {
     let memory = connect_memory(config, &defs, router, jwt).await?;
     let channels = connect_channels(config, &defs).await?;
+    let volumes = connect_volumes(config, &defs)?;
     Ok(Parts {
         defs,
         memory,
         channels,
+        volumes,
         memory_sweep_every: Duration::from_millis(config.substrate.memory_sweep_interval_ms),
+        volumes_sweep_every: Duration::from_millis(config.volumes.sweep_interval_ms),
         webhook_secret_prefix: config.ingress.secret_env_prefix.clone(),
     })
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use weft_substrate::channels::ChannelStore;
 use weft_substrate::memory::{MemoryStore, Quotas, SearchMode};
-use weft_substrate::{ChannelHub, DefStore, Memory, Parts};
+use weft_substrate::volumes::blobs::Blobs;
+use weft_substrate::volumes::{Caps, VolumeStore};
+use weft_substrate::{ChannelHub, DefStore, Memory, Parts, Volumes};
 
 fn nats_url() -> String {
     std::env::var("WEFT_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -38,13 +40,29 @@ pub async fn channels(defs: &DefStore, prefix: &str) -> ChannelHub {
     ChannelHub::new(ChannelStore::new(defs.pool().clone()), bus, 100)
 }
 
+/// Volumes over `defs`' database with the default caps and every blob in Postgres.
+pub fn volumes(defs: &DefStore) -> Volumes {
+    let caps = Caps::from_config(&weft_config::VolumesConfig::default());
+    Volumes::new(
+        VolumeStore::new(
+            defs.pool().clone(),
+            Blobs::postgres(defs.pool().clone()),
+            caps,
+        ),
+        defs.clone(),
+    )
+}
+
 /// The parts with the given memory and channels.
 pub fn assemble(defs: DefStore, memory: Memory, channels: ChannelHub) -> Parts {
+    let volumes = volumes(&defs);
     Parts {
         defs,
         memory,
         channels,
+        volumes,
         memory_sweep_every: Duration::from_secs(30),
+        volumes_sweep_every: Duration::from_secs(60),
         webhook_secret_prefix: "WEFT_WEBHOOK_".into(),
     }
 }

@@ -1,0 +1,384 @@
+//! Where file contents are kept: content-addressed blobs per tenant, behind [`BlobStore`].
+//!
+//! Every blob has a `volume_blobs` row. Small blobs (below `volumes.blobs.external_min_bytes`)
+//! and every blob when `volumes.blobs.kind = "postgres"` live in that row's `data` ([`PgBlobs`]);
+//! larger ones live in a directory ([`DirBlobs`]) or an S3-compatible object store
+//! ([`S3Blobs`]) under the key `<tenant>/<sha256>`, and their row names the store (`dir` or
+//! `s3`) with no data. An object is written *before* the transaction that inserts its row
+//! commits: a crash in between leaves an object without a row, which is harmless (the next
+//! write of the same content rewrites the same key).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use object_store::ObjectStoreExt as _;
+use sqlx::PgPool;
+use weft_config::BlobStoreConfig;
+use weft_core::Error;
+
+/// How many external objects are fetched at once.
+const FETCH_CONCURRENCY: usize = 8;
+
+/// A store failure: the database, or the object store's own error (logged, never shown).
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("postgres: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl BlobError {
+    /// The caller-facing error: the database's mapping, or "unavailable" for an object store.
+    pub fn into_api(self, what: &str) -> Error {
+        match self {
+            Self::Db(e) => {
+                tracing::error!(error = %e, "volumes: {what} failed");
+                weft_store::StoreError::Db(e).to_api()
+            }
+            Self::Store(e) => {
+                tracing::error!(error = %e, "volumes: {what} failed");
+                Error::unavailable(
+                    "the volume blob store is unreachable; try again shortly (the operator's logs name the cause)",
+                )
+            }
+        }
+    }
+}
+
+/// Blobs by `(tenant, sha256)`. Implementations are content addressed: putting the same key
+/// twice stores the same bytes.
+#[async_trait::async_trait]
+pub trait BlobStore: Send + Sync + fmt::Debug {
+    /// The `volume_blobs.store` value of the blobs it holds: `pg`, `dir` or `s3`.
+    fn name(&self) -> &'static str;
+    /// Stores `bytes` (whose sha256 is `sha256`).
+    async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError>;
+    /// The bytes of a blob, `None` when the store does not have it.
+    async fn get(&self, tenant: &str, sha256: &str) -> Result<Option<Vec<u8>>, BlobError>;
+}
+
+/// Blobs in the `data` column of `volume_blobs`.
+#[derive(Clone, Debug)]
+pub struct PgBlobs {
+    pool: PgPool,
+}
+
+impl PgBlobs {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+fn size_of(bytes: &[u8]) -> i64 {
+    i64::try_from(bytes.len()).unwrap_or(i64::MAX)
+}
+
+#[async_trait::async_trait]
+impl BlobStore for PgBlobs {
+    fn name(&self) -> &'static str {
+        "pg"
+    }
+
+    async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
+        sqlx::query(
+            "INSERT INTO volume_blobs (tenant_id, sha256, size, store, data)
+             VALUES ($1, $2, $3, 'pg', $4) ON CONFLICT (tenant_id, sha256) DO NOTHING",
+        )
+        .bind(tenant)
+        .bind(sha256)
+        .bind(size_of(bytes))
+        .bind(bytes)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &str, sha256: &str) -> Result<Option<Vec<u8>>, BlobError> {
+        let data: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+            "SELECT data FROM volume_blobs WHERE tenant_id = $1 AND sha256 = $2",
+        )
+        .bind(tenant)
+        .bind(sha256)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(data.flatten())
+    }
+}
+
+/// Blobs as files `<dir>/<tenant>/<sha256>`, written to a temporary name and renamed into place.
+#[derive(Clone, Debug)]
+pub struct DirBlobs {
+    root: PathBuf,
+}
+
+impl DirBlobs {
+    /// A store under `root` (made when missing).
+    pub fn new(root: PathBuf) -> Result<Self, String> {
+        std::fs::create_dir_all(&root).map_err(|e| {
+            format!(
+                "volumes.blobs.dir {} cannot be created: {e}; give a writable directory",
+                root.display()
+            )
+        })?;
+        Ok(Self { root })
+    }
+
+    fn path(&self, tenant: &str, sha256: &str) -> PathBuf {
+        self.root.join(tenant).join(sha256)
+    }
+}
+
+fn io(what: &str, path: &std::path::Path, e: &std::io::Error) -> BlobError {
+    BlobError::Store(format!("{what} {}: {e}", path.display()))
+}
+
+#[async_trait::async_trait]
+impl BlobStore for DirBlobs {
+    fn name(&self) -> &'static str {
+        "dir"
+    }
+
+    async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
+        let dir = self.root.join(tenant);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| io("creating", &dir, &e))?;
+        let tmp = dir.join(format!(".{sha256}.{}", uuid::Uuid::now_v7().simple()));
+        tokio::fs::write(&tmp, bytes)
+            .await
+            .map_err(|e| io("writing", &tmp, &e))?;
+        let to = self.path(tenant, sha256);
+        if let Err(e) = tokio::fs::rename(&tmp, &to).await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(io("renaming into", &to, &e));
+        }
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &str, sha256: &str) -> Result<Option<Vec<u8>>, BlobError> {
+        let path = self.path(tenant, sha256);
+        match tokio::fs::read(&path).await {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("reading", &path, &e)),
+        }
+    }
+}
+
+/// Blobs as objects `<tenant>/<sha256>` of an S3 bucket (any S3-compatible server).
+#[derive(Debug)]
+pub struct S3Blobs {
+    store: object_store::aws::AmazonS3,
+}
+
+impl S3Blobs {
+    /// A store over the `s3_*` settings of `cfg`.
+    pub fn new(cfg: &BlobStoreConfig) -> Result<Self, String> {
+        let mut b = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(cfg.s3_bucket.trim())
+            .with_region(cfg.s3_region.trim())
+            .with_allow_http(cfg.s3_allow_http);
+        if !cfg.s3_endpoint.trim().is_empty() {
+            b = b.with_endpoint(cfg.s3_endpoint.trim());
+        }
+        if !cfg.s3_access_key_id.is_empty() {
+            b = b.with_access_key_id(&cfg.s3_access_key_id);
+        }
+        if let Some(secret) = &cfg.s3_secret_access_key {
+            b = b.with_secret_access_key(secret.expose());
+        }
+        let store = b.build().map_err(|e| {
+            format!("volumes.blobs (s3): {e}; check s3_bucket, s3_region and s3_endpoint")
+        })?;
+        Ok(Self { store })
+    }
+
+    fn key(tenant: &str, sha256: &str) -> object_store::path::Path {
+        object_store::path::Path::from(format!("{tenant}/{sha256}"))
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobStore for S3Blobs {
+    fn name(&self) -> &'static str {
+        "s3"
+    }
+
+    async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
+        self.store
+            .put(&Self::key(tenant, sha256), bytes.to_vec().into())
+            .await
+            .map_err(|e| BlobError::Store(format!("s3 put {tenant}/{sha256}: {e}")))?;
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &str, sha256: &str) -> Result<Option<Vec<u8>>, BlobError> {
+        match self.store.get(&Self::key(tenant, sha256)).await {
+            Ok(r) => {
+                let b = r
+                    .bytes()
+                    .await
+                    .map_err(|e| BlobError::Store(format!("s3 get {tenant}/{sha256}: {e}")))?;
+                Ok(Some(b.to_vec()))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(BlobError::Store(format!("s3 get {tenant}/{sha256}: {e}"))),
+        }
+    }
+}
+
+/// A blob's row.
+#[derive(sqlx::FromRow)]
+struct BlobRow {
+    sha256: String,
+    store: String,
+    data: Option<Vec<u8>>,
+}
+
+/// The blob stores of a substrate: Postgres, and the configured external store for large blobs.
+#[derive(Clone, Debug)]
+pub struct Blobs {
+    pg: PgBlobs,
+    external: Option<Arc<dyn BlobStore>>,
+    external_min_bytes: u64,
+}
+
+impl Blobs {
+    /// Every blob in Postgres.
+    pub fn postgres(pool: PgPool) -> Self {
+        Self {
+            pg: PgBlobs::new(pool),
+            external: None,
+            external_min_bytes: u64::MAX,
+        }
+    }
+
+    /// Blobs of at least `min_bytes` in `store`, the rest in Postgres.
+    pub fn with_external(pool: PgPool, store: Arc<dyn BlobStore>, min_bytes: u64) -> Self {
+        Self {
+            pg: PgBlobs::new(pool),
+            external: Some(store),
+            external_min_bytes: min_bytes,
+        }
+    }
+
+    /// The stores `cfg` (`volumes.blobs`) names. The message of an error names the setting.
+    pub fn from_config(pool: PgPool, cfg: &BlobStoreConfig) -> Result<Self, String> {
+        let store: Arc<dyn BlobStore> = match cfg.kind.as_str() {
+            "postgres" => return Ok(Self::postgres(pool)),
+            "dir" => {
+                let dir = cfg.dir.clone().ok_or_else(|| {
+                    "volumes.blobs.kind = \"dir\" needs volumes.blobs.dir".to_owned()
+                })?;
+                Arc::new(DirBlobs::new(dir)?)
+            }
+            "s3" => Arc::new(S3Blobs::new(cfg)?),
+            other => {
+                return Err(format!(
+                    "volumes.blobs.kind must be postgres, dir or s3, got `{other}`"
+                ));
+            }
+        };
+        Ok(Self::with_external(pool, store, cfg.external_min_bytes))
+    }
+
+    /// The external store a blob of `size` bytes goes to (`None`: its row's `data`).
+    pub fn external_for(&self, size: usize) -> Option<&Arc<dyn BlobStore>> {
+        self.external
+            .as_ref()
+            .filter(|_| u64::try_from(size).unwrap_or(u64::MAX) >= self.external_min_bytes)
+    }
+
+    /// Stores blobs outside a change (`PutBlobs`): the object first, then its row.
+    pub async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
+        match self.external_for(bytes.len()) {
+            None => self.pg.put(tenant, sha256, bytes).await,
+            Some(ext) => {
+                ext.put(tenant, sha256, bytes).await?;
+                sqlx::query(
+                    "INSERT INTO volume_blobs (tenant_id, sha256, size, store)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, sha256) DO NOTHING",
+                )
+                .bind(tenant)
+                .bind(sha256)
+                .bind(size_of(bytes))
+                .bind(ext.name())
+                .execute(&self.pg.pool)
+                .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The bytes of every blob of `shas` (each at most once); a sha the tenant has no row for,
+    /// or whose object is gone, is an error (the index names only stored blobs).
+    pub async fn load(
+        &self,
+        tenant: &str,
+        shas: &[String],
+    ) -> Result<HashMap<String, Vec<u8>>, Error> {
+        if shas.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows: Vec<BlobRow> = sqlx::query_as(
+            "SELECT sha256, store, data FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
+        )
+        .bind(tenant)
+        .bind(shas)
+        .fetch_all(&self.pg.pool)
+        .await
+        .map_err(|e| BlobError::Db(e).into_api("reading blobs"))?;
+        let mut out = HashMap::with_capacity(rows.len());
+        let mut elsewhere = Vec::new();
+        for r in rows {
+            match r.data {
+                Some(d) => {
+                    out.insert(r.sha256, d);
+                }
+                None => elsewhere.push((r.sha256, r.store)),
+            }
+        }
+        let fetched: Vec<(String, Vec<u8>)> = futures::stream::iter(elsewhere)
+            .map(|(sha, store)| async move {
+                let ext = self
+                    .external
+                    .as_ref()
+                    .filter(|e| e.name() == store)
+                    .ok_or_else(|| {
+                        tracing::error!(
+                            sha256 = %sha,
+                            store = %store,
+                            "volumes: a blob is in a store this substrate is not configured for"
+                        );
+                        Error::unavailable(format!(
+                            "a file's content is kept in the `{store}` blob store, which this substrate is not configured for; the operator must set volumes.blobs back to it"
+                        ))
+                    })?;
+                match ext
+                    .get(tenant, &sha)
+                    .await
+                    .map_err(|e| e.into_api("reading a blob"))?
+                {
+                    Some(b) => Ok((sha, b)),
+                    None => Err(missing(&sha)),
+                }
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .try_collect()
+            .await?;
+        out.extend(fetched);
+        if let Some(gone) = shas.iter().find(|s| !out.contains_key(*s)) {
+            return Err(missing(gone));
+        }
+        Ok(out)
+    }
+}
+
+fn missing(sha: &str) -> Error {
+    tracing::error!(sha256 = %sha, "volumes: a referenced blob is missing");
+    Error::internal()
+}
