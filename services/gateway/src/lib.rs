@@ -24,6 +24,7 @@ pub mod runs;
 pub mod tokens;
 pub mod ui;
 pub mod usage;
+pub mod volumes;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,6 +93,10 @@ pub struct State {
     pub memory: weft_proto::v1::memory_client::MemoryClient<RouterTransport>,
     /// The substrate's channels, over gRPC (the same transport).
     pub channels: v1::channels_client::ChannelsClient<RouterTransport>,
+    /// The substrate's volumes, over gRPC (the same transport).
+    pub volumes: v1::volumes_client::VolumesClient<RouterTransport>,
+    /// The caps of `[volumes]`: a file's body, an import's archive.
+    pub volume_caps: weft_config::VolumesConfig,
     pub runs: RunStore,
     pub bus: Bus,
     pub coord: Coord,
@@ -168,6 +173,8 @@ impl AppState {
             direct_router: None,
             memory: weft_proto::transport::memory_client(substrate.clone()),
             channels: weft_proto::transport::channels_client(substrate.clone()),
+            volumes: weft_proto::transport::volumes_client(substrate.clone()),
+            volume_caps: config.volumes.clone(),
             launcher: launcher.clone(),
             ingress: weft_ingress::Ingress::new(
                 weft_ingress::door_launcher(launcher),
@@ -421,6 +428,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(usage::routes())
         .merge(memory::routes())
         .merge(channels::routes())
+        .merge(volumes::routes(&state.volume_caps))
         .merge(ingress::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),

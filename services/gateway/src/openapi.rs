@@ -256,6 +256,41 @@ mod tests {
                 "post",
                 reads::<weft_api::channels::AwaitChannels>,
             ),
+            (
+                "/v1/volumes",
+                "post",
+                reads::<weft_api::volumes::CreateVolume>,
+            ),
+            (
+                "/v1/volumes/{name}/undo",
+                "post",
+                reads::<weft_api::volumes::UndoChange>,
+            ),
+            (
+                "/v1/volumes/{name}/snapshots",
+                "post",
+                reads::<weft_api::volumes::CreateSnapshot>,
+            ),
+            (
+                "/v1/volumes/{name}/snapshots/{snapshot_id}/restore",
+                "post",
+                reads::<weft_api::volumes::RestoreSnapshot>,
+            ),
+            (
+                "/v1/runs/{id}/volume/undo",
+                "post",
+                reads::<weft_api::volumes::UndoChange>,
+            ),
+            (
+                "/v1/runs/{id}/volume/snapshots",
+                "post",
+                reads::<weft_api::volumes::CreateSnapshot>,
+            ),
+            (
+                "/v1/runs/{id}/volume/snapshots/{snapshot_id}/restore",
+                "post",
+                reads::<weft_api::volumes::RestoreSnapshot>,
+            ),
         ]
     }
 

@@ -948,6 +948,11 @@ mod tests {
             credentials: Some([("key".to_owned(), "12345678".to_owned())].into()),
             idempotency_key: Some("k".into()),
             stream: true,
+            volumes: Some(vec![weft_api::volumes::VolumeBinding {
+                name: "run".into(),
+                mode: weft_api::volumes::VolumeMode::Ro,
+                default: true,
+            }]),
         };
         let text = serde_json::to_string(&full).unwrap();
         let read: CreateRun = crate::extract::parse_native(text.as_bytes()).unwrap();

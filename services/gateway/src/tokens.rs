@@ -44,7 +44,7 @@ fn token_out(r: &TokenRecord) -> Token {
     }
 }
 
-/// The contract's scope as weft-core's (the same nine names).
+/// The contract's scope as weft-core's (the same names).
 fn scope(s: weft_api::base::Scope) -> Scope {
     use weft_api::base::Scope as S;
     match s {
@@ -57,6 +57,8 @@ fn scope(s: weft_api::base::Scope) -> Scope {
         S::ChannelsPublish => Scope::ChannelsPublish,
         S::ChannelsRead => Scope::ChannelsRead,
         S::LlmCall => Scope::LlmCall,
+        S::VolumesRead => Scope::VolumesRead,
+        S::VolumesWrite => Scope::VolumesWrite,
     }
 }
 

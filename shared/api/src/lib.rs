@@ -65,6 +65,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     skills::ops,
     memory::ops,
     channels::ops,
+    volumes::ops,
     mcp::ops,
     ingress::ops,
     ui::ops,
