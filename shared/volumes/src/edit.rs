@@ -1,77 +1,783 @@
-//! The Edit tool's matching (stub).
+//! The Edit tool's matching: replace `old` by `new` in a file, for a list of edits applied in
+//! order (each against the result of the ones before), all of them validated before a result is
+//! returned: one failing edit fails the call and changes nothing.
+//!
+//! An edit is found by an **exact** match first: `old` must occur exactly once, or several times
+//! with `replace_all`. Only when `old` does not occur at all is a **whitespace-tolerant** match
+//! tried, for small models that get indentation or spacing wrong: the file and `old` are compared
+//! line by line, each line trimmed and its inner runs of whitespace collapsed (so CRLF and LF
+//! compare equal too), and a window of whole lines of the file matching `old`'s lines is a
+//! candidate. It is used only when exactly one candidate exists (or, with `replace_all`, for
+//! every non-overlapping candidate); several are refused, never guessed. A fuzzy replacement
+//! takes whole lines: `new` is re-indented by the difference between the matched line's
+//! indentation and `old`'s, written with the file's line ending, and the result says
+//! `fuzzy: true`.
+//!
+//! Errors carry the edit's index and say what to do next: which lines matched when several did,
+//! and the closest text in the file when nothing did.
 
-/// One replacement.
+use crate::path::shown;
+use crate::text::floor_char_boundary;
+
+/// One replacement of the Edit tool.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Edit {
-    /// The text to replace.
+    /// The text to replace, copied from the file.
     pub old: String,
     /// Its replacement.
     pub new: String,
-    /// Replace every match.
+    /// Replace every match instead of requiring exactly one.
     pub replace_all: bool,
 }
 
 /// The result of [`apply`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Edited {
-    /// The new content.
+    /// The file after every edit.
     pub content: String,
-    /// Whether a whitespace-tolerant match was used.
+    /// Whether any edit was placed by the whitespace-tolerant match.
     pub fuzzy: bool,
     /// Replacements made, over all edits.
     pub replacements: usize,
 }
 
-/// Why an edit was refused.
+/// Why the edits were refused. Line numbers are 1-based, in the file as the edits before this
+/// one left it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
     /// `old` is empty.
-    #[error("edits[{index}].old is empty")]
+    #[error(
+        "edits[{index}].old is empty; copy the exact text to replace from the file (use Write to set a whole file)"
+    )]
     EmptyOld {
-        /// Which edit.
+        /// Which edit (0-based).
         index: usize,
     },
-    /// `old` equals `new`.
-    #[error("edits[{index}].old and edits[{index}].new are the same")]
+    /// `old` and `new` are the same text.
+    #[error(
+        "edits[{index}].old and edits[{index}].new are the same, so the edit changes nothing; drop it or change `new`"
+    )]
     Unchanged {
-        /// Which edit.
+        /// Which edit (0-based).
         index: usize,
     },
-    /// No match.
-    #[error("edits[{index}].old was not found")]
+    /// `old` is in the file neither exactly nor ignoring whitespace.
+    #[error("edits[{index}].old was not found in the file, not even ignoring whitespace{}; Read the file and copy the text to replace exactly", .hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     NotFound {
-        /// Which edit.
+        /// Which edit (0-based).
         index: usize,
-        /// The closest text.
+        /// The closest text in the file, quoted with its line number.
         hint: Option<String>,
     },
-    /// Several exact matches.
-    #[error("edits[{index}].old matches {count} places")]
+    /// `old` occurs several times and `replace_all` is not set.
+    #[error("edits[{index}].old matches {count} places ({}); include more surrounding lines so it matches one, or set replace_all", lines_list(.lines))]
     AmbiguousExact {
-        /// Which edit.
+        /// Which edit (0-based).
         index: usize,
-        /// How many.
+        /// How many places.
         count: usize,
-        /// Their 1-based lines.
+        /// The line each place starts on.
         lines: Vec<usize>,
     },
-    /// Several whitespace-tolerant matches.
-    #[error("edits[{index}].old matches {count} places ignoring whitespace")]
+    /// `old` is not in the file exactly, and ignoring whitespace it matches several places.
+    #[error("edits[{index}].old is not in the file exactly, and ignoring whitespace it matches {count} places ({}); copy the text exactly, include more surrounding lines so it matches one, or set replace_all", lines_list(.lines))]
     AmbiguousFuzzy {
-        /// Which edit.
+        /// Which edit (0-based).
         index: usize,
-        /// How many.
+        /// How many places.
         count: usize,
-        /// Their 1-based lines.
+        /// The line each place starts on.
         lines: Vec<usize>,
     },
 }
 
-/// Applies `edits` in order.
+impl EditError {
+    /// Which edit failed (0-based).
+    pub fn index(&self) -> usize {
+        match self {
+            EditError::EmptyOld { index }
+            | EditError::Unchanged { index }
+            | EditError::NotFound { index, .. }
+            | EditError::AmbiguousExact { index, .. }
+            | EditError::AmbiguousFuzzy { index, .. } => *index,
+        }
+    }
+
+    /// The input field to report: `edits[i].old`.
+    pub fn field(&self) -> String {
+        format!("edits[{}].old", self.index())
+    }
+}
+
+/// Lines listed in a message: at most ten, then how many more.
+fn lines_list(lines: &[usize]) -> String {
+    const SHOWN: usize = 10;
+    let word = if lines.len() == 1 { "line" } else { "lines" };
+    let mut list: Vec<String> = lines.iter().take(SHOWN).map(ToString::to_string).collect();
+    if lines.len() > SHOWN {
+        list.push(format!("and {} more", lines.len() - SHOWN));
+    }
+    format!("{word} {}", list.join(", "))
+}
+
+/// Applies `edits` to `content` in order; any failing edit fails the whole call.
 pub fn apply(content: &str, edits: &[Edit]) -> Result<Edited, EditError> {
+    let mut current = content.to_owned();
+    let mut fuzzy = false;
+    let mut replacements = 0;
+    for (index, edit) in edits.iter().enumerate() {
+        let one = apply_one(&current, edit, index)?;
+        current = one.content;
+        fuzzy |= one.fuzzy;
+        replacements += one.replacements;
+    }
     Ok(Edited {
-        content: content.to_owned(),
-        fuzzy: false,
-        replacements: edits.len(),
+        content: current,
+        fuzzy,
+        replacements,
     })
+}
+
+fn apply_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditError> {
+    if edit.old.is_empty() {
+        return Err(EditError::EmptyOld { index });
+    }
+    if edit.old == edit.new {
+        return Err(EditError::Unchanged { index });
+    }
+    let starts: Vec<usize> = content
+        .match_indices(edit.old.as_str())
+        .map(|(i, _)| i)
+        .collect();
+    match starts.len() {
+        0 => fuzzy_one(content, edit, index),
+        1 => Ok(Edited {
+            content: content.replacen(edit.old.as_str(), &edit.new, 1),
+            fuzzy: false,
+            replacements: 1,
+        }),
+        count if edit.replace_all => Ok(Edited {
+            content: content.replace(edit.old.as_str(), &edit.new),
+            fuzzy: false,
+            replacements: count,
+        }),
+        count => Err(EditError::AmbiguousExact {
+            index,
+            count,
+            lines: line_numbers(content, &starts),
+        }),
+    }
+}
+
+/// The 1-based line of each byte offset in `starts` (ascending).
+fn line_numbers(content: &str, starts: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(starts.len());
+    let mut line = 1;
+    let mut from = 0;
+    for &s in starts {
+        line += content.as_bytes()[from..s]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        from = s;
+        out.push(line);
+    }
+    out
+}
+
+/// A line of the file: where it starts and ends (its `\n` excluded), and its ending.
+struct Line<'a> {
+    start: usize,
+    /// The text, `\r` excluded.
+    text: &'a str,
+    /// `"\r\n"`, `"\n"` or `""` (the last line without a newline).
+    eol: &'a str,
+}
+
+fn split_lines(content: &str) -> Vec<Line<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < content.len() {
+        let (end, next) = match content[start..].find('\n') {
+            Some(i) => (start + i, start + i + 1),
+            None => (content.len(), content.len()),
+        };
+        let raw = &content[start..end];
+        let (text, eol) = match raw.strip_suffix('\r') {
+            Some(t) if next > end => (t, "\r\n"),
+            _ => (raw, if next > end { "\n" } else { "" }),
+        };
+        out.push(Line { start, text, eol });
+        start = next;
+    }
+    out
+}
+
+/// A line trimmed, its inner runs of whitespace collapsed to one space.
+fn normalize(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The lines of `old` or `new`: split on `\n`, `\r` dropped, one final newline ignored.
+fn text_lines(s: &str) -> Vec<&str> {
+    let body = s.strip_suffix('\n').unwrap_or(s);
+    body.split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect()
+}
+
+fn indent_of(line: &str) -> &str {
+    &line[..line.len() - line.trim_start().len()]
+}
+
+fn fuzzy_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditError> {
+    let lines = split_lines(content);
+    let norm_content: Vec<String> = lines.iter().map(|l| normalize(l.text)).collect();
+    let old_lines = text_lines(&edit.old);
+    let norm_old: Vec<String> = old_lines.iter().map(|l| normalize(l)).collect();
+    if norm_old.iter().all(String::is_empty) {
+        // whitespace only: ignoring whitespace it would match every blank line
+        return Err(EditError::NotFound { index, hint: None });
+    }
+    let m = norm_old.len();
+    let windows: Vec<usize> = if m > norm_content.len() {
+        Vec::new()
+    } else {
+        (0..=norm_content.len() - m)
+            .filter(|&s| norm_content[s..s + m] == norm_old[..])
+            .collect()
+    };
+    if windows.is_empty() {
+        return Err(EditError::NotFound {
+            index,
+            hint: not_found_hint(&lines, &norm_content, &norm_old),
+        });
+    }
+    if windows.len() > 1 && !edit.replace_all {
+        return Err(EditError::AmbiguousFuzzy {
+            index,
+            count: windows.len(),
+            lines: windows.iter().map(|s| s + 1).collect(),
+        });
+    }
+    // non-overlapping, from the top
+    let mut chosen = Vec::new();
+    let mut next_free = 0;
+    for s in windows {
+        if s >= next_free {
+            chosen.push(s);
+            next_free = s + m;
+        }
+    }
+    let mut out = String::with_capacity(content.len() + edit.new.len());
+    let mut copied = 0;
+    for &s in &chosen {
+        let first = &lines[s];
+        let last = &lines[s + m - 1];
+        out.push_str(&content[copied..first.start]);
+        let old_indent = old_lines
+            .iter()
+            .find(|l| !l.trim().is_empty())
+            .map_or("", |l| indent_of(l));
+        let file_indent = lines[s..s + m]
+            .iter()
+            .find(|l| !l.text.trim().is_empty())
+            .map_or("", |l| indent_of(l.text));
+        let eol = if first.eol.is_empty() {
+            "\n"
+        } else {
+            first.eol
+        };
+        if !edit.new.is_empty() {
+            let new_lines = reindent(&text_lines(&edit.new), old_indent, file_indent);
+            out.push_str(&new_lines.join(eol));
+            out.push_str(last.eol);
+        }
+        copied = last.start + last.text.len() + last.eol.len();
+    }
+    out.push_str(&content[copied..]);
+    Ok(Edited {
+        content: out,
+        fuzzy: true,
+        replacements: chosen.len(),
+    })
+}
+
+/// `new`'s lines moved from `old`'s indentation to the file's: a line starting with
+/// `old_indent` gets `file_indent` instead; a line indented less than `old_indent` keeps its
+/// distance to it (taken from the end of `file_indent` when it can be); blank lines become empty.
+/// Nothing moves when the indents are equal or when `new` already starts at the file's indent.
+fn reindent(new_lines: &[&str], old_indent: &str, file_indent: &str) -> Vec<String> {
+    let new_indent = new_lines
+        .iter()
+        .find(|l| !l.trim().is_empty())
+        .map_or("", |l| indent_of(l));
+    if old_indent == file_indent || new_indent == file_indent {
+        return new_lines.iter().map(|l| (*l).to_owned()).collect();
+    }
+    new_lines
+        .iter()
+        .map(|line| {
+            if line.trim().is_empty() {
+                return String::new();
+            }
+            if let Some(rest) = line.strip_prefix(old_indent) {
+                return format!("{file_indent}{rest}");
+            }
+            let own = indent_of(line);
+            if old_indent.starts_with(own) {
+                let less = old_indent.len() - own.len();
+                let base = &file_indent[..file_indent.len().saturating_sub(less)];
+                return format!("{base}{}", line.trim_start());
+            }
+            (*line).to_owned()
+        })
+        .collect()
+}
+
+/// Lines of the file the hint compares at most, and characters of each.
+const HINT_MAX_LINES: usize = 50_000;
+const HINT_MAX_CHARS: usize = 400;
+
+/// What is closest to `old` in the file: the longest run of `old`'s first lines found (and the
+/// line where it stops matching), else the line most like `old`'s first non-blank line.
+fn not_found_hint(
+    lines: &[Line<'_>],
+    norm_content: &[String],
+    norm_old: &[String],
+) -> Option<String> {
+    // the longest prefix of old's lines that matches somewhere (old has at least 2 lines here
+    // when it helps: a 1-line old that matched would not be here)
+    let mut best: Option<(usize, usize)> = None; // (start, matched lines)
+    if norm_old.len() > 1 && !norm_old[0].is_empty() {
+        for s in 0..norm_content.len() {
+            let k = norm_content[s..]
+                .iter()
+                .zip(norm_old)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if k > 0 && best.is_none_or(|(_, bk)| k > bk) {
+                best = Some((s, k));
+            }
+        }
+    }
+    if let Some((s, k)) = best {
+        let first_of = if k == 1 {
+            "the first line".to_owned()
+        } else {
+            format!("the first {k} lines")
+        };
+        let differs = match lines.get(s + k) {
+            Some(line) => format!(
+                "line {} of the file is {}",
+                s + k + 1,
+                quote_line(line.text)
+            ),
+            None => "the file ends there".to_owned(),
+        };
+        return Some(format!(
+            "{first_of} of old match at line {}, but old's line {} {} differs: {differs}",
+            s + 1,
+            k + 1,
+            quote_norm(&norm_old[k]),
+        ));
+    }
+    let target = norm_old.iter().find(|l| !l.is_empty())?;
+    let target = cut_chars(target, HINT_MAX_CHARS);
+    let target_grams = bigrams(target);
+    let mut best: Option<(f64, usize)> = None;
+    for (i, norm) in norm_content.iter().enumerate().take(HINT_MAX_LINES) {
+        if norm.is_empty() {
+            continue;
+        }
+        let score = dice(&target_grams, &bigrams(cut_chars(norm, HINT_MAX_CHARS)));
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, i));
+        }
+    }
+    match best {
+        Some((score, i)) if score >= 0.3 => Some(format!(
+            "the closest line is {}: {}",
+            i + 1,
+            quote_line(lines[i].text)
+        )),
+        _ => None,
+    }
+}
+
+fn quote_line(line: &str) -> String {
+    shown(line)
+}
+
+fn quote_norm(line: &str) -> String {
+    shown(line)
+}
+
+fn cut_chars(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..floor_char_boundary(s, i)],
+        None => s,
+    }
+}
+
+/// Character bigrams, sorted (a multiset).
+fn bigrams(s: &str) -> Vec<(char, char)> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut grams: Vec<(char, char)> = chars.windows(2).map(|w| (w[0], w[1])).collect();
+    if grams.is_empty() {
+        grams.extend(chars.first().map(|&c| (c, c)));
+    }
+    grams.sort_unstable();
+    grams
+}
+
+/// Sørensen–Dice similarity of two sorted bigram multisets, 0..=1.
+fn dice(a: &[(char, char)], b: &[(char, char)]) -> f64 {
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    let (mut i, mut j, mut shared) = (0, 0, 0u32);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    let total = a.len() + b.len();
+    f64::from(2 * shared) / total as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(old: &str, new: &str) -> Edit {
+        Edit {
+            old: old.into(),
+            new: new.into(),
+            replace_all: false,
+        }
+    }
+
+    fn all(old: &str, new: &str) -> Edit {
+        Edit {
+            old: old.into(),
+            new: new.into(),
+            replace_all: true,
+        }
+    }
+
+    #[test]
+    fn exact_unique_match_is_replaced() {
+        let r = apply("let a = 1;\nlet b = 2;\n", &[e("b = 2", "b = 3")]).unwrap();
+        assert_eq!(r.content, "let a = 1;\nlet b = 3;\n");
+        assert!(!r.fuzzy);
+        assert_eq!(r.replacements, 1);
+    }
+
+    #[test]
+    fn exact_match_inside_a_line_and_across_lines() {
+        let r = apply(
+            "fn a() {\n    x();\n}\n",
+            &[e("{\n    x();", "{\n    y();\n    z();")],
+        )
+        .unwrap();
+        assert_eq!(r.content, "fn a() {\n    y();\n    z();\n}\n");
+        // deletion
+        let r = apply("a\nb\nc\n", &[e("b\n", "")]).unwrap();
+        assert_eq!(r.content, "a\nc\n");
+    }
+
+    #[test]
+    fn ambiguous_exact_match_is_refused_with_its_lines() {
+        let content = "x = 1\ny = 2\nx = 1\nz\nx = 1\n";
+        let err = apply(content, &[e("x = 1", "x = 9")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::AmbiguousExact {
+                index: 0,
+                count: 3,
+                lines: vec![1, 3, 5]
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "edits[0].old matches 3 places (lines 1, 3, 5); include more surrounding lines so it matches one, or set replace_all"
+        );
+        assert_eq!(err.field(), "edits[0].old");
+    }
+
+    #[test]
+    fn replace_all_replaces_every_exact_match() {
+        let r = apply("x = 1\ny\nx = 1\n", &[all("x = 1", "x = 2")]).unwrap();
+        assert_eq!(r.content, "x = 2\ny\nx = 2\n");
+        assert_eq!(r.replacements, 2);
+        // replace_all with a single match is fine too
+        let r = apply("a b", &[all("a", "c")]).unwrap();
+        assert_eq!((r.content.as_str(), r.replacements), ("c b", 1));
+    }
+
+    #[test]
+    fn empty_and_unchanged_edits_are_refused() {
+        assert_eq!(
+            apply("abc", &[e("", "x")]).unwrap_err(),
+            EditError::EmptyOld { index: 0 }
+        );
+        let err = apply("abc", &[e("b", "B"), e("c", "c")]).unwrap_err();
+        assert_eq!(err, EditError::Unchanged { index: 1 });
+        assert!(
+            err.to_string()
+                .starts_with("edits[1].old and edits[1].new are the same")
+        );
+    }
+
+    #[test]
+    fn fuzzy_match_with_wrong_indentation_is_reindented() {
+        let content = "def f():\n    if x:\n        return 1\n    return 2\n";
+        // the model dropped the indentation of old and new alike
+        let r = apply(
+            content,
+            &[e(
+                "if x:\n    return 1\n",
+                "if x and y:\n    return 1\nelse:\n    pass\n",
+            )],
+        )
+        .unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.replacements, 1);
+        assert_eq!(
+            r.content,
+            "def f():\n    if x and y:\n        return 1\n    else:\n        pass\n    return 2\n"
+        );
+    }
+
+    #[test]
+    fn fuzzy_keeps_new_as_given_when_it_already_has_the_files_indent() {
+        let content = "fn f() {\n    let a = 1;\n    let b = 2;\n}\n";
+        let r = apply(
+            content,
+            &[e(
+                "let a = 1;\nlet  b = 2;",
+                "    let a = 10;\n    let b = 20;",
+            )],
+        )
+        .unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.content, "fn f() {\n    let a = 10;\n    let b = 20;\n}\n");
+    }
+
+    #[test]
+    fn fuzzy_dedented_lines_of_new_keep_their_distance() {
+        let content = "class A:\n    def f(self):\n        pass\n";
+        // old indented by 2 where the file has 4 (and 6 vs 8 inside)
+        let r = apply(
+            content,
+            &[e(
+                "  def f(self):\n      pass",
+                "  def f(self):\n      return 1\n  x = 2\nz = 3",
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            r.content,
+            "class A:\n    def f(self):\n        return 1\n    x = 2\n  z = 3\n"
+        );
+    }
+
+    #[test]
+    fn fuzzy_match_with_trailing_and_inner_whitespace_differences() {
+        let content = "a = 1\nfoo(x,  y)   \nbar()\nend\n";
+        let r = apply(content, &[e("foo(x, y)\nbar()  \n", "foo(y, x)\nbar()\n")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.content, "a = 1\nfoo(y, x)\nbar()\nend\n");
+    }
+
+    #[test]
+    fn fuzzy_match_keeps_crlf_line_endings() {
+        let content = "one\r\n  two\r\nthree\r\n";
+        let r = apply(content, &[e("one\ntwo", "uno\n  dos\n  dos bis")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.content, "uno\r\n  dos\r\n  dos bis\r\nthree\r\n");
+    }
+
+    #[test]
+    fn fuzzy_match_at_the_end_without_a_final_newline() {
+        let r = apply("a\n  b  c", &[e("b c", "d")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.content, "a\n  d");
+        // a fuzzy deletion removes the whole lines
+        let r = apply("a\n  b\nc\n", &[e("b ", "")]).unwrap();
+        assert_eq!(r.content, "a\nc\n");
+    }
+
+    #[test]
+    fn ambiguous_fuzzy_match_is_refused_not_guessed() {
+        let content = "if x:\n    y()\nelse:\n  y()\n";
+        let err = apply(content, &[e("y( )", "z()")]).unwrap_err();
+        assert!(matches!(err, EditError::NotFound { .. }), "{err:?}");
+        let err = apply(content, &[e(" y()", "z()")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::AmbiguousExact {
+                index: 0,
+                count: 2,
+                lines: vec![2, 4]
+            }
+        );
+        // one window ignoring whitespace is used
+        let r = apply(content, &[e("y()\n\telse:", "z()")]).unwrap();
+        assert_eq!(r.content, "if x:\n    z()\n  y()\n");
+        assert!(r.fuzzy);
+        let content = "a\n    b  ()\nc\n  b ()\n";
+        // an exact match wins over a whitespace-tolerant one
+        let r = apply(content, &[e("b ()\n", "z()\n")]).unwrap();
+        assert_eq!(r.content, "a\n    b  ()\nc\n  z()\n");
+        assert!(!r.fuzzy);
+        let err = apply(content, &[e("\tb ()", "z()")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::AmbiguousFuzzy {
+                index: 0,
+                count: 2,
+                lines: vec![2, 4]
+            }
+        );
+        assert!(
+            err.to_string().contains("matches 2 places (lines 2, 4)"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("ignoring whitespace"), "{err}");
+    }
+
+    #[test]
+    fn fuzzy_replace_all_replaces_every_window() {
+        let content = "  x =  1\ny\n\tx = 1\n";
+        let r = apply(content, &[all("x = 1 ", "x = 2")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.replacements, 2);
+        assert_eq!(r.content, "  x = 2\ny\n\tx = 2\n");
+        // overlapping windows count once each, from the top
+        let r = apply("a\na\na\n", &[all("a \na", "b")]).unwrap();
+        assert_eq!((r.content.as_str(), r.replacements), ("b\na\n", 1));
+    }
+
+    #[test]
+    fn whitespace_only_old_does_not_match_blank_lines_fuzzily() {
+        let err = apply("a\n\n\nb\n", &[e(" \n \t", "x")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::NotFound {
+                index: 0,
+                hint: None
+            }
+        );
+    }
+
+    #[test]
+    fn not_found_names_the_closest_line() {
+        let content =
+            "fn main() {\n    let total = compute(1, 2);\n    println!(\"{total}\");\n}\n";
+        let err = apply(content, &[e("let total = compute(1, 3);", "x")]).unwrap_err();
+        let EditError::NotFound {
+            index: 0,
+            hint: Some(hint),
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            hint,
+            "the closest line is 2: `    let total = compute(1, 2);`"
+        );
+        assert!(err.to_string().starts_with("edits[0].old was not found in the file, not even ignoring whitespace (the closest line is 2"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("Read the file and copy the text to replace exactly")
+        );
+    }
+
+    #[test]
+    fn not_found_names_where_a_multi_line_old_stops_matching() {
+        let content = "a()\nb()\nc()\nd()\n";
+        let err = apply(content, &[e("b()\n  c()\nx()\n", "y")]).unwrap_err();
+        let EditError::NotFound {
+            hint: Some(hint), ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            hint,
+            "the first 2 lines of old match at line 2, but old's line 3 `x()` differs: line 4 of the file is `d()`"
+        );
+        let err = apply(content, &[e("d()\ne()", "y")]).unwrap_err();
+        let EditError::NotFound {
+            hint: Some(hint), ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert!(hint.ends_with("the file ends there"), "{hint}");
+    }
+
+    #[test]
+    fn nothing_similar_gives_no_hint() {
+        let err = apply("aaaa\nbbbb\n", &[e("zzzz", "x")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::NotFound {
+                index: 0,
+                hint: None
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "edits[0].old was not found in the file, not even ignoring whitespace; Read the file and copy the text to replace exactly"
+        );
+    }
+
+    #[test]
+    fn edits_apply_in_order_and_all_or_nothing() {
+        let content = "alpha\nbeta\ngamma\n";
+        // the second edit sees the first one's result
+        let r = apply(content, &[e("alpha", "ALPHA"), e("ALPHA\nbeta", "A\nB")]).unwrap();
+        assert_eq!(r.content, "A\nB\ngamma\n");
+        assert_eq!(r.replacements, 2);
+        // a failure in the third edit fails the whole call, naming it
+        let err = apply(content, &[e("alpha", "a"), e("beta", "b"), e("delta", "d")]).unwrap_err();
+        assert_eq!(err.index(), 2);
+        assert!(err.to_string().starts_with("edits[2].old was not found"));
+        // the fuzzy flag is set if any edit was fuzzy
+        let r = apply(content, &[e("alpha", "a"), e("  beta  ", "b")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.content, "a\nb\ngamma\n");
+    }
+
+    #[test]
+    fn long_line_lists_are_shortened() {
+        let content = "x\n".repeat(12);
+        let err = apply(&content, &[e("x", "y")]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("(lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, and 2 more)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn multibyte_text_is_handled() {
+        let r = apply("日本語\n  ünï  cödé\n", &[e("ünï cödé", "ok")]).unwrap();
+        assert_eq!(r.content, "日本語\n  ok\n");
+        assert!(r.fuzzy);
+        let err = apply("日本語のテキスト\n", &[e("日本語のテキストX", "y")]).unwrap_err();
+        assert!(
+            matches!(err, EditError::NotFound { hint: Some(_), .. }),
+            "{err:?}"
+        );
+    }
 }

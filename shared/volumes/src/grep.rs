@@ -1,13 +1,31 @@
-//! Grep (stub).
+//! Grep over one file's bytes, for the Grep tool: a regular expression (the `regex` crate's
+//! syntax, no look-around or backreferences, linear time), matched line by line so a match never
+//! spans lines. Binary files (see [`crate::text::is_binary`]) are skipped. The three modes give
+//! the files that match, the matching lines with context, or a count per file; the caller caps
+//! what it returns across files.
+
+use regex::{Regex, RegexBuilder};
+
+use crate::text::lines;
+
+/// The longest pattern accepted, in bytes.
+pub const MAX_PATTERN_BYTES: usize = 1024;
+/// The most context lines shown around a match; more is capped to it.
+pub const MAX_CONTEXT: u32 = 10;
+/// Characters of a line shown before it is cut.
+pub const MAX_LINE_CHARS: usize = 500;
+/// The largest compiled program a pattern may make, in bytes.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// What a search reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GrepMode {
-    /// File names.
+    /// The files that match.
+    #[default]
     Files,
-    /// Matching lines.
+    /// The matching lines, with context.
     Content,
-    /// Counts.
+    /// How many lines match, per file.
     Count,
 }
 
@@ -21,71 +39,413 @@ impl GrepMode {
             _ => None,
         }
     }
+
+    /// `files`, `content` or `count`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrepMode::Files => "files",
+            GrepMode::Content => "content",
+            GrepMode::Count => "count",
+        }
+    }
 }
 
-/// Options of a search.
+/// The options of a search.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrepOptions {
     /// The regular expression.
     pub pattern: String,
-    /// Ignore case.
+    /// Match regardless of case.
     pub case_insensitive: bool,
-    /// Lines of context.
+    /// Lines of context before and after each match (content mode; capped at [`MAX_CONTEXT`]).
     pub context: u32,
     /// What to report.
     pub mode: GrepMode,
 }
 
-/// A refused search.
+/// A refused search: the message names the field `pattern` and says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct GrepError {
-    /// What is wrong.
+    /// What is wrong and how to fix it.
     pub message: String,
+}
+
+impl GrepError {
+    /// The input field to report.
+    pub fn field(&self) -> &'static str {
+        "pattern"
+    }
 }
 
 /// A compiled search.
 #[derive(Debug, Clone)]
 pub struct Grep {
-    regex: regex::Regex,
+    regex: Regex,
+    /// `regex` in multi-line mode, run over a whole file without `\r` first: a line's match is
+    /// also a match of the whole text, so a file it does not match has no matching line.
+    whole: Option<Regex>,
+    context: u32,
+    mode: GrepMode,
 }
 
 /// A line of a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HitLine {
-    /// 1-based line number.
+    /// The 1-based line number.
     pub line: u32,
-    /// The line.
+    /// The line (`\r` dropped), cut after [`MAX_LINE_CHARS`] characters with a marker.
     pub text: String,
-    /// Matching line (not context).
+    /// Whether the line matches (else it is context).
     pub is_match: bool,
 }
 
 /// One file's result.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FileHits {
-    /// Matching lines.
+    /// How many lines match.
     pub count: u32,
-    /// The lines (content mode).
+    /// In content mode, the matching lines and their context, in order, each once; else empty.
     pub lines: Vec<HitLine>,
 }
 
 impl Grep {
     /// Compiles a search.
     pub fn new(opts: GrepOptions) -> Result<Grep, GrepError> {
-        regex::Regex::new(&opts.pattern)
-            .map(|regex| Grep { regex })
-            .map_err(|e| GrepError {
-                message: e.to_string(),
-            })
+        if opts.pattern.is_empty() {
+            return Err(GrepError {
+                message: "`pattern` must not be empty; give a regular expression such as `fn main` or `TODO|FIXME`".to_owned(),
+            });
+        }
+        if opts.pattern.len() > MAX_PATTERN_BYTES {
+            return Err(GrepError {
+                message: format!(
+                    "`pattern` must be at most {MAX_PATTERN_BYTES} bytes, got {}; use a shorter regular expression",
+                    opts.pattern.len()
+                ),
+            });
+        }
+        let build = |multi_line: bool| {
+            RegexBuilder::new(&opts.pattern)
+                .case_insensitive(opts.case_insensitive)
+                .multi_line(multi_line)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(2 * REGEX_SIZE_LIMIT)
+                .build()
+        };
+        let regex = build(false).map_err(|e| GrepError {
+                message: match e {
+                    regex::Error::CompiledTooBig(_) => "`pattern` compiles to too large a program; use a simpler regular expression (fewer or smaller repetitions)".to_owned(),
+                    e => format!(
+                        "`pattern` is not a valid regular expression (Rust regex syntax; escape special characters such as `(` as `\\(`): {e}"
+                    ),
+                },
+            })?;
+        // the same pattern compiled, so it cannot fail here; without it every line is tried
+        let whole = build(true).ok();
+        Ok(Grep {
+            regex,
+            whole,
+            context: opts.context.min(MAX_CONTEXT),
+            mode: opts.mode,
+        })
     }
 
-    /// Searches one file.
+    /// The mode searched in.
+    pub fn mode(&self) -> GrepMode {
+        self.mode
+    }
+
+    /// Searches one file's bytes: `None` for a binary file, else its hits (count 0 when nothing
+    /// matches).
     pub fn search(&self, bytes: &[u8]) -> Option<FileHits> {
+        if crate::text::is_binary(bytes) {
+            return None;
+        }
         let text = std::str::from_utf8(bytes).ok()?;
-        Some(FileHits {
-            count: u32::from(self.regex.is_match(text)),
-            lines: Vec::new(),
+        // most files end here (with a `\r`, `$` would not match before it in the whole text)
+        if let Some(whole) = &self.whole
+            && !text.contains('\r')
+            && !whole.is_match(text)
+        {
+            return Some(FileHits::default());
+        }
+        let matching: Vec<usize> = lines(text)
+            .enumerate()
+            .filter(|(_, l)| self.regex.is_match(l))
+            .map(|(i, _)| i)
+            .collect();
+        let count = u32::try_from(matching.len()).unwrap_or(u32::MAX);
+        if self.mode != GrepMode::Content || matching.is_empty() {
+            return Some(FileHits {
+                count,
+                lines: Vec::new(),
+            });
+        }
+        let context = usize::try_from(self.context).unwrap_or(usize::MAX);
+        let all: Vec<&str> = lines(text).collect();
+        let mut out = Vec::new();
+        let mut next = 0; // the first line not yet emitted
+        for &m in &matching {
+            let from = m.saturating_sub(context).max(next);
+            let to = (m + context).min(all.len().saturating_sub(1));
+            for (i, line) in all.iter().enumerate().take(to + 1).skip(from) {
+                out.push(HitLine {
+                    line: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                    text: cut(line),
+                    is_match: matching.binary_search(&i).is_ok(),
+                });
+            }
+            next = next.max(to + 1);
+        }
+        Some(FileHits { count, lines: out })
+    }
+}
+
+fn cut(line: &str) -> String {
+    match line.char_indices().nth(MAX_LINE_CHARS) {
+        None => line.to_owned(),
+        Some((end, _)) => {
+            format!(
+                "{} … [line cut at {MAX_LINE_CHARS} of {} characters]",
+                &line[..end],
+                line.chars().count()
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grep(pattern: &str, mode: GrepMode, context: u32, ci: bool) -> Grep {
+        Grep::new(GrepOptions {
+            pattern: pattern.into(),
+            case_insensitive: ci,
+            context,
+            mode,
         })
+        .unwrap()
+    }
+
+    fn shown(hits: &FileHits) -> Vec<(u32, bool)> {
+        hits.lines.iter().map(|l| (l.line, l.is_match)).collect()
+    }
+
+    const TEXT: &str = "alpha\nbeta\nGamma\ndelta\nepsilon\nzeta\neta\ntheta\n";
+
+    #[test]
+    fn modes() {
+        assert_eq!(GrepMode::parse("files"), Some(GrepMode::Files));
+        assert_eq!(GrepMode::parse("content"), Some(GrepMode::Content));
+        assert_eq!(GrepMode::parse("count"), Some(GrepMode::Count));
+        assert_eq!(GrepMode::parse("lines"), None);
+        for m in [GrepMode::Files, GrepMode::Content, GrepMode::Count] {
+            assert_eq!(GrepMode::parse(m.as_str()), Some(m));
+        }
+    }
+
+    #[test]
+    fn count_and_files_modes_count_matching_lines_without_listing_them() {
+        let hits = grep("eta", GrepMode::Count, 0, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(
+            hits,
+            FileHits {
+                count: 4,
+                lines: vec![]
+            }
+        );
+        let hits = grep("eta", GrepMode::Files, 3, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(hits.count, 4);
+        assert!(hits.lines.is_empty());
+        let none = grep("omega", GrepMode::Files, 0, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(none.count, 0);
+    }
+
+    #[test]
+    fn content_mode_lists_matches_with_numbers() {
+        let hits = grep("^(beta|zeta)$", GrepMode::Content, 0, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(hits.count, 2);
+        assert_eq!(
+            hits.lines,
+            vec![
+                HitLine {
+                    line: 2,
+                    text: "beta".into(),
+                    is_match: true
+                },
+                HitLine {
+                    line: 6,
+                    text: "zeta".into(),
+                    is_match: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn context_lines_are_merged_in_order_once() {
+        // matches on lines 2 and 4 with 1 line of context: 1..=5, line 3 once
+        let hits = grep("^(beta|delta)$", GrepMode::Content, 1, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(
+            shown(&hits),
+            [(1, false), (2, true), (3, false), (4, true), (5, false)]
+        );
+        // matches on 2, 6, 7 and 8 with context 2: one run from 1 to 8
+        let hits = grep("eta$", GrepMode::Content, 2, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(
+            shown(&hits),
+            [
+                (1, false),
+                (2, true),
+                (3, false),
+                (4, false),
+                (5, false),
+                (6, true),
+                (7, true),
+                (8, true)
+            ]
+        );
+        // far apart: two separate groups
+        let hits = grep("^(alpha|theta)$", GrepMode::Content, 1, false)
+            .search(TEXT.as_bytes())
+            .unwrap();
+        assert_eq!(shown(&hits), [(1, true), (2, false), (7, false), (8, true)]);
+    }
+
+    #[test]
+    fn context_is_capped() {
+        let text: String = (1..=40).map(|i| format!("l{i}\n")).collect();
+        let hits = grep("^l20$", GrepMode::Content, 1000, false)
+            .search(text.as_bytes())
+            .unwrap();
+        assert_eq!(hits.lines.first().unwrap().line, 10);
+        assert_eq!(hits.lines.last().unwrap().line, 30);
+    }
+
+    #[test]
+    fn case_insensitivity() {
+        assert_eq!(
+            grep("gamma", GrepMode::Count, 0, false)
+                .search(TEXT.as_bytes())
+                .unwrap()
+                .count,
+            0
+        );
+        assert_eq!(
+            grep("gamma", GrepMode::Count, 0, true)
+                .search(TEXT.as_bytes())
+                .unwrap()
+                .count,
+            1
+        );
+        assert_eq!(
+            grep("(?i)GAMMA", GrepMode::Count, 0, false)
+                .search(TEXT.as_bytes())
+                .unwrap()
+                .count,
+            1
+        );
+    }
+
+    #[test]
+    fn binary_files_are_skipped() {
+        let g = grep("a", GrepMode::Content, 0, false);
+        assert_eq!(g.search(b"abc\0abc"), None);
+        assert_eq!(g.search(&[b'a', 0xff]), None);
+        assert!(g.search(b"").is_some());
+    }
+
+    #[test]
+    fn matches_do_not_span_lines_and_crlf_is_handled() {
+        let text = "foo\r\nbar\r\n";
+        let g = grep(r"foo\s+bar", GrepMode::Count, 0, false);
+        assert_eq!(g.search(text.as_bytes()).unwrap().count, 0);
+        let hits = grep("^bar$", GrepMode::Content, 0, false)
+            .search(text.as_bytes())
+            .unwrap();
+        assert_eq!(
+            hits.lines,
+            vec![HitLine {
+                line: 2,
+                text: "bar".into(),
+                is_match: true
+            }]
+        );
+    }
+
+    #[test]
+    fn anchors_match_at_every_line_with_and_without_cr() {
+        for text in ["a\nfoo\nb\n", "a\r\nfoo\r\nb\r\n", "a\nfoo"] {
+            let hits = grep("^foo$", GrepMode::Count, 0, false)
+                .search(text.as_bytes())
+                .unwrap();
+            assert_eq!(hits.count, 1, "{text:?}");
+        }
+        // a lone CR inside a line is an ordinary character to `.`
+        assert_eq!(
+            grep("o.b", GrepMode::Count, 0, false)
+                .search(b"foo\rbar")
+                .unwrap()
+                .count,
+            1
+        );
+    }
+
+    #[test]
+    fn long_lines_are_cut() {
+        let text = format!("{}\n", "x".repeat(MAX_LINE_CHARS * 3));
+        let hits = grep("x", GrepMode::Content, 0, false)
+            .search(text.as_bytes())
+            .unwrap();
+        let line = &hits.lines[0].text;
+        assert!(line.starts_with(&"x".repeat(MAX_LINE_CHARS)));
+        assert!(
+            line.ends_with("… [line cut at 500 of 1500 characters]"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn bad_patterns_name_the_field() {
+        let err = |p: &str| {
+            Grep::new(GrepOptions {
+                pattern: p.into(),
+                case_insensitive: false,
+                context: 0,
+                mode: GrepMode::Files,
+            })
+            .unwrap_err()
+        };
+        for p in ["", "foo(", "a{2,1}", "(?<=x)y"] {
+            let e = err(p);
+            assert!(e.to_string().starts_with("`pattern` "), "{p}: {e}");
+            assert_eq!(e.field(), "pattern");
+        }
+        assert!(
+            err("foo(")
+                .to_string()
+                .contains("not a valid regular expression")
+        );
+        assert!(
+            err(&"a".repeat(MAX_PATTERN_BYTES + 1))
+                .to_string()
+                .contains("at most 1024 bytes")
+        );
+        let big = err(r"\w{1000}\w{1000}");
+        assert!(big.to_string().contains("too large"), "{big}");
     }
 }
