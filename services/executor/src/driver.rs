@@ -732,6 +732,23 @@ impl Driver {
         if !self.spec.credentials.is_empty() {
             let _ = self.inner.coord.drop_credentials(self.run_id()).await;
         }
+        // A root run's ephemeral volume ends with it (a sub-run binds `run` only if its root does).
+        if self.lease.run.parent_run_id.is_none()
+            && self
+                .spec
+                .volumes
+                .iter()
+                .any(|b| b.name == weft_core::volume::RUN_VOLUME)
+        {
+            let transport = self.inner.substrate_transport.clone();
+            crate::tools::files::purge_run_volume(
+                &self.inner.jwt,
+                &self.principal,
+                transport,
+                self.run_id(),
+            )
+            .await;
+        }
         if reason == StopReason::Cancelled {
             self.cascade_cancel().await;
         }

@@ -382,12 +382,12 @@ pub struct GlobInput {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GrepMode {
-    /// The paths of files with a match.
+    // The paths of files with a match.
     #[default]
     Files,
-    /// The matching lines (with `context` lines around them).
+    // The matching lines (with `context` lines around them).
     Content,
-    /// Matches per file.
+    // Matches per file.
     Count,
 }
 

@@ -103,6 +103,7 @@ wire_enum!(
         RunFinished => "run_finished",
         ChannelPublish => "channel_publish",
         ChannelDelivery => "channel_delivery",
+        FileChanged => "file_changed",
     }
 );
 
@@ -182,6 +183,8 @@ run_events!(
     ChannelPublish(ChannelPublish),
     /// A `Channel` call received a message.
     ChannelDelivery(ChannelDelivery),
+    /// A file tool changed files of a volume.
+    FileChanged(FileChanged),
 );
 
 impl RunEvent {
@@ -380,6 +383,31 @@ pub struct ChannelDelivery {
     pub cursor: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+}
+
+/// `file_changed`: a file tool call (`Write`, `Edit`, `Move`, `Delete`) made change `change_id`
+/// of the volume bound as `volume`. Written with the call's result (before it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FileChanged {
+    /// The binding name (`run` for the run tree's own volume).
+    pub volume: String,
+    pub tool_use_id: String,
+    pub change_id: String,
+    pub files: Vec<ChangedFile>,
+}
+
+/// One file of a [`FileChanged`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChangedFile {
+    pub path: String,
+    /// `None` where the file did not exist before.
+    pub before_sha: Option<String>,
+    /// `None` where the file does not exist after.
+    pub after_sha: Option<String>,
+    /// A unified diff (empty for a binary file or a move), possibly cut short.
+    pub diff: String,
 }
 
 /// What a run was asked to do, resolved when it is created ([`RunSpec::resolve`]: agent
@@ -600,6 +628,23 @@ mod tests {
                 }),
                 "channel_publish",
                 json!({"tool_use_id": "t", "channel": "a.b", "seq": 7}),
+            ),
+            (
+                RunEvent::FileChanged(FileChanged {
+                    volume: "run".into(),
+                    tool_use_id: "t".into(),
+                    change_id: "c".into(),
+                    files: vec![ChangedFile {
+                        path: "a.txt".into(),
+                        before_sha: None,
+                        after_sha: Some("ab".into()),
+                        diff: "+x".into(),
+                    }],
+                }),
+                "file_changed",
+                json!({"volume": "run", "tool_use_id": "t", "change_id": "c", "files": [
+                    {"path": "a.txt", "before_sha": null, "after_sha": "ab", "diff": "+x"}
+                ]}),
             ),
         ];
         for (ev, kind, data) in cases {

@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod channel;
 pub mod context;
+pub mod files;
 pub mod http;
 pub mod interruption;
 pub mod mcp;
@@ -308,6 +309,14 @@ impl Registry {
         r.add(memory::Memory);
         r.add(channel::Channel);
         r.add(skill::Skill);
+        r.add(files::read::Read);
+        r.add(files::write::Write);
+        r.add(files::edit::Edit);
+        r.add(files::glob::Glob);
+        r.add(files::grep::Grep);
+        r.add(files::move_file::Move);
+        r.add(files::delete::Delete);
+        r.add(files::list::List);
         Ok(r)
     }
 
@@ -1031,7 +1040,10 @@ mod tests {
     /// and rewritten with `UPDATE_GOLDEN=1`.
     #[test]
     fn tool_schemas_are_pinned() {
-        use weft_api::tools::{ContextInput, HttpInput, SkillInput, input_schema};
+        use weft_api::tools::{
+            ContextInput, DeleteInput, EditInput, GlobInput, GrepInput, HttpInput, ListInput,
+            MoveInput, ReadInput, SkillInput, WriteInput, input_schema,
+        };
         let got = json!({
             "Context": input_schema::<ContextInput>(),
             "Agent": input_schema::<AgentInput>(),
@@ -1040,7 +1052,20 @@ mod tests {
             "Memory": input_schema::<MemoryInput>(),
             "Channel": input_schema::<ChannelInput>(),
             "Skill": input_schema::<SkillInput>(),
+            "Read": input_schema::<ReadInput>(),
+            "Write": input_schema::<WriteInput>(),
+            "Edit": input_schema::<EditInput>(),
+            "Glob": input_schema::<GlobInput>(),
+            "Grep": input_schema::<GrepInput>(),
+            "Move": input_schema::<MoveInput>(),
+            "Delete": input_schema::<DeleteInput>(),
+            "List": input_schema::<ListInput>(),
         });
+        // Every hosted tool is pinned.
+        let hosted = Registry::builtin(&weft_config::ExecutorConfig::default()).unwrap();
+        for name in hosted.names() {
+            assert!(got.get(name).is_some(), "{name} is not pinned");
+        }
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/src/tools/testdata/tool_schemas.json"
