@@ -188,7 +188,7 @@ impl Executor {
     ) -> Result<Self, ExecutorError> {
         let bus = Bus::connect(&config.nats.url, &config.nats.prefix).await?;
         let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
-        let tools = tools::Registry::builtin(&config.executor)
+        let tools = tools::Registry::builtin(&config.executor, &config.volumes)
             .map_err(|e| ExecutorError::Config(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Inner {

@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod channel;
 pub mod context;
+pub mod exec;
 pub mod files;
 pub mod http;
 pub mod interruption;
@@ -299,8 +300,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The built-in tools for this executor's config.
-    pub fn builtin(cfg: &weft_config::ExecutorConfig) -> Result<Self, http::HttpToolError> {
+    /// The built-in tools for this executor's config (`volumes` for the file tools' and the
+    /// `Exec` sandbox's caps).
+    pub fn builtin(
+        cfg: &weft_config::ExecutorConfig,
+        volumes: &weft_config::VolumesConfig,
+    ) -> Result<Self, http::HttpToolError> {
         let mut r = Self::default();
         r.add(context::Context);
         r.add(agent::Agent);
@@ -317,6 +322,7 @@ impl Registry {
         r.add(files::move_file::Move);
         r.add(files::delete::Delete);
         r.add(files::list::List);
+        r.add(exec::Exec::new(volumes));
         Ok(r)
     }
 
@@ -1060,9 +1066,14 @@ mod tests {
             "Move": input_schema::<MoveInput>(),
             "Delete": input_schema::<DeleteInput>(),
             "List": input_schema::<ListInput>(),
+            "Exec": input_schema::<weft_api::tools::ExecInput>(),
         });
         // Every hosted tool is pinned.
-        let hosted = Registry::builtin(&weft_config::ExecutorConfig::default()).unwrap();
+        let hosted = Registry::builtin(
+            &weft_config::ExecutorConfig::default(),
+            &weft_config::VolumesConfig::default(),
+        )
+        .unwrap();
         for name in hosted.names() {
             assert!(got.get(name).is_some(), "{name} is not pinned");
         }
