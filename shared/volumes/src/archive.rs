@@ -157,8 +157,25 @@ fn refused_kind(t: EntryType) -> Option<&'static str> {
     }
 }
 
+/// The compression `bytes` start with, by magic number.
+fn compression(bytes: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 4] = [
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (b"BZh", "bzip2"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz"),
+    ];
+    MAGIC
+        .iter()
+        .find(|(m, _)| bytes.starts_with(m))
+        .map(|(_, kind)| *kind)
+}
+
 /// Reads the regular files of a tar archive, refusing anything else and anything over `caps`.
 pub fn read_tar(bytes: &[u8], caps: &TarCaps) -> Result<Vec<TarFile>, TarError> {
+    if let Some(kind) = compression(bytes) {
+        return Err(corrupt(format!("it is {kind}-compressed")));
+    }
     let mut archive = tar::Archive::new(bytes);
     let mut files: Vec<TarFile> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -540,6 +557,21 @@ mod tests {
             err.to_string()
                 .starts_with("the request body is not a valid tar archive: "),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn compressed_archives_are_named() {
+        let err = read_tar(&[0x1f, 0x8b, 8, 0, 0, 0], &CAPS).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the request body is not a valid tar archive: it is gzip-compressed; send an uncompressed tar (`tar -cf`)"
+        );
+        assert!(
+            read_tar(b"BZh91AY&SY", &CAPS)
+                .unwrap_err()
+                .to_string()
+                .contains("bzip2")
         );
     }
 

@@ -76,7 +76,7 @@ pub enum EditError {
         index: usize,
         /// How many places.
         count: usize,
-        /// The line each place starts on.
+        /// The lines the places start on, each once.
         lines: Vec<usize>,
     },
     /// `old` is not in the file exactly, and ignoring whitespace it matches several places.
@@ -161,11 +161,15 @@ fn apply_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditErr
             fuzzy: false,
             replacements: count,
         }),
-        count => Err(EditError::AmbiguousExact {
-            index,
-            count,
-            lines: line_numbers(content, &starts),
-        }),
+        count => {
+            let mut lines = line_numbers(content, &starts);
+            lines.dedup();
+            Err(EditError::AmbiguousExact {
+                index,
+                count,
+                lines,
+            })
+        }
     }
 }
 
@@ -520,6 +524,44 @@ mod tests {
         // replace_all with a single match is fine too
         let r = apply("a b", &[all("a", "c")]).unwrap();
         assert_eq!((r.content.as_str(), r.replacements), ("c b", 1));
+    }
+
+    #[test]
+    fn exact_matches_are_counted_without_overlap() {
+        // "aa" occurs once without overlap in "aaa", so it is unique
+        let r = apply("aaa", &[e("aa", "b")]).unwrap();
+        assert_eq!(r.content, "ba");
+        let err = apply("aaaa", &[e("aa", "b")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::AmbiguousExact {
+                index: 0,
+                count: 2,
+                lines: vec![1]
+            }
+        );
+        assert!(
+            err.to_string().contains("matches 2 places (line 1)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_partial_line_matches_fuzzily_only_as_a_whole_line() {
+        // the whole line, ignoring whitespace: replaced and re-indented
+        let r = apply(
+            "fn f() {\n    let x  =  1;\n}\n",
+            &[e("let x = 1;", "let x = 2;")],
+        )
+        .unwrap();
+        assert_eq!(r.content, "fn f() {\n    let x = 2;\n}\n");
+        assert!(r.fuzzy);
+        // part of a line with different spacing is not guessed at
+        let err = apply("foo(a,  b); bar();\n", &[e("foo(a, b);", "x")]).unwrap_err();
+        assert!(
+            matches!(err, EditError::NotFound { hint: Some(_), .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
