@@ -1110,7 +1110,10 @@ impl Volumes {
             None => None,
             Some(g) => {
                 check_text("glob", g, MAX_PATTERN_BYTES, false)?;
-                Some(weft_volumes::glob::Glob::new(g).map_err(|e| invalid("glob", e.message))?)
+                Some(
+                    weft_volumes::glob::Glob::new(g)
+                        .map_err(|e| invalid("glob", e.message.replace("`pattern`", "`glob`")))?,
+                )
             }
         };
         let grep = Grep::new(GrepOptions {
