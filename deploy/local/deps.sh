@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/local/deps.sh — make sure the local infrastructure weft needs is installed, running and
 # ready: PostgreSQL (127.0.0.1:5432, user postgres), Redis (127.0.0.1:6379) and NATS with
-# JetStream (127.0.0.1:4222).
+# JetStream (127.0.0.1:4222); and, never fatally, bubblewrap for the Exec tool's sandbox.
 #
 # Source it and call `ensure_deps`, or run it directly. Idempotent and quiet when everything is
 # already up; installs Debian packages (apt-get) only when a binary is missing; waits for each
@@ -127,6 +127,28 @@ _deps_pg_trust_loopback() {
     if _pg_ready; then _deps_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload >/dev/null 2>&1 || true; fi
 }
 
+# The `Exec` tool's sandbox: bubblewrap (bwrap), and util-linux's setpriv and prlimit. Installed
+# when missing, checked by running a command in a fresh namespace; never fatal — without them
+# only `Exec` is unavailable (its tests say why), so a failure is a warning.
+_deps_install_sandbox() {
+    local -a pkgs=()
+    command -v bwrap >/dev/null 2>&1 || pkgs+=(bubblewrap)
+    { command -v setpriv >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1; } \
+        || pkgs+=(util-linux)
+    if ((${#pkgs[@]} > 0)); then
+        _deps_say "installing ${pkgs[*]} (apt-get) for the Exec sandbox"
+        { _deps_root env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+            && _deps_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}"; } \
+            >/dev/null 2>&1 || _deps_say "warning: could not install ${pkgs[*]}; the Exec tool cannot run here"
+    fi
+    if command -v bwrap >/dev/null 2>&1 \
+        && ! bwrap --unshare-all --die-with-parent --ro-bind / / true >/dev/null 2>&1; then
+        _deps_say "warning: bwrap cannot make namespaces here (unprivileged user namespaces off?);" \
+            "the Exec tool cannot run"
+    fi
+    return 0
+}
+
 # --- starting -----------------------------------------------------------------------------------
 
 _deps_start_postgres() {
@@ -192,6 +214,7 @@ _deps_start_nats() {
 # ensure_deps: install what is missing, start what is stopped, wait until all three answer.
 ensure_deps() {
     _deps_install_missing || return 1
+    _deps_install_sandbox
     _deps_start_postgres || return 1
     _deps_start_redis || return 1
     _deps_start_nats || return 1
