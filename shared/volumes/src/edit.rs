@@ -331,7 +331,8 @@ fn reindent(new_lines: &[&str], old_indent: &str, file_indent: &str) -> Vec<Stri
             let own = indent_of(line);
             if old_indent.starts_with(own) {
                 let less = old_indent.len() - own.len();
-                let base = &file_indent[..file_indent.len().saturating_sub(less)];
+                let keep = floor_char_boundary(file_indent, file_indent.len().saturating_sub(less));
+                let base = &file_indent[..keep];
                 return format!("{base}{}", line.trim_start());
             }
             (*line).to_owned()
@@ -809,6 +810,83 @@ mod tests {
                 .contains("(lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, and 2 more)"),
             "{err}"
         );
+    }
+
+    /// Random texts over an alphabet of whitespace, line endings and multi-byte characters:
+    /// no panic, and every outcome agrees with the rules.
+    #[test]
+    fn random_edits_follow_the_rules() {
+        const ALPHABET: [&str; 12] = [
+            "a", "b", " ", "  ", "\t", "\n", "\r\n", "é", "\u{3000}", "x(", ")", "\u{a0}",
+        ];
+        let mut seed: u64 = 0x5eed;
+        let mut next = move |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            usize::try_from(seed >> 33).unwrap() % n
+        };
+        let text = |len: usize, next: &mut dyn FnMut(usize) -> usize| -> String {
+            (0..next(len) + 1)
+                .map(|_| ALPHABET[next(ALPHABET.len())])
+                .collect()
+        };
+        let mut seen = [0usize; 6];
+        for _ in 0..20_000 {
+            let content = text(40, &mut next);
+            let old = text(6, &mut next);
+            let new = text(6, &mut next);
+            let replace_all = next(2) == 0;
+            let edit = Edit {
+                old: old.clone(),
+                new: new.clone(),
+                replace_all,
+            };
+            let exact = content.matches(old.as_str()).count();
+            match apply(&content, std::slice::from_ref(&edit)) {
+                Ok(r) if !r.fuzzy => {
+                    seen[0] += 1;
+                    assert!(exact == 1 || (exact > 1 && replace_all));
+                    assert_eq!(r.replacements, exact);
+                    assert_eq!(r.content, content.replace(old.as_str(), &new));
+                }
+                Ok(r) => {
+                    seen[1] += 1;
+                    assert_eq!(exact, 0);
+                    assert!(r.replacements == 1 || (r.replacements > 1 && replace_all));
+                }
+                Err(EditError::AmbiguousExact { count, .. }) => {
+                    seen[2] += 1;
+                    assert!(!replace_all && count == exact && count > 1);
+                }
+                Err(EditError::AmbiguousFuzzy { count, .. }) => {
+                    seen[3] += 1;
+                    assert!(exact == 0 && !replace_all && count > 1);
+                }
+                Err(EditError::NotFound { .. }) => {
+                    seen[4] += 1;
+                    assert_eq!(exact, 0);
+                }
+                Err(EditError::Unchanged { .. }) => {
+                    seen[5] += 1;
+                    assert_eq!(old, new);
+                }
+                Err(EditError::EmptyOld { .. }) => unreachable!("old is never empty here"),
+            }
+        }
+        // every outcome was reached, so each rule above was checked
+        assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+    }
+
+    #[test]
+    fn unicode_whitespace_indentation_is_not_cut_inside_a_character() {
+        // the file indents with two ideographic spaces (3 bytes each), old with one ASCII space
+        let content = "a\n\u{3000}\u{3000}b\n\u{3000}\u{3000}c\n";
+        let r = apply(content, &[e(" b\n c", " b2\nd")]).unwrap();
+        assert!(r.fuzzy);
+        // `d` is one byte less indented than old: one byte off the file's indent would cut a
+        // character, so it keeps what a whole character allows
+        assert_eq!(r.content, "a\n\u{3000}\u{3000}b2\n\u{3000}d\n");
     }
 
     #[test]

@@ -257,6 +257,36 @@ mod tests {
         );
     }
 
+    /// Random inputs: an accepted path is accepted again unchanged and has none of the refused
+    /// forms.
+    #[test]
+    fn accepted_paths_are_clean_and_stable() {
+        const ALPHABET: [&str; 9] = ["a", "/", ".", "..", "./", "\0", "é", "\\", " "];
+        let mut seed: u64 = 7;
+        let mut next = move |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            usize::try_from(seed >> 33).unwrap() % n
+        };
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let len = next(8);
+            let input: String = (0..len).map(|_| ALPHABET[next(ALPHABET.len())]).collect();
+            if let Ok(p) = clean("path", &input) {
+                accepted += 1;
+                assert_eq!(clean("path", &p).as_deref(), Ok(p.as_str()), "{input:?}");
+                assert!(!p.is_empty() && !p.starts_with('/') && !p.ends_with('/'));
+                assert!(
+                    p.split('/').all(|s| !s.is_empty() && s != "." && s != ".."),
+                    "{p:?}"
+                );
+                assert!(!p.contains('\0'));
+            }
+        }
+        assert!(accepted > 100, "{accepted}");
+    }
+
     #[test]
     fn parents_names_and_containment() {
         assert_eq!(parent_dirs("a/b/c.txt").collect::<Vec<_>>(), ["a/b", "a"]);
