@@ -162,31 +162,43 @@ impl IntoResponse for VolError {
     }
 }
 
-/// Whether the HTTP caller made the write conditional (`If-Match`, `If-None-Match`): then a
-/// file found at another version is a 412; otherwise a version mismatch (an undo or a restore
-/// over later edits) is a 409.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Cond {
-    Http,
-    None,
+/// What a substrate call is for, to say its errors in the route's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ctx {
+    /// Anything but a file write.
+    Plain,
+    /// A write of one file (`ops[0]`): its fields are the route's `path` and `body`.
+    File,
+    /// A file write the caller made conditional (`If-Match`, `If-None-Match`): a file found at
+    /// another version is a 412.
+    CondFile,
 }
 
-/// A substrate error as the caller sees it. The substrate says "a file is not at the version
-/// this needs" with FAILED_PRECONDITION (naming the path), which weft's error metadata has no
-/// code for: it is a 412 on a conditional write and a 409 otherwise.
-fn status_error(s: &tonic::Status, cond: Cond) -> VolError {
-    let e = Error::from(s);
-    let precondition = s.code() == tonic::Code::FailedPrecondition
-        || (e.code == ErrorCode::Conflict && e.param.as_deref() == Some("if_match"));
-    if !precondition {
-        return VolError::Api(Peer::SUBSTRATE.error(s));
+/// A substrate error as the caller sees it. The substrate says "not at the version this
+/// needs" (an `if_match`, an undo over later edits, `if_tree`, a read-only volume) as
+/// FAILED_PRECONDITION with weft's `conflict` code: a 409, except a failed `If-Match` of the
+/// HTTP caller, which is a 412. A single file write's fields are named as the route has them.
+fn status_error(s: &tonic::Status, ctx: Ctx) -> VolError {
+    let mut e = if s.code() == tonic::Code::FailedPrecondition {
+        let mut e = Error::from(s);
+        e.code = ErrorCode::Conflict;
+        e
+    } else {
+        Peer::SUBSTRATE.error(s)
+    };
+    if ctx == Ctx::Plain {
+        return VolError::Api(e);
     }
-    let mut e = Error::new(ErrorCode::Conflict, e.message);
-    if cond == Cond::Http {
-        e.param = Some("If-Match".into());
+    let if_match = e.param.as_deref().is_some_and(|p| p.ends_with("if_match"));
+    e.param = e.param.map(|p| match p.strip_prefix("ops[0].") {
+        Some("if_match") => "If-Match".to_owned(),
+        Some(f) if f == "put" || f.starts_with("put.") => "body".to_owned(),
+        Some(f) => f.to_owned(),
+        None => p,
+    });
+    if ctx == Ctx::CondFile && if_match && e.code == ErrorCode::Conflict {
         VolError::Precondition(e)
     } else {
-        e.param = Error::from(s).param;
         VolError::Api(e)
     }
 }
@@ -194,12 +206,12 @@ fn status_error(s: &tonic::Status, cond: Cond) -> VolError {
 /// One substrate call, bounded by `gateway.request_timeout_secs`.
 async fn rpc<T>(
     st: &AppState,
-    cond: Cond,
+    ctx: Ctx,
     call: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T> {
     match tokio::time::timeout(st.request_timeout, call).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(status_error(&s, cond)),
+        Ok(Err(s)) => Err(status_error(&s, ctx)),
         Err(_) => Err(VolError::Api(st.timeout_error())),
     }
 }
@@ -217,21 +229,47 @@ pub struct Vol {
     params: HashMap<String, String>,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Vol {
+impl FromRequestParts<AppState> for Vol {
     type Rejection = VolError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self> {
         let NativePath(params) =
-            NativePath::<HashMap<String, String>>::from_request_parts(parts, state).await?;
+            NativePath::<HashMap<String, String>>::from_request_parts(parts, st).await?;
         let target = if let Some(name) = params.get("name") {
             Target::Name(name.clone())
         } else if let Some(id) = params.get("id") {
+            let p = parts
+                .extensions
+                .get::<Principal>()
+                .ok_or_else(|| VolError::Api(Error::unauthenticated("missing bearer token")))?;
+            visible_run(st, p, id).await?;
             Target::RunId(id.clone())
         } else {
             tracing::error!("a volume route without {{name}} or {{id}}");
             return Err(VolError::Api(Error::internal()));
         };
         Ok(Vol { target, params })
+    }
+}
+
+/// A run's volume is seen by whoever sees the run (`GET /v1/runs/{id}`): its owner, and the
+/// tenant's admins. Any other run id is a 404 like an unknown one.
+async fn visible_run(st: &AppState, p: &Principal, id: &str) -> Result<()> {
+    let none = || VolError::Api(Error::not_found(format!("no run `{id}`")));
+    let rid = id.parse::<weft_core::RunId>().map_err(|_| none())?;
+    let run = st
+        .runs
+        .get(&p.tenant, rid)
+        .await
+        .map_err(|e| match e {
+            weft_store::RunStoreError::Store(s) => VolError::Api(s.to_api()),
+            weft_store::RunStoreError::StaleLease(_) => VolError::Api(Error::internal()),
+        })?
+        .ok_or_else(none)?;
+    if p.is_admin() || p.scopes.contains(Scope::TenantAdmin) || run.subject == p.subject {
+        Ok(())
+    } else {
+        Err(none())
     }
 }
 
@@ -449,7 +487,7 @@ pub async fn list_volumes_handler(
 ) -> Result<Response> {
     let req = st.internal(&p, v1::ListVolumesRequest {})?;
     let mut client = st.volumes.clone();
-    let r = rpc(&st, Cond::None, client.list_volumes(req)).await?;
+    let r = rpc(&st, Ctx::Plain, client.list_volumes(req)).await?;
     Ok(Json(api::VolumeList {
         data: r.volumes.into_iter().map(volume_json).collect(),
     })
@@ -491,7 +529,7 @@ pub async fn create_volume_handler(
             create: false,
         },
     )?;
-    let existed = match rpc(&st, Cond::None, client.get_volume(probe)).await {
+    let existed = match rpc(&st, Ctx::Plain, client.get_volume(probe)).await {
         Ok(_) => true,
         Err(VolError::Api(e)) if e.code == ErrorCode::NotFound => false,
         Err(e) => return Err(e),
@@ -505,7 +543,7 @@ pub async fn create_volume_handler(
             description,
         },
     )?;
-    let v = rpc(&st, Cond::None, client.create_volume(req)).await?;
+    let v = rpc(&st, Ctx::Plain, client.create_volume(req)).await?;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -523,12 +561,12 @@ pub async fn get_volume_handler(
 ) -> Result<Response> {
     let req = st.internal(&p, vol.at(false))?;
     let mut client = st.volumes.clone();
-    match rpc(&st, Cond::None, client.get_volume(req)).await {
+    match rpc(&st, Ctx::Plain, client.get_volume(req)).await {
         Ok(v) => Ok(Json(volume_json(v)).into_response()),
-        // One answer whether the run is not the caller's or has no volume yet: no oracle.
+        // The run is the caller's (checked above): it has no volume yet.
         Err(VolError::Api(e)) if e.code == ErrorCode::NotFound && vol.is_run() => {
             Err(VolError::Api(Error::not_found(format!(
-                "run `{}` has no volume: none has been made yet (its first write makes one), or it is not a run you can see",
+                "run `{}` has no volume: none has been made yet (its first write, through a file tool or PUT …/files/{{path}}, makes one)",
                 vol.param("id")
             ))))
         }
@@ -546,7 +584,7 @@ pub async fn delete_volume_handler(
     let name = vol.param("name");
     let req = st.internal(&p, vol.at(false))?;
     let mut client = st.volumes.clone();
-    let d = rpc(&st, Cond::None, client.delete_volume(req)).await?;
+    let d = rpc(&st, Ctx::Plain, client.delete_volume(req)).await?;
     if !d.deleted {
         return Err(VolError::Api(Error::not_found(format!(
             "no volume `{name}` in your tenant"
@@ -613,7 +651,7 @@ pub async fn tree_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let r = rpc(&st, Cond::None, client.tree(req)).await?;
+    let r = rpc(&st, Ctx::Plain, client.tree(req)).await?;
     Ok(Json(api::VolumeTree {
         data: r.files.into_iter().map(entry_json).collect(),
         next_cursor: Nullable(r.next_cursor),
@@ -639,7 +677,7 @@ pub async fn read_file_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let f = rpc(&st, Cond::None, client.read_file(req)).await?;
+    let f = rpc(&st, Ctx::Plain, client.read_file(req)).await?;
     let sha = f.entry.map(|e| e.sha256).unwrap_or_default();
     let tag = etag(&sha);
     if if_none.is_some_and(|v| none_match_hits(&v, &sha)) {
@@ -678,9 +716,9 @@ pub async fn write_file_handler(
     let content = raw_body(body, "a file may be (volumes.max_file_bytes)")?;
     let path = vol.param("path");
     let cond = if if_match.is_some() {
-        Cond::Http
+        Ctx::CondFile
     } else {
-        Cond::None
+        Ctx::File
     };
     let op = v1::FileOp {
         path: path.clone(),
@@ -714,9 +752,9 @@ pub async fn delete_file_handler(
         })?),
     };
     let cond = if if_match.is_some() {
-        Cond::Http
+        Ctx::CondFile
     } else {
-        Cond::None
+        Ctx::File
     };
     let op = v1::FileOp {
         path: vol.param("path"),
@@ -733,7 +771,7 @@ async fn apply(
     p: &Principal,
     vol: &Vol,
     ops: Vec<v1::FileOp>,
-    cond: Cond,
+    cond: Ctx,
 ) -> Result<v1::Change> {
     let req = st.internal(
         p,
@@ -774,6 +812,11 @@ pub async fn import_handler(
         body,
         "a volume may hold (volumes.max_volume_bytes, plus headers)",
     )?;
+    let mut client = st.volumes.clone();
+    // The volume first: a caller that cannot write it learns nothing of the archive, and
+    // nothing is stored for it.
+    let req = st.internal(&p, vol.at(true))?;
+    rpc(&st, Ctx::Plain, client.get_volume(req)).await?;
     let caps = weft_volumes::archive::TarCaps {
         max_files: usize::try_from(st.volume_caps.max_files).unwrap_or(usize::MAX),
         max_file_bytes: st.volume_caps.max_file_bytes,
@@ -782,10 +825,6 @@ pub async fn import_handler(
     let files = weft_volumes::archive::read_tar(&archive, &caps)
         .map_err(|e| invalid(e.to_string(), "body"))?;
     drop(archive);
-    let mut client = st.volumes.clone();
-    // The volume first: nothing is stored for a volume the caller cannot write.
-    let req = st.internal(&p, vol.at(true))?;
-    rpc(&st, Cond::None, client.get_volume(req)).await?;
     let count = i64::try_from(files.len()).unwrap_or(i64::MAX);
     let total: usize = files.iter().map(|f| f.content.len()).sum();
     if files.is_empty() && !replace {
@@ -840,7 +879,7 @@ pub async fn import_handler(
             replace,
         },
     )?;
-    let c = rpc(&st, Cond::None, client.apply(req)).await?;
+    let c = rpc(&st, Ctx::Plain, client.apply(req)).await?;
     Ok(Json(api::VolumeImported {
         files: count,
         bytes: i64::try_from(total).unwrap_or(i64::MAX),
@@ -852,7 +891,7 @@ pub async fn import_handler(
 async fn put_blobs(st: &AppState, p: &Principal, blobs: Vec<v1::Blob>) -> Result<()> {
     let req = st.internal(p, v1::PutBlobsRequest { blobs })?;
     let mut client = st.volumes.clone();
-    rpc(st, Cond::None, client.put_blobs(req)).await.map(drop)
+    rpc(st, Ctx::Plain, client.put_blobs(req)).await.map(drop)
 }
 
 /// `GET …/export`: the volume as a tar archive, byte for byte.
@@ -930,7 +969,7 @@ async fn whole_tree(st: &AppState, p: &Principal, vol: &Vol) -> Result<Vec<v1::F
                     limit: TREE_PAGE,
                 },
             )?;
-            let page = rpc(st, Cond::None, client.tree(req)).await?;
+            let page = rpc(st, Ctx::Plain, client.tree(req)).await?;
             if version.get_or_insert_with(|| page.tree_hash.clone()) != &page.tree_hash {
                 break false;
             }
@@ -965,7 +1004,7 @@ async fn get_blobs(
             sha256,
         },
     )?;
-    let r = rpc(st, Cond::None, client.get_blobs(req)).await?;
+    let r = rpc(st, Ctx::Plain, client.get_blobs(req)).await?;
     into.extend(r.blobs.into_iter().map(|b| (b.sha256, b.content)));
     Ok(())
 }
@@ -1023,7 +1062,7 @@ pub async fn changes_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let r = rpc(&st, Cond::None, client.list_changes(req)).await?;
+    let r = rpc(&st, Ctx::Plain, client.list_changes(req)).await?;
     let full = r.changes.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
     let next = r.changes.last().filter(|_| full).map(|c| c.seq);
     Ok(Json(api::ChangeList {
@@ -1060,7 +1099,7 @@ pub async fn undo_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let c = rpc(&st, Cond::None, client.undo(req)).await?;
+    let c = rpc(&st, Ctx::Plain, client.undo(req)).await?;
     Ok(Json(change_json(c)).into_response())
 }
 
@@ -1087,7 +1126,7 @@ pub async fn create_snapshot_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let s = rpc(&st, Cond::None, client.create_snapshot(req)).await?;
+    let s = rpc(&st, Ctx::Plain, client.create_snapshot(req)).await?;
     Ok((StatusCode::CREATED, Json(snapshot_json(s))).into_response())
 }
 
@@ -1105,7 +1144,7 @@ pub async fn list_snapshots_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let r = rpc(&st, Cond::None, client.list_snapshots(req)).await?;
+    let r = rpc(&st, Ctx::Plain, client.list_snapshots(req)).await?;
     Ok(Json(api::SnapshotList {
         data: r.snapshots.into_iter().map(snapshot_json).collect(),
     })
@@ -1137,7 +1176,7 @@ pub async fn restore_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let c = rpc(&st, Cond::None, client.restore(req)).await?;
+    let c = rpc(&st, Ctx::Plain, client.restore(req)).await?;
     Ok(Json(change_json(c)).into_response())
 }
 
@@ -1175,7 +1214,7 @@ pub async fn diff_handler(
         },
     )?;
     let mut client = st.volumes.clone();
-    let r = rpc(&st, Cond::None, client.diff(req)).await?;
+    let r = rpc(&st, Ctx::Plain, client.diff(req)).await?;
     Ok(Json(api::VolumeDiff {
         from_tree: api::TreeHash(r.from_tree),
         to_tree: api::TreeHash(r.to_tree),
@@ -1216,22 +1255,49 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_precondition_is_412_on_a_conditional_write_and_409_otherwise() {
-        let s = tonic::Status::failed_precondition("`a.txt` is not at that version");
-        assert!(matches!(
-            status_error(&s, Cond::Http),
-            VolError::Precondition(_)
-        ));
-        match status_error(&s, Cond::None) {
-            VolError::Api(e) => assert_eq!(e.code, ErrorCode::Conflict),
+    fn a_failed_if_match_is_412_and_other_failed_preconditions_409() {
+        let conflict = |param: &str| {
+            tonic::Status::with_metadata(
+                tonic::Code::FailedPrecondition,
+                "`a.txt` changed",
+                tonic::Status::from(Error::new(ErrorCode::Conflict, "x").with_param(param))
+                    .metadata()
+                    .clone(),
+            )
+        };
+        let stale = conflict("ops[0].if_match");
+        match status_error(&stale, Ctx::CondFile) {
+            VolError::Precondition(e) => assert_eq!(e.param.as_deref(), Some("If-Match")),
+            other => panic!("{other:?}"),
+        }
+        let resp = status_error(&stale, Ctx::CondFile).into_response();
+        assert_eq!(resp.status(), StatusCode::PRECONDITION_FAILED);
+        // A read-only volume, an undo over later edits: 409 whatever the caller sent.
+        for (s, ctx) in [
+            (conflict("path"), Ctx::CondFile),
+            (conflict("ops[0].if_match"), Ctx::File),
+            (conflict("path"), Ctx::Plain),
+            (tonic::Status::failed_precondition("bare"), Ctx::Plain),
+        ] {
+            match status_error(&s, ctx) {
+                VolError::Api(e) => assert_eq!(e.code, ErrorCode::Conflict, "{ctx:?}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let bad = tonic::Status::from(Error::invalid("bad").with_param("ops[0].path"));
+        match status_error(&bad, Ctx::File) {
+            VolError::Api(e) => {
+                assert_eq!(
+                    (e.code, e.param.as_deref()),
+                    (ErrorCode::InvalidRequest, Some("path"))
+                )
+            }
             other => panic!("{other:?}"),
         }
         let nf = tonic::Status::from(Error::not_found("no such volume"));
-        match status_error(&nf, Cond::Http) {
+        match status_error(&nf, Ctx::CondFile) {
             VolError::Api(e) => assert_eq!(e.code, ErrorCode::NotFound),
             other => panic!("{other:?}"),
         }
-        let resp = status_error(&s, Cond::Http).into_response();
-        assert_eq!(resp.status(), StatusCode::PRECONDITION_FAILED);
     }
 }

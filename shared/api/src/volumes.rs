@@ -320,14 +320,18 @@ const ERRORS: [(u16, &str); 2] = [
         "the token lacks the scope this route needs (volumes:read to read, volumes:write to change)",
     ),
 ];
-const NO_VOLUME: &str = "no such volume in your tenant (or a run you cannot see, or a run whose volume has not been made yet)";
+const NO_VOLUME: &str = "no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet";
 const BAD: (u16, &str) = (
     400,
     "invalid request: the message and `param` name the field, the parameter or the header",
 );
 const CONFLICT: (u16, &str) = (
     409,
-    "a file changed since the change (or the version) was read: later edits are never clobbered; or a cap or the volume's quota",
+    "a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended",
+);
+const CAP: (u16, &str) = (
+    429,
+    "over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes",
 );
 const PRECONDITION: (u16, &str) = (
     412,
@@ -459,7 +463,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .ok::<VolumeChange>("the change; `files[0].after_sha` is the file's new sha256")
                 .header::<String>("ETag", "the file's new sha256, quoted"),
             t,
-            &[BAD, CONFLICT, PRECONDITION, (413, "the file is larger than volumes.max_file_bytes")],
+            &[BAD, CONFLICT, PRECONDITION, (413, "the file is larger than volumes.max_file_bytes"), CAP],
         ),
         volume(
             file(Op::delete(files, "Delete a file"))
@@ -476,7 +480,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .body_in::<Bytes>("application/x-tar")
                 .ok::<VolumeImported>("what was imported"),
             t,
-            &[BAD, CONFLICT, (413, "the archive is larger than the volume may hold")],
+            &[BAD, CONFLICT, (413, "the archive is larger than the volume may hold"), CAP],
         ),
         volume(
             Op::get(export, "Export the volume as a tar archive")
@@ -502,7 +506,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .body::<UndoChange>()
                 .ok::<VolumeChange>("the undo"),
             t,
-            &[BAD, CONFLICT, (413, "body over the size cap")],
+            &[BAD, CONFLICT, (413, "body over the size cap"), CAP],
         ),
         volume(
             crate::runs::optional_body(
@@ -530,7 +534,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
             )
             .ok::<VolumeChange>("the restore"),
             t,
-            &[BAD, CONFLICT, (413, "body over the size cap")],
+            &[BAD, CONFLICT, (413, "body over the size cap"), CAP],
         ),
         volume(
             Op::get(diff, "What differs between two versions of the volume")
