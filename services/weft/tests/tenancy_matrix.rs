@@ -73,7 +73,7 @@ const IDENTITIES: [Identity; 6] = [
 ];
 
 /// Every scope a tenant's token can hold (`admin` is the operator's, not a tenant's).
-const TENANT_SCOPES: [&str; 8] = [
+const TENANT_SCOPES: [&str; 10] = [
     "tenant:admin",
     "runs:create",
     "runs:read",
@@ -82,6 +82,8 @@ const TENANT_SCOPES: [&str; 8] = [
     "channels:publish",
     "channels:read",
     "llm:call",
+    "volumes:read",
+    "volumes:write",
 ];
 
 /// What opens a route.
@@ -145,12 +147,24 @@ struct Params {
     /// A tenant channel, and the cursor of a message in it.
     channel: String,
     cursor: String,
+    /// A named volume of A, a change in it and a snapshot of it.
+    volume: String,
+    change: String,
+    snapshot: String,
+    /// A change in, and a snapshot of, alice's run's own volume.
+    run_change: String,
+    run_snapshot: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 11] {
+    fn named(&self) -> [(&str, &'static str); 16] {
         [
+            (&self.volume, "<volume>"),
+            (&self.change, "<change>"),
+            (&self.snapshot, "<snapshot>"),
+            (&self.run_change, "<run_change>"),
+            (&self.run_snapshot, "<run_snapshot>"),
             (&self.mcp_hash, "<mcp_hash>"),
             (&self.schedule_hash, "<schedule_hash>"),
             (&self.webhook_hash, "<webhook_hash>"),
@@ -179,6 +193,9 @@ const INTERRUPT: &str = "int_made_up";
 
 /// The key of alice's run memory that holds a canary.
 const MEMORY_KEY: &str = "note";
+
+/// The file of A's volumes (named and alice's run's) that holds a canary.
+const VOLUME_FILE: &str = "docs/readme.md";
 
 type Query = fn(&Params) -> String;
 type Body = fn(&Params) -> Option<Value>;
@@ -633,6 +650,162 @@ fn expectations() -> Vec<Entry> {
             Method::DELETE,
             "/v1/memory/{scope}/{scope_id}/{key}",
             AnyOf(&["memory:write"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        // Volumes. A named volume is the tenant's: its readers (volumes:read) read it; another
+        // tenant finds none of it. A run's own volume is seen by whoever sees the run: alice and
+        // A's admins; bob and tenant B find nothing, for reads and writes alike.
+        entry(
+            get.clone(),
+            "/v1/volumes",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/tree",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/files/{*path}",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/export",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/changes",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/snapshots",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            get.clone(),
+            "/v1/volumes/{name}/diff",
+            AnyOf(&["volumes:read"]),
+            Native,
+            TENANT_READ,
+        )
+        .query(|_| "?from=current&to=current".into()),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/tree",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/files/{*path}",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/export",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/changes",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/snapshots",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/volume/diff",
+            AnyOf(&["volumes:read"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .query(|_| "?from=current&to=current".into()),
+        entry(
+            Method::PUT,
+            "/v1/runs/{id}/volume/files/{*path}",
+            AnyOf(&["volumes:write"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!("an intruder's file"))),
+        entry(
+            Method::DELETE,
+            "/v1/runs/{id}/volume/files/{*path}",
+            AnyOf(&["volumes:write"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        // An empty body is an empty archive.
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/volume/import",
+            AnyOf(&["volumes:write"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/volume/undo",
+            AnyOf(&["volumes:write"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|p| Some(json!({"change_id": p.run_change}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/volume/snapshots",
+            AnyOf(&["volumes:write"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({"label": "an intruder's snapshot"}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/volume/snapshots/{snapshot_id}/restore",
+            AnyOf(&["volumes:write"]),
             Native,
             OWN_RESOURCE,
         ),
@@ -1093,6 +1266,73 @@ fn expectations() -> Vec<Entry> {
             }))
         })
         .creates(),
+        // Writes to A's named volume, last: a writer of the tenant (bob) may write it, by
+        // design, so these change it; tenant B finds nothing until it makes its own volume of
+        // that name (the last entry). In order: a snapshot, an undo of A's change (the file it
+        // made goes), a restore of A's snapshot (it comes back), a write and a delete of the
+        // file, an empty import, and the volume's deletion; then bob makes it again.
+        entry(
+            Method::POST,
+            "/v1/volumes/{name}/snapshots",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 201],
+        )
+        .body(|_| Some(json!({"label": "an intruder's snapshot"})))
+        .creates(),
+        entry(
+            Method::POST,
+            "/v1/volumes/{name}/undo",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        )
+        .body(|p| Some(json!({"change_id": p.change}))),
+        entry(
+            Method::POST,
+            "/v1/volumes/{name}/snapshots/{snapshot_id}/restore",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        ),
+        entry(
+            Method::PUT,
+            "/v1/volumes/{name}/files/{*path}",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        )
+        .body(|_| Some(json!("an intruder's file"))),
+        entry(
+            Method::DELETE,
+            "/v1/volumes/{name}/files/{*path}",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        ),
+        entry(
+            Method::POST,
+            "/v1/volumes/{name}/import",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        ),
+        entry(
+            Method::DELETE,
+            "/v1/volumes/{name}",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 404, 200],
+        ),
+        entry(
+            Method::POST,
+            "/v1/volumes",
+            AnyOf(&["volumes:write"]),
+            Native,
+            [401, 401, 401, 403, 201, 201],
+        )
+        .body(|p| Some(json!({"name": p.volume, "description": "an intruder's volume"})))
+        .creates(),
     ]
 }
 
@@ -1115,6 +1355,10 @@ fn fill(template: &str, p: &Params) -> String {
             ("tenant", t) if t.starts_with("/v1/_webhooks/") => p.tenant.as_str(),
             ("name", t) if t.starts_with("/v1/_webhooks/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/channels/") => p.channel.as_str(),
+            ("name", t) if t.starts_with("/v1/volumes/") => p.volume.as_str(),
+            ("*path", t) if t.starts_with("/v1/") => VOLUME_FILE,
+            ("snapshot_id", t) if t.starts_with("/v1/volumes/") => p.snapshot.as_str(),
+            ("snapshot_id", _) => p.run_snapshot.as_str(),
             ("interrupt_id", _) => INTERRUPT,
             // The web UI: one of the app's own routes.
             ("*path", _) => "runs",
@@ -1398,6 +1642,8 @@ struct World {
     beta_admin: String,
     bob: String,
     run_events: usize,
+    /// The tree hash of alice's run's volume, which nobody in the matrix may change.
+    run_volume_tree: String,
 }
 
 async fn mint(f: &TestFleet, tenant: &str, subject: &str, name: &str, scopes: &[&str]) -> Value {
@@ -1623,6 +1869,70 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     assert_eq!(s, 201, "{published}");
     let cursor = published["cursor"].as_str().unwrap().to_owned();
 
+    // A named volume of A with one file, written by a subject that is no secret, and a
+    // snapshot of it; and alice's run's own volume, written by A's admin, with a snapshot.
+    let volume = format!("vol-{canary}");
+    let writer = bearer(
+        &mint(
+            f,
+            "acme",
+            "volume-writer",
+            "volume writer",
+            &["volumes:read", "volumes:write"],
+        )
+        .await,
+    );
+    let (s, v) = f
+        .post("/v1/volumes", &writer, json!({"name": volume}))
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let put_file = |path: String, token: String, content: String| {
+        let req = f
+            .http
+            .put(format!("{}{path}", f.url))
+            .bearer_auth(token)
+            .body(content);
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let v: Value = r.json().await.unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let change = put_file(
+        format!("/v1/volumes/{volume}/files/{VOLUME_FILE}"),
+        writer.clone(),
+        format!("volume-file-{canary}"),
+    )
+    .await;
+    let (s, snap) = f
+        .post(
+            &format!("/v1/volumes/{volume}/snapshots"),
+            &writer,
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, 201, "{snap}");
+    let snapshot = snap["id"].as_str().unwrap().to_owned();
+    let run_change = put_file(
+        format!("/v1/runs/{run_id}/volume/files/{VOLUME_FILE}"),
+        a_admin.clone(),
+        format!("run-file-{canary}"),
+    )
+    .await;
+    let (s, snap) = f
+        .post(
+            &format!("/v1/runs/{run_id}/volume/snapshots"),
+            &a_admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, 201, "{snap}");
+    let run_snapshot = snap["id"].as_str().unwrap().to_owned();
+    let (s, v) = f.get(&format!("/v1/runs/{run_id}/volume"), &a_admin).await;
+    assert_eq!(s, 200, "{v}");
+    let run_volume_tree = v["tree_hash"].as_str().unwrap().to_owned();
+
     let beta_admin = bearer(&mint(f, "beta", "beta-admin", "beta admin", &["tenant:admin"]).await);
     let bob_scopes: Vec<&str> = TENANT_SCOPES
         .into_iter()
@@ -1642,6 +1952,11 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         webhook_hash: webhook_hash.clone(),
         channel: channel.clone(),
         cursor: cursor.clone(),
+        volume: volume.clone(),
+        change,
+        snapshot: snapshot.clone(),
+        run_change,
+        run_snapshot: run_snapshot.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -1661,6 +1976,11 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
             seq: 1,
         }
         .encode(),
+        volume: format!("ghost-{}", &ghost_hex[24..32]),
+        change: uuid::Uuid::now_v7().to_string(),
+        snapshot: uuid::Uuid::now_v7().to_string(),
+        run_change: uuid::Uuid::now_v7().to_string(),
+        run_snapshot: uuid::Uuid::now_v7().to_string(),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
@@ -1706,6 +2026,15 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
             format!("description-{canary}"),
             &[OtherSubject],
         ),
+        secret("A's volume name", volume, &[OtherSubject]),
+        secret(
+            "A's volume file",
+            format!("volume-file-{canary}"),
+            &[OtherSubject],
+        ),
+        secret("A's volume snapshot", snapshot, &[OtherSubject]),
+        secret("alice's run volume file", format!("run-file-{canary}"), &[]),
+        secret("alice's run volume snapshot", run_snapshot, &[]),
         secret("alice's run id", run_id, &[]),
         secret("alice's run metadata", format!("metadata-{canary}"), &[]),
         secret("alice's run memory", format!("memory-{canary}"), &[]),
@@ -1741,6 +2070,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         beta_admin,
         bob,
         run_events,
+        run_volume_tree,
     }
 }
 
@@ -2057,6 +2387,16 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
                 "A's {kind} definition changed during the matrix: {s} {def} {versions}"
             ));
         }
+    }
+    // Nobody wrote alice's run's volume.
+    let (s, v) = f
+        .get(&format!("/v1/runs/{}/volume", w.a.run), &w.a_admin)
+        .await;
+    if s != 200 || v["tree_hash"] != w.run_volume_tree.as_str() || v["seq"] != 1 {
+        failures.push(format!(
+            "alice's run volume changed during the matrix: {s} {v} (was {})",
+            w.run_volume_tree
+        ));
     }
     // Nobody paused, retired or fired A's schedule.
     let (s, state) = f
