@@ -409,6 +409,130 @@ test('memory: write a key, change it, delete it; channels: peek the newest messa
   await expect(page.getByRole('table', { name: 'Newest messages' })).toContainText('"headline":"second"');
 });
 
+test('files: a volume tree and a file, edit and save, the change and its diff, undo, snapshots; a run shows its file change folded', async ({
+  page,
+  request,
+}) => {
+  const vol = 'ui-files';
+  const auth = { authorization: `Bearer ${TOKEN}` };
+  // A fresh volume each time (the test may run again on the same fleet).
+  await request.delete(`/v1/volumes/${vol}`, { headers: auth });
+  await api(request, 'POST', '/v1/volumes', TOKEN, { name: vol, description: 'the UI tests' });
+  // Files travel as raw bytes.
+  const put = async (path: string, data: string | Buffer) => {
+    const res = await request.fetch(`/v1/volumes/${vol}/files/${path}`, {
+      method: 'PUT',
+      headers: { ...auth, 'content-type': 'application/octet-stream' },
+      data,
+    });
+    expect(res.ok(), `PUT ${path}: ${res.status()} ${await res.text()}`).toBeTruthy();
+  };
+  const read = async (path: string) => (await request.get(`/v1/volumes/${vol}/files/${path}`, { headers: auth })).text();
+  await put('src/app.py', 'def main():\n    return 1\n');
+  await put('README.md', '# notes\n');
+  await put('logo.bin', Buffer.from([0, 1, 2, 255]));
+
+  await login(page, TOKEN);
+  await page.getByRole('link', { name: 'Files' }).click();
+  await page.getByRole('table', { name: 'Volumes' }).getByRole('link', { name: vol }).click();
+  await expect(page.getByTestId('volume-files')).toHaveText('3');
+  const tree = page.getByRole('list', { name: 'Tree' });
+  await expect(tree.getByRole('button', { name: 'README.md' })).toBeVisible();
+  // Folders start folded.
+  await expect(tree.getByRole('button', { name: 'app.py' })).toHaveCount(0);
+  const file = page.getByRole('region', { name: 'File' });
+  // A binary file is described, not shown.
+  await tree.getByRole('button', { name: 'logo.bin' }).click();
+  await expect(file.getByTestId('file-binary')).toContainText('A binary file of 4 bytes, sha256');
+  await tree.getByRole('button', { name: 'src/' }).click();
+  await tree.getByRole('button', { name: 'app.py' }).click();
+  const content = file.getByLabel('Content');
+  await expect(content).toContainText('def main():');
+  await expect(content.locator('.ln')).toHaveText(['1', '2']);
+
+  // Edit and save (a compare-and-set on the sha256 shown).
+  await file.getByRole('button', { name: 'Edit' }).click();
+  await file.getByLabel('File text').fill('def main():\n    return 2\n');
+  await file.getByRole('button', { name: 'Save' }).click();
+  await expect(content).toContainText('return 2');
+  expect(await read('src/app.py')).toBe('def main():\n    return 2\n');
+
+  // The change, newest first, its diff folded.
+  const changes = page.getByRole('list', { name: 'Changes' });
+  const edit = changes.getByRole('listitem', { name: 'Change #4' });
+  await expect(changes.getByRole('listitem').first()).toHaveAccessibleName('Change #4');
+  await expect(edit).toContainText('changed src/app.py (+1 −1)');
+  await expect(edit).toContainText('http');
+  const diff = edit.getByLabel('Diff of src/app.py in change #4');
+  await expect(diff).toBeHidden();
+  await edit.getByText('changed src/app.py (+1 −1)').click();
+  await expect(diff.locator('.del')).toHaveText(['-    return 1']);
+  await expect(diff.locator('.add')).toHaveText(['+    return 2']);
+  await shot(page, 'files');
+
+  // Undo it: the file is as it was, the change is marked undone, the undo is a change.
+  await edit.getByRole('button', { name: 'Undo #4' }).click();
+  await expect(content).toContainText('return 1');
+  expect(await read('src/app.py')).toBe('def main():\n    return 1\n');
+  await expect(edit).toContainText('undone');
+  await expect(changes.getByRole('listitem').first()).toContainText('undo of #4');
+
+  // An undo over a later edit is refused, naming the file.
+  await put('README.md', '# notes, edited elsewhere\n');
+  const readme = changes.getByRole('listitem', { name: 'Change #2' });
+  await readme.getByRole('button', { name: 'Undo #2' }).click();
+  await expect(readme.getByRole('alert')).toContainText('README.md');
+  expect(await read('README.md')).toBe('# notes, edited elsewhere\n');
+
+  // A save over a version changed elsewhere is refused (412), then reloaded.
+  await file.getByRole('button', { name: 'Edit' }).click();
+  await put('src/app.py', 'def main():\n    return 3\n');
+  await file.getByLabel('File text').fill('def main():\n    return 4\n');
+  await file.getByRole('button', { name: 'Save' }).click();
+  await expect(file.getByRole('alert')).toContainText('changed elsewhere');
+  expect(await read('src/app.py')).toBe('def main():\n    return 3\n');
+  await file.getByRole('button', { name: 'Reload' }).click();
+  await expect(file.getByLabel('File text')).toHaveValue('def main():\n    return 3\n');
+  await file.getByRole('button', { name: 'Discard' }).click();
+
+  // Snapshots: take one, add a file elsewhere (the page follows), restore after a confirmation.
+  await page.getByRole('form', { name: 'Take a snapshot' }).getByLabel('Label').fill('before extra');
+  await page.getByRole('button', { name: 'Take snapshot' }).click();
+  const snaps = page.getByRole('table', { name: 'Snapshots' });
+  await expect(snaps).toContainText('before extra');
+  await put('extra.txt', 'more\n');
+  await expect(tree.getByRole('button', { name: 'extra.txt' })).toBeVisible();
+  page.once('dialog', (d) => d.accept());
+  await snaps.getByRole('button', { name: 'Restore before extra' }).click();
+  await expect(tree.getByRole('button', { name: 'extra.txt' })).toHaveCount(0);
+  await expect(changes.getByRole('listitem').first()).toContainText('restore');
+  expect((await request.get(`/v1/volumes/${vol}/files/extra.txt`, { headers: auth })).status()).toBe(404);
+
+  // A run of an agent bound to the volume: its Write shows in the terminal as one folded line
+  // that unfolds to the diff.
+  await api(request, 'PUT', '/v1/agents/ui-writer', TOKEN, { model: 'mock-1', tools: ['Write'], volumes: [{ name: vol }] });
+  const started = await api(request, 'POST', '/v1/runs', TOKEN, {
+    agent: 'ui-writer',
+    input: '#mock {"turns": [[{"name": "Write", "input": {"path": "a.txt", "content": "hi\\n"}}]], "reply": "done"}',
+  });
+  const runId = started.run_id;
+  await page.goto(`/ui/runs/${runId}`);
+  await expect(page.getByTestId('run-status')).toHaveText('succeeded');
+  const terminal = page.getByRole('list', { name: 'Run transcript' });
+  const changed = terminal.getByText(`✎ created a.txt (+1 −0) in ${vol}`);
+  await expect(changed).toBeVisible();
+  const runDiff = terminal.getByLabel('Diff of a.txt');
+  await expect(runDiff).toBeHidden();
+  await changed.click();
+  await expect(runDiff.locator('.add')).toHaveText(['+hi']);
+  // The change is in the volume's changelog, with its run.
+  await terminal.getByRole('link', { name: `Open ${vol} in Files` }).click();
+  const byRun = page.getByRole('list', { name: 'Changes' }).getByRole('listitem').first();
+  await expect(byRun).toContainText('created a.txt (+1 −0)');
+  await expect(byRun).toContainText('Write');
+  await expect(byRun.getByRole('link', { name: /^run / })).toHaveAttribute('href', `/ui/runs/${runId}`);
+});
+
 test('nothing is cut off at 420 px wide: every page fits, tables scroll inside themselves', async ({ page, request }) => {
   await page.setViewportSize({ width: 420, height: 900 });
   const fits = async (what: string) => {
@@ -439,6 +563,7 @@ test('nothing is cut off at 420 px wide: every page fits, tables scroll inside t
     ['/ui/library/agents/ui-helper', (p) => p.getByLabel('Diff between versions')],
     ['/ui/library/schedules/ui-nightly', (p) => p.getByRole('table', { name: 'Versions' })],
     ['/ui/memory', (p) => p.getByRole('table', { name: 'Keys' })],
+    ['/ui/files/ui-files?path=src/app.py', (p) => p.getByLabel('Content')],
     ['/ui/channels', (p) => p.getByRole('table', { name: 'Channels' })],
     ['/ui/schedules', (p) => p.getByRole('table', { name: 'Recent fires of ui-nightly' })],
     ['/ui/webhooks', (p) => p.getByRole('table', { name: 'Recent deliveries of ui-hook' })],

@@ -3,6 +3,7 @@ import { NavLink, Navigate, Route, Routes } from 'react-router';
 import { can, currentSession, logout, type Session } from './api';
 import { ChannelsPage } from './pages/Channels';
 import { SchedulesPage, WebhooksPage } from './pages/Ingress';
+import { FilesPage } from './pages/Files';
 import { DefinitionPage, LibraryPage } from './pages/Library';
 import { Login } from './pages/Login';
 import { MemoryPage } from './pages/Memory';
@@ -56,6 +57,7 @@ function Shell({ session, theme }: { session: Session; theme: ReturnType<typeof 
             <NavLink to="/library">Library</NavLink>
           )}
           {can(session, 'memory:read') && <NavLink to="/memory">Memory</NavLink>}
+          {can(session, 'volumes:read') && <NavLink to="/files">Files</NavLink>}
           {(can(session, 'channels:read') || can(session, 'channels:publish')) && (
             <NavLink to="/channels">Channels</NavLink>
           )}
@@ -91,6 +93,8 @@ function Shell({ session, theme }: { session: Session; theme: ReturnType<typeof 
           <Route path="/library/:kind" element={<LibraryPage session={session} />} />
           <Route path="/library/:kind/:name" element={<DefinitionPage session={session} />} />
           <Route path="/memory" element={<MemoryPage session={session} />} />
+          <Route path="/files" element={<FilesPage session={session} />} />
+          <Route path="/files/:name" element={<FilesPage session={session} />} />
           <Route path="/channels" element={<ChannelsPage />} />
           <Route path="/schedules" element={<SchedulesPage />} />
           <Route path="/webhooks" element={<WebhooksPage session={session} />} />

@@ -1,5 +1,16 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { api, ApiError, can, ok, setCsrfToken, type Session } from './api';
+import {
+  api,
+  ApiError,
+  can,
+  deleteVolumeFile,
+  filePathSerializer,
+  ok,
+  readVolumeFile,
+  setCsrfToken,
+  writeVolumeFile,
+  type Session,
+} from './api';
 import { runsQuery } from './pages/Runs';
 import { readRunStream, type RunEvent } from './sse';
 
@@ -110,5 +121,72 @@ describe('readRunStream', () => {
 
     vi.stubGlobal('fetch', vi.fn(async () => new Response(JSON.stringify({ error: { code: 'not_found', message: 'no run' } }), { status: 404 })));
     await expect(readRunStream('r', 1, () => {}, new AbortController().signal)).rejects.toMatchObject({ status: 404, code: 'not_found' });
+  });
+});
+
+describe('the files routes', () => {
+  afterEach(() => {
+    vi.unstubAllGlobals();
+    setCsrfToken(null);
+  });
+  const sha = 'ab'.repeat(32);
+
+  it('encode each segment of a file path and keep the slashes between them', () => {
+    expect(filePathSerializer('/v1/volumes/{name}/files/{path}', { name: 'n/x', path: 'src/a b/c#.py' })).toBe(
+      '/v1/volumes/n%2Fx/files/src/a%20b/c%23.py',
+    );
+  });
+
+  it('read a text file with its sha256, a binary one as bytes, an empty one as empty text', async () => {
+    const seen: Request[] = [];
+    const answers = [
+      new Response('hi\n', { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8', etag: `"${sha}"` } }),
+      new Response(new Uint8Array([0, 1, 2]), { status: 200, headers: { 'content-type': 'application/octet-stream', etag: `"${sha}"` } }),
+      new Response(null, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8', etag: `"${sha}"`, 'content-length': '0' } }),
+    ];
+    vi.stubGlobal(
+      'fetch',
+      vi.fn(async (req: Request) => {
+        seen.push(req);
+        return answers.shift();
+      }),
+    );
+    expect(await readVolumeFile('notes', 'src/a.py')).toEqual({ path: 'src/a.py', sha256: sha, size: 3, text: 'hi\n' });
+    expect(new URL(seen[0].url).pathname).toBe('/v1/volumes/notes/files/src/a.py');
+    expect(await readVolumeFile('notes', 'b.bin')).toEqual({ path: 'b.bin', sha256: sha, size: 3, text: null });
+    expect(await readVolumeFile('notes', 'empty')).toEqual({ path: 'empty', sha256: sha, size: 0, text: '' });
+  });
+
+  it('write bytes with If-Match (or If-None-Match: *) and the CSRF token; a 412 is an ApiError', async () => {
+    const seen: { req: Request; body: Uint8Array }[] = [];
+    vi.stubGlobal(
+      'fetch',
+      vi.fn(async (req: Request) => {
+        seen.push({ req, body: new Uint8Array(await req.arrayBuffer()) });
+        return new Response('{"id":"c"}', { status: 200, headers: { 'content-type': 'application/json' } });
+      }),
+    );
+    setCsrfToken('tok');
+    expect(await writeVolumeFile('notes', 'a/é.txt', 'é\n', sha)).toEqual({ id: 'c' });
+    const { req, body } = seen[0];
+    expect(req.method).toBe('PUT');
+    expect(new URL(req.url).pathname).toBe('/v1/volumes/notes/files/a/%C3%A9.txt');
+    expect(req.headers.get('if-match')).toBe(sha);
+    expect(req.headers.get('if-none-match')).toBeNull();
+    expect(req.headers.get('content-type')).toBe('application/octet-stream');
+    expect(req.headers.get('x-csrf-token')).toBe('tok');
+    expect([...body]).toEqual([0xc3, 0xa9, 0x0a]);
+    await writeVolumeFile('notes', 'new.txt', '', null);
+    expect(seen[1].req.headers.get('if-none-match')).toBe('*');
+    expect(seen[1].req.headers.get('if-match')).toBeNull();
+    await deleteVolumeFile('notes', 'a/b', sha);
+    expect(seen[2].req.method).toBe('DELETE');
+    expect(seen[2].req.headers.get('if-match')).toBe(sha);
+
+    vi.stubGlobal(
+      'fetch',
+      vi.fn(async () => new Response(JSON.stringify({ error: { code: 'precondition_failed', message: 'stale' } }), { status: 412 })),
+    );
+    await expect(writeVolumeFile('notes', 'a', 'x', sha)).rejects.toMatchObject({ status: 412, code: 'precondition_failed' });
   });
 });

@@ -130,3 +130,80 @@ export function can(session: Pick<Session, 'scopes'>, scope: Scope): boolean {
   if (s.includes('tenant:admin') && scope !== 'admin') return true;
   return s.includes(scope);
 }
+
+/** A change to a volume (`GET …/changes`, the answer of a write, an undo or a restore). */
+export type VolumeChange = Schemas['VolumeChange'];
+
+/**
+ * The URL of a files route (`/v1/volumes/{name}/files/{path}`): the file's path with each
+ * segment percent-encoded and the `/` between them kept, every other parameter encoded whole.
+ */
+export function filePathSerializer(pathname: string, params: Record<string, unknown>): string {
+  return pathname.replace(/\{([^}]+)\}/g, (whole, name: string) => {
+    const v = params[name];
+    if (v === undefined || v === null) return whole;
+    const s = String(v);
+    return name === 'path' ? s.split('/').map(encodeURIComponent).join('/') : encodeURIComponent(s);
+  });
+}
+
+/** The sha256 an `ETag` names (`"<hex>"`, possibly weak). */
+export const etagSha = (tag: string | null): string => (tag ?? '').replace(/^W\//, '').replace(/"/g, '');
+
+/** A file of a volume as read: its sha256 (the `ETag`), its size, and its text when the gateway
+ * answers it as text (UTF-8 without NUL), null when it is binary. */
+export interface VolumeFile {
+  path: string;
+  sha256: string;
+  size: number;
+  text: string | null;
+}
+
+/** Reads a file's bytes (`GET …/files/{path}`). */
+export async function readVolumeFile(volume: string, path: string): Promise<VolumeFile> {
+  const { data, error, response } = await api.GET('/v1/volumes/{name}/files/{path}', {
+    params: { path: { name: volume, path } },
+    parseAs: 'arrayBuffer',
+    pathSerializer: filePathSerializer,
+  });
+  if (!response.ok) throw apiError(response, error);
+  // An empty file has no body at all (openapi-fetch answers `undefined` for Content-Length: 0).
+  const bytes = new Uint8Array(data ?? new ArrayBuffer(0));
+  const type = response.headers.get('content-type') ?? '';
+  return {
+    path,
+    sha256: etagSha(response.headers.get('etag')),
+    size: bytes.byteLength,
+    text: type.startsWith('text/') ? new TextDecoder().decode(bytes) : null,
+  };
+}
+
+/**
+ * Writes a file's bytes (`PUT …/files/{path}`) as a compare-and-set: `ifMatch` is the sha256
+ * the file must still have (`If-Match`; a 412 when it changed elsewhere), null that it must not
+ * exist yet (`If-None-Match: *`).
+ */
+export function writeVolumeFile(volume: string, path: string, content: string, ifMatch: string | null): Promise<VolumeChange> {
+  return ok(
+    api.PUT('/v1/volumes/{name}/files/{path}', {
+      params: {
+        path: { name: volume, path },
+        header: ifMatch === null ? { 'If-None-Match': '*' } : { 'If-Match': ifMatch },
+      },
+      body: content,
+      bodySerializer: (b: string) => new TextEncoder().encode(b),
+      headers: { 'content-type': 'application/octet-stream' },
+      pathSerializer: filePathSerializer,
+    }),
+  );
+}
+
+/** Deletes a file (`DELETE …/files/{path}`) if it still has the sha256 `ifMatch`. */
+export function deleteVolumeFile(volume: string, path: string, ifMatch: string): Promise<VolumeChange> {
+  return ok(
+    api.DELETE('/v1/volumes/{name}/files/{path}', {
+      params: { path: { name: volume, path }, header: { 'If-Match': ifMatch } },
+      pathSerializer: filePathSerializer,
+    }),
+  );
+}

@@ -5476,6 +5476,1366 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/volume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A run tree's own volume
+         * @description Scope: volumes:read. The volume of the tree's root run: one volume shared by every run of the tree. A 404 says so when none has been made yet (it is made by the first write).
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the volume */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Volume"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The volume's changelog, newest first
+         * @description Scope: volumes:read. Pass `next_before_seq` back as `before_seq` for the next page. `diff=true` adds a unified diff to each text file of each change.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description only the changes of this run */
+                    run_id?: string;
+                    /** @description only changes before this seq */
+                    before_seq?: number;
+                    /** @example 100 */
+                    limit?: number;
+                    /**
+                     * @description include unified diffs
+                     * @example false
+                     */
+                    diff?: boolean;
+                };
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of changes */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ChangeList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What differs between two versions of the volume
+         * @description Scope: volumes:read. A version is a snapshot id or `current`. `diff=true` adds a unified diff to each text file.
+         */
+        get: {
+            parameters: {
+                query: {
+                    /**
+                     * @description a snapshot id, or `current`
+                     * @example current
+                     */
+                    from: string;
+                    /**
+                     * @description a snapshot id, or `current`
+                     * @example current
+                     */
+                    to: string;
+                    /**
+                     * @description include unified diffs
+                     * @example false
+                     */
+                    diff?: boolean;
+                };
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the files that differ */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeDiff"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export the volume as a tar archive
+         * @description Scope: volumes:read. Every file, in path order, byte for byte, with mode 0644 or 0755.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the archive */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/x-tar": string;
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a file's bytes
+         * @description Scope: volumes:read. The answer is the file's bytes, `text/plain; charset=utf-8` when they are text (UTF-8 without NUL), `application/octet-stream` otherwise, with `ETag: "<sha256>"`. With `If-None-Match` naming that sha256 (or `*`), a 304 without a body.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 you hold, quoted or not */
+                    "If-None-Match"?: string;
+                };
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the file's bytes */
+                200: {
+                    headers: {
+                        /** @description the file's sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/octet-stream": string;
+                        "text/plain; charset=utf-8": string;
+                    };
+                };
+                /** @description the file is the one `If-None-Match` names */
+                304: {
+                    headers: {
+                        /** @description the file's sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /**
+         * Write a file (its bytes are the body)
+         * @description Scope: volumes:write. Creates or replaces the file as one change (source `http`), keeping its mode (0644 for a new file). With `If-Match: <sha256>` the write happens only when the file is at that sha256 (412 otherwise); `If-Match: ""` is not accepted, use `If-None-Match: *` to require that the file does not exist yet. A file is at most `volumes.max_file_bytes` (413 above).
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 the file must have now, quoted or not */
+                    "If-Match"?: string;
+                    /** @description `*`: the file must not exist yet (412 otherwise) */
+                    "If-None-Match"?: string;
+                };
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            responses: {
+                /** @description the change; `files[0].after_sha` is the file's new sha256 */
+                200: {
+                    headers: {
+                        /** @description the file's new sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `If-Match` names another sha256 than the file's (code `precondition_failed`); read the file again */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the file is larger than volumes.max_file_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Delete a file
+         * @description Scope: volumes:write. One change (source `http`). With `If-Match`, only when the file is at that sha256 (412 otherwise).
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 the file must have now, quoted or not */
+                    "If-Match"?: string;
+                };
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the change */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `If-Match` names another sha256 than the file's (code `precondition_failed`); read the file again */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import a tar archive into the volume
+         * @description Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
+         */
+        post: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description delete the volume's files that are not in the archive (default false)
+                     * @example false
+                     */
+                    replace?: boolean;
+                };
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            responses: {
+                /** @description what was imported */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeImported"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the archive is larger than the volume may hold */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The volume's snapshots, newest first
+         * @description Scope: volumes:read.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the snapshots */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SnapshotList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /**
+         * Take a snapshot of the volume
+         * @description Scope: volumes:write. A snapshot names the current tree (no file is copied). The body may be empty.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": components["schemas"]["CreateSnapshot"];
+                };
+            };
+            responses: {
+                /** @description the snapshot */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Snapshot"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/snapshots/{snapshot_id}/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a snapshot
+         * @description Scope: volumes:write. Makes the volume's files those of the snapshot, as one change (source `restore`). With `if_tree`, refused (409) when the volume's tree is no longer that version. The body may be empty.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                    /** @example 01939f3a-5b2c-7d4e-8f00-3c2b1a000002 */
+                    snapshot_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": components["schemas"]["RestoreSnapshot"];
+                };
+            };
+            responses: {
+                /** @description the restore */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/tree": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a volume's files in path order, a page at a time
+         * @description Scope: volumes:read. Pass `next_cursor` back as `cursor` for the next page; it is null on the last page. `tree_hash` is the version of the whole tree.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description only files under this directory
+                     * @example notes/
+                     */
+                    prefix?: string;
+                    /** @description `next_cursor` of the previous page */
+                    cursor?: string;
+                    /** @example 1000 */
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of files */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeTree"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/volume/undo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Undo one change, or every change of a run
+         * @description Scope: volumes:write. The revert is a new change (source `undo`). Refused with a 409 naming the path when a file the change touched has changed since: a later edit is never clobbered.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description any run of the tree (the root run's volume is every sub-run's) */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["UndoChange"];
+                };
+            };
+            responses: {
+                /** @description the undo */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/schedules": {
         parameters: {
             query?: never;
@@ -7768,6 +9128,1644 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/volumes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's named volumes
+         * @description Scope: volumes:read.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the volumes, by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /**
+         * Make a named volume, or change its mode, quota and description
+         * @description Scope: volumes:write. Declarative: an existing volume of that name keeps its files and takes the given mode, quota and description. A quota below the bytes the volume holds now is a 409. The name `run` is the run tree's own volume, never a named one.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["CreateVolume"];
+                };
+            };
+            responses: {
+                /** @description the volume existed; it is as given */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Volume"];
+                    };
+                };
+                /** @description the volume was made */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Volume"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the quota is below what the volume holds, or the tenant's volumes are at a cap */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A named volume
+         * @description Scope: volumes:read.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the volume */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Volume"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * Delete a named volume with its files, history and snapshots
+         * @description Scope: volumes:write.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description deleted */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeDeleted"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The volume's changelog, newest first
+         * @description Scope: volumes:read. Pass `next_before_seq` back as `before_seq` for the next page. `diff=true` adds a unified diff to each text file of each change.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description only the changes of this run */
+                    run_id?: string;
+                    /** @description only changes before this seq */
+                    before_seq?: number;
+                    /** @example 100 */
+                    limit?: number;
+                    /**
+                     * @description include unified diffs
+                     * @example false
+                     */
+                    diff?: boolean;
+                };
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of changes */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ChangeList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What differs between two versions of the volume
+         * @description Scope: volumes:read. A version is a snapshot id or `current`. `diff=true` adds a unified diff to each text file.
+         */
+        get: {
+            parameters: {
+                query: {
+                    /**
+                     * @description a snapshot id, or `current`
+                     * @example current
+                     */
+                    from: string;
+                    /**
+                     * @description a snapshot id, or `current`
+                     * @example current
+                     */
+                    to: string;
+                    /**
+                     * @description include unified diffs
+                     * @example false
+                     */
+                    diff?: boolean;
+                };
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the files that differ */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeDiff"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export the volume as a tar archive
+         * @description Scope: volumes:read. Every file, in path order, byte for byte, with mode 0644 or 0755.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the archive */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/x-tar": string;
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a file's bytes
+         * @description Scope: volumes:read. The answer is the file's bytes, `text/plain; charset=utf-8` when they are text (UTF-8 without NUL), `application/octet-stream` otherwise, with `ETag: "<sha256>"`. With `If-None-Match` naming that sha256 (or `*`), a 304 without a body.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 you hold, quoted or not */
+                    "If-None-Match"?: string;
+                };
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the file's bytes */
+                200: {
+                    headers: {
+                        /** @description the file's sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/octet-stream": string;
+                        "text/plain; charset=utf-8": string;
+                    };
+                };
+                /** @description the file is the one `If-None-Match` names */
+                304: {
+                    headers: {
+                        /** @description the file's sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /**
+         * Write a file (its bytes are the body)
+         * @description Scope: volumes:write. Creates or replaces the file as one change (source `http`), keeping its mode (0644 for a new file). With `If-Match: <sha256>` the write happens only when the file is at that sha256 (412 otherwise); `If-Match: ""` is not accepted, use `If-None-Match: *` to require that the file does not exist yet. A file is at most `volumes.max_file_bytes` (413 above).
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 the file must have now, quoted or not */
+                    "If-Match"?: string;
+                    /** @description `*`: the file must not exist yet (412 otherwise) */
+                    "If-None-Match"?: string;
+                };
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            responses: {
+                /** @description the change; `files[0].after_sha` is the file's new sha256 */
+                200: {
+                    headers: {
+                        /** @description the file's new sha256, quoted */
+                        ETag?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `If-Match` names another sha256 than the file's (code `precondition_failed`); read the file again */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the file is larger than volumes.max_file_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        /**
+         * Delete a file
+         * @description Scope: volumes:write. One change (source `http`). With `If-Match`, only when the file is at that sha256 (412 otherwise).
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the sha256 the file must have now, quoted or not */
+                    "If-Match"?: string;
+                };
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                    /**
+                     * @description the file's path; `/` between directories may be sent as is
+                     * @example notes/todo.md
+                     */
+                    path: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the change */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description `If-Match` names another sha256 than the file's (code `precondition_failed`); read the file again */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import a tar archive into the volume
+         * @description Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
+         */
+        post: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description delete the volume's files that are not in the archive (default false)
+                     * @example false
+                     */
+                    replace?: boolean;
+                };
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            responses: {
+                /** @description what was imported */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeImported"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the archive is larger than the volume may hold */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The volume's snapshots, newest first
+         * @description Scope: volumes:read.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the snapshots */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SnapshotList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /**
+         * Take a snapshot of the volume
+         * @description Scope: volumes:write. A snapshot names the current tree (no file is copied). The body may be empty.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": components["schemas"]["CreateSnapshot"];
+                };
+            };
+            responses: {
+                /** @description the snapshot */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Snapshot"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/snapshots/{snapshot_id}/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a snapshot
+         * @description Scope: volumes:write. Makes the volume's files those of the snapshot, as one change (source `restore`). With `if_tree`, refused (409) when the volume's tree is no longer that version. The body may be empty.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                    /** @example 01939f3a-5b2c-7d4e-8f00-3c2b1a000002 */
+                    snapshot_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": components["schemas"]["RestoreSnapshot"];
+                };
+            };
+            responses: {
+                /** @description the restore */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/tree": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a volume's files in path order, a page at a time
+         * @description Scope: volumes:read. Pass `next_cursor` back as `cursor` for the next page; it is null on the last page. `tree_hash` is the version of the whole tree.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description only files under this directory
+                     * @example notes/
+                     */
+                    prefix?: string;
+                    /** @description `next_cursor` of the previous page */
+                    cursor?: string;
+                    /** @example 1000 */
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description a page of files */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeTree"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{name}/undo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Undo one change, or every change of a run
+         * @description Scope: volumes:write. The revert is a new change (source `undo`). Refused with a 409 naming the path when a file the change touched has changed since: a later edit is never clobbered.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the volume's name
+                     * @example notes
+                     */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["UndoChange"];
+                };
+            };
+            responses: {
+                /** @description the undo */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VolumeChange"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs (volumes:read to read, volumes:write to change) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a file is not at the version this needs (an undo or a restore over later edits, `if_tree`; later edits are never clobbered), the volume is read-only, or the run has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body over the size cap */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the body is not of the route's media type */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description over a cap: the volume's quota, volumes.max_files or the tenant's volumes.max_tenant_bytes */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;
@@ -8869,6 +11867,8 @@ export interface components {
              * @default []
              */
             tools?: string[];
+            /** @description the volumes the agent's file tools may use; absent (hashed as absent) = none */
+            volumes?: components["schemas"]["VolumeBinding"][];
         };
         /**
          * @description sampling settings; a JSON object (never an array)
@@ -9026,6 +12026,15 @@ export interface components {
                 ready: boolean;
             }[];
             satisfied: boolean;
+        };
+        /** @description The answer of `GET …/changes`: the changelog, newest first. */
+        ChangeList: {
+            data: components["schemas"]["VolumeChange"][];
+            /**
+             * Format: int64
+             * @description pass it as `before_seq` for the next page; null on the last page
+             */
+            next_before_seq: number | null;
         };
         /** @description A channel. */
         Channel: {
@@ -9443,6 +12452,17 @@ export interface components {
             stream?: boolean;
             /** @description narrows the agent's tools */
             tools?: string[] | null;
+            /** @description narrows the agent's volume bindings (names it lacks are dropped; ro wins) */
+            volumes?: components["schemas"]["VolumeBinding"][] | null;
+        };
+        /**
+         * @description The body of `POST …/snapshots`; may be empty.
+         * @example {
+         *       "label": "before the refactor"
+         *     }
+         */
+        CreateSnapshot: {
+            label?: string | null;
         };
         /**
          * @description `POST /v1/tokens`. Strict: an unknown field is a 400.
@@ -9463,7 +12483,7 @@ export interface components {
             expires_at?: string | null;
             /** @example ci */
             name: string;
-            scopes: ("admin" | "tenant:admin" | "runs:create" | "runs:read" | "memory:read" | "memory:write" | "channels:publish" | "channels:read" | "llm:call")[];
+            scopes: ("admin" | "tenant:admin" | "runs:create" | "runs:read" | "memory:read" | "memory:write" | "channels:publish" | "channels:read" | "llm:call" | "volumes:read" | "volumes:write")[];
             /** @example ci-bot */
             subject: string;
             /**
@@ -9472,6 +12492,35 @@ export interface components {
              * @example default
              */
             tenant?: string | null;
+        };
+        /**
+         * @description The body of `POST /v1/volumes`.
+         * @example {
+         *       "description": "the team's shared notes",
+         *       "mode": "rw",
+         *       "name": "notes",
+         *       "quota_bytes": 10485760
+         *     }
+         */
+        CreateVolume: {
+            /** @default null */
+            description?: string | null;
+            /**
+             * @description `ro` refuses every write, whatever a binding says (default `rw`)
+             * @default null
+             */
+            mode?: components["schemas"]["VolumeMode"] | null;
+            /**
+             * @description A named volume's name: 1-64 characters of a-z, 0-9, `_` and `-`, starting with a letter or
+             *     digit (`run` is the run tree's own volume, never a named one).
+             */
+            name: string;
+            /**
+             * Format: int64
+             * @description bytes the volume may hold; absent or 0 = the operator's `volumes.max_volume_bytes`, and
+             *     never more than it
+             */
+            quota_bytes?: number | null;
         };
         /** @description A definition's name and where it points; what the list, retire and activate answer. */
         DefSummary: {
@@ -9543,6 +12592,36 @@ export interface components {
             message: string;
             param?: string | null;
             type?: string | null;
+        };
+        /** @description What one change (or a diff) did to one file. */
+        FileChange: {
+            /** @description null where the file does not exist after */
+            after_sha: string | null;
+            /** @description null where the file did not exist before */
+            before_sha: string | null;
+            /** @description a unified diff, with `diff=true`, when both sides are text */
+            diff?: string | null;
+            path: string;
+            /**
+             * Format: int64
+             * @description the size after (0 when deleted)
+             */
+            size: number;
+        };
+        /** @description One file of a volume's index. */
+        FileEntry: {
+            /**
+             * Format: uint32
+             * @description 420 (0644) or 493 (0755, executable)
+             */
+            mode: number;
+            path: string;
+            /** @description A file's content hash: 64 lowercase hex digits (its sha256). */
+            sha256: string;
+            /** Format: int64 */
+            size: number;
+            /** Format: date-time */
+            updated_at: string;
         };
         /**
          * @description `POST /v1/<kind>/{name}/fork`: a new version from another, with changes merged.
@@ -10256,6 +13335,17 @@ export interface components {
             /** @enum {unknown} */
             status: "ready" | "not_ready";
         };
+        /**
+         * @description The body of `POST …/snapshots/{snapshot_id}/restore`; may be empty.
+         * @example {}
+         */
+        RestoreSnapshot: {
+            /**
+             * @description restore only when the volume's current tree hash is this (409 otherwise), so that no
+             *     change made since it was read is lost unseen
+             */
+            if_tree?: string | null;
+        };
         /** @description A run, as every run route answers it. */
         Run: {
             agent: string;
@@ -10611,6 +13701,29 @@ export interface components {
              */
             next_cursor?: string | number | null;
         };
+        /** @description A snapshot: a version of the volume's tree, kept until the volume is deleted. */
+        Snapshot: {
+            /** Format: int64 */
+            bytes: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: int64 */
+            files: number;
+            /** Format: uuid */
+            id: string;
+            label: string;
+            /**
+             * Format: int64
+             * @description the volume's change count when it was taken
+             */
+            seq: number;
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            tree_hash: string;
+        };
+        /** @description The answer of `GET …/snapshots`: newest first. */
+        SnapshotList: {
+            data: components["schemas"]["Snapshot"][];
+        };
         /** @description one server-sent event: `event` names its kind, `data` is its JSON text */
         SseEvent: {
             data: string;
@@ -10667,6 +13780,24 @@ export interface components {
             subject: string;
             tenant: string;
             token_name: string;
+        };
+        /**
+         * @description The body of `POST …/undo`: one change, or every change of a run not yet undone.
+         * @example {
+         *       "change_id": "01939f3a-5b2c-7d4e-8f00-3c2b1a000001"
+         *     }
+         */
+        UndoChange: {
+            /**
+             * Format: uuid
+             * @description the change to revert (one of `change_id` and `run_id`)
+             */
+            change_id?: string | null;
+            /**
+             * Format: uuid
+             * @description revert every change this run made that is not undone yet, newest first
+             */
+            run_id?: string | null;
         };
         /** @description One group. Only the keys named in group_by are present (`token` fills `token_id`; day and hour are the RFC 3339 start of the UTC bucket). */
         UsageGroup: {
@@ -10730,6 +13861,144 @@ export interface components {
             name: string | null;
             /** Format: uint32 */
             number: number | null;
+        };
+        /** @description A volume. */
+        Volume: {
+            /**
+             * Format: int64
+             * @description bytes its files hold now
+             */
+            bytes: number;
+            /** Format: date-time */
+            created_at: string;
+            description: string;
+            /** Format: int64 */
+            files: number;
+            /**
+             * @description A volume's kind: `named` (made with `POST /v1/volumes`) or `ephemeral` (a run tree's own).
+             * @enum {string}
+             */
+            kind: "named" | "ephemeral";
+            mode: components["schemas"]["VolumeMode"];
+            /** @description the name (`run:<root run id>` for a run tree's volume) */
+            name: string;
+            /** Format: int64 */
+            quota_bytes: number;
+            /** @description the root run of an ephemeral volume */
+            root_run_id: string | null;
+            /**
+             * Format: int64
+             * @description changes so far
+             */
+            seq: number;
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            tree_hash: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /**
+         * @description One volume an agent (or a run) may use.
+         * @example {
+         *       "default": true,
+         *       "mode": "rw",
+         *       "name": "run"
+         *     }
+         */
+        VolumeBinding: {
+            /**
+             * @description the volume file tools use when a call names none (at most one; none marked = the first)
+             * @default false
+             */
+            default?: boolean;
+            /** @default rw */
+            mode?: components["schemas"]["VolumeMode"];
+            /** @description a named volume's name, or `run` for the run tree's own ephemeral volume */
+            name: string;
+        };
+        /**
+         * @description One entry of a volume's changelog: a write, a delete, an import, an undo, a restore, or a
+         *     file tool call of a run.
+         */
+        VolumeChange: {
+            /** Format: date-time */
+            created_at: string;
+            files: components["schemas"]["FileChange"][];
+            /** Format: uuid */
+            id: string;
+            run_id: string | null;
+            /**
+             * Format: int64
+             * @description the volume's change count after it
+             */
+            seq: number;
+            /**
+             * @description what made it: a tool name (`Write`, `Edit`, `Move`, `Delete`, `Exec`), `http`, `import`,
+             *     `undo` or `restore`
+             */
+            source: string;
+            /** @description who made it */
+            subject: string;
+            tool_use_id: string | null;
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            tree_after: string;
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            tree_before: string;
+            /**
+             * Format: uuid
+             * @description the change this one undid
+             */
+            undoes: string | null;
+            /**
+             * Format: uuid
+             * @description the undo that reverted this change
+             */
+            undone_by: string | null;
+        };
+        /** @description The answer of `DELETE /v1/volumes/{name}`. */
+        VolumeDeleted: {
+            deleted: boolean;
+            name: string;
+        };
+        /** @description The answer of `GET …/diff`: the files that differ between two versions, in path order. */
+        VolumeDiff: {
+            files: components["schemas"]["FileChange"][];
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            from_tree: string;
+            /** @description A version of a volume's whole tree: `sha256:` and 64 lowercase hex digits. */
+            to_tree: string;
+        };
+        /** @description The answer of `POST …/import`. */
+        VolumeImported: {
+            /**
+             * Format: int64
+             * @description bytes of their contents
+             */
+            bytes: number;
+            /** @description the change the import made; null when it changed nothing */
+            change: components["schemas"]["VolumeChange"] | null;
+            /**
+             * Format: int64
+             * @description files in the archive
+             */
+            files: number;
+        };
+        /** @description The answer of `GET /v1/volumes`: the tenant's named volumes, by name. */
+        VolumeList: {
+            data: components["schemas"]["Volume"][];
+        };
+        /**
+         * @description How a volume may be used: `rw` or `ro`. Where two meet (an agent and a caller, a parent and
+         *     a sub-run, a binding and the volume), `ro` wins.
+         * @enum {string}
+         */
+        VolumeMode: "rw" | "ro";
+        /** @description The answer of `GET …/tree`: a page of files in path order. */
+        VolumeTree: {
+            data: components["schemas"]["FileEntry"][];
+            /** @description pass it back as `cursor` for the next page; null on the last page */
+            next_cursor: string | null;
+            /** @description the version of the whole tree */
+            tree_hash: string;
         };
         /**
          * @description A webhook definition's content (hashed into its version). Exactly one of `agent` (start a run per delivery) and `channel` (publish each delivery). `mapping` picks the run's `input`, `user` and `metadata.<key>` out of the payload with JSON paths (`$`, `.key`, `[n]`); unmapped, the whole payload is the input.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { apply, emptyTerminal, follow, header, pretty, summary, tokens, type RunFacts, type Terminal } from './terminal';
+import { changeSummary } from './diff';
+import { apply, emptyTerminal, follow, header, pretty, summary, tokens, type Line, type RunFacts, type Terminal } from './terminal';
 import type { RunEvent } from './sse';
 import { pump } from './sse';
 
@@ -46,6 +47,55 @@ describe('the live terminal', () => {
       ev(2, 'sub_run_finished', { run_id: 'r2', status: 'succeeded', stop_reason: 'end_turn' }),
     ]);
     expect(t.lines).toEqual([{ type: 'subrun', seq: 1, runId: 'r2', agent: 'helper', status: 'succeeded' }]);
+  });
+
+  it('folds a file change to one line holding its files and their diffs, after its tool call', () => {
+    const diff = '--- a/src/a.py\n+++ b/src/a.py\n@@ -1,2 +1,4 @@\n-x = 1\n+x = 2\n+y = 3\n+z = 4\n keep\n';
+    const t = run([
+      ev(1, 'tool_call', { id: 'tu_w', name: 'Edit', input: { path: 'src/a.py' } }),
+      ev(2, 'file_changed', {
+        volume: 'run',
+        tool_use_id: 'tu_w',
+        change_id: 'c1',
+        files: [{ path: 'src/a.py', before_sha: 'aa', after_sha: 'bb', diff }],
+      }),
+      ev(3, 'tool_result', { tool_use_id: 'tu_w', content: '{"path":"src/a.py"}' }),
+    ]);
+    expect(t.lines.map((l) => l.type)).toEqual(['tool', 'files']);
+    expect(t.lines[1]).toEqual({
+      type: 'files',
+      seq: 2,
+      volume: 'run',
+      toolUseId: 'tu_w',
+      changeId: 'c1',
+      files: [{ path: 'src/a.py', before: 'aa', after: 'bb', diff }],
+    });
+    const line = t.lines[1] as Extract<Line, { type: 'files' }>;
+    expect(changeSummary(line.files)).toBe('changed src/a.py (+3 −1)');
+    // The tool line still gets its result.
+    expect(t.lines[0]).toMatchObject({ type: 'tool', result: { content: '{"path":"src/a.py"}' } });
+  });
+
+  it('reads a created file, a deleted one and a move from the shas; odd data makes no odd line', () => {
+    const one = (files: unknown, seq = 1) => run([ev(seq, 'file_changed', { volume: 'notes', change_id: 'c', files })]).lines[0] as Extract<Line, { type: 'files' }>;
+    expect(changeSummary(one([{ path: 'a.txt', before_sha: null, after_sha: 'ab', diff: '--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hi\n' }]).files)).toBe(
+      'created a.txt (+1 −0)',
+    );
+    expect(changeSummary(one([{ path: 'old.bin', before_sha: 'ab', after_sha: null, diff: '' }]).files)).toBe('deleted old.bin');
+    expect(
+      changeSummary(
+        one([
+          { path: 'a.txt', before_sha: 'ab', after_sha: null, diff: '' },
+          { path: 'b/a.txt', before_sha: null, after_sha: 'ab', diff: '' },
+        ]).files,
+      ),
+    ).toBe('moved a.txt → b/a.txt');
+    expect(one('nonsense').files).toEqual([]);
+    expect(one([{ path: 'x', diff: 42 }]).files).toEqual([{ path: 'x', before: null, after: null, diff: '' }]);
+    // A replayed file change is not shown twice, and it says the run is working.
+    const events = [ev(1, 'file_changed', { volume: 'run', change_id: 'c', files: [] })];
+    expect(run([...events, ...events]).lines).toHaveLength(1);
+    expect(follow({ status: 'queued' }, events[0])).toMatchObject({ status: 'running' });
   });
 
   it('summarises long values on one line', () => {

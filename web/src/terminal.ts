@@ -1,3 +1,4 @@
+import type { FileDiff } from './diff';
 import type { RunEvent } from './sse';
 
 /** One line of the live terminal. */
@@ -14,6 +15,8 @@ export type Line =
       result?: { content: unknown; isError: boolean };
     }
   | { type: 'subrun'; seq: number; runId: string; agent: string; status: string }
+  /** A file tool call's change to a volume (`file_changed`): one folded line, its diffs inside. */
+  | { type: 'files'; seq: number; volume: string; toolUseId: string; changeId: string; files: FileDiff[] }
   | {
       type: 'interruption';
       seq: number;
@@ -49,6 +52,22 @@ function messageText(message: unknown): string {
     .filter((b) => b && (b as { type?: string }).type === 'text')
     .map((b) => str((b as { text?: unknown }).text))
     .join('');
+}
+
+const sha = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
+/** The files of a `file_changed` event (`[{path, before_sha, after_sha, diff}]`). */
+function changedFiles(v: unknown): FileDiff[] {
+  if (!Array.isArray(v)) return [];
+  return v.map((f) => {
+    const x = fields(f);
+    return {
+      path: str(x.path),
+      before: sha(x.before_sha),
+      after: sha(x.after_sha),
+      diff: typeof x.diff === 'string' ? x.diff : '',
+    };
+  });
 }
 
 /**
@@ -95,6 +114,16 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
       }
       break;
     }
+    case 'file_changed':
+      lines.push({
+        type: 'files',
+        seq: e.seq,
+        volume: str(d.volume),
+        toolUseId: str(d.tool_use_id),
+        changeId: str(d.change_id),
+        files: changedFiles(d.files),
+      });
+      break;
     case 'sub_run_started':
       lines.push({ type: 'subrun', seq: e.seq, runId: str(d.run_id), agent: str(d.agent), status: 'running' });
       break;
@@ -200,6 +229,7 @@ const WORKING = new Set([
   'assistant_message',
   'tool_call',
   'tool_result',
+  'file_changed',
   'sub_run_started',
   'sub_run_finished',
 ]);

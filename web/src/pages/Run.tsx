@@ -17,6 +17,9 @@ import {
   type Terminal,
 } from '../terminal';
 import { ErrorNote } from '../ErrorNote';
+import { changeSummary } from '../diff';
+import { UnifiedDiff } from '../UnifiedDiff';
+import { RUN_VOLUME } from '../files';
 
 const saveKey = (runId: string) => `weft-run:${runId}`;
 
@@ -239,6 +242,28 @@ function TerminalLine({
             </summary>
             <pre aria-label="Input">{pretty(line.input)}</pre>
             {line.result && <pre aria-label="Result">{pretty(line.result.content)}</pre>}
+          </details>
+        </li>
+      );
+    case 'files':
+      return (
+        <li className="t-files">
+          <details>
+            <summary>
+              ✎ {changeSummary(line.files)}
+              {line.volume && line.volume !== RUN_VOLUME ? ` in ${line.volume}` : ''}
+            </summary>
+            {line.files.map((f, i) => (
+              <div key={`${f.path}-${i}`}>
+                {line.files.length > 1 && <p className="t-muted">{f.path}</p>}
+                <UnifiedDiff diff={f.diff} label={`Diff of ${f.path}`} />
+              </div>
+            ))}
+            {line.volume && line.volume !== RUN_VOLUME && (
+              <p className="t-muted">
+                <Link to={`/files/${encodeURIComponent(line.volume)}`}>Open {line.volume} in Files</Link>
+              </p>
+            )}
           </details>
         </li>
       );
