@@ -44,7 +44,7 @@ impl Tool for Delete {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("path"),
     Field::Opt("if_match"),
     Field::Opt("volume"),

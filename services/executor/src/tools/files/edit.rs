@@ -60,7 +60,7 @@ impl Tool for Edit {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("path"),
     Field::Need("edits"),
     Field::Opt("volume"),
@@ -81,7 +81,7 @@ async fn edit(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
     };
     let file = match rpc(ctx, msg, |mut c, r| async move { c.read_file(r).await }).await {
         Ok(f) => f,
-        Err(s) if s.code() == tonic::Code::NotFound && !volume_missing(&s) => {
+        Err(s) if s.code() == tonic::Code::NotFound && file_missing(&s) => {
             return Err(Fail::from(format!(
                 "`{path}` does not exist; use Write to make it"
             )));
@@ -126,8 +126,8 @@ async fn edit(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
         Ok(c) => c,
         Err(s) if conflict(&s) => {
             return Err(Fail::from(format!(
-                "{}; the file changed while it was being edited: call Edit again (it reads the file anew)",
-                weft_core::Error::from(&s).message
+                "`{path}` changed while this edit was being made (another writer came in \
+                 between); no edit was made: call Edit again (it reads the file anew)"
             )));
         }
         Err(s) => return Err(s.into()),
@@ -145,37 +145,14 @@ fn conflict(s: &tonic::Status) -> bool {
             .is_some_and(|p| p.ends_with("if_match"))
 }
 
-/// Whether a NOT_FOUND is about the volume (a named volume deleted) rather than the file.
-fn volume_missing(s: &tonic::Status) -> bool {
-    weft_core::Error::from(s).param.as_deref() == Some("volume")
+/// Whether a NOT_FOUND is about the file (rather than the volume or the run).
+fn file_missing(s: &tonic::Status) -> bool {
+    weft_core::Error::from(s).param.as_deref() == Some("path")
 }
 
-/// The message for edits that cannot apply, with what to do about it.
+/// The message for edits that cannot apply (`weft_volumes` says what to do next).
 pub(crate) fn refusal(e: &EditError) -> String {
-    let lines = |lines: &[usize]| {
-        lines
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match e {
-        EditError::NotFound { hint: Some(h), .. } => format!(
-            "{e}; the closest text in the file is:\n{h}\ncopy the text to replace exactly (Read shows it); no edit was made"
-        ),
-        EditError::NotFound { hint: None, .. } => {
-            format!("{e}; Read the file and copy the text to replace exactly; no edit was made")
-        }
-        EditError::AmbiguousExact { lines: at, .. } => format!(
-            "{e} (lines {}); add surrounding lines to `old` to make it unique, or set replace_all; no edit was made",
-            lines(at)
-        ),
-        EditError::AmbiguousFuzzy { lines: at, .. } => format!(
-            "{e} (lines {}); copy the text exactly, with a surrounding line or two, so one place matches; no edit was made",
-            lines(at)
-        ),
-        other => format!("{other}; no edit was made"),
-    }
+    format!("{e}; no edit was made")
 }
 
 /// Pages of the run's changelog looked through for this call's change.

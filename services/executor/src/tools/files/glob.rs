@@ -45,7 +45,7 @@ impl Tool for Glob {
     }
 }
 
-const FIELDS: &[Field] = &[Field::Need("pattern"), Field::Opt("volume")];
+pub(super) const FIELDS: &[Field] = &[Field::Need("pattern"), Field::Opt("volume")];
 
 /// One path found.
 #[derive(Serialize)]

@@ -50,7 +50,7 @@ impl Tool for Grep {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("pattern"),
     Field::Opt("glob"),
     Field::Opt("mode"),
@@ -126,4 +126,50 @@ pub(crate) fn answer(mode: GrepMode, r: v1::GrepResponse) -> Value {
         m.insert("skipped_binary".into(), r.skipped_binary.into());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(path: &str, n: u32, text: &str, is_match: bool) -> v1::GrepLine {
+        v1::GrepLine {
+            path: path.into(),
+            line: n,
+            text: text.into(),
+            is_match,
+        }
+    }
+
+    #[test]
+    fn content_is_ripgrep_shaped_and_capped() {
+        let r = v1::GrepResponse {
+            lines: vec![line("a.py", 3, "x = 1", true), line("a.py", 4, "y", false)],
+            skipped_binary: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            answer(GrepMode::Content, r),
+            json!({"lines": "a.py:3:x = 1\na.py-4-y\n", "truncated": false, "skipped_binary": 2})
+        );
+        let long = "é".repeat(MAX_GREP_BYTES);
+        let r = v1::GrepResponse {
+            lines: vec![line("a", 1, &long, true), line("a", 2, "b", true)],
+            ..Default::default()
+        };
+        let got = answer(GrepMode::Content, r);
+        assert_eq!(got["truncated"], true);
+        assert!(got["lines"].as_str().unwrap().len() <= MAX_GREP_BYTES + 4);
+        let r = v1::GrepResponse {
+            counts: vec![v1::GrepCount {
+                path: "a".into(),
+                count: 2,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            answer(GrepMode::Count, r),
+            json!({"counts": [{"path": "a", "count": 2}], "truncated": false})
+        );
+    }
 }

@@ -52,7 +52,7 @@ impl Tool for List {
     }
 }
 
-const FIELDS: &[Field] = &[Field::Opt("path"), Field::Opt("volume")];
+pub(super) const FIELDS: &[Field] = &[Field::Opt("path"), Field::Opt("volume")];
 
 /// One child of the listed directory.
 #[derive(Debug, PartialEq, Serialize)]

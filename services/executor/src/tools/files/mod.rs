@@ -219,6 +219,8 @@ pub(crate) async fn apply_status(
         replace: false,
     };
     let change = rpc(ctx, msg, |mut c, r| async move { c.apply(r).await }).await?;
+    // Committed, not yet recorded in the run: a crash here makes the resumed call a repeat.
+    weft_launch::fault_point("file_change_applied");
     ctx.emit(file_changed(target, ctx.tool_use_id(), &change));
     Ok(change)
 }
@@ -400,6 +402,75 @@ mod tests {
         // No default marked: the first.
         let t = resolve(&[b("docs", VolumeMode::Ro, false)], id, None).unwrap();
         assert_eq!(t.name, "docs");
+    }
+
+    /// The message for a bad input, read as tool `T`'s input with `fields`.
+    fn problem<T: serde::de::DeserializeOwned>(fields: &[Field], input: Value) -> String {
+        match read_input::<T>(&input, fields) {
+            Err(Fail::Say(out)) => out.text,
+            Err(Fail::Abort(_)) => panic!("an abort for {input}"),
+            Ok(_) => panic!("{input} was read"),
+        }
+    }
+
+    #[test]
+    fn bad_inputs_name_the_field() {
+        use serde_json::json;
+        use weft_api::tools::{EditInput, GrepInput, ListInput, MoveInput, ReadInput, WriteInput};
+        assert_eq!(
+            problem::<WriteInput>(write::FIELDS, json!({"content": "x"})),
+            "`path` is required"
+        );
+        assert_eq!(
+            problem::<WriteInput>(write::FIELDS, json!({"path": "a", "content": null})),
+            "`content` is required"
+        );
+        assert_eq!(
+            problem::<ReadInput>(read::FIELDS, json!({"path": "a", "offset": "2"})),
+            "`offset` must be an integer from 0 up, got a string"
+        );
+        assert_eq!(
+            problem::<EditInput>(edit::FIELDS, json!({"path": "a", "edits": "x"})),
+            "`edits` must be an array, got a string"
+        );
+        assert_eq!(
+            problem::<EditInput>(edit::FIELDS, json!({"path": "a", "edits": [{"new": "b"}]})),
+            "`edits[0].old` is required"
+        );
+        assert_eq!(
+            problem::<GrepInput>(grep::FIELDS, json!({"pattern": "a", "mode": "lines"})),
+            "`mode` must be one of files, content, count, got \"lines\""
+        );
+        assert_eq!(
+            problem::<MoveInput>(move_file::FIELDS, json!({"from": "a"})),
+            "`to` is required"
+        );
+        assert_eq!(
+            problem::<ListInput>(list::FIELDS, json!({"volume": 5})),
+            "`volume` must be a string, got a number"
+        );
+        // Unknown fields are ignored, and every optional one may be left out.
+        let w: WriteInput = read_input(
+            &json!({"path": "a", "content": "", "mode": 7}),
+            write::FIELDS,
+        )
+        .unwrap();
+        assert_eq!((w.path.as_str(), w.if_match, w.volume), ("a", None, None));
+        let l: ListInput = read_input(&json!({}), list::FIELDS).unwrap();
+        assert_eq!(l.path, None);
+    }
+
+    #[test]
+    fn paths_are_checked_before_any_call() {
+        for bad in ["../x", "/etc/passwd", "a/../../b", "a\0b", ""] {
+            match clean("path", bad) {
+                Err(Fail::Say(out)) => {
+                    assert!(out.text.contains("`path`"), "{bad:?}: {}", out.text)
+                }
+                _ => panic!("{bad:?} was accepted"),
+            }
+        }
+        assert!(matches!(clean("path", "docs/a.md"), Ok(p) if p == "docs/a.md"));
     }
 
     #[test]

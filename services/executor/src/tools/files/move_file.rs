@@ -44,7 +44,7 @@ impl Tool for Move {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("from"),
     Field::Need("to"),
     Field::Opt("overwrite"),

@@ -51,7 +51,7 @@ impl Tool for Read {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("path"),
     Field::Opt("offset"),
     Field::Opt("limit"),
@@ -112,7 +112,7 @@ pub(crate) fn show(
         );
     }
     let mut out = n.text;
-    if n.last_line < n.total_lines {
+    if n.truncated && n.last_line < n.total_lines {
         out.push_str(&format!(
             "(lines {}-{} of {}; call Read with offset={} to read on)\n",
             n.first_line,
@@ -122,4 +122,36 @@ pub(crate) fn show(
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_numbered_and_windows_say_how_to_read_on() {
+        let text = b"one\ntwo\nthree\n";
+        assert_eq!(
+            show("a.txt", "s", text, None, None),
+            "     1\tone\n     2\ttwo\n     3\tthree\n"
+        );
+        assert_eq!(
+            show("a.txt", "s", text, Some(2), Some(1)),
+            "     2\ttwo\n(lines 2-2 of 3; call Read with offset=3 to read on)\n"
+        );
+        assert_eq!(
+            show("a.txt", "s", text, Some(9), None),
+            "(`a.txt` has 3 lines; offset 9 is past the end)"
+        );
+        assert_eq!(show("e", "s", b"", None, None), "(`e` is empty)");
+    }
+
+    #[test]
+    fn binary_files_are_described_not_shown() {
+        let got = show("b.bin", "ab12", &[0, 159, 146, 150], None, None);
+        assert_eq!(
+            got,
+            "`b.bin` is a binary file (4 bytes, sha256 ab12); Read shows text files only"
+        );
+    }
 }

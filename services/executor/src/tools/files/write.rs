@@ -45,7 +45,7 @@ impl Tool for Write {
     }
 }
 
-const FIELDS: &[Field] = &[
+pub(super) const FIELDS: &[Field] = &[
     Field::Need("path"),
     Field::Need("content"),
     Field::Opt("if_match"),
