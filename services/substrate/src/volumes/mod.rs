@@ -63,6 +63,10 @@ pub const DIFF_MAX_BYTES: usize = 64 * 1024;
 pub const DIFF_MAX_INPUT_BYTES: i64 = 1024 * 1024;
 /// Most diff bytes one reply carries; later files get none.
 pub const DIFF_MAX_TOTAL_BYTES: usize = 1024 * 1024;
+/// Most blob bytes one reply's diffs read; later files get none.
+pub const DIFF_MAX_READ_BYTES: i64 = 32 * 1024 * 1024;
+/// Diffs read blobs in batches of about this many bytes.
+const DIFF_BATCH_BYTES: i64 = 4 * 1024 * 1024;
 /// Grep reads blobs in batches of at most this many files …
 const GREP_BATCH_FILES: usize = 256;
 /// … and this many bytes.
@@ -1002,7 +1006,7 @@ impl Volumes {
     }
 
     /// Unified diffs of text files, one per pair ("" for a binary or large file, or once the
-    /// reply's diff budget is spent).
+    /// reply's diff budget or its read budget is spent). Blobs are read a batch at a time.
     async fn diffs(
         &self,
         tenant: &TenantId,
@@ -1010,45 +1014,75 @@ impl Volumes {
         cache: &HashMap<&str, &[u8]>,
     ) -> Result<Vec<String>, Error> {
         let small = |s: &Side<'_>| s.size <= DIFF_MAX_INPUT_BYTES;
-        let mut need: Vec<String> = Vec::new();
-        for p in pairs.iter().filter(|p| small(&p.before) && small(&p.after)) {
-            for sha in [p.before.sha, p.after.sha].into_iter().flatten() {
-                if !cache.contains_key(sha) && !need.iter().any(|n| n == sha) {
-                    need.push(sha.to_owned());
+        let mut budget = DIFF_MAX_TOTAL_BYTES;
+        let mut read_budget = DIFF_MAX_READ_BYTES;
+        let mut out = Vec::with_capacity(pairs.len());
+        let mut at = 0;
+        while at < pairs.len() {
+            // The next batch: pairs until DIFF_BATCH_BYTES of blobs not in `cache`.
+            let mut end = at;
+            let mut need: Vec<String> = Vec::new();
+            let mut batch_bytes = 0i64;
+            while end < pairs.len() && (end == at || batch_bytes < DIFF_BATCH_BYTES) {
+                let p = &pairs[end];
+                end += 1;
+                if !small(&p.before) || !small(&p.after) || p.before.sha == p.after.sha {
+                    continue;
+                }
+                for side in [p.before, p.after] {
+                    if let Some(sha) = side.sha
+                        && !cache.contains_key(sha)
+                        && !need.iter().any(|n| n == sha)
+                    {
+                        need.push(sha.to_owned());
+                        batch_bytes += side.size;
+                    }
                 }
             }
-        }
-        let loaded = self.store.blobs().load(tenant.as_str(), &need).await?;
-        let bytes_of = |sha: Option<&str>| -> &[u8] {
-            match sha {
-                None => &[],
-                Some(s) => cache
-                    .get(s)
-                    .copied()
-                    .or_else(|| loaded.get(s).map(Vec::as_slice))
-                    .unwrap_or(&[]),
-            }
-        };
-        let mut budget = DIFF_MAX_TOTAL_BYTES;
-        let mut out = Vec::with_capacity(pairs.len());
-        for p in pairs {
-            if budget == 0 || !small(&p.before) || !small(&p.after) || p.before.sha == p.after.sha {
-                out.push(String::new());
-                continue;
-            }
-            let (b, a) = (bytes_of(p.before.sha), bytes_of(p.after.sha));
-            let text = |x: &[u8]| x.is_empty() || !weft_volumes::text::is_binary(x);
-            let (Ok(bs), Ok(as_)) = (std::str::from_utf8(b), std::str::from_utf8(a)) else {
-                out.push(String::new());
-                continue;
+            let over = budget == 0 || batch_bytes > read_budget;
+            let loaded = if over {
+                HashMap::new()
+            } else {
+                read_budget -= batch_bytes;
+                self.store.blobs().load(tenant.as_str(), &need).await?
             };
-            if !text(b) || !text(a) {
-                out.push(String::new());
-                continue;
+            for p in &pairs[at..end] {
+                if over
+                    || budget == 0
+                    || !small(&p.before)
+                    || !small(&p.after)
+                    || p.before.sha == p.after.sha
+                {
+                    out.push(String::new());
+                    continue;
+                }
+                let bytes_of = |sha: Option<&str>| -> &[u8] {
+                    match sha {
+                        None => &[],
+                        Some(s) => cache
+                            .get(s)
+                            .copied()
+                            .or_else(|| loaded.get(s).map(Vec::as_slice))
+                            .unwrap_or(&[]),
+                    }
+                };
+                let (b, a) = (bytes_of(p.before.sha), bytes_of(p.after.sha));
+                let text = |x: &[u8]| x.is_empty() || !weft_volumes::text::is_binary(x);
+                let (true, true, Ok(bs), Ok(as_)) = (
+                    text(b),
+                    text(a),
+                    std::str::from_utf8(b),
+                    std::str::from_utf8(a),
+                ) else {
+                    out.push(String::new());
+                    continue;
+                };
+                let d =
+                    weft_volumes::diff::unified_capped(p.path, bs, as_, DIFF_MAX_BYTES.min(budget));
+                budget = budget.saturating_sub(d.len());
+                out.push(d);
             }
-            let d = weft_volumes::diff::unified_capped(p.path, bs, as_, DIFF_MAX_BYTES.min(budget));
-            budget = budget.saturating_sub(d.len());
-            out.push(d);
+            at = end;
         }
         Ok(out)
     }

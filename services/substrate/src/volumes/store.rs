@@ -539,14 +539,19 @@ impl VolumeStore {
         volume: Uuid,
         shas: &[String],
     ) -> Result<HashSet<String>, VolError> {
+        // Each set is read once (a hashed subplan), not once per sha.
         let found: Vec<String> = sqlx::query_scalar(
             "SELECT s FROM unnest($3::text[]) AS s
              WHERE EXISTS (SELECT 1 FROM volumes v WHERE v.id = $2 AND v.tenant_id = $1)
-               AND (EXISTS (SELECT 1 FROM volume_files f WHERE f.volume_id = $2 AND f.sha256 = s)
-                 OR EXISTS (SELECT 1 FROM volume_change_files cf
-                            JOIN volume_changes c ON c.id = cf.change_id
-                            WHERE c.volume_id = $2 AND c.tenant_id = $1
-                              AND (cf.before_sha = s OR cf.after_sha = s))
+               AND (s IN (SELECT f.sha256 FROM volume_files f WHERE f.volume_id = $2)
+                 OR s IN (SELECT cf.after_sha FROM volume_change_files cf
+                          JOIN volume_changes c ON c.id = cf.change_id
+                          WHERE c.volume_id = $2 AND c.tenant_id = $1
+                            AND cf.after_sha IS NOT NULL)
+                 OR s IN (SELECT cf.before_sha FROM volume_change_files cf
+                          JOIN volume_changes c ON c.id = cf.change_id
+                          WHERE c.volume_id = $2 AND c.tenant_id = $1
+                            AND cf.before_sha IS NOT NULL)
                  OR EXISTS (SELECT 1 FROM volume_snapshots n
                             WHERE n.volume_id = $2 AND n.tenant_id = $1
                               AND n.entries @> jsonb_build_array(jsonb_build_array(s))))",
