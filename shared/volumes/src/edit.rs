@@ -219,7 +219,28 @@ fn split_lines(content: &str) -> Vec<Line<'_>> {
 
 /// A line trimmed, its inner runs of whitespace collapsed to one space.
 fn normalize(line: &str) -> String {
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(line.len());
+    normalize_into(line, &mut out);
+    out
+}
+
+fn normalize_into(line: &str, out: &mut String) {
+    out.clear();
+    for (i, word) in line.split_whitespace().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+}
+
+/// Whether `normalize(line) == normed`, without allocating.
+fn norm_eq(line: &str, normed: &str) -> bool {
+    if normed.is_empty() {
+        line.trim().is_empty()
+    } else {
+        line.split_whitespace().eq(normed.split(' '))
+    }
 }
 
 /// The lines of `old` or `new`: split on `\n`, `\r` dropped, one final newline ignored.
@@ -236,7 +257,6 @@ fn indent_of(line: &str) -> &str {
 
 fn fuzzy_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditError> {
     let lines = split_lines(content);
-    let norm_content: Vec<String> = lines.iter().map(|l| normalize(l.text)).collect();
     let old_lines = text_lines(&edit.old);
     let norm_old: Vec<String> = old_lines.iter().map(|l| normalize(l)).collect();
     if norm_old.iter().all(String::is_empty) {
@@ -244,17 +264,22 @@ fn fuzzy_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditErr
         return Err(EditError::NotFound { index, hint: None });
     }
     let m = norm_old.len();
-    let windows: Vec<usize> = if m > norm_content.len() {
+    let windows: Vec<usize> = if m > lines.len() {
         Vec::new()
     } else {
-        (0..=norm_content.len() - m)
-            .filter(|&s| norm_content[s..s + m] == norm_old[..])
+        (0..=lines.len() - m)
+            .filter(|&s| {
+                lines[s..s + m]
+                    .iter()
+                    .zip(&norm_old)
+                    .all(|(l, o)| norm_eq(l.text, o))
+            })
             .collect()
     };
     if windows.is_empty() {
         return Err(EditError::NotFound {
             index,
-            hint: not_found_hint(&lines, &norm_content, &norm_old),
+            hint: not_found_hint(&lines, &norm_old),
         });
     }
     if windows.len() > 1 && !edit.replace_all {
@@ -341,25 +366,23 @@ fn reindent(new_lines: &[&str], old_indent: &str, file_indent: &str) -> Vec<Stri
 }
 
 /// Lines of the file the hint compares at most, and characters of each.
-const HINT_MAX_LINES: usize = 50_000;
+const HINT_MAX_LINES: usize = 1_000_000;
 const HINT_MAX_CHARS: usize = 400;
+/// The least similarity (0..=1) for a line to be offered as the closest.
+const HINT_MIN_SIMILARITY: f64 = 0.3;
 
 /// What is closest to `old` in the file: the longest run of `old`'s first lines found (and the
 /// line where it stops matching), else the line most like `old`'s first non-blank line.
-fn not_found_hint(
-    lines: &[Line<'_>],
-    norm_content: &[String],
-    norm_old: &[String],
-) -> Option<String> {
-    // the longest prefix of old's lines that matches somewhere (old has at least 2 lines here
-    // when it helps: a 1-line old that matched would not be here)
+fn not_found_hint(lines: &[Line<'_>], norm_old: &[String]) -> Option<String> {
+    // the longest run of old's first lines that matches somewhere (with one line, old would
+    // have matched)
     let mut best: Option<(usize, usize)> = None; // (start, matched lines)
     if norm_old.len() > 1 && !norm_old[0].is_empty() {
-        for s in 0..norm_content.len() {
-            let k = norm_content[s..]
+        for s in 0..lines.len() {
+            let k = lines[s..]
                 .iter()
                 .zip(norm_old)
-                .take_while(|(a, b)| a == b)
+                .take_while(|(l, o)| norm_eq(l.text, o))
                 .count();
             if k > 0 && best.is_none_or(|(_, bk)| k > bk) {
                 best = Some((s, k));
@@ -368,93 +391,124 @@ fn not_found_hint(
     }
     if let Some((s, k)) = best {
         let first_of = if k == 1 {
-            "the first line".to_owned()
+            "the first line of old matches".to_owned()
         } else {
-            format!("the first {k} lines")
+            format!("the first {k} lines of old match")
         };
         let differs = match lines.get(s + k) {
-            Some(line) => format!(
-                "line {} of the file is {}",
-                s + k + 1,
-                quote_line(line.text)
-            ),
+            Some(line) => format!("line {} of the file is {}", s + k + 1, shown(line.text)),
             None => "the file ends there".to_owned(),
         };
         return Some(format!(
-            "{first_of} of old match at line {}, but old's line {} {} differs: {differs}",
+            "{first_of} at line {}, but old's line {} {} differs: {differs}",
             s + 1,
             k + 1,
-            quote_norm(&norm_old[k]),
+            shown(&norm_old[k]),
         ));
     }
     let target = norm_old.iter().find(|l| !l.is_empty())?;
-    let target = cut_chars(target, HINT_MAX_CHARS);
-    let target_grams = bigrams(target);
+    let target = Bigrams::new(cut_chars(target, HINT_MAX_CHARS));
     let mut best: Option<(f64, usize)> = None;
-    for (i, norm) in norm_content.iter().enumerate().take(HINT_MAX_LINES) {
+    let mut norm = String::new();
+    let mut left = Vec::new();
+    for (i, line) in lines.iter().enumerate().take(HINT_MAX_LINES) {
+        normalize_into(line.text, &mut norm);
+        let norm = cut_chars(&norm, HINT_MAX_CHARS);
         if norm.is_empty() {
             continue;
         }
-        let score = dice(&target_grams, &bigrams(cut_chars(norm, HINT_MAX_CHARS)));
+        // Dice cannot pass 2·min/(a+b): skip a line too short or long to beat the best
+        let grams = norm.chars().count().saturating_sub(1).max(1);
+        let bound = 2.0 * grams.min(target.len) as f64 / (grams + target.len) as f64;
+        if best.is_some_and(|(b, _)| bound <= b) {
+            continue;
+        }
+        let score = target.dice(norm, &mut left);
         if best.is_none_or(|(b, _)| score > b) {
             best = Some((score, i));
         }
     }
     match best {
-        Some((score, i)) if score >= 0.3 => Some(format!(
+        Some((score, i)) if score >= HINT_MIN_SIMILARITY => Some(format!(
             "the closest line is {}: {}",
             i + 1,
-            quote_line(lines[i].text)
+            shown(lines[i].text)
         )),
         _ => None,
     }
 }
 
-fn quote_line(line: &str) -> String {
-    shown(line)
-}
-
-fn quote_norm(line: &str) -> String {
-    shown(line)
-}
-
 fn cut_chars(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..floor_char_boundary(s, i)],
+        Some((i, _)) => &s[..i],
         None => s,
     }
 }
 
-/// Character bigrams, sorted (a multiset).
-fn bigrams(s: &str) -> Vec<(char, char)> {
-    let chars: Vec<char> = s.chars().collect();
-    let mut grams: Vec<(char, char)> = chars.windows(2).map(|w| (w[0], w[1])).collect();
-    if grams.is_empty() {
-        grams.extend(chars.first().map(|&c| (c, c)));
-    }
-    grams.sort_unstable();
-    grams
+/// The character bigrams of a text, as a multiset: the distinct ones sorted, with counts.
+struct Bigrams {
+    grams: Vec<(char, char)>,
+    counts: Vec<u32>,
+    /// How many, with repeats.
+    len: usize,
 }
 
-/// Sørensen–Dice similarity of two sorted bigram multisets, 0..=1.
-fn dice(a: &[(char, char)], b: &[(char, char)]) -> f64 {
-    if a.is_empty() && b.is_empty() {
-        return 1.0;
-    }
-    let (mut i, mut j, mut shared) = (0, 0, 0u32);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                shared += 1;
-                i += 1;
-                j += 1;
+/// The bigrams of `s`: each pair of neighbouring characters; a single character is one bigram
+/// with itself.
+fn bigrams_of(s: &str) -> impl Iterator<Item = (char, char)> + '_ {
+    let mut chars = s.chars();
+    let first = chars.next();
+    let single = first.filter(|_| s.chars().nth(1).is_none()).map(|c| (c, c));
+    let pairs = first.into_iter().flat_map(move |f| {
+        chars.clone().scan(f, |prev, c| {
+            let pair = (*prev, c);
+            *prev = c;
+            Some(pair)
+        })
+    });
+    single.into_iter().chain(pairs)
+}
+
+impl Bigrams {
+    fn new(s: &str) -> Self {
+        let mut all: Vec<(char, char)> = bigrams_of(s).collect();
+        all.sort_unstable();
+        let len = all.len();
+        let mut grams: Vec<(char, char)> = Vec::new();
+        let mut counts: Vec<u32> = Vec::new();
+        for g in all {
+            match (grams.last(), counts.last_mut()) {
+                (Some(last), Some(n)) if *last == g => *n += 1,
+                _ => {
+                    grams.push(g);
+                    counts.push(1);
+                }
             }
         }
+        Bigrams { grams, counts, len }
     }
-    let total = a.len() + b.len();
-    f64::from(2 * shared) / total as f64
+
+    /// Sørensen–Dice similarity of these bigrams and those of `other`, 0..=1; `left` is a
+    /// scratch buffer.
+    fn dice(&self, other: &str, left: &mut Vec<u32>) -> f64 {
+        left.clear();
+        left.extend_from_slice(&self.counts);
+        let (mut shared, mut other_len) = (0usize, 0usize);
+        for g in bigrams_of(other) {
+            other_len += 1;
+            if let Ok(i) = self.grams.binary_search(&g)
+                && left[i] > 0
+            {
+                left[i] -= 1;
+                shared += 1;
+            }
+        }
+        let total = self.len + other_len;
+        if total == 0 {
+            return 1.0;
+        }
+        2.0 * shared as f64 / total as f64
+    }
 }
 
 #[cfg(test)]
@@ -766,6 +820,21 @@ mod tests {
             panic!("{err:?}")
         };
         assert!(hint.ends_with("the file ends there"), "{hint}");
+    }
+
+    #[test]
+    fn dice_similarity() {
+        let close = |a: &str, b: &str| Bigrams::new(a).dice(b, &mut Vec::new());
+        assert_eq!(close("night", "night"), 1.0);
+        assert_eq!(close("abc", "xyz"), 0.0);
+        // night/nacht share only "ht" of 4 + 4 bigrams
+        assert!((close("night", "nacht") - 0.25).abs() < 1e-9);
+        // repeats count once each
+        assert!((close("aaa", "aa") - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(close("a", "a"), 1.0);
+        assert_eq!(bigrams_of("ab").collect::<Vec<_>>(), [('a', 'b')]);
+        assert_eq!(bigrams_of("a").collect::<Vec<_>>(), [('a', 'a')]);
+        assert_eq!(bigrams_of("").count(), 0);
     }
 
     #[test]
