@@ -29,7 +29,6 @@ use serde::Deserialize;
 use weft_api::common::{Nullable, Timestamp, Uuid};
 use weft_api::volumes as api;
 use weft_auth::rpc::Peer;
-use weft_core::volume::ModeExt as _;
 use weft_core::{Error, ErrorCode, Principal, Scope};
 use weft_proto::v1;
 use weft_proto::v1::volume_ref::Target;

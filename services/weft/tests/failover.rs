@@ -304,3 +304,105 @@ async fn killing_an_executor_mid_memory_and_channel_writes_applies_each_once() {
     assert!(seen.values().all(|n| *n == 1), "no message twice: {seen:?}");
     drop(survivor);
 }
+
+/// Runs that write and edit files of a shared volume, one mutation per turn, while the executor
+/// holding one of them is killed: every run finishes, every file holds exactly one application
+/// of each edit (an edit applied twice would repeat its line), and the volume's changelog has
+/// exactly one row per mutation — the substrate keeps each call's exactly-once key with its
+/// change, and a resumed edit starts from the file as the crashed executor left it.
+#[tokio::test]
+async fn killing_an_executor_mid_file_edits_applies_each_once() {
+    let f = TestFleet::start_with(|c| {
+        c.executor.embedded = false;
+        if let Some(weft_config::ProviderConfig::Mock(m)) = c.router.providers.get_mut("mock") {
+            m.models.insert(
+                "slow".into(),
+                weft_config::MockModelConfig {
+                    latency_ms: 300,
+                    ..Default::default()
+                },
+            );
+        }
+    })
+    .await;
+    let (status, body) = f
+        .post("/v1/volumes", &f.admin, json!({"name": "shared"}))
+        .await;
+    assert!(status == 201 || status == 200, "{body}");
+    let (status, body) = put(
+        &f,
+        "editor",
+        json!({
+            "model": "mock/slow",
+            "tools": ["Write", "Edit"],
+            "volumes": [{"name": "shared", "mode": "rw"}],
+        }),
+    )
+    .await;
+    assert!(status == 201 || status == 200, "{body}");
+    let a = executor(&f);
+    let b = executor(&f);
+    const RUNS: usize = 8;
+    const EDITS: usize = 4;
+    let mut runs = Vec::new();
+    for i in 0..RUNS {
+        let path = format!("r{i}.txt");
+        let mut turns = vec![json!([{"name": "Write", "input": {"path": path, "content": "start\n"}}])];
+        for k in 1..=EDITS {
+            // Each edit puts its line right after `start`: applied twice, the line would repeat.
+            turns.push(json!([{"name": "Edit", "input": {"path": path, "edits": [
+                {"old": "start\n", "new": format!("start\n{k}\n")}
+            ]}}]));
+        }
+        let input = format!("#mock {}", json!({"turns": turns, "reply": "done"}));
+        let (status, r) = f
+            .post(
+                "/v1/runs",
+                &f.admin,
+                json!({"agent": "editor", "input": input}),
+            )
+            .await;
+        assert_eq!(status, 201, "{r}");
+        runs.push(r["run_id"].as_str().unwrap().to_owned());
+    }
+    let (pid, held, survivor) = kill_holder(&f, &runs[0], a, b).await;
+    let mut taken_over = 0;
+    for run in &runs {
+        let done = finished(&f, run).await;
+        assert_eq!(done["data"]["status"], "succeeded", "{run}: {done}");
+        if held.iter().any(|h| h.to_string() == *run) {
+            let by = done["data"]["executor"].as_str().unwrap();
+            assert!(!by.starts_with(&format!("executor-{pid}-")), "{run}");
+            taken_over += 1;
+        }
+    }
+    assert!(taken_over >= 1);
+    let expected: String = std::iter::once("start\n".to_owned())
+        .chain((1..=EDITS).rev().map(|k| format!("{k}\n")))
+        .collect();
+    for (i, run) in runs.iter().enumerate() {
+        let r = f
+            .http
+            .get(format!("{}/v1/volumes/shared/files/r{i}.txt", f.url))
+            .bearer_auth(&f.admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "r{i}.txt");
+        assert_eq!(r.text().await.unwrap(), expected, "r{i}.txt of {run}");
+        let (status, page) = f
+            .get(
+                &format!("/v1/volumes/shared/changes?run_id={run}&limit=100"),
+                &f.admin,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let changes = page["data"].as_array().unwrap();
+        assert_eq!(
+            changes.len(),
+            1 + EDITS,
+            "one changelog row per mutation of {run}: {page}"
+        );
+    }
+    drop(survivor);
+}

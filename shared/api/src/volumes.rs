@@ -22,6 +22,34 @@ pub enum VolumeMode {
     Ro,
 }
 
+impl VolumeMode {
+    /// `rw` or `ro`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            VolumeMode::Rw => "rw",
+            VolumeMode::Ro => "ro",
+        }
+    }
+
+    /// Parses `rw` or `ro`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "rw" => Some(VolumeMode::Rw),
+            "ro" => Some(VolumeMode::Ro),
+            _ => None,
+        }
+    }
+
+    /// The narrower of two modes: `ro` wins.
+    pub fn meet(self, other: VolumeMode) -> VolumeMode {
+        if self == VolumeMode::Ro || other == VolumeMode::Ro {
+            VolumeMode::Ro
+        } else {
+            VolumeMode::Rw
+        }
+    }
+}
+
 /// One volume an agent (or a run) may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -18,41 +18,6 @@ pub const RUN_VOLUME: &str = "run";
 
 pub use weft_api::volumes::{VolumeBinding, VolumeMode};
 
-/// `rw`/`ro` as text, and the meet of two modes.
-pub trait ModeExt: Sized {
-    /// `rw` or `ro`.
-    fn as_str(self) -> &'static str;
-    /// Parses `rw` or `ro`.
-    fn parse(s: &str) -> Option<Self>;
-    /// The narrower of two modes: `ro` wins.
-    fn meet(self, other: Self) -> Self;
-}
-
-impl ModeExt for VolumeMode {
-    fn as_str(self) -> &'static str {
-        match self {
-            VolumeMode::Rw => "rw",
-            VolumeMode::Ro => "ro",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "rw" => Some(VolumeMode::Rw),
-            "ro" => Some(VolumeMode::Ro),
-            _ => None,
-        }
-    }
-
-    fn meet(self, other: VolumeMode) -> VolumeMode {
-        if self == VolumeMode::Ro || other == VolumeMode::Ro {
-            VolumeMode::Ro
-        } else {
-            VolumeMode::Rw
-        }
-    }
-}
-
 /// Checks a list of bindings (field `field`, such as `volumes`): valid names, no name twice,
 /// at most one default, at most 16.
 pub fn validate_bindings(field: &str, bindings: &[VolumeBinding]) -> Result<(), Error> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use weft_core::def::{DefContent as _, DefKind, validate_def_name};
-use weft_core::volume::{ModeExt as _, RUN_VOLUME, VolumeContent, VolumeMode};
+use weft_core::volume::{RUN_VOLUME, VolumeContent, VolumeMode};
 use weft_core::{Error, Principal, TenantId, rfc3339};
 use weft_proto::v1;
 
