@@ -94,6 +94,9 @@ def test_weft_tools_are_listed_and_called_over_mcp_with_a_token(root_url, token,
             for expected in ("spawn_run", "get_run", "list_runs", "cancel_run", "send_input",
                              "memory_get", "memory_set", "memory_search", "channel_publish",
                              "channel_read", "list_agents", "get_agent", "put_agent",
+                             "list_volumes", "volume_tree", "volume_read", "volume_write",
+                             "volume_delete", "volume_changes", "volume_undo",
+                             "volume_snapshot", "volume_snapshots", "volume_restore",
                              f"agent__{name}"):
                 assert expected in names, (expected, sorted(names))
             agents = await s.call_tool("list_agents", {})

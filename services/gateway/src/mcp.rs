@@ -33,19 +33,35 @@ impl Upstream for RouterUpstream {
         bearer: String,
         body: Option<Value>,
     ) -> BoxFuture<'static, Result<UpResponse, String>> {
+        let mut headers = http::HeaderMap::new();
+        let body = body.map(|v| {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            bytes::Bytes::from(v.to_string())
+        });
+        self.call_raw(method, path, bearer, headers, body)
+    }
+
+    fn call_raw(
+        &self,
+        method: http::Method,
+        path: String,
+        bearer: String,
+        headers: http::HeaderMap,
+        body: Option<bytes::Bytes>,
+    ) -> BoxFuture<'static, Result<UpResponse, String>> {
         let router = self.0.clone();
         Box::pin(async move {
             let mut req = http::Request::builder()
                 .method(method)
                 .uri(path)
                 .header(http::header::AUTHORIZATION, format!("Bearer {bearer}"));
-            let body = match body {
-                Some(v) => {
-                    req = req.header(http::header::CONTENT_TYPE, "application/json");
-                    Body::from(v.to_string())
-                }
-                None => Body::empty(),
-            };
+            if let Some(h) = req.headers_mut() {
+                h.extend(headers);
+            }
+            let body = body.map_or_else(Body::empty, Body::from);
             let req = req.body(body).map_err(|e| e.to_string())?;
             let Ok(resp) = router.oneshot(req).await;
             let (parts, body) = resp.into_parts();

@@ -979,3 +979,232 @@ async fn tenants_users_and_scopes_see_only_their_own() {
     assert_param(s, &e, 400, "path");
     f.stop().await;
 }
+
+// --- the MCP face -------------------------------------------------------------------------------
+
+type McpClient = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+async fn mcp(f: &TestFleet, token: &str) -> McpClient {
+    use rmcp::ServiceExt as _;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", f.url)).auth_header(token);
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    ().serve(transport).await.unwrap()
+}
+
+/// A tool's answer: (is_error, its text, its text as JSON).
+async fn call(c: &McpClient, tool: &str, args: Value) -> (bool, String, Value) {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let params = rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+    let r = c.peer().call_tool(params).await.unwrap();
+    let text = r
+        .content
+        .iter()
+        .filter_map(|b| b.as_text().map(|t| t.text.clone()))
+        .collect::<String>();
+    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (r.is_error == Some(true), text, json)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_face_offers_the_volume_routes_as_tools() {
+    let f = TestFleet::start().await;
+    let alice = token(&f, "acme", "alice", &RW).await;
+    let reader = token(&f, "acme", "reader", &["volumes:read"]).await;
+    let eve = token(&f, "beta", "eve", &RW).await;
+    make_volume(&f, &alice, "notes").await;
+
+    let c = mcp(&f, &alice).await;
+    let names: Vec<String> = c
+        .peer()
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    let all = [
+        "list_volumes",
+        "volume_tree",
+        "volume_read",
+        "volume_write",
+        "volume_delete",
+        "volume_changes",
+        "volume_undo",
+        "volume_snapshot",
+        "volume_snapshots",
+        "volume_restore",
+    ];
+    for t in all {
+        assert!(names.iter().any(|n| n == t), "{t} in {names:?}");
+    }
+
+    let (err, text, _) = call(&c, "list_volumes", json!({})).await;
+    assert!(!err && text.contains("notes"), "{text}");
+    let at = |extra: Value| {
+        let mut v = json!({"volume": "notes"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let (err, text, w) = call(
+        &c,
+        "volume_write",
+        at(json!({"path": "plans/q3.md", "content": "ship it\n", "if_match": ""})),
+    )
+    .await;
+    assert!(!err, "{text}");
+    let sha = w["files"][0]["after_sha"].as_str().unwrap().to_owned();
+    let (err, text, r) = call(&c, "volume_read", at(json!({"path": "plans/q3.md"}))).await;
+    assert!(!err, "{text}");
+    assert_eq!(
+        (r["content"].as_str(), r["sha256"].as_str()),
+        (Some("ship it\n"), Some(sha.as_str()))
+    );
+    // A stale version is refused, the current one written.
+    let stale = "0".repeat(64);
+    let (err, text, _) = call(
+        &c,
+        "volume_write",
+        at(json!({"path": "plans/q3.md", "content": "lost", "if_match": stale})),
+    )
+    .await;
+    assert!(err && text.contains("412"), "{text}");
+    let (err, text, _) = call(
+        &c,
+        "volume_write",
+        at(json!({"path": "plans/q3.md", "content": "ship it today\n", "if_match": sha})),
+    )
+    .await;
+    assert!(!err, "{text}");
+    let (err, text, t) = call(&c, "volume_tree", at(json!({"prefix": "plans"}))).await;
+    assert!(!err, "{text}");
+    assert_eq!(t["data"][0]["path"], "plans/q3.md", "{t}");
+    let (_, _, changes) = call(&c, "volume_changes", at(json!({"diff": true}))).await;
+    assert_eq!(changes["data"].as_array().unwrap().len(), 2, "{changes}");
+    assert!(
+        changes["data"][0]["files"][0]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+ship it today"),
+        "{changes}"
+    );
+    let last = changes["data"][0]["id"].as_str().unwrap().to_owned();
+
+    // Snapshot, delete, restore, undo.
+    let (err, text, snap) = call(&c, "volume_snapshot", at(json!({"label": "v2"}))).await;
+    assert!(!err, "{text}");
+    let (_, _, snaps) = call(&c, "volume_snapshots", at(json!({}))).await;
+    assert_eq!(snaps["data"][0]["id"], snap["id"], "{snaps}");
+    let (err, text, _) = call(&c, "volume_delete", at(json!({"path": "plans/q3.md"}))).await;
+    assert!(!err, "{text}");
+    let (err, text, _) = call(&c, "volume_read", at(json!({"path": "plans/q3.md"}))).await;
+    assert!(err && text.contains("404"), "{text}");
+    let (err, text, _) = call(&c, "volume_restore", at(json!({"snapshot_id": snap["id"]}))).await;
+    assert!(!err, "{text}");
+    let (_, _, r) = call(&c, "volume_read", at(json!({"path": "plans/q3.md"}))).await;
+    assert_eq!(r["content"], "ship it today\n");
+    // The restore put the file back at the edit's version, so the edit can be undone: the
+    // file is again what the first write made.
+    let (err, text, u) = call(&c, "volume_undo", at(json!({"change_id": last}))).await;
+    assert!(!err, "{text}");
+    assert_eq!(u["undoes"], last.as_str(), "{u}");
+    let (_, _, r) = call(&c, "volume_read", at(json!({"path": "plans/q3.md"}))).await;
+    assert_eq!(r["content"], "ship it\n");
+    // Undone once, it is not undone again (a 409).
+    let (err, text, _) = call(&c, "volume_undo", at(json!({"change_id": last}))).await;
+    assert!(err && text.contains("409"), "{text}");
+
+    // A run's own volume, by `run`.
+    let acme_admin = token(&f, "acme", "root", &["tenant:admin"]).await;
+    common::put_agent(&f, &acme_admin, "helper", json!({"model": "mock-1"})).await;
+    let run = common::create(&f, &alice, json!({"agent": "helper", "interactive": true})).await;
+    let (err, text, _) = call(
+        &c,
+        "volume_write",
+        json!({"run": run, "path": "out.txt", "content": "from mcp"}),
+    )
+    .await;
+    assert!(!err, "{text}");
+    let r = raw(
+        &f,
+        Method::GET,
+        &format!("/v1/runs/{run}/volume/files/out.txt"),
+        &alice,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(r.body, b"from mcp");
+
+    // Bad input, named; a binary file is not read as text.
+    for (args, says) in [
+        (json!({"path": "a.txt"}), "exactly one"),
+        (
+            json!({"volume": "notes", "run": run, "path": "a.txt"}),
+            "exactly one",
+        ),
+        (json!({"volume": "notes", "path": "../etc/passwd"}), ".."),
+        (json!({"volume": "notes", "path": ""}), "path"),
+    ] {
+        let (err, text, _) = call(&c, "volume_read", args.clone()).await;
+        assert!(err && text.contains(says), "{args}: {text}");
+    }
+    let w = put_file(
+        &f,
+        "/v1/volumes/notes/files/logo.bin",
+        &alice,
+        &[0, 159, 146, 150],
+    )
+    .await;
+    assert_eq!(w.status, 200);
+    let (err, text, _) = call(&c, "volume_read", at(json!({"path": "logo.bin"}))).await;
+    assert!(err && text.contains("binary"), "{text}");
+    c.cancel().await.unwrap();
+
+    // A reader is offered the read tools only; a write is refused naming the scope.
+    let c = mcp(&f, &reader).await;
+    let names: Vec<String> = c
+        .peer()
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "volume_read"), "{names:?}");
+    for t in [
+        "volume_write",
+        "volume_delete",
+        "volume_undo",
+        "volume_snapshot",
+        "volume_restore",
+    ] {
+        assert!(!names.iter().any(|n| n == t), "{t} in {names:?}");
+    }
+    let (err, text, _) = call(
+        &c,
+        "volume_write",
+        at(json!({"path": "x.txt", "content": "x"})),
+    )
+    .await;
+    assert!(err && text.contains("volumes:write"), "{text}");
+    c.cancel().await.unwrap();
+
+    // Another tenant finds nothing.
+    let c = mcp(&f, &eve).await;
+    let (err, text, _) = call(&c, "volume_read", at(json!({"path": "plans/q3.md"}))).await;
+    assert!(
+        err && text.contains("404") && !text.contains("ship"),
+        "{text}"
+    );
+    let (_, text, _) = call(&c, "list_volumes", json!({})).await;
+    assert!(!text.contains("notes"), "{text}");
+    c.cancel().await.unwrap();
+    f.stop().await;
+}

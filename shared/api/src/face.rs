@@ -196,3 +196,130 @@ pub struct RunAgent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
 }
+
+// --- volumes: each tool names a named volume (`volume`) or a run's own (`run`), not both ------
+
+/// `list_volumes`: no input.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ListVolumes {}
+
+/// Which volume a volume tool works on: `volume` (a named volume) or `run` (a run id: the
+/// volume of that run's tree), exactly one.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeAt {
+    /// a named volume
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// a run id: the volume of that run's tree
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+}
+
+/// `volume_tree`: the files of a volume, a page at a time (the query of `GET …/tree`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeTree {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+    /// only files under this directory
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// `next_cursor` of the previous page
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub limit: Option<u32>,
+}
+
+/// `volume_read`: one text file.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeRead {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+    /// the file's path, relative to the volume's root
+    pub path: String,
+}
+
+/// `volume_write`: a text file's whole content (`PUT …/files/{path}`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeWrite {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+    pub path: String,
+    pub content: String,
+    /// the sha256 the file must have now (from `volume_read`); "" = it must not exist yet
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_match: Option<String>,
+}
+
+/// `volume_delete`: one file (`DELETE …/files/{path}`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeDelete {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+    pub path: String,
+    /// the sha256 the file must have now
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_match: Option<String>,
+}
+
+/// `volume_changes`: the changelog, newest first (the query of `GET …/changes`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeChanges {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+    /// only the changes of this run
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// only changes before this seq (`next_before_seq` of the previous page)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub before_seq: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<u32>,
+    /// include a unified diff of each text file
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<bool>,
+}
+
+/// `volume_undo`: the volume, and the body of `POST …/undo`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeUndo {
+    #[serde(flatten, skip_serializing)]
+    pub at: VolumeAt,
+    /// the change to revert (or `run_id`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
+    /// revert every change this run made (or `change_id`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// `volume_snapshot`: the volume, and the body of `POST …/snapshots`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeSnapshot {
+    #[serde(flatten, skip_serializing)]
+    pub at: VolumeAt,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// `volume_snapshots`: the volume whose snapshots to list.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeSnapshots {
+    #[serde(flatten)]
+    pub at: VolumeAt,
+}
+
+/// `volume_restore`: the volume and the snapshot, and the body of `POST …/restore`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeRestore {
+    #[serde(flatten, skip_serializing)]
+    pub at: VolumeAt,
+    #[serde(skip_serializing)]
+    pub snapshot_id: String,
+    /// restore only when the volume's tree hash is still this
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_tree: Option<String>,
+}

@@ -1,7 +1,9 @@
 //! weft as an MCP server (API.md, "MCP"): the tools `spawn_run`, `spawn_runs`, `get_run`,
 //! `list_runs`, `cancel_run`, `send_input`, `memory_get`, `memory_set`, `memory_search`,
-//! `channel_publish`, `channel_read`, `list_agents`, `get_agent`, `put_agent`, one
-//! `agent__<name>` tool per agent the caller may run, and the tenant's skills as prompts.
+//! `channel_publish`, `channel_read`, `list_agents`, `get_agent`, `put_agent`, the volume tools
+//! (`list_volumes`, `volume_tree`, `volume_read`, `volume_write`, `volume_delete`,
+//! `volume_changes`, `volume_undo`, `volume_snapshot`, `volume_snapshots`, `volume_restore`),
+//! one `agent__<name>` tool per agent the caller may run, and the tenant's skills as prompts.
 //!
 //! Every tool is weft's own HTTP API called with the caller's bearer token through an
 //! [`Upstream`] — in the gateway, its own router in-process; in `weft mcp`, a running fleet over
@@ -20,7 +22,6 @@ use rmcp::transport::streamable_http_server::session::{
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -42,6 +43,9 @@ use weft_api::face;
 use weft_core::{Principal, Scope};
 
 pub mod sessions;
+
+/// The raw bodies of [`Upstream::call_raw`].
+pub use bytes::Bytes;
 
 /// An answer from weft's API: the status and the body as a stream of chunks.
 pub struct UpResponse {
@@ -72,6 +76,28 @@ pub trait Upstream: Send + Sync + 'static {
         bearer: String,
         body: Option<Value>,
     ) -> BoxFuture<'static, Result<UpResponse, String>>;
+
+    /// Sends `method path` with extra `headers` (`If-Match`) and a raw body (a file's bytes),
+    /// as the volume tools do. The default sends what [`Upstream::call`] can (no header, no
+    /// body) and refuses the rest; an upstream that carries raw bodies overrides it.
+    fn call_raw(
+        &self,
+        method: http::Method,
+        path: String,
+        bearer: String,
+        headers: http::HeaderMap,
+        body: Option<Bytes>,
+    ) -> BoxFuture<'static, Result<UpResponse, String>> {
+        if headers.is_empty() && body.is_none() {
+            return self.call(method, path, bearer, None);
+        }
+        Box::pin(async {
+            Err(
+                "this connection to weft cannot send a file's bytes or conditional headers"
+                    .to_owned(),
+            )
+        })
+    }
 }
 
 /// Who is calling: the principal (for filtering the tool list) and the token to call with.
@@ -165,6 +191,8 @@ const MEM_WRITE: &[Scope] = &[Scope::MemoryWrite];
 const CH_PUB: &[Scope] = &[Scope::ChannelsPublish];
 const CH_READ: &[Scope] = &[Scope::ChannelsRead];
 const ADMIN: &[Scope] = &[Scope::TenantAdmin];
+const VOL_READ: &[Scope] = &[Scope::VolumesRead];
+const VOL_WRITE: &[Scope] = &[Scope::VolumesWrite];
 
 /// The scopes of which the caller needs at least one, per tool (data, read by the scope check
 /// and the tool list; the router dispatches).
@@ -183,6 +211,16 @@ const NEEDS: &[(&str, &[Scope])] = &[
     ("list_agents", RUN_READ),
     ("get_agent", RUN_READ),
     ("put_agent", ADMIN),
+    ("list_volumes", VOL_READ),
+    ("volume_tree", VOL_READ),
+    ("volume_read", VOL_READ),
+    ("volume_write", VOL_WRITE),
+    ("volume_delete", VOL_WRITE),
+    ("volume_changes", VOL_READ),
+    ("volume_undo", VOL_WRITE),
+    ("volume_snapshot", VOL_WRITE),
+    ("volume_snapshots", VOL_READ),
+    ("volume_restore", VOL_WRITE),
 ];
 
 fn needs(tool: &str) -> &'static [Scope] {
@@ -490,11 +528,296 @@ impl Face {
         };
         answer(r)
     }
+
+    #[tool(
+        description = "The named volumes (shared file trees) of your tenant, with their sizes and versions.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn list_volumes(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(_): Parameters<face::ListVolumes>,
+    ) -> CallToolResult {
+        answer(self.api(&c, M::GET, "/v1/volumes".into(), None).await)
+    }
+
+    #[tool(
+        description = "The files of a volume in path order (path, sha256, size, mode), a page at a time. Name the volume with `volume`, or with `run` for a run's own volume.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn volume_tree(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeTree>,
+    ) -> CallToolResult {
+        let path = volume_base(&input.at).map(|base| {
+            let mut q = Vec::new();
+            if let Some(p) = &input.prefix {
+                q.push(format!("prefix={}", query_value(p)));
+            }
+            if let Some(cursor) = &input.cursor {
+                q.push(format!("cursor={}", query_value(cursor)));
+            }
+            if let Some(l) = input.limit {
+                q.push(format!("limit={l}"));
+            }
+            with_query(format!("{base}/tree"), &q)
+        });
+        answer(match path {
+            Ok(path) => self.api(&c, M::GET, path, None).await,
+            Err(e) => Err(e),
+        })
+    }
+
+    #[tool(
+        description = "Read a text file of a volume: its content and its sha256 (pass it as `if_match` to volume_write to change exactly this version).",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn volume_read(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeRead>,
+    ) -> CallToolResult {
+        answer(self.read_file(&c, &input).await)
+    }
+
+    #[tool(
+        description = "Write a text file of a volume (its whole content), as one change; `if_match` (a sha256, or \"\" for a new file) refuses to overwrite another version. Returns the change with the file's new sha256.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true
+        )
+    )]
+    async fn volume_write(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeWrite>,
+    ) -> CallToolResult {
+        let r = match file_url(&input.at, &input.path) {
+            Ok(url) => match condition(input.if_match.as_deref()) {
+                Ok(headers) => {
+                    let body = Bytes::from(input.content.into_bytes());
+                    self.api_raw(&c, M::PUT, url, headers, Some(body)).await
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "Delete a file of a volume, as one change; `if_match` (a sha256) refuses to delete another version.",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn volume_delete(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeDelete>,
+    ) -> CallToolResult {
+        let r = match file_url(&input.at, &input.path) {
+            Ok(url) => match condition(input.if_match.as_deref().filter(|m| !m.is_empty())) {
+                Ok(headers) => self.api_raw(&c, M::DELETE, url, headers, None).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        answer(r)
+    }
+
+    #[tool(
+        description = "A volume's changelog, newest first: who changed which files and how (`diff: true` adds unified diffs); filter by `run_id`.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn volume_changes(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeChanges>,
+    ) -> CallToolResult {
+        let path = volume_base(&input.at).map(|base| {
+            let mut q = Vec::new();
+            if let Some(r) = &input.run_id {
+                q.push(format!("run_id={}", query_value(r)));
+            }
+            if let Some(b) = input.before_seq {
+                q.push(format!("before_seq={b}"));
+            }
+            if let Some(l) = input.limit {
+                q.push(format!("limit={l}"));
+            }
+            if let Some(d) = input.diff {
+                q.push(format!("diff={d}"));
+            }
+            with_query(format!("{base}/changes"), &q)
+        });
+        answer(match path {
+            Ok(path) => self.api(&c, M::GET, path, None).await,
+            Err(e) => Err(e),
+        })
+    }
+
+    #[tool(
+        description = "Undo one change (`change_id`) or every change of a run (`run_id`) of a volume, as a new change; refused when a file changed since (a later edit is never clobbered).",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn volume_undo(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeUndo>,
+    ) -> CallToolResult {
+        answer(
+            self.post_to_volume(&c, &input.at, "undo", body(&input))
+                .await,
+        )
+    }
+
+    #[tool(
+        description = "Take a snapshot of a volume (a version you can diff against or restore later).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn volume_snapshot(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeSnapshot>,
+    ) -> CallToolResult {
+        answer(
+            self.post_to_volume(&c, &input.at, "snapshots", body(&input))
+                .await,
+        )
+    }
+
+    #[tool(
+        description = "A volume's snapshots, newest first.",
+        annotations(read_only_hint = true, destructive_hint = false)
+    )]
+    async fn volume_snapshots(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeSnapshots>,
+    ) -> CallToolResult {
+        answer(match volume_base(&input.at) {
+            Ok(base) => {
+                self.api(&c, M::GET, format!("{base}/snapshots"), None)
+                    .await
+            }
+            Err(e) => Err(e),
+        })
+    }
+
+    #[tool(
+        description = "Restore a snapshot of a volume, as one change; `if_tree` refuses when the volume is no longer at that version.",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn volume_restore(
+        &self,
+        Extension(c): Extension<Caller>,
+        Parameters(input): Parameters<face::VolumeRestore>,
+    ) -> CallToolResult {
+        let action = given(&input.snapshot_id, "snapshot_id")
+            .and_then(seg)
+            .map(|id| format!("snapshots/{id}/restore"));
+        answer(match action {
+            Ok(action) => {
+                self.post_to_volume(&c, &input.at, &action, body(&input))
+                    .await
+            }
+            Err(e) => Err(e),
+        })
+    }
+}
+
+/// `/v1/volumes/{name}`, or `/v1/runs/{id}/volume` for a run's own volume.
+fn volume_base(at: &face::VolumeAt) -> Result<String, String> {
+    match (at.volume.as_deref(), at.run.as_deref()) {
+        (Some(v), None) => Ok(format!("/v1/volumes/{}", seg(given(v, "volume")?)?)),
+        (None, Some(r)) => Ok(format!("/v1/runs/{}/volume", seg(given(r, "run")?)?)),
+        _ => Err(
+            "name the volume with exactly one of `volume` (a named volume) and `run` (a run id: the volume of its tree)"
+                .to_owned(),
+        ),
+    }
+}
+
+/// `…/files/{path}`, each segment of the path encoded (`.` and `..` refused).
+fn file_url(at: &face::VolumeAt, path: &str) -> Result<String, String> {
+    let base = volume_base(at)?;
+    let segments = given(path, "path")?
+        .split('/')
+        .map(|s| {
+            seg(s).map_err(|_| {
+                format!("`path` {path:?} has a `.` or `..` segment; name the file from the volume's root")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(format!("{base}/files/{}", segments.join("/")))
+}
+
+/// A query value, percent-encoded (`.` and `..` are fine in a query).
+fn query_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn with_query(path: String, q: &[String]) -> String {
+    if q.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", q.join("&"))
+    }
+}
+
+/// The headers of a conditional write: `If-Match: "<sha>"`, or `If-None-Match: *` for "".
+fn condition(if_match: Option<&str>) -> Result<http::HeaderMap, String> {
+    let mut h = http::HeaderMap::new();
+    match if_match {
+        None => {}
+        Some("") => {
+            h.insert(
+                http::header::IF_NONE_MATCH,
+                http::HeaderValue::from_static("*"),
+            );
+        }
+        Some(sha) => {
+            let v = http::HeaderValue::from_str(&format!("\"{}\"", sha.trim_matches('"')))
+                .map_err(|_| format!("`if_match` must be a sha256 (64 hex digits), got {sha:?}"))?;
+            h.insert(http::header::IF_MATCH, v);
+        }
+    }
+    Ok(h)
+}
+
+/// What `volume_read` answers.
+#[derive(serde::Serialize)]
+struct FileText<'a> {
+    path: &'a str,
+    sha256: &'a str,
+    size: usize,
+    content: &'a str,
 }
 
 /// The message of an API error answer (`{"error": {"message"}}`).
 fn api_message(v: &Value) -> Option<&str> {
     v.get("error")?.get("message")?.as_str()
+}
+
+/// An answer's JSON, or its error as a message with the status.
+async fn json_answer(r: UpResponse) -> Result<Value, String> {
+    let status = r.status;
+    let v = r.json().await?;
+    if (200..300).contains(&status) {
+        Ok(v)
+    } else {
+        let msg = api_message(&v).map_or_else(|| format!("weft answered {status}"), str::to_owned);
+        Err(format!("{msg} (HTTP {status})"))
+    }
 }
 
 /// What the face reads of `GET /v1/agents`.
@@ -535,15 +858,76 @@ impl Face {
             .upstream
             .call(method, path, c.bearer.clone(), body)
             .await?;
-        let status = r.status;
-        let v = r.json().await?;
-        if (200..300).contains(&status) {
-            Ok(v)
-        } else {
-            let msg =
-                api_message(&v).map_or_else(|| format!("weft answered {status}"), str::to_owned);
-            Err(format!("{msg} (HTTP {status})"))
+        json_answer(r).await
+    }
+
+    /// [`Face::api`] with headers and a raw body.
+    async fn api_raw(
+        &self,
+        c: &Caller,
+        method: http::Method,
+        path: String,
+        headers: http::HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<Value, String> {
+        let r = self
+            .upstream
+            .call_raw(method, path, c.bearer.clone(), headers, body)
+            .await?;
+        json_answer(r).await
+    }
+
+    /// `volume_read`: the file's text and sha256; a binary file is refused, saying so.
+    async fn read_file(&self, c: &Caller, input: &face::VolumeRead) -> Result<Value, String> {
+        let url = file_url(&input.at, &input.path)?;
+        let mut r = self
+            .upstream
+            .call_raw(M::GET, url, c.bearer.clone(), http::HeaderMap::new(), None)
+            .await?;
+        if !(200..300).contains(&r.status) {
+            return json_answer(r).await;
         }
+        let sha = r
+            .headers
+            .get(http::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_owned();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = r.body.next().await {
+            bytes.extend_from_slice(&chunk?);
+        }
+        let text = std::str::from_utf8(&bytes)
+            .ok()
+            .filter(|t| !t.contains('\0'))
+            .ok_or_else(|| {
+                format!(
+                    "`{}` is a binary file ({} bytes, sha256 {sha}); this tool reads text files only (export the volume over HTTP to get it)",
+                    input.path,
+                    bytes.len()
+                )
+            })?;
+        serde_json::to_value(FileText {
+            path: &input.path,
+            sha256: &sha,
+            size: bytes.len(),
+            content: text,
+        })
+        .map_err(|e| format!("the file cannot be answered: {e}"))
+    }
+
+    /// `POST <volume>/{action}` with `body`.
+    async fn post_to_volume(
+        &self,
+        c: &Caller,
+        at: &face::VolumeAt,
+        action: &str,
+        body: Result<Value, String>,
+    ) -> Result<Value, String> {
+        let base = volume_base(at)?;
+        self.api(c, M::POST, format!("{base}/{action}"), Some(body?))
+            .await
     }
 
     /// `POST /v1/runs` for one [`face::SpawnRun`].

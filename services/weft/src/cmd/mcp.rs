@@ -44,11 +44,38 @@ impl Upstream for HttpUpstream {
         body: Option<Value>,
     ) -> BoxFuture<'static, Result<UpResponse, String>> {
         let url = format!("{}{path}", self.base);
-        let base = self.base.clone();
         let mut req = self.client.request(method, url).bearer_auth(bearer);
         if let Some(b) = body {
             req = req.json(&b);
         }
+        self.send(req)
+    }
+
+    fn call_raw(
+        &self,
+        method: http::Method,
+        path: String,
+        bearer: String,
+        headers: http::HeaderMap,
+        body: Option<weft_mcp_face::Bytes>,
+    ) -> BoxFuture<'static, Result<UpResponse, String>> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .client
+            .request(method, url)
+            .bearer_auth(bearer)
+            .headers(headers);
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        self.send(req)
+    }
+}
+
+impl HttpUpstream {
+    /// Sends `req` to the fleet; a failure to reach it says where it looked.
+    fn send(&self, req: reqwest::RequestBuilder) -> BoxFuture<'static, Result<UpResponse, String>> {
+        let base = self.base.clone();
         Box::pin(async move {
             let resp = req.send().await.map_err(|e| {
                 let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
