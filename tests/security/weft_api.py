@@ -148,13 +148,16 @@ class Prerequisites:
 
     def setup_agent(self) -> None:
         """The agent the examples name (CreateRun's example runs it), as AgentContent's example
-        describes it, active and not retired."""
+        describes it, active and not retired; a skill and a volume of the same name."""
         self.agent = self.example("CreateRun")["agent"]
         r = self.http.put(f"{base_url()}/v1/agents/{self.agent}", json=self.example("AgentContent"), timeout=30)
         assert r.status_code in (200, 201), f"PUT /v1/agents/{self.agent}: {r.status_code} {r.text}"
         # A skill of the same name, so the /v1/skills/{name} routes reach a real definition.
         r = self.http.put(f"{base_url()}/v1/skills/{self.agent}", json=self.example("SkillContent"), timeout=30)
         assert r.status_code in (200, 201), f"PUT /v1/skills/{self.agent}: {r.status_code} {r.text}"
+        # A writable volume of the same name, so the /v1/volumes/{name} routes reach a real one.
+        r = self.http.post(f"{base_url()}/v1/volumes", json={"name": self.agent, "mode": "rw"}, timeout=30)
+        assert r.status_code in (200, 201), f"POST /v1/volumes: {r.status_code} {r.text}"
 
     def create_run(self, body: dict[str, Any]) -> str:
         r = self.http.post(f"{base_url()}/v1/runs", json=body, timeout=30)

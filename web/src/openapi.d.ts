@@ -5797,6 +5797,15 @@ export interface paths {
                         "application/x-tar": string;
                     };
                 };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description missing, invalid, expired or revoked token */
                 401: {
                     headers: {
@@ -5817,6 +5826,15 @@ export interface paths {
                 };
                 /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the volume kept changing while it was read; export it again */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -6342,6 +6360,15 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["SnapshotList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
                     };
                 };
                 /** @description missing, invalid, expired or revoked token */
@@ -9700,6 +9727,15 @@ export interface paths {
                         "application/x-tar": string;
                     };
                 };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
                 /** @description missing, invalid, expired or revoked token */
                 401: {
                     headers: {
@@ -9720,6 +9756,15 @@ export interface paths {
                 };
                 /** @description no such volume in your tenant, no such file or snapshot in it, or a run you cannot see (another user's, unless you are a tenant admin) or whose volume has not been made yet */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the volume kept changing while it was read; export it again */
+                409: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -10260,6 +10305,15 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["SnapshotList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field, the parameter or the header */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
                     };
                 };
                 /** @description missing, invalid, expired or revoked token */

@@ -515,7 +515,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .describe("Scope: volumes:read. Every file, in path order, byte for byte, with mode 0644 or 0755.")
                 .answer_in::<Bytes>(200, "application/x-tar", "the archive"),
             t,
-            &[],
+            &[BAD, (409, "the volume kept changing while it was read; export it again")],
         ),
         volume(
             Op::get(changes, "The volume's changelog, newest first")
@@ -551,7 +551,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .describe("Scope: volumes:read.")
                 .ok::<SnapshotList>("the snapshots"),
             t,
-            &[],
+            &[BAD],
         ),
         volume(
             crate::runs::optional_body(
