@@ -504,7 +504,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
         volume(
             Op::post(import, "Import a tar archive into the volume")
                 .describe("Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.")
-                .query::<bool>("replace", Some("delete the volume's files that are not in the archive (default false)"), Some(false.into()))
+                .query::<bool>("replace", Some("delete the volume's files that are not in the archive (default false)"), None)
                 .body_in::<Bytes>("application/x-tar")
                 .ok::<VolumeImported>("what was imported"),
             t,
@@ -523,7 +523,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .query::<Uuid>("run_id", Some("only the changes of this run"), None)
                 .query::<BeforeSeq>("before_seq", Some("only changes before this seq"), None)
                 .query::<ChangesLimit>("limit", None, Some(100.into()))
-                .query::<bool>("diff", Some("include unified diffs"), Some(false.into()))
+                .query::<bool>("diff", Some("include unified diffs"), None)
                 .ok::<ChangeList>("a page of changes"),
             t,
             &[BAD],
@@ -569,7 +569,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
                 .describe("Scope: volumes:read. A version is a snapshot id or `current`. `diff=true` adds a unified diff to each text file.")
                 .param::<Version>(In::Query, "from", true, Some("a snapshot id, or `current`"), Some("current".into()))
                 .param::<Version>(In::Query, "to", true, Some("a snapshot id, or `current`"), Some("current".into()))
-                .query::<bool>("diff", Some("include unified diffs"), Some(false.into()))
+                .query::<bool>("diff", Some("include unified diffs"), None)
                 .ok::<VolumeDiff>("the files that differ"),
             t,
             &[BAD],
