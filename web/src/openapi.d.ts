@@ -5583,10 +5583,7 @@ export interface paths {
                     before_seq?: number;
                     /** @example 100 */
                     limit?: number;
-                    /**
-                     * @description include unified diffs
-                     * @example false
-                     */
+                    /** @description include unified diffs */
                     diff?: boolean;
                 };
                 header?: never;
@@ -5686,10 +5683,7 @@ export interface paths {
                      * @example current
                      */
                     to: string;
-                    /**
-                     * @description include unified diffs
-                     * @example false
-                     */
+                    /** @description include unified diffs */
                     diff?: boolean;
                 };
                 header?: never;
@@ -6213,10 +6207,7 @@ export interface paths {
         post: {
             parameters: {
                 query?: {
-                    /**
-                     * @description delete the volume's files that are not in the archive (default false)
-                     * @example false
-                     */
+                    /** @description delete the volume's files that are not in the archive (default false) */
                     replace?: boolean;
                 };
                 header?: never;
@@ -9504,10 +9495,7 @@ export interface paths {
                     before_seq?: number;
                     /** @example 100 */
                     limit?: number;
-                    /**
-                     * @description include unified diffs
-                     * @example false
-                     */
+                    /** @description include unified diffs */
                     diff?: boolean;
                 };
                 header?: never;
@@ -9610,10 +9598,7 @@ export interface paths {
                      * @example current
                      */
                     to: string;
-                    /**
-                     * @description include unified diffs
-                     * @example false
-                     */
+                    /** @description include unified diffs */
                     diff?: boolean;
                 };
                 header?: never;
@@ -10152,10 +10137,7 @@ export interface paths {
         post: {
             parameters: {
                 query?: {
-                    /**
-                     * @description delete the volume's files that are not in the archive (default false)
-                     * @example false
-                     */
+                    /** @description delete the volume's files that are not in the archive (default false) */
                     replace?: boolean;
                 };
                 header?: never;
