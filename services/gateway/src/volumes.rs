@@ -521,18 +521,6 @@ pub async fn create_volume_handler(
     }
     let name = body.name.0;
     let mut client = st.volumes.clone();
-    let probe = st.internal(
-        &p,
-        v1::VolumeRef {
-            target: Some(Target::Name(name.clone())),
-            create: false,
-        },
-    )?;
-    let existed = match rpc(&st, Ctx::Plain, client.get_volume(probe)).await {
-        Ok(_) => true,
-        Err(VolError::Api(e)) if e.code == ErrorCode::NotFound => false,
-        Err(e) => return Err(e),
-    };
     let req = st.internal(
         &p,
         v1::CreateVolumeRequest {
@@ -543,10 +531,12 @@ pub async fn create_volume_handler(
         },
     )?;
     let v = rpc(&st, Ctx::Plain, client.create_volume(req)).await?;
-    let status = if existed {
-        StatusCode::OK
-    } else {
+    // A row made by this call has both times from the one insert; an update moves
+    // `updated_at` only.
+    let status = if v.created_at == v.updated_at {
         StatusCode::CREATED
+    } else {
+        StatusCode::OK
     };
     Ok((status, Json(volume_json(v))).into_response())
 }

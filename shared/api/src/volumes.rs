@@ -503,7 +503,7 @@ fn volume_ops(target: Target) -> Vec<Op> {
         ),
         volume(
             Op::post(import, "Import a tar archive into the volume")
-                .describe("Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.")
+                .describe("Scope: volumes:write, and volumes:read (the volume is looked up before the archive is read). The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.")
                 .query::<bool>("replace", Some("delete the volume's files that are not in the archive (default false)"), None)
                 .body_in::<Bytes>("application/x-tar")
                 .ok::<VolumeImported>("what was imported"),
