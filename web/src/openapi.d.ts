@@ -6202,7 +6202,7 @@ export interface paths {
         put?: never;
         /**
          * Import a tar archive into the volume
-         * @description Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
+         * @description Scope: volumes:write, and volumes:read (the volume is looked up before the archive is read). The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
          */
         post: {
             parameters: {
@@ -10132,7 +10132,7 @@ export interface paths {
         put?: never;
         /**
          * Import a tar archive into the volume
-         * @description Scope: volumes:write. The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
+         * @description Scope: volumes:write, and volumes:read (the volume is looked up before the archive is read). The body is a tar archive (`application/x-tar`) of regular files and directories; its files are written as one change (source `import`), with their executable bit. With `replace=true`, files of the volume not in the archive are deleted too. Refused as a whole (400 naming `body` and the entry) when an entry is a link or a special file, its name is absolute or has `..`, or the archive has more than `volumes.max_files` files, a file over `volumes.max_file_bytes` or more than `volumes.max_volume_bytes` in all; the body itself may be as large as `volumes.max_volume_bytes` plus the archive's headers.
          */
         post: {
             parameters: {
