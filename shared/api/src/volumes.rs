@@ -52,7 +52,7 @@ impl VolumeMode {
 
 /// One volume an agent (or a run) may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 #[schemars(extend("example" = {"name": "run", "mode": "rw", "default": true}))]
 pub struct VolumeBinding {
     /// a named volume's name, or `run` for the run tree's own ephemeral volume
@@ -163,7 +163,13 @@ pub struct RestoreSnapshot {
     pub if_tree: Option<TreeHash>,
 }
 
-crate::objects_only!(CreateVolume, UndoChange, CreateSnapshot, RestoreSnapshot);
+crate::objects_only!(
+    VolumeBinding,
+    CreateVolume,
+    UndoChange,
+    CreateSnapshot,
+    RestoreSnapshot
+);
 
 /// A volume.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
