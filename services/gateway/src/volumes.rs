@@ -20,7 +20,10 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::handler::Handler as _;
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE, ETAG, IF_MATCH, IF_NONE_MATCH};
+use axum::http::header::{
+    CONTENT_DISPOSITION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, ETAG, IF_MATCH, IF_NONE_MATCH,
+    X_CONTENT_TYPE_OPTIONS,
+};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +45,8 @@ type Result<T> = std::result::Result<T, VolError>;
 /// Blobs per `PutBlobs`/`GetBlobs` call are batched under this many bytes (one larger file goes
 /// alone), well under the internal message cap.
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// ... and at most this many blobs (the substrate takes at most 1000 per call).
+const BATCH_BLOBS: usize = 1000;
 
 /// Files per page when the gateway reads a whole tree (an export).
 const TREE_PAGE: u32 = 10_000;
@@ -681,8 +686,17 @@ pub async fn read_file_handler(
     } else {
         "application/octet-stream"
     };
+    // A tenant's file is served from the origin of the UI: never sniffed into HTML, never
+    // run as a document with the session's cookie.
     let mut resp = (
-        [(CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        [
+            (CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+            (
+                CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox; default-src 'none'"),
+            ),
+        ],
         f.content,
     )
         .into_response();
@@ -805,11 +819,29 @@ pub async fn import_handler(
     // The volume first: a caller that cannot write it learns nothing of the archive, and
     // nothing is stored for it.
     let req = st.internal(&p, vol.at(true))?;
-    rpc(&st, Ctx::Plain, client.get_volume(req)).await?;
+    let info = rpc(&st, Ctx::Plain, client.get_volume(req)).await?;
+    // Nothing is stored for an archive the volume cannot take: a read-only volume, or more
+    // bytes than its quota leaves (all of its quota when the import replaces the tree).
+    if info.mode == "ro" {
+        return Err(VolError::Api(
+            Error::new(
+                weft_core::ErrorCode::Conflict,
+                format!("volume `{}` is read-only; nothing was imported", info.name),
+            )
+            .with_param("body"),
+        ));
+    }
+    let room = if replace {
+        info.quota_bytes
+    } else {
+        info.quota_bytes.saturating_sub(info.bytes)
+    };
     let caps = weft_volumes::archive::TarCaps {
         max_files: usize::try_from(st.volume_caps.max_files).unwrap_or(usize::MAX),
         max_file_bytes: st.volume_caps.max_file_bytes,
-        max_total_bytes: st.volume_caps.max_volume_bytes,
+        max_total_bytes: u64::try_from(room.max(0))
+            .unwrap_or(0)
+            .min(st.volume_caps.max_volume_bytes),
     };
     let files = weft_volumes::archive::read_tar(&archive, &caps)
         .map_err(|e| invalid(e.to_string(), "body"))?;
@@ -842,7 +874,9 @@ pub async fn import_handler(
         if !sent.insert(sha.clone()) {
             continue;
         }
-        if !batch.is_empty() && batch_bytes + f.content.len() > BATCH_BYTES {
+        if !batch.is_empty()
+            && (batch_bytes + f.content.len() > BATCH_BYTES || batch.len() >= BATCH_BLOBS)
+        {
             put_blobs(&st, &p, std::mem::take(&mut batch)).await?;
             batch_bytes = 0;
         }
@@ -900,7 +934,9 @@ pub async fn export_handler(
             continue;
         }
         let size = usize::try_from(e.size).unwrap_or(usize::MAX);
-        if !batch.is_empty() && batch_bytes.saturating_add(size) > BATCH_BYTES {
+        if !batch.is_empty()
+            && (batch_bytes.saturating_add(size) > BATCH_BYTES || batch.len() >= BATCH_BLOBS)
+        {
             get_blobs(
                 &st,
                 &p,
