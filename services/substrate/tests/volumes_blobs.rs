@@ -231,9 +231,15 @@ async fn a_directory_store_keeps_large_blobs() {
     let store = Arc::new(DirBlobs::new(dir.clone()).unwrap());
     let blobs = Blobs::with_external(db.pool.clone(), store.clone(), EXTERNAL_MIN);
     let shas = round_trip(&db, blobs, "dir").await;
+    // Only this user may read them: directories 0700, files 0600.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("acme")), 0o700);
     for sha in &shas {
         let on_disk = std::fs::read(dir.join("acme").join(sha)).unwrap();
         assert_eq!(&weft_volumes::hash::sha256_hex(&on_disk), sha);
+        assert_eq!(mode(&dir.join("acme").join(sha)), 0o600, "{sha}");
     }
     // Nothing half-written is left beside them.
     let names: Vec<String> = std::fs::read_dir(dir.join("acme"))

@@ -116,9 +116,9 @@ pub struct DirBlobs {
 }
 
 impl DirBlobs {
-    /// A store under `root` (made when missing).
+    /// A store under `root` (made when missing, 0700).
     pub fn new(root: PathBuf) -> Result<Self, String> {
-        std::fs::create_dir_all(&root).map_err(|e| {
+        private_dir(&root).map_err(|e| {
             format!(
                 "volumes.blobs.dir {} cannot be created: {e}; give a writable directory",
                 root.display()
@@ -130,6 +130,28 @@ impl DirBlobs {
     fn path(&self, tenant: &str, sha256: &str) -> PathBuf {
         self.root.join(tenant).join(sha256)
     }
+}
+
+/// Makes `dir` and its missing parents readable by this user only (0700).
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Writes `bytes` to a new file `path` readable by this user only (0600).
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 fn io(what: &str, path: &std::path::Path, e: &std::io::Error) -> BlobError {
@@ -144,13 +166,15 @@ impl BlobStore for DirBlobs {
 
     async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
         let dir = self.root.join(tenant);
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| io("creating", &dir, &e))?;
         let tmp = dir.join(format!(".{sha256}.{}", uuid::Uuid::now_v7().simple()));
-        tokio::fs::write(&tmp, bytes)
-            .await
-            .map_err(|e| io("writing", &tmp, &e))?;
+        let owned = bytes.to_vec();
+        let (d, t) = (dir.clone(), tmp.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), BlobError> {
+            private_dir(&d).map_err(|e| io("creating", &d, &e))?;
+            write_private(&t, &owned).map_err(|e| io("writing", &t, &e))
+        })
+        .await
+        .map_err(|e| BlobError::Store(format!("writing {}: {e}", tmp.display())))??;
         let to = self.path(tenant, sha256);
         if let Err(e) = tokio::fs::rename(&tmp, &to).await {
             let _ = tokio::fs::remove_file(&tmp).await;

@@ -962,7 +962,7 @@ impl Volumes {
         };
         let done = self
             .store
-            .mutate(&p.tenant, v.id, &meta, &m)
+            .mutate(&p.tenant, &v, &meta, &m)
             .await
             .map_err(db("applying a change"))?;
         let mut change = change_to_proto(&done.change, &done.files, done.replayed);
@@ -1309,7 +1309,7 @@ impl Volumes {
         };
         let done = self
             .store
-            .mutate(&p.tenant, v.id, &meta, &Mutation::Undo(target))
+            .mutate(&p.tenant, &v, &meta, &Mutation::Undo(target))
             .await
             .map_err(db("undoing a change"))?;
         Ok(change_to_proto(&done.change, &done.files, done.replayed))
@@ -1324,7 +1324,7 @@ impl Volumes {
         check_text("label", &r.label, MAX_LABEL_BYTES, true)?;
         let s = self
             .store
-            .create_snapshot(&p.tenant, v.id, &r.label)
+            .create_snapshot(&p.tenant, &v, &r.label)
             .await
             .map_err(db("making a snapshot"))?;
         Ok(snapshot_to_proto(s))
@@ -1445,7 +1445,7 @@ impl Volumes {
         };
         let done = self
             .store
-            .mutate(&p.tenant, v.id, &meta, &m)
+            .mutate(&p.tenant, &v, &meta, &m)
             .await
             .map_err(db("restoring a snapshot"))?;
         Ok(change_to_proto(&done.change, &done.files, done.replayed))

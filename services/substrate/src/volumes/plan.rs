@@ -77,6 +77,8 @@ pub struct Recorded {
     pub path: String,
     pub before: Option<Entry>,
     pub after_sha: Option<String>,
+    /// The mode the change left (`None` where it deleted the file).
+    pub after_mode: Option<i32>,
 }
 
 /// A recorded change, for an undo.
@@ -306,9 +308,17 @@ pub fn undo(index: &Index, changes: &[RecordedChange]) -> Result<Planned, Error>
     let mut o = Overlay::new(index);
     for c in changes {
         for f in &c.files {
-            let now = o.get(&f.path).map(|e| e.sha256.clone());
-            if now != f.after_sha {
-                let now = now.as_deref().unwrap_or("missing");
+            // Content and mode: a later mode-only change is a change too.
+            let now = o.get(&f.path).map(|e| (e.sha256.clone(), e.mode));
+            let left = f
+                .after_sha
+                .clone()
+                .map(|s| (s, f.after_mode.unwrap_or(MODE_FILE)));
+            if now != left {
+                let now = now.map_or_else(
+                    || "missing".to_owned(),
+                    |(sha, mode)| format!("{sha}, mode {mode:o}"),
+                );
                 return Err(conflict(format!(
                     "`{}` changed since change {} (now {now}); undo the later change first",
                     f.path, c.id
@@ -452,6 +462,7 @@ mod tests {
                 path: "x".into(),
                 before: Some(e("a", 5)),
                 after_sha: Some("c".repeat(64)),
+                after_mode: Some(MODE_FILE),
             }],
         };
         let err = undo(&index, std::slice::from_ref(&c)).unwrap_err();
@@ -467,6 +478,13 @@ mod tests {
             }],
             ..c
         };
+        // A later mode-only change is refused too.
+        let mut chmod = index.clone();
+        if let Some(x) = chmod.get_mut("x") {
+            x.mode = MODE_EXEC;
+        }
+        let err = undo(&chmod, std::slice::from_ref(&ok)).unwrap_err();
+        assert!(err.message.contains("mode 755"), "{}", err.message);
         let p = undo(&index, &[ok]).unwrap();
         assert_eq!(p.index.get("x"), Some(&e("a", 5)));
     }

@@ -620,9 +620,10 @@ impl VolumeStore {
     pub async fn create_snapshot(
         &self,
         tenant: &TenantId,
-        volume: Uuid,
+        target: &VolumeRow,
         label: &str,
     ) -> Result<SnapshotRow, VolError> {
+        let volume = target.id;
         let mut tx = begin(&self.pool).await?;
         let vol: Option<VolumeRow> = sqlx::query_as(concat!(
             "SELECT ",
@@ -633,7 +634,7 @@ impl VolumeStore {
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
-        let vol = vol.ok_or_else(|| vol_gone("this"))?;
+        let vol = vol.ok_or_else(|| vol_gone(&target.name))?;
         let index = load_index(&mut tx, volume).await?;
         let entries: Vec<(&str, &str, i64, i32)> = index
             .iter()
@@ -694,7 +695,7 @@ impl VolumeStore {
     pub async fn mutate(
         &self,
         tenant: &TenantId,
-        volume: Uuid,
+        volume: &VolumeRow,
         meta: &Meta,
         m: &Mutation,
     ) -> Result<Mutated, VolError> {
@@ -737,10 +738,11 @@ impl VolumeStore {
     async fn mutate_once(
         &self,
         tenant: &TenantId,
-        volume: Uuid,
+        target: &VolumeRow,
         meta: &Meta,
         m: &Mutation,
     ) -> Result<Mutated, VolError> {
+        let volume = target.id;
         let mut tx = begin(&self.pool).await?;
         let vol: Option<VolumeRow> = sqlx::query_as(concat!(
             "SELECT ",
@@ -751,7 +753,7 @@ impl VolumeStore {
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
-        let vol = vol.ok_or_else(|| vol_gone("this"))?;
+        let vol = vol.ok_or_else(|| vol_gone(&target.name))?;
         let source = m.source(&meta.source);
         if let Some(key) = &meta.op_key
             && let Some(done) = replay(&mut tx, tenant, &vol, key, source).await?
@@ -822,6 +824,7 @@ impl VolumeStore {
                                     mode: f.before_mode.unwrap_or(plan::MODE_FILE),
                                 }),
                                 after_sha: f.after_sha.clone(),
+                                after_mode: f.after_mode,
                             })
                             .collect(),
                     })
