@@ -24,7 +24,7 @@ pub mod runs;
 pub mod tokens;
 pub mod ui;
 pub mod usage;
-pub mod volumes;
+mod volumes;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
