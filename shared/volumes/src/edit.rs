@@ -79,6 +79,19 @@ pub enum EditError {
         /// The lines the places start on, each once.
         lines: Vec<usize>,
     },
+    /// `old` is not in the file exactly, and looking for it ignoring whitespace would take too
+    /// many line comparisons (a long `old` in a long, repetitive file).
+    #[error(
+        "edits[{index}].old is not in the file exactly, and looking for its {old_lines} lines ignoring whitespace in this file of {file_lines} lines is too much work; copy the text to replace exactly from the file (Read it), or use a shorter `old` (fewer lines) that occurs once"
+    )]
+    TooCostly {
+        /// Which edit (0-based).
+        index: usize,
+        /// Lines of the file.
+        file_lines: usize,
+        /// Lines of `old`.
+        old_lines: usize,
+    },
     /// `old` is not in the file exactly, and ignoring whitespace it matches several places.
     #[error("edits[{index}].old is not in the file exactly, and ignoring whitespace it matches {count} places ({}); copy the text exactly, include more surrounding lines so it matches one, or set replace_all", lines_list(.lines))]
     AmbiguousFuzzy {
@@ -99,6 +112,7 @@ impl EditError {
             | EditError::Unchanged { index }
             | EditError::NotFound { index, .. }
             | EditError::AmbiguousExact { index, .. }
+            | EditError::TooCostly { index, .. }
             | EditError::AmbiguousFuzzy { index, .. } => *index,
         }
     }
@@ -120,13 +134,23 @@ fn lines_list(lines: &[usize]) -> String {
     format!("{word} {}", list.join(", "))
 }
 
+/// Line comparisons one edit's whitespace-tolerant match may make (at most file lines × `old`'s
+/// lines; far fewer unless the file repeats `old`'s first lines); past it the edit is refused
+/// with [`EditError::TooCostly`].
+pub const FUZZY_MAX_COMPARISONS: usize = 50_000_000;
+
 /// Applies `edits` to `content` in order; any failing edit fails the whole call.
 pub fn apply(content: &str, edits: &[Edit]) -> Result<Edited, EditError> {
+    apply_within(content, edits, FUZZY_MAX_COMPARISONS)
+}
+
+/// [`apply`] with a budget of line comparisons per fuzzy match.
+fn apply_within(content: &str, edits: &[Edit], budget: usize) -> Result<Edited, EditError> {
     let mut current = content.to_owned();
     let mut fuzzy = false;
     let mut replacements = 0;
     for (index, edit) in edits.iter().enumerate() {
-        let one = apply_one(&current, edit, index)?;
+        let one = apply_one(&current, edit, index, budget)?;
         current = one.content;
         fuzzy |= one.fuzzy;
         replacements += one.replacements;
@@ -138,7 +162,7 @@ pub fn apply(content: &str, edits: &[Edit]) -> Result<Edited, EditError> {
     })
 }
 
-fn apply_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditError> {
+fn apply_one(content: &str, edit: &Edit, index: usize, budget: usize) -> Result<Edited, EditError> {
     if edit.old.is_empty() {
         return Err(EditError::EmptyOld { index });
     }
@@ -150,7 +174,7 @@ fn apply_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditErr
         .map(|(i, _)| i)
         .collect();
     match starts.len() {
-        0 => fuzzy_one(content, edit, index),
+        0 => fuzzy_one(content, edit, index, budget),
         1 => Ok(Edited {
             content: content.replacen(edit.old.as_str(), &edit.new, 1),
             fuzzy: false,
@@ -234,6 +258,25 @@ fn normalize_into(line: &str, out: &mut String) {
     }
 }
 
+/// The start of `normalize(line)`: at least its first `max_chars` characters (all of it when
+/// shorter), without looking at the rest of the line.
+fn normalize_capped(line: &str, out: &mut String, max_chars: usize) {
+    out.clear();
+    let mut chars = 0;
+    for (i, word) in line.split_whitespace().enumerate() {
+        if chars >= max_chars {
+            break;
+        }
+        if i > 0 {
+            out.push(' ');
+            chars += 1;
+        }
+        let word = cut_chars(word, max_chars.saturating_sub(chars));
+        out.push_str(word);
+        chars += word.chars().count();
+    }
+}
+
 /// Whether `normalize(line) == normed`, without allocating.
 fn norm_eq(line: &str, normed: &str) -> bool {
     if normed.is_empty() {
@@ -255,7 +298,7 @@ fn indent_of(line: &str) -> &str {
     &line[..line.len() - line.trim_start().len()]
 }
 
-fn fuzzy_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditError> {
+fn fuzzy_one(content: &str, edit: &Edit, index: usize, budget: usize) -> Result<Edited, EditError> {
     let lines = split_lines(content);
     let old_lines = text_lines(&edit.old);
     let norm_old: Vec<String> = old_lines.iter().map(|l| normalize(l)).collect();
@@ -264,22 +307,36 @@ fn fuzzy_one(content: &str, edit: &Edit, index: usize) -> Result<Edited, EditErr
         return Err(EditError::NotFound { index, hint: None });
     }
     let m = norm_old.len();
-    let windows: Vec<usize> = if m > lines.len() {
-        Vec::new()
-    } else {
-        (0..=lines.len() - m)
-            .filter(|&s| {
-                lines[s..s + m]
-                    .iter()
-                    .zip(&norm_old)
-                    .all(|(l, o)| norm_eq(l.text, o))
-            })
-            .collect()
-    };
+    // For each line of the file, how many of old's first lines match from there: `m` is a
+    // window; the longest shorter run is the not-found hint (only worth it for several lines).
+    let mut windows: Vec<usize> = Vec::new();
+    let mut longest: Option<(usize, usize)> = None; // (start, matched lines)
+    let want_run = m > 1 && !norm_old[0].is_empty();
+    let mut comparisons = 0usize;
+    for s in 0..lines.len() {
+        let k = lines[s..]
+            .iter()
+            .zip(&norm_old)
+            .take_while(|(l, o)| norm_eq(l.text, o))
+            .count();
+        comparisons += (k + 1).min(m);
+        if comparisons > budget {
+            return Err(EditError::TooCostly {
+                index,
+                file_lines: lines.len(),
+                old_lines: m,
+            });
+        }
+        if k == m {
+            windows.push(s);
+        } else if want_run && k > 0 && longest.is_none_or(|(_, bk)| k > bk) {
+            longest = Some((s, k));
+        }
+    }
     if windows.is_empty() {
         return Err(EditError::NotFound {
             index,
-            hint: not_found_hint(&lines, &norm_old),
+            hint: not_found_hint(&lines, &norm_old, longest),
         });
     }
     if windows.len() > 1 && !edit.replace_all {
@@ -365,31 +422,23 @@ fn reindent(new_lines: &[&str], old_indent: &str, file_indent: &str) -> Vec<Stri
         .collect()
 }
 
-/// Lines of the file the hint compares at most, and characters of each.
-const HINT_MAX_LINES: usize = 1_000_000;
+/// Characters of the file's lines (each cut at [`HINT_MAX_CHARS`]) the hint compares at most,
+/// and characters of each line.
+const HINT_MAX_WORK: usize = 4_000_000;
 const HINT_MAX_CHARS: usize = 400;
 /// The least similarity (0..=1) for a line to be offered as the closest.
 const HINT_MIN_SIMILARITY: f64 = 0.3;
 
-/// What is closest to `old` in the file: the longest run of `old`'s first lines found (and the
-/// line where it stops matching), else the line most like `old`'s first non-blank line.
-fn not_found_hint(lines: &[Line<'_>], norm_old: &[String]) -> Option<String> {
-    // the longest run of old's first lines that matches somewhere (with one line, old would
-    // have matched)
-    let mut best: Option<(usize, usize)> = None; // (start, matched lines)
-    if norm_old.len() > 1 && !norm_old[0].is_empty() {
-        for s in 0..lines.len() {
-            let k = lines[s..]
-                .iter()
-                .zip(norm_old)
-                .take_while(|(l, o)| norm_eq(l.text, o))
-                .count();
-            if k > 0 && best.is_none_or(|(_, bk)| k > bk) {
-                best = Some((s, k));
-            }
-        }
-    }
-    if let Some((s, k)) = best {
+/// What is closest to `old` in the file: the longest run of `old`'s first lines found
+/// (`longest`: where it starts and how many lines match; the line where it stops matching is
+/// named), else the line most like `old`'s first non-blank line, among the lines whose first
+/// [`HINT_MAX_WORK`] characters in all are looked at.
+fn not_found_hint(
+    lines: &[Line<'_>],
+    norm_old: &[String],
+    longest: Option<(usize, usize)>,
+) -> Option<String> {
+    if let Some((s, k)) = longest {
         let first_of = if k == 1 {
             "the first line of old matches".to_owned()
         } else {
@@ -411,14 +460,20 @@ fn not_found_hint(lines: &[Line<'_>], norm_old: &[String]) -> Option<String> {
     let mut best: Option<(f64, usize)> = None;
     let mut norm = String::new();
     let mut left = Vec::new();
-    for (i, line) in lines.iter().enumerate().take(HINT_MAX_LINES) {
-        normalize_into(line.text, &mut norm);
+    let mut work = 0usize;
+    for (i, line) in lines.iter().enumerate() {
+        normalize_capped(line.text, &mut norm, HINT_MAX_CHARS);
         let norm = cut_chars(&norm, HINT_MAX_CHARS);
         if norm.is_empty() {
             continue;
         }
+        let chars = norm.chars().count();
+        work += chars;
+        if work > HINT_MAX_WORK {
+            break;
+        }
         // Dice cannot pass 2·min/(a+b): skip a line too short or long to beat the best
-        let grams = norm.chars().count().saturating_sub(1).max(1);
+        let grams = chars.saturating_sub(1).max(1);
         let bound = 2.0 * grams.min(target.len) as f64 / (grams + target.len) as f64;
         if best.is_some_and(|(b, _)| bound <= b) {
             continue;
@@ -776,6 +831,78 @@ mod tests {
     }
 
     #[test]
+    fn a_fuzzy_match_past_its_budget_is_refused() {
+        // every start matches old's first 10 lines: 100 starts × ~10 comparisons
+        let content = format!("start\n{}", "x\n".repeat(99));
+        let old = format!("{}y\n", "  x\n".repeat(10));
+        let err = apply_within(&content, &[e("start", "begin"), e(&old, "z\n")], 500).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::TooCostly {
+                index: 1,
+                file_lines: 100,
+                old_lines: 11
+            }
+        );
+        assert_eq!(err.field(), "edits[1].old");
+        let msg = err.to_string();
+        assert!(msg.starts_with("edits[1].old is not in the file exactly, and looking for its 11 lines ignoring whitespace in this file of 100 lines is too much work"), "{msg}");
+        assert!(msg.contains("use a shorter `old`"), "{msg}");
+        // the first edit is exact, so it is not refused for the budget; with room the second
+        // is an ordinary not-found with its hint
+        let err = apply_within(&content, &[e(&old, "z\n")], 2_000).unwrap_err();
+        assert!(
+            matches!(&err, EditError::NotFound { hint: Some(h), .. } if h.starts_with("the first 10 lines of old match at line 2")),
+            "{err:?}"
+        );
+        assert!(apply_within(&content, &[e("x\nx\n", "y\n")], 0).is_err());
+        let r = apply_within("a\n  b\nc\n", &[e("b\n", "d\n")], 0).unwrap();
+        assert!(!r.fuzzy);
+    }
+
+    #[test]
+    fn a_long_old_in_a_long_file_is_matched_when_the_file_does_not_repeat_it() {
+        // 100k lines × 600 lines of old is past the budget as a product, but each start stops
+        // at its first line
+        let content: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let old: String = (50_000..50_600)
+            .map(|i| format!("    line {i}\n"))
+            .collect();
+        let r = apply(&content, &[e(&old, "replaced\n")]).unwrap();
+        assert!(r.fuzzy);
+        assert_eq!(r.replacements, 1);
+        assert!(r.content.contains("line 49999\nreplaced\nline 50600\n"));
+    }
+
+    #[test]
+    fn the_not_found_hint_looks_at_a_bounded_part_of_the_file() {
+        let filler = format!("{}\n", "q".repeat(HINT_MAX_CHARS));
+        let near = "let total = compute(1, 2);\n";
+        let old = "let totl = compute(1, 2);";
+        let within = format!("{}{near}", filler.repeat(100));
+        let err = apply(&within, &[e(old, "x")]).unwrap_err();
+        assert!(
+            matches!(&err, EditError::NotFound { hint: Some(h), .. } if h.starts_with("the closest line is 101")),
+            "{err:?}"
+        );
+        // past HINT_MAX_WORK characters of lines, nothing more is looked at
+        let past = format!(
+            "{}{near}",
+            filler.repeat(HINT_MAX_WORK / HINT_MAX_CHARS + 1)
+        );
+        let err = apply(&past, &[e(old, "x")]).unwrap_err();
+        assert!(
+            matches!(&err, EditError::NotFound { hint: None, .. }),
+            "{err:?}"
+        );
+        // a huge line is normalized only as far as it is compared
+        let mut norm = String::new();
+        normalize_capped(&format!("  a  b {}", "c ".repeat(10_000)), &mut norm, 5);
+        assert!(norm.starts_with("a b c"), "{norm}");
+        assert!(norm.chars().count() <= 6, "{norm}");
+    }
+
+    #[test]
     fn not_found_names_the_closest_line() {
         let content =
             "fn main() {\n    let total = compute(1, 2);\n    println!(\"{total}\");\n}\n";
@@ -941,6 +1068,7 @@ mod tests {
                     assert_eq!(old, new);
                 }
                 Err(EditError::EmptyOld { .. }) => unreachable!("old is never empty here"),
+                Err(EditError::TooCostly { .. }) => unreachable!("small files stay in budget"),
             }
         }
         // every outcome was reached, so each rule above was checked

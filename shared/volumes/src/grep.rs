@@ -1,8 +1,11 @@
 //! Grep over one file's bytes, for the Grep tool: a regular expression (the `regex` crate's
 //! syntax, no look-around or backreferences, linear time), matched line by line so a match never
 //! spans lines. Binary files (see [`crate::text::is_binary`]) are skipped. The three modes give
-//! the files that match, the matching lines with context, or a count per file; the caller caps
-//! what it returns across files.
+//! the files that match, the matching lines with context, or a count per file. Content mode lists
+//! at most a budget of lines per file (counting on exactly past it); the caller caps what it
+//! returns across files.
+
+use std::collections::VecDeque;
 
 use regex::{Regex, RegexBuilder};
 
@@ -14,6 +17,8 @@ pub const MAX_PATTERN_BYTES: usize = 1024;
 pub const MAX_CONTEXT: u32 = 10;
 /// Characters of a line shown before it is cut.
 pub const MAX_LINE_CHARS: usize = 500;
+/// The most lines (matches and context) [`Grep::search`] lists for one file in content mode.
+pub const DEFAULT_MAX_LINES: usize = 10_000;
 /// The largest compiled program a pattern may make, in bytes.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
@@ -105,8 +110,11 @@ pub struct HitLine {
 pub struct FileHits {
     /// How many lines match.
     pub count: u32,
-    /// In content mode, the matching lines and their context, in order, each once; else empty.
+    /// In content mode, the matching lines and their context, in order, each once, up to the
+    /// search's budget; else empty.
     pub lines: Vec<HitLine>,
+    /// Whether content mode left lines out for the budget (`count` still counts every match).
+    pub truncated: bool,
 }
 
 impl Grep {
@@ -157,8 +165,16 @@ impl Grep {
     }
 
     /// Searches one file's bytes: `None` for a binary file, else its hits (count 0 when nothing
-    /// matches).
+    /// matches). Content mode lists at most [`DEFAULT_MAX_LINES`] lines; see
+    /// [`Grep::search_capped`].
     pub fn search(&self, bytes: &[u8]) -> Option<FileHits> {
+        self.search_capped(bytes, DEFAULT_MAX_LINES)
+    }
+
+    /// [`Grep::search`] listing at most `max_lines` lines (matches and context) in content mode:
+    /// lines stop being collected once the budget is spent, and `truncated` says some were left
+    /// out. `count` is always exact, and no line is ever built in the other modes.
+    pub fn search_capped(&self, bytes: &[u8], max_lines: usize) -> Option<FileHits> {
         if crate::text::is_binary(bytes) {
             return None;
         }
@@ -170,35 +186,63 @@ impl Grep {
         {
             return Some(FileHits::default());
         }
-        let matching: Vec<usize> = lines(text)
-            .enumerate()
-            .filter(|(_, l)| self.regex.is_match(l))
-            .map(|(i, _)| i)
-            .collect();
-        let count = u32::try_from(matching.len()).unwrap_or(u32::MAX);
-        if self.mode != GrepMode::Content || matching.is_empty() {
+        if self.mode != GrepMode::Content {
+            let count = lines(text).filter(|l| self.regex.is_match(l)).count();
             return Some(FileHits {
-                count,
-                lines: Vec::new(),
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+                ..FileHits::default()
             });
         }
         let context = usize::try_from(self.context).unwrap_or(usize::MAX);
-        let all: Vec<&str> = lines(text).collect();
-        let mut out = Vec::new();
+        let mut out = FileHits::default();
+        let mut count = 0usize;
+        // the lines just before the current one, for a match's leading context
+        let mut before: VecDeque<(usize, &str)> = VecDeque::with_capacity(context + 1);
         let mut next = 0; // the first line not yet emitted
-        for &m in &matching {
-            let from = m.saturating_sub(context).max(next);
-            let to = (m + context).min(all.len().saturating_sub(1));
-            for (i, line) in all.iter().enumerate().take(to + 1).skip(from) {
-                out.push(HitLine {
-                    line: u32::try_from(i + 1).unwrap_or(u32::MAX),
-                    text: cut(line),
-                    is_match: matching.binary_search(&i).is_ok(),
-                });
+        let mut after_to: Option<usize> = None; // the last line of trailing context owed
+        let mut collecting = true;
+        for (i, line) in lines(text).enumerate() {
+            let is_match = self.regex.is_match(line);
+            if is_match {
+                count += 1;
             }
-            next = next.max(to + 1);
+            if collecting && (is_match || after_to.is_some_and(|to| i <= to)) {
+                // leading context not shown yet (none after a line just shown)
+                let leading: Vec<(usize, &str)> =
+                    before.iter().filter(|(j, _)| *j >= next).copied().collect();
+                let room = max_lines - out.lines.len();
+                for &(j, l) in leading.iter().take(room) {
+                    out.lines.push(hit(j, l, false));
+                }
+                if leading.len() < room {
+                    out.lines.push(hit(i, line, is_match));
+                    next = i + 1;
+                    if is_match {
+                        after_to = Some(i + context);
+                    }
+                } else {
+                    // the budget is spent: count on, list nothing more
+                    out.truncated = true;
+                    collecting = false;
+                }
+            }
+            if collecting && context > 0 {
+                if before.len() == context {
+                    before.pop_front();
+                }
+                before.push_back((i, line));
+            }
         }
-        Some(FileHits { count, lines: out })
+        out.count = u32::try_from(count).unwrap_or(u32::MAX);
+        Some(out)
+    }
+}
+
+fn hit(i: usize, line: &str, is_match: bool) -> HitLine {
+    HitLine {
+        line: u32::try_from(i + 1).unwrap_or(u32::MAX),
+        text: cut(line),
+        is_match,
     }
 }
 
@@ -255,7 +299,8 @@ mod tests {
             hits,
             FileHits {
                 count: 4,
-                lines: vec![]
+                lines: vec![],
+                truncated: false,
             }
         );
         let hits = grep("eta", GrepMode::Files, 3, false)
@@ -334,6 +379,60 @@ mod tests {
             .unwrap();
         assert_eq!(hits.lines.first().unwrap().line, 10);
         assert_eq!(hits.lines.last().unwrap().line, 30);
+    }
+
+    #[test]
+    fn a_capped_search_lists_a_prefix_and_says_it_was_cut() {
+        let text: String = (1..=30)
+            .map(|i| {
+                if i % 4 == 0 {
+                    format!("hit {i}\n")
+                } else {
+                    format!("l{i}\n")
+                }
+            })
+            .collect();
+        for context in [0, 1, 2, 5] {
+            let g = grep("hit", GrepMode::Content, context, false);
+            let full = g.search(text.as_bytes()).unwrap();
+            assert!(!full.truncated);
+            assert_eq!(full.count, 7);
+            for n in 0..=full.lines.len() + 2 {
+                let capped = g.search_capped(text.as_bytes(), n).unwrap();
+                assert_eq!(capped.count, 7, "context {context}, budget {n}");
+                assert_eq!(
+                    capped.lines,
+                    full.lines[..n.min(full.lines.len())],
+                    "context {context}, budget {n}"
+                );
+                assert_eq!(
+                    capped.truncated,
+                    n < full.lines.len(),
+                    "context {context}, budget {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_file_of_matches_stays_bounded_and_counts_exactly() {
+        let text = "a\n".repeat(4 * 1024 * 1024); // 8 MiB, 4M matching lines
+        let g = grep(".", GrepMode::Content, 3, false);
+        let hits = g.search_capped(text.as_bytes(), 100).unwrap();
+        assert_eq!(hits.count, 4 * 1024 * 1024);
+        assert_eq!(hits.lines.len(), 100);
+        assert!(hits.truncated);
+        assert_eq!(hits.lines.last().unwrap().line, 100);
+        let hits = g.search(text.as_bytes()).unwrap();
+        assert_eq!(hits.count, 4 * 1024 * 1024);
+        assert!(hits.lines.len() <= DEFAULT_MAX_LINES);
+        assert!(hits.truncated);
+        // count mode never lists lines
+        let hits = grep(".", GrepMode::Count, 3, false)
+            .search(text.as_bytes())
+            .unwrap();
+        assert_eq!(hits.count, 4 * 1024 * 1024);
+        assert!(hits.lines.is_empty() && !hits.truncated);
     }
 
     #[test]

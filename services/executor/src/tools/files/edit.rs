@@ -1,6 +1,7 @@
 //! `Edit`: replacements in a text file. The file is read, every edit is checked and applied in
-//! memory (`weft_volumes::edit::apply`: an exact, unique match first, then a whitespace-tolerant
-//! match only when one candidate clearly wins, reported as `fuzzy: true`; ambiguity refused),
+//! memory on the blocking pool (`weft_volumes::edit::apply`: an exact, unique match first, then
+//! a whitespace-tolerant match only when one candidate clearly wins, reported as `fuzzy: true`;
+//! ambiguity refused, and so is a whitespace-tolerant search past its work budget),
 //! and the result is written as one change with `if_match` = the sha256 read: a file changed
 //! by someone else meanwhile makes the write a conflict the model is told about, never a
 //! clobber.
@@ -94,7 +95,7 @@ async fn edit(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
             "`{path}` is a binary file; Edit changes text files only (use Write)"
         )));
     }
-    let Ok(text) = std::str::from_utf8(&file.content) else {
+    let Ok(text) = String::from_utf8(file.content) else {
         return Err(Fail::from(format!(
             "`{path}` is not UTF-8 text; Edit changes text files only (use Write)"
         )));
@@ -108,7 +109,16 @@ async fn edit(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
             replace_all: e.replace_all.unwrap_or(false),
         })
         .collect();
-    let edited = match weft_volumes::edit::apply(text, &edits) {
+    // Matching is CPU work over a whole file (bounded in weft-volumes, still up to
+    // FUZZY_MAX_COMPARISONS line comparisons per edit): off the async workers.
+    let applied = tokio::task::spawn_blocking(move || weft_volumes::edit::apply(&text, &edits))
+        .await
+        .map_err(|e| {
+            Fail::from(format!(
+                "the edits could not be worked out ({e}); no edit was made: call Edit again"
+            ))
+        })?;
+    let edited = match applied {
         Ok(e) => e,
         Err(e) => {
             // A repeat of a call whose change committed: the text it replaced is gone.
