@@ -41,6 +41,11 @@ CREATE TABLE volume_blobs (
     store      text        NOT NULL CHECK (store IN ('pg', 'dir', 's3')),
     data       bytea,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- When a write last stored or named the blob (PutBlobs, an Apply's put). The collector
+    -- deletes a blob no index, change or snapshot names only once this is older than its grace
+    -- period, and a write that names a blob updates this in its transaction, so the collector's
+    -- row lock re-checks it and skips the blob.
+    touched_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, sha256),
     CHECK ((store = 'pg') = (data IS NOT NULL))
 );
@@ -57,6 +62,8 @@ CREATE TABLE volume_files (
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (volume_id, path)
 );
+-- The blob collector asks whether any file names a blob.
+CREATE INDEX volume_files_sha_idx ON volume_files (sha256);
 
 -- The changelog: one row per mutation (a tool call, an HTTP write, an import, an undo, a
 -- restore, a sandboxed command's sync).
@@ -103,6 +110,11 @@ CREATE TABLE volume_change_files (
     after_size  bigint,
     PRIMARY KEY (change_id, path)
 );
+-- The blob collector asks whether any change names a blob.
+CREATE INDEX volume_change_files_before_idx ON volume_change_files (before_sha)
+    WHERE before_sha IS NOT NULL;
+CREATE INDEX volume_change_files_after_idx ON volume_change_files (after_sha)
+    WHERE after_sha IS NOT NULL;
 
 -- Snapshots: a tree hash and the index it names, as JSON `[[path, sha256, size, mode], …]`.
 CREATE TABLE volume_snapshots (
@@ -118,6 +130,8 @@ CREATE TABLE volume_snapshots (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX volume_snapshots_volume_idx ON volume_snapshots (volume_id, created_at);
+-- The blob collector asks whether any snapshot names a blob (`entries @> [[sha]]`).
+CREATE INDEX volume_snapshots_entries_idx ON volume_snapshots USING gin (entries jsonb_path_ops);
 
 -- Bytes of files in every volume of a tenant; changed in the transaction of every write.
 CREATE TABLE volume_usage (

@@ -1442,7 +1442,7 @@ async fn a_run_tree_shares_one_volume_that_is_purged_and_swept() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn blobs_are_put_ahead_and_named_by_sha() {
-    let (_db, v) = setup().await;
+    let (db, v) = setup().await;
     let p = user("acme");
     create(&v, &p, "w", "", 0).await;
     let content = b"stored ahead".to_vec();
@@ -1503,7 +1503,252 @@ async fn blobs_are_put_ahead_and_named_by_sha() {
         )
         .await
         .unwrap();
-    assert_eq!(got.blobs, vec![v1::Blob { sha256: h, content }]);
+    assert_eq!(
+        got.blobs,
+        vec![v1::Blob {
+            sha256: h.clone(),
+            content
+        }]
+    );
+
+    // Long after it was put, the blob is reachable by sha only from a volume that names it.
+    sqlx::query("UPDATE volume_blobs SET touched_at = now() - interval '1 hour'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    create(&v, &p, "o", "", 0).await;
+    let by_sha = |path: &str| v1::FileOp {
+        path: path.into(),
+        if_match: None,
+        op: Some(Op::Put(v1::PutFile {
+            body: Some(v1::put_file::Body::Sha256(h.clone())),
+            mode: 0,
+        })),
+    };
+    let (c, _, msg) = code(apply(&v, &p, named("o"), vec![by_sha("f")]).await);
+    assert_eq!(c, ErrorCode::Conflict, "{msg}");
+    assert!(msg.contains("PutBlobs"), "{msg}");
+    apply(&v, &p, named("w"), vec![by_sha("copy")])
+        .await
+        .unwrap();
+    // Put again, it is fresh: any volume may name it.
+    v.put_blobs(
+        &p,
+        v1::PutBlobsRequest {
+            blobs: vec![v1::Blob {
+                sha256: String::new(),
+                content: b"stored ahead".to_vec(),
+            }],
+        },
+    )
+    .await
+    .unwrap();
+    apply(&v, &p, named("o"), vec![by_sha("f")]).await.unwrap();
+
+    // GetBlobs sizes the reply from the rows before reading any blob.
+    sqlx::query("UPDATE volume_blobs SET size = 16 * 1024 * 1024 WHERE sha256 = $1")
+        .bind(&h)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (c, param, msg) = code(
+        v.get_blobs(
+            &p,
+            v1::GetBlobsRequest {
+                volume: named("w"),
+                sha256: vec![h.clone()],
+            },
+        )
+        .await,
+    );
+    assert_eq!(
+        (c, param.as_deref()),
+        (ErrorCode::InvalidRequest, Some("sha256")),
+        "{msg}"
+    );
+    assert!(msg.contains("ask for fewer"), "{msg}");
+}
+
+async fn blobs_of(db: &TestDb, content: &[u8]) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM volume_blobs WHERE sha256 = $1")
+        .bind(sha(content))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blobs_nothing_names_are_collected_by_the_sweeper() {
+    let db = TestDb::new().await;
+    let store = VolumeStore::new(
+        db.pool.clone(),
+        Blobs::postgres(db.pool.clone()),
+        default_caps(),
+    )
+    .with_blob_grace(Duration::ZERO);
+    let v = Volumes::new(store, DefStore::new(db.pool.clone()));
+    let p = user("acme");
+
+    // A run's volume, purged: nothing names its blob.
+    let root = insert_run(&db, "acme", "running", None).await;
+    apply(
+        &v,
+        &p,
+        of_run(root, true),
+        vec![put("scratch", b"run scratch")],
+    )
+    .await
+    .unwrap();
+    assert!(v.purge_run_volume(&p, &root.to_string()).await.unwrap());
+    // A named volume, deleted.
+    create(&v, &p, "gone", "", 0).await;
+    apply(
+        &v,
+        &p,
+        named("gone"),
+        vec![put("f", b"in a deleted volume")],
+    )
+    .await
+    .unwrap();
+    assert!(v.delete_volume(&p, named("gone").as_ref()).await.unwrap());
+    // A file deleted: its blob is named by the history.
+    create(&v, &p, "hist", "", 0).await;
+    apply(
+        &v,
+        &p,
+        named("hist"),
+        vec![put("f", b"deleted, in history")],
+    )
+    .await
+    .unwrap();
+    let deleted = apply(&v, &p, named("hist"), vec![del("f")]).await.unwrap();
+    // A blob only a snapshot names (its history removed by hand: nothing prunes history yet).
+    create(&v, &p, "snap", "", 0).await;
+    apply(&v, &p, named("snap"), vec![put("f", b"only in a snapshot")])
+        .await
+        .unwrap();
+    let snap = v
+        .create_snapshot(
+            &p,
+            v1::CreateSnapshotRequest {
+                volume: named("snap"),
+                label: String::new(),
+            },
+        )
+        .await
+        .unwrap();
+    apply(&v, &p, named("snap"), vec![put("f", b"newer")])
+        .await
+        .unwrap();
+    sqlx::query(
+        "DELETE FROM volume_changes WHERE volume_id = (SELECT id FROM volumes WHERE name = 'snap')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Put ahead and never used.
+    v.put_blobs(
+        &p,
+        v1::PutBlobsRequest {
+            blobs: vec![v1::Blob {
+                sha256: String::new(),
+                content: b"staged".to_vec(),
+            }],
+        },
+    )
+    .await
+    .unwrap();
+
+    // Within a grace period nothing goes.
+    let patient = v.store().clone().with_blob_grace(Duration::from_secs(3600));
+    assert_eq!(
+        patient
+            .collect_blobs(100)
+            .await
+            .map_err(|e| e.into_api("collect"))
+            .unwrap(),
+        0
+    );
+    assert_eq!(blobs_of(&db, b"staged").await, 1);
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sweeper = tokio::spawn(volumes::sweep_until(
+        v.store().clone(),
+        Duration::from_millis(20),
+        stop.clone(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for gone in [&b"run scratch"[..], b"in a deleted volume", b"staged"] {
+        while blobs_of(&db, gone).await != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the sweeper did not collect {}",
+                String::from_utf8_lossy(gone)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    stop.cancel();
+    sweeper.await.unwrap();
+    for kept in [&b"deleted, in history"[..], b"only in a snapshot", b"newer"] {
+        assert_eq!(
+            blobs_of(&db, kept).await,
+            1,
+            "{}",
+            String::from_utf8_lossy(kept)
+        );
+    }
+    // What stayed still reads back: the delete undone, the snapshot restored.
+    v.undo(
+        &p,
+        v1::UndoRequest {
+            volume: named("hist"),
+            target: Some(v1::undo_request::Target::ChangeId(c_id(&deleted))),
+            op_key: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read(&v, &p, named("hist"), "f").await.unwrap(),
+        b"deleted, in history"
+    );
+    v.restore(
+        &p,
+        v1::RestoreRequest {
+            volume: named("snap"),
+            snapshot_id: snap.id,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read(&v, &p, named("snap"), "f").await.unwrap(),
+        b"only in a snapshot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_keeps_at_most_max_snapshots() {
+    let (_db, v) = setup().await;
+    let p = user("acme");
+    create(&v, &p, "s", "", 0).await;
+    let snap = || {
+        v.create_snapshot(
+            &p,
+            v1::CreateSnapshotRequest {
+                volume: named("s"),
+                label: String::new(),
+            },
+        )
+    };
+    for _ in 0..volumes::store::MAX_SNAPSHOTS {
+        snap().await.unwrap();
+    }
+    let (c, _, msg) = code(snap().await);
+    assert_eq!(c, ErrorCode::RateLimited, "{msg}");
+    assert!(msg.contains("100 snapshots"), "{msg}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -230,7 +230,7 @@ async fn a_directory_store_keeps_large_blobs() {
     let dir = std::env::temp_dir().join(format!("weft-blobs-{}", uuid::Uuid::now_v7().simple()));
     let store = Arc::new(DirBlobs::new(dir.clone()).unwrap());
     let blobs = Blobs::with_external(db.pool.clone(), store.clone(), EXTERNAL_MIN);
-    let shas = round_trip(&db, blobs, "dir").await;
+    let shas = round_trip(&db, blobs.clone(), "dir").await;
     // Only this user may read them: directories 0700, files 0600.
     use std::os::unix::fs::PermissionsExt as _;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -248,6 +248,30 @@ async fn a_directory_store_keeps_large_blobs() {
         .collect();
     assert_eq!(names.len(), shas.len(), "{names:?}");
     assert_eq!(store.get("acme", &"0".repeat(64)).await.unwrap(), None);
+
+    // The volume deleted, the collector takes its rows and then their objects.
+    let caps = Caps::from_config(&weft_config::VolumesConfig::default());
+    let vs = VolumeStore::new(db.pool.clone(), blobs, caps).with_blob_grace(Duration::ZERO);
+    let v = Volumes::new(vs.clone(), DefStore::new(db.pool.clone()));
+    assert!(
+        v.delete_volume(&user(), named("big").as_ref())
+            .await
+            .unwrap()
+    );
+    let n = vs
+        .collect_blobs(100)
+        .await
+        .map_err(|e| e.into_api("collect"))
+        .unwrap();
+    assert!(n >= 3, "{n}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM volume_blobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    for sha in &shas {
+        assert!(!dir.join("acme").join(sha).exists(), "{sha}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,6 +7,13 @@
 //! `s3`) with no data. An object is written *before* the transaction that inserts its row
 //! commits: a crash in between leaves an object without a row, which is harmless (the next
 //! write of the same content rewrites the same key).
+//!
+//! Blobs are collected (see [`super::store::VolumeStore::collect_blobs`]): a row is deleted,
+//! then its object. So that a writer never ends up with a row whose object the collector
+//! deleted, both sides hold a per-blob advisory lock ([`lock_blobs`]): the collector deletes an
+//! object only while no row exists, under the lock; a writer that *inserts* a row for an
+//! external blob makes sure, under the lock and before it commits, that the object exists.
+//! A row therefore always has its object.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -59,6 +66,10 @@ pub trait BlobStore: Send + Sync + fmt::Debug {
     async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError>;
     /// The bytes of a blob, `None` when the store does not have it.
     async fn get(&self, tenant: &str, sha256: &str) -> Result<Option<Vec<u8>>, BlobError>;
+    /// Whether the store has the blob.
+    async fn exists(&self, tenant: &str, sha256: &str) -> Result<bool, BlobError>;
+    /// Removes the blob (nothing when it is not there).
+    async fn delete(&self, tenant: &str, sha256: &str) -> Result<(), BlobError>;
 }
 
 /// Blobs in the `data` column of `volume_blobs`.
@@ -106,6 +117,19 @@ impl BlobStore for PgBlobs {
         .fetch_optional(&self.pool)
         .await?;
         Ok(data.flatten())
+    }
+
+    async fn exists(&self, tenant: &str, sha256: &str) -> Result<bool, BlobError> {
+        Ok(self.get(tenant, sha256).await?.is_some())
+    }
+
+    async fn delete(&self, tenant: &str, sha256: &str) -> Result<(), BlobError> {
+        sqlx::query("DELETE FROM volume_blobs WHERE tenant_id = $1 AND sha256 = $2")
+            .bind(tenant)
+            .bind(sha256)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }
 
@@ -191,6 +215,22 @@ impl BlobStore for DirBlobs {
             Err(e) => Err(io("reading", &path, &e)),
         }
     }
+
+    async fn exists(&self, tenant: &str, sha256: &str) -> Result<bool, BlobError> {
+        let path = self.path(tenant, sha256);
+        tokio::fs::try_exists(&path)
+            .await
+            .map_err(|e| io("looking at", &path, &e))
+    }
+
+    async fn delete(&self, tenant: &str, sha256: &str) -> Result<(), BlobError> {
+        let path = self.path(tenant, sha256);
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("removing", &path, &e)),
+        }
+    }
 }
 
 /// Blobs as objects `<tenant>/<sha256>` of an S3 bucket (any S3-compatible server).
@@ -253,6 +293,45 @@ impl BlobStore for S3Blobs {
             Err(e) => Err(BlobError::Store(format!("s3 get {tenant}/{sha256}: {e}"))),
         }
     }
+
+    async fn exists(&self, tenant: &str, sha256: &str) -> Result<bool, BlobError> {
+        match self.store.head(&Self::key(tenant, sha256)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(BlobError::Store(format!("s3 head {tenant}/{sha256}: {e}"))),
+        }
+    }
+
+    async fn delete(&self, tenant: &str, sha256: &str) -> Result<(), BlobError> {
+        match self.store.delete(&Self::key(tenant, sha256)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(BlobError::Store(format!(
+                "s3 delete {tenant}/{sha256}: {e}"
+            ))),
+        }
+    }
+}
+
+/// Takes the transaction-scoped advisory locks of the blobs `shas` of `tenant`, in one order
+/// everywhere (so two holders never deadlock). See the module's notes.
+pub async fn lock_blobs(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    shas: &[&str],
+) -> Result<(), sqlx::Error> {
+    if shas.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(k) FROM (
+             SELECT DISTINCT hashtextextended('volume_blob:' || $1 || '/' || s, 0) AS k
+             FROM unnest($2::text[]) AS s ORDER BY k OFFSET 0) t",
+    )
+    .bind(tenant)
+    .bind(shas)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// A blob's row.
@@ -317,25 +396,53 @@ impl Blobs {
             .filter(|_| u64::try_from(size).unwrap_or(u64::MAX) >= self.external_min_bytes)
     }
 
-    /// Stores blobs outside a change (`PutBlobs`): the object first, then its row.
+    /// Stores a blob outside a change (`PutBlobs`), or marks it touched when the tenant has
+    /// it: its row, and for a new row of an external blob its object, under the blob's lock.
     pub async fn put(&self, tenant: &str, sha256: &str, bytes: &[u8]) -> Result<(), BlobError> {
-        match self.external_for(bytes.len()) {
-            None => self.pg.put(tenant, sha256, bytes).await,
-            Some(ext) => {
-                ext.put(tenant, sha256, bytes).await?;
-                sqlx::query(
-                    "INSERT INTO volume_blobs (tenant_id, sha256, size, store)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, sha256) DO NOTHING",
-                )
-                .bind(tenant)
-                .bind(sha256)
-                .bind(size_of(bytes))
-                .bind(ext.name())
-                .execute(&self.pg.pool)
-                .await?;
-                Ok(())
-            }
+        let ext = self.external_for(bytes.len());
+        let mut tx = Box::pin(self.pg.pool.begin()).await?;
+        if ext.is_some() {
+            lock_blobs(&mut tx, tenant, &[sha256]).await?;
         }
+        let inserted: bool = sqlx::query_scalar(
+            "INSERT INTO volume_blobs (tenant_id, sha256, size, store, data)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (tenant_id, sha256) DO UPDATE SET touched_at = now()
+             RETURNING (xmax = 0)",
+        )
+        .bind(tenant)
+        .bind(sha256)
+        .bind(size_of(bytes))
+        .bind(ext.map_or("pg", |e| e.name()))
+        .bind(ext.is_none().then_some(bytes))
+        .fetch_one(&mut *tx)
+        .await?;
+        if inserted && let Some(ext) = ext {
+            ext.put(tenant, sha256, bytes).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks the blobs of `shas` the tenant has as just written (`touched_at`); returns those
+    /// it has.
+    pub async fn touch(&self, tenant: &str, shas: &[String]) -> Result<Vec<String>, BlobError> {
+        if shas.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar(
+            "UPDATE volume_blobs SET touched_at = now()
+             WHERE tenant_id = $1 AND sha256 = ANY($2) RETURNING sha256",
+        )
+        .bind(tenant)
+        .bind(shas)
+        .fetch_all(&self.pg.pool)
+        .await?)
+    }
+
+    /// The external store called `name` (`dir`, `s3`), when this substrate has it.
+    pub fn external_named(&self, name: &str) -> Option<&Arc<dyn BlobStore>> {
+        self.external.as_ref().filter(|e| e.name() == name)
     }
 
     /// The bytes of every blob of `shas` (each at most once); a sha the tenant has no row for,

@@ -73,7 +73,7 @@ const GREP_BATCH_FILES: usize = 256;
 const GREP_BATCH_BYTES: i64 = 8 * 1024 * 1024;
 /// Grep reads at most this many bytes of files per call (then reports `truncated`).
 pub const GREP_MAX_SCAN_BYTES: i64 = 64 * 1024 * 1024;
-/// Ephemeral volumes purged per sweep transaction.
+/// Ephemeral volumes purged, and blobs collected, per sweep transaction.
 const SWEEP_BATCH: i64 = 100;
 
 fn invalid(field: &str, message: String) -> Error {
@@ -773,12 +773,15 @@ impl Volumes {
             }
             stored.push(sha);
         }
+        // Blobs the tenant has are touched (their grace period starts again, so the `Apply`
+        // that follows may name them and the collector leaves them); the rest are stored.
         let shas: Vec<String> = todo.iter().map(|(s, _)| s.clone()).collect();
         let have = self
             .store
-            .stored_blobs(&p.tenant, &shas)
+            .blobs()
+            .touch(p.tenant.as_str(), &shas)
             .await
-            .map_err(db("reading blobs"))?;
+            .map_err(|e| e.into_api("reading blobs"))?;
         for (sha, bytes) in todo.iter().filter(|(s, _)| !have.contains(s)) {
             self.store
                 .blobs()
@@ -821,9 +824,14 @@ impl Volumes {
             ))
             .with_param("sha256"));
         }
-        let mut loaded = self.store.blobs().load(p.tenant.as_str(), &shas).await?;
-        let total: usize = loaded.values().map(Vec::len).sum();
-        if total > MAX_REPLY_BYTES {
+        // Sized from their rows before any is read.
+        let sizes = self
+            .store
+            .blob_sizes(&p.tenant, &shas)
+            .await
+            .map_err(db("reading blobs"))?;
+        let total: i64 = shas.iter().filter_map(|s| sizes.get(s)).sum();
+        if total > i64::try_from(MAX_REPLY_BYTES).unwrap_or(i64::MAX) {
             return Err(invalid(
                 "sha256",
                 format!(
@@ -831,6 +839,7 @@ impl Volumes {
                 ),
             ));
         }
+        let mut loaded = self.store.blobs().load(p.tenant.as_str(), &shas).await?;
         Ok(v1::GetBlobsResponse {
             blobs: shas
                 .into_iter()
@@ -1452,8 +1461,9 @@ impl Volumes {
     }
 }
 
-/// Purges the ephemeral volumes of ended runs every `every` until `shutdown`: the backstop for
-/// an executor that crashed before purging a run's volume.
+/// Every `every` until `shutdown`: purges the ephemeral volumes of ended runs (the backstop for
+/// an executor that crashed before purging a run's volume), then collects the blobs nothing
+/// names any more (see [`VolumeStore::collect_blobs`]).
 pub async fn sweep_until(store: VolumeStore, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1478,6 +1488,13 @@ pub async fn sweep_until(store: VolumeStore, every: Duration, shutdown: Cancella
             }
             if shutdown.is_cancelled() {
                 return;
+            }
+        }
+        match store.collect_blobs(SWEEP_BATCH).await {
+            Ok(n) if n > 0 => tracing::debug!(blobs = n, "volumes: unreferenced blobs collected"),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = e.into_api("collecting unreferenced blobs");
             }
         }
     }

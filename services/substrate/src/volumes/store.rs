@@ -16,6 +16,7 @@
 //! concurrent first use of the same op key is retried.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use sqlx::{PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
@@ -23,12 +24,20 @@ use uuid::Uuid;
 use weft_core::{Error, TenantId};
 use weft_store::StoreError;
 
-use super::blobs::{BlobError, Blobs};
+use super::blobs::{BlobError, Blobs, lock_blobs};
 use super::plan::{self, Entry, Index, Planned};
 
 /// How many times a change is attempted when Postgres aborts it for a deadlock, a
 /// serialization failure or a concurrent claim of its op key.
 const WRITE_ATTEMPTS: u32 = 4;
+
+/// How long a blob that no index, change or snapshot names is kept after a write last stored
+/// or named it (`volume_blobs.touched_at`): blobs put ahead by `PutBlobs` for an `Apply` still
+/// on its way are not collected, and `Apply` may name them by sha.
+pub const BLOB_GRACE: Duration = Duration::from_secs(10 * 60);
+
+/// Most snapshots one volume keeps.
+pub const MAX_SNAPSHOTS: i64 = 100;
 
 /// The caps of `[volumes]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +280,14 @@ pub struct VolumeStore {
     pool: PgPool,
     blobs: Blobs,
     caps: Caps,
+    blob_grace: Duration,
+}
+
+/// A blob the collector deleted the row of.
+#[derive(sqlx::FromRow)]
+struct Collected {
+    sha256: String,
+    store: String,
 }
 
 fn vol_gone(name: &str) -> VolError {
@@ -285,7 +302,23 @@ async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Er
 
 impl VolumeStore {
     pub fn new(pool: PgPool, blobs: Blobs, caps: Caps) -> Self {
-        Self { pool, blobs, caps }
+        Self {
+            pool,
+            blobs,
+            caps,
+            blob_grace: BLOB_GRACE,
+        }
+    }
+
+    /// The same store with another blob grace period (see [`BLOB_GRACE`]); tests shorten it.
+    #[must_use]
+    pub fn with_blob_grace(mut self, grace: Duration) -> Self {
+        self.blob_grace = grace;
+        self
+    }
+
+    fn grace_secs(&self) -> f64 {
+        self.blob_grace.as_secs_f64()
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -457,6 +490,114 @@ impl VolumeStore {
         Ok(n)
     }
 
+    /// Collects unreferenced blobs of every tenant: for each tenant that has blobs, batches of
+    /// at most `batch` until one is not full. Returns how many blobs went.
+    pub async fn collect_blobs(&self, batch: i64) -> Result<u64, VolError> {
+        // Cross-tenant by design: the operator's housekeeping. A loose index scan of the
+        // primary key: one probe per tenant, not a read of every row.
+        let tenants: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE t AS (
+                 (SELECT tenant_id FROM volume_blobs ORDER BY tenant_id LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT b.tenant_id FROM volume_blobs b WHERE b.tenant_id > t.tenant_id
+                         ORDER BY b.tenant_id LIMIT 1)
+                 FROM t WHERE t.tenant_id IS NOT NULL)
+             SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut n = 0;
+        for tenant in &tenants {
+            loop {
+                let got = self.collect_blobs_of(tenant, batch).await?;
+                n += got;
+                if got < u64::try_from(batch).unwrap_or(0) {
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Deletes up to `batch` blobs of `tenant` that no file, change or snapshot of the tenant
+    /// names and that no write touched within the grace period, then their external objects
+    /// (best effort: an object left behind is only space). Returns how many rows went.
+    ///
+    /// Against a concurrent write that names an old blob: the write updates the blob's
+    /// `touched_at` (holding its row lock) in its transaction. Rows locked are skipped; a row
+    /// updated by a write that committed after this statement began is re-checked by the row
+    /// lock, and its fresh `touched_at` keeps it; a row this statement locked first makes the
+    /// write wait, then find no blob (an `Apply` by sha is refused, an inline put inserts the
+    /// row again).
+    pub async fn collect_blobs_of(&self, tenant: &str, batch: i64) -> Result<u64, VolError> {
+        let gone: Vec<Collected> = sqlx::query_as(
+            "WITH doomed AS (
+                 SELECT b.sha256 FROM volume_blobs b
+                 WHERE b.tenant_id = $1 AND b.touched_at < now() - make_interval(secs => $2)
+                   AND NOT EXISTS (SELECT 1 FROM volume_files f JOIN volumes v ON v.id = f.volume_id
+                                   WHERE f.sha256 = b.sha256 AND v.tenant_id = $1)
+                   AND NOT EXISTS (SELECT 1 FROM volume_change_files cf
+                                   JOIN volume_changes c ON c.id = cf.change_id
+                                   WHERE cf.after_sha = b.sha256 AND c.tenant_id = $1)
+                   AND NOT EXISTS (SELECT 1 FROM volume_change_files cf
+                                   JOIN volume_changes c ON c.id = cf.change_id
+                                   WHERE cf.before_sha = b.sha256 AND c.tenant_id = $1)
+                   AND NOT EXISTS (SELECT 1 FROM volume_snapshots n
+                                   WHERE n.tenant_id = $1
+                                     AND n.entries @> jsonb_build_array(jsonb_build_array(b.sha256)))
+                 LIMIT $3 FOR UPDATE OF b SKIP LOCKED)
+             DELETE FROM volume_blobs b USING doomed d
+             WHERE b.tenant_id = $1 AND b.sha256 = d.sha256
+             RETURNING b.sha256, b.store",
+        )
+        .bind(tenant)
+        .bind(self.grace_secs())
+        .bind(batch)
+        .fetch_all(&self.pool)
+        .await?;
+        let n = u64::try_from(gone.len()).unwrap_or(u64::MAX);
+        let external: Vec<&Collected> = gone.iter().filter(|c| c.store != "pg").collect();
+        if !external.is_empty()
+            && let Err(e) = self.delete_objects(tenant, &external).await
+        {
+            let _ = e.into_api("deleting collected blobs' objects");
+        }
+        if n > 0 {
+            tracing::debug!(tenant, blobs = n, "volumes: unreferenced blobs collected");
+        }
+        Ok(n)
+    }
+
+    /// Deletes the objects of collected blobs that still have no row, under the blobs' locks
+    /// (a writer that made the row again in between made sure of its object).
+    async fn delete_objects(&self, tenant: &str, gone: &[&Collected]) -> Result<(), VolError> {
+        let mut tx = begin(&self.pool).await?;
+        let shas: Vec<&str> = gone.iter().map(|c| c.sha256.as_str()).collect();
+        lock_blobs(&mut tx, tenant, &shas).await?;
+        let back: Vec<String> = sqlx::query_scalar(
+            "SELECT sha256 FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
+        )
+        .bind(tenant)
+        .bind(&shas)
+        .fetch_all(&mut *tx)
+        .await?;
+        for c in gone.iter().filter(|c| !back.contains(&c.sha256)) {
+            let Some(ext) = self.blobs.external_named(&c.store) else {
+                tracing::warn!(
+                    sha256 = %c.sha256,
+                    store = %c.store,
+                    "volumes: a collected blob is in a store this substrate is not configured for; its object stays"
+                );
+                continue;
+            };
+            if let Err(e) = ext.delete(tenant, &c.sha256).await {
+                tracing::warn!(error = %e, sha256 = %c.sha256, "volumes: a collected blob's object was not deleted");
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Bytes of files in every volume of `tenant`.
     pub async fn usage(&self, tenant: &TenantId) -> Result<i64, VolError> {
         let bytes: Option<i64> =
@@ -539,25 +680,20 @@ impl VolumeStore {
         volume: Uuid,
         shas: &[String],
     ) -> Result<HashSet<String>, VolError> {
-        // Each set is read once (a hashed subplan), not once per sha.
-        let found: Vec<String> = sqlx::query_scalar(
-            "SELECT s FROM unnest($3::text[]) AS s
-             WHERE EXISTS (SELECT 1 FROM volumes v WHERE v.id = $2 AND v.tenant_id = $1)
-               AND (s IN (SELECT f.sha256 FROM volume_files f WHERE f.volume_id = $2)
-                 OR s IN (SELECT cf.after_sha FROM volume_change_files cf
-                          JOIN volume_changes c ON c.id = cf.change_id
-                          WHERE c.volume_id = $2 AND c.tenant_id = $1
-                            AND cf.after_sha IS NOT NULL)
-                 OR s IN (SELECT cf.before_sha FROM volume_change_files cf
-                          JOIN volume_changes c ON c.id = cf.change_id
-                          WHERE c.volume_id = $2 AND c.tenant_id = $1
-                            AND cf.before_sha IS NOT NULL)
-                 OR EXISTS (SELECT 1 FROM volume_snapshots n
-                            WHERE n.volume_id = $2 AND n.tenant_id = $1
-                              AND n.entries @> jsonb_build_array(jsonb_build_array(s))))",
+        let mut conn = self.pool.acquire().await?;
+        referenced_by(&mut conn, tenant, volume, shas).await
+    }
+
+    /// The sizes of the blobs of `shas` the tenant has.
+    pub async fn blob_sizes(
+        &self,
+        tenant: &TenantId,
+        shas: &[String],
+    ) -> Result<HashMap<String, i64>, VolError> {
+        let found: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sha256, size FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
         )
         .bind(tenant.as_str())
-        .bind(volume)
         .bind(shas)
         .fetch_all(&self.pool)
         .await?;
@@ -628,13 +764,26 @@ impl VolumeStore {
         let vol: Option<VolumeRow> = sqlx::query_as(concat!(
             "SELECT ",
             volume_columns!(),
-            " FROM volumes WHERE id = $1 AND tenant_id = $2 FOR SHARE"
+            " FROM volumes WHERE id = $1 AND tenant_id = $2 FOR UPDATE"
         ))
         .bind(volume)
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
         let vol = vol.ok_or_else(|| vol_gone(&target.name))?;
+        // Counted under the volume's lock, so concurrent snapshots cannot pass the cap.
+        let have: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM volume_snapshots WHERE volume_id = $1")
+                .bind(volume)
+                .fetch_one(&mut *tx)
+                .await?;
+        if have >= MAX_SNAPSHOTS {
+            return Err(plan::exhausted(format!(
+                "volume `{}` already has {have} snapshots, the most a volume keeps ({MAX_SNAPSHOTS}); snapshots are kept until the volume is deleted, so restore or diff against one you have"
+            , vol.name))
+            .with_param("volume")
+            .into());
+        }
         let index = load_index(&mut tx, volume).await?;
         let entries: Vec<(&str, &str, i64, i32)> = index
             .iter()
@@ -793,14 +942,10 @@ impl VolumeStore {
                     })
                     .collect();
                 if !named.is_empty() {
-                    let found: Vec<(String, i64)> = sqlx::query_as(
-                        "SELECT sha256, size FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
-                    )
-                    .bind(tenant.as_str())
-                    .bind(&named)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    sizes.extend(found);
+                    sizes.extend(
+                        self.named_blobs(&mut tx, tenant, &vol, &index, &named)
+                            .await?,
+                    );
                 }
                 let planned = plan::apply(&index, ops, *replace, &sizes, self.caps.max_file_bytes)?;
                 (planned, Vec::new())
@@ -973,8 +1118,65 @@ impl VolumeStore {
         Ok(())
     }
 
+    /// The blobs of `named` (puts by sha) this change may use, with their sizes: a blob this
+    /// volume's index, history or snapshots name, or one a write stored or named within the
+    /// grace period (put ahead by `PutBlobs`). Another volume's old blob is not reachable by
+    /// its hash alone. The rows are locked and their `touched_at` updated, so the collector
+    /// cannot take them before this change commits (see [`Self::collect_blobs_of`]).
+    async fn named_blobs(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        tenant: &TenantId,
+        vol: &VolumeRow,
+        index: &Index,
+        named: &[String],
+    ) -> Result<Vec<(String, i64)>, VolError> {
+        let found: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT sha256, size, touched_at >= now() - make_interval(secs => $3)
+             FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)
+             ORDER BY sha256 FOR NO KEY UPDATE",
+        )
+        .bind(tenant.as_str())
+        .bind(named)
+        .bind(self.grace_secs())
+        .fetch_all(&mut **tx)
+        .await?;
+        let in_index: HashSet<&str> = index.values().map(|e| e.sha256.as_str()).collect();
+        let older: Vec<String> = found
+            .iter()
+            .filter(|(s, _, recent)| !recent && !in_index.contains(s.as_str()))
+            .map(|(s, _, _)| s.clone())
+            .collect();
+        let history = if older.is_empty() {
+            HashSet::new()
+        } else {
+            referenced_by(&mut **tx, tenant, vol.id, &older).await?
+        };
+        let ok: Vec<(String, i64)> = found
+            .into_iter()
+            .filter(|(s, _, recent)| {
+                *recent || in_index.contains(s.as_str()) || history.contains(s)
+            })
+            .map(|(s, z, _)| (s, z))
+            .collect();
+        let shas: Vec<&str> = ok.iter().map(|(s, _)| s.as_str()).collect();
+        if !shas.is_empty() {
+            sqlx::query(
+                "UPDATE volume_blobs SET touched_at = now() WHERE tenant_id = $1 AND sha256 = ANY($2)",
+            )
+            .bind(tenant.as_str())
+            .bind(&shas)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(ok)
+    }
+
     /// The `volume_blobs` rows of the inline blobs the plan keeps: data in the row, or (for a
-    /// blob staged in the external store) the store's name.
+    /// blob staged in the external store) the store's name. A row the tenant has is touched
+    /// (locked, `touched_at` updated, so the collector leaves it); a row made here for an
+    /// external blob gets its object checked under the blob's lock (the collector may have
+    /// deleted it since it was staged) and written again when missing.
     async fn insert_blob_rows(
         &self,
         tx: &mut Transaction<'_, Postgres>,
@@ -987,11 +1189,26 @@ impl VolumeStore {
             .iter()
             .filter_map(|t| t.after.as_ref().map(|e| e.sha256.as_str()))
             .collect();
+        let mut rows: Vec<&InlineBlob> = inline
+            .iter()
+            .filter(|b| kept.contains(b.sha256.as_str()))
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // One order for every writer: row locks never deadlock between changes.
+        rows.sort_by(|a, b| a.sha256.cmp(&b.sha256));
+        let external: Vec<&str> = rows
+            .iter()
+            .filter(|b| self.blobs.external_for(b.bytes.len()).is_some())
+            .map(|b| b.sha256.as_str())
+            .collect();
+        lock_blobs(&mut **tx, tenant.as_str(), &external).await?;
         let mut shas = Vec::new();
         let mut sizes = Vec::new();
         let mut stores = Vec::new();
         let mut datas: Vec<Option<&[u8]>> = Vec::new();
-        for b in inline.iter().filter(|b| kept.contains(b.sha256.as_str())) {
+        for b in &rows {
             shas.push(b.sha256.as_str());
             sizes.push(i64::try_from(b.bytes.len()).unwrap_or(i64::MAX));
             match self.blobs.external_for(b.bytes.len()) {
@@ -1005,24 +1222,67 @@ impl VolumeStore {
                 }
             }
         }
-        if shas.is_empty() {
-            return Ok(());
-        }
-        sqlx::query(
+        let made: Vec<(String, bool)> = sqlx::query_as(
             "INSERT INTO volume_blobs (tenant_id, sha256, size, store, data)
              SELECT $1, s, z, st, d FROM UNNEST($2::text[], $3::int8[], $4::text[], $5::bytea[])
                AS t(s, z, st, d)
-             ON CONFLICT (tenant_id, sha256) DO NOTHING",
+             ON CONFLICT (tenant_id, sha256) DO UPDATE SET touched_at = now()
+             RETURNING sha256, (xmax = 0)",
         )
         .bind(tenant.as_str())
         .bind(&shas)
         .bind(&sizes)
         .bind(&stores)
         .bind(&datas)
-        .execute(&mut **tx)
+        .fetch_all(&mut **tx)
         .await?;
+        for (sha, inserted) in made {
+            if !inserted {
+                continue;
+            }
+            let Some(b) = rows.iter().find(|b| b.sha256 == sha) else {
+                continue;
+            };
+            if let Some(ext) = self.blobs.external_for(b.bytes.len())
+                && !ext.exists(tenant.as_str(), &b.sha256).await?
+            {
+                ext.put(tenant.as_str(), &b.sha256, &b.bytes).await?;
+            }
+        }
         Ok(())
     }
+}
+
+/// The hashes of `shas` that the volume's index, history or snapshots name.
+async fn referenced_by(
+    conn: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    volume: Uuid,
+    shas: &[String],
+) -> Result<HashSet<String>, VolError> {
+    // Each set is read once (a hashed subplan), not once per sha.
+    let found: Vec<String> = sqlx::query_scalar(
+        "SELECT s FROM unnest($3::text[]) AS s
+             WHERE EXISTS (SELECT 1 FROM volumes v WHERE v.id = $2 AND v.tenant_id = $1)
+               AND (s IN (SELECT f.sha256 FROM volume_files f WHERE f.volume_id = $2)
+                 OR s IN (SELECT cf.after_sha FROM volume_change_files cf
+                          JOIN volume_changes c ON c.id = cf.change_id
+                          WHERE c.volume_id = $2 AND c.tenant_id = $1
+                            AND cf.after_sha IS NOT NULL)
+                 OR s IN (SELECT cf.before_sha FROM volume_change_files cf
+                          JOIN volume_changes c ON c.id = cf.change_id
+                          WHERE c.volume_id = $2 AND c.tenant_id = $1
+                            AND cf.before_sha IS NOT NULL)
+                 OR EXISTS (SELECT 1 FROM volume_snapshots n
+                            WHERE n.volume_id = $2 AND n.tenant_id = $1
+                              AND n.entries @> jsonb_build_array(jsonb_build_array(s))))",
+    )
+    .bind(tenant.as_str())
+    .bind(volume)
+    .bind(shas)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(found.into_iter().collect())
 }
 
 fn no_snapshot(volume: &str, id: Uuid, field: &str) -> VolError {
