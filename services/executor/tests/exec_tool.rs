@@ -309,3 +309,87 @@ async fn the_scratch_directory_is_removed() {
     drop(b);
     assert!(!dir.exists());
 }
+
+#[tokio::test]
+async fn host_services_and_homes_are_not_reachable() {
+    let b = Bench::new(20);
+    // Postgres listens on this machine's /run/postgresql (trust auth for local sockets): a
+    // read-only bind of the host root would let the command connect to it.
+    assert!(
+        Path::new("/run/postgresql/.s.PGSQL.5432").exists(),
+        "this test needs the local Postgres socket"
+    );
+    let out = b
+        .run(
+            "test -S /run/postgresql/.s.PGSQL.5432 && echo socket-visible; \
+             python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); \
+             s.connect(\"/run/postgresql/.s.PGSQL.5432\"); print(\"connected\")' 2>&1; \
+             for d in /run /var/run /var/lib /home /root /srv /var/tmp /tmp; do \
+               echo \"$d: $(ls -A $d 2>&1 | tr '\\n' ' ')\"; done; \
+             python3 -c 'print(\"python-ok\")'",
+        )
+        .await;
+    let stdout = out.stdout.text();
+    assert!(stdout.contains("python-ok"), "{stdout}");
+    assert!(!stdout.contains("socket-visible"), "{stdout}");
+    assert!(!stdout.contains("connected"), "{stdout}");
+    for line in stdout.lines().filter(|l| l.starts_with('/')) {
+        let (dir, listing) = line.split_once(": ").unwrap_or((line, ""));
+        let listing = listing.trim();
+        assert!(
+            listing.is_empty() || listing.contains("No such file or directory"),
+            "{dir} shows the host's entries inside the sandbox: {listing}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dev_shm_is_capped_like_tmp() {
+    let mut b = Bench::new(20);
+    b.limits.tmp_bytes = 1 << 20;
+    b.limits.max_file_bytes = 64 << 20;
+    let out = b
+        .run(
+            "head -c 3000000 /dev/zero > /dev/shm/big || echo shm-full; \
+             head -c 3000000 /dev/zero > /tmp/big || echo tmp-full; \
+             wc -c < /dev/shm/big",
+        )
+        .await;
+    let stdout = out.stdout.text();
+    assert!(stdout.contains("shm-full"), "{stdout}");
+    assert!(stdout.contains("tmp-full"), "{stdout}");
+    assert!(out.stderr.text().contains("No space left"), "{out:?}");
+    let kept: u64 = stdout.lines().last().unwrap().trim().parse().unwrap();
+    assert!(kept <= 1 << 20, "{stdout}");
+}
+
+#[tokio::test]
+async fn a_directory_swapped_for_a_host_symlink_until_killed_never_syncs_a_host_file() {
+    for round in 0..3 {
+        let b = Bench::new(1);
+        // Runs until the timeout kills it, in the background too (processes that would outlive
+        // bubblewrap for a moment): at any instant `d` is a directory or a symlink to /etc.
+        let out = b
+            .run(
+                "swap() { while :; do mkdir d; touch d/x; rm -r d; ln -s /etc d; rm d; \
+                 mkdir d; touch d/passwd; rm -r d; ln -s /etc d; done; }; \
+                 swap 2>/dev/null & swap 2>/dev/null",
+            )
+            .await;
+        assert!(out.timed_out, "{out:?}");
+        if let Some(uid) = b.user.uid() {
+            assert!(
+                sandbox::live_pids_of(uid).is_empty(),
+                "processes of the sandbox outlived its run"
+            );
+        }
+        let scan = b.scan();
+        for (path, content) in puts(&scan) {
+            assert!(
+                (path == "d/x" || path == "d/passwd") && content.is_empty(),
+                "round {round}: a host file reached the sync set: {path} ({} bytes)",
+                content.len()
+            );
+        }
+    }
+}

@@ -12,14 +12,16 @@
 //! Every file system call here blocks: callers run them on the blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{
-    DirBuilderExt as _, FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _,
-    PermissionsExt as _,
-};
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 
 use weft_volumes::path::MAX_PATH_BYTES;
 
@@ -232,125 +234,63 @@ impl Scan {
 }
 
 /// What kind of entry a file type is, for a refusal.
-fn kind(t: fs::FileType) -> &'static str {
-    if t.is_symlink() {
-        "a symlink"
-    } else if t.is_fifo() {
-        "a fifo"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_block_device() || t.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
+fn kind(t: FileType) -> &'static str {
+    match t {
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a fifo",
+        FileType::Socket => "a socket",
+        FileType::BlockDevice | FileType::CharacterDevice => "a device",
+        _ => "not a regular file",
     }
 }
 
 /// Walks the checkout at `root` and compares it with `index` (what it was made from).
+///
+/// The walk holds a descriptor of each directory it is in and opens every entry relative to it
+/// with `O_NOFOLLOW` (a directory also with `O_DIRECTORY`), so no component of any path is ever
+/// a symlink followed; a file is read from the descriptor whose `fstat` is checked (a regular
+/// file, one link, the inode the listing saw). An entry that changed while it was read is
+/// refused.
 pub fn scan(
     root: &Path,
     index: &BTreeMap<String, Indexed>,
     caps: &ScanCaps,
 ) -> Result<Scan, ScanError> {
-    let io_err = |e: io::Error| ScanError::Io(e.to_string());
-    let mut out = Scan::default();
-    let mut refused: BTreeSet<String> = BTreeSet::new();
-    let mut seen: BTreeSet<String> = BTreeSet::new();
-    let mut puts: Vec<Op> = Vec::new();
-    let (mut files, mut bytes, mut entries) = (0u64, 0u64, 0u64);
-    let max_entries = caps.max_files.saturating_mul(4).saturating_add(1000);
-    let mut stack: Vec<(PathBuf, String)> = vec![(root.to_owned(), String::new())];
-    while let Some((dir, rel_dir)) = stack.pop() {
-        let mut names: Vec<(std::ffi::OsString, PathBuf)> =
-            read_dir(&dir).map_err(io_err)?.into_iter().collect();
-        names.sort();
-        for (name, abs) in names {
-            entries += 1;
-            if entries > max_entries {
-                return Err(ScanError::TooManyFiles(caps.max_files));
-            }
-            let Some(name) = name.to_str() else {
-                let shown = name.to_string_lossy();
-                let rel = join(&rel_dir, &shown);
-                out.refuse(&mut refused, &rel, format!("`{rel}` is not a UTF-8 name"));
-                continue;
-            };
-            let rel = join(&rel_dir, name);
-            let meta = fs::symlink_metadata(&abs).map_err(io_err)?;
-            let t = meta.file_type();
-            if t.is_dir() {
-                if rel.len() > MAX_PATH_BYTES {
-                    out.refuse(
-                        &mut refused,
-                        &rel,
-                        format!("`{rel}` is longer than {MAX_PATH_BYTES} bytes"),
-                    );
-                } else {
-                    stack.push((abs, rel));
-                }
-                continue;
-            }
-            if !t.is_file() {
-                out.refuse(&mut refused, &rel, format!("`{rel}` is {}", kind(t)));
-                continue;
-            }
-            let path = match weft_volumes::path::clean("path", &rel) {
-                Ok(p) if p == rel => p,
-                Ok(_) => {
-                    out.refuse(&mut refused, &rel, format!("`{rel}` is not a clean path"));
-                    continue;
-                }
-                Err(e) => {
-                    out.refuse(&mut refused, &rel, format!("`{rel}`: {e}"));
-                    continue;
-                }
-            };
-            if meta.nlink() > 1 {
-                out.refuse(&mut refused, &rel, format!("`{rel}` is a hard link"));
-                continue;
-            }
-            if meta.len() > caps.max_file_bytes {
-                out.refuse(
-                    &mut refused,
-                    &rel,
-                    format!(
-                        "`{rel}` is {} bytes; a file may hold at most {} (volumes.max_file_bytes)",
-                        meta.len(),
-                        caps.max_file_bytes
-                    ),
-                );
-                continue;
-            }
-            files += 1;
-            if files > caps.max_files {
-                return Err(ScanError::TooManyFiles(caps.max_files));
-            }
-            bytes = bytes.saturating_add(meta.len());
-            if bytes > caps.max_total_bytes {
-                return Err(ScanError::TooLarge(caps.max_total_bytes));
-            }
-            let content = read_file(&abs, caps.max_file_bytes).map_err(io_err)?;
-            let sha256 = weft_volumes::sha256_hex(&content);
-            let mode = if meta.mode() & 0o111 != 0 {
-                0o755
-            } else {
-                0o644
-            };
-            seen.insert(path.clone());
-            let if_match = match index.get(&path) {
-                Some(i) if i.sha256 == sha256 && i.mode == mode => continue,
-                Some(i) => i.sha256.clone(),
-                None => String::new(),
-            };
-            puts.push(Op::Put {
-                path,
-                content,
-                sha256,
-                mode,
-                if_match,
-            });
+    let mut walk = Walk {
+        caps: *caps,
+        index,
+        out: Scan::default(),
+        refused: BTreeSet::new(),
+        seen: BTreeSet::new(),
+        puts: Vec::new(),
+        files: 0,
+        bytes: 0,
+        entries: 0,
+        max_entries: caps.max_files.saturating_mul(4).saturating_add(1000),
+    };
+    let root_fd = rfs::open(root, DIR_FLAGS, Mode::empty()).map_err(io_err)?;
+    // Directories being walked: each one's descriptor, its entries (sorted) and where it is.
+    let mut stack: Vec<(OwnedFd, std::vec::IntoIter<OsString>, String)> = Vec::new();
+    let names = walk.list(&root_fd)?;
+    stack.push((root_fd, names.into_iter(), String::new()));
+    while let Some((fd, names, rel_dir)) = stack.last_mut() {
+        let Some(name) = names.next() else {
+            stack.pop();
+            continue;
+        };
+        let rel_dir = rel_dir.clone();
+        if let Some((child, rel)) = walk.entry(fd, &name, &rel_dir)? {
+            let names = walk.list(&child)?;
+            stack.push((child, names.into_iter(), rel));
         }
     }
+    let Walk {
+        mut out,
+        refused,
+        seen,
+        mut puts,
+        ..
+    } = walk;
     puts.sort_by(|a, b| a.path().cmp(b.path()));
     out.ops = puts;
     for (path, i) in index {
@@ -370,6 +310,201 @@ pub fn scan(
     Ok(out)
 }
 
+/// A directory opened for listing: never through a symlink, and no tty.
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// A file opened for reading: never through a symlink, never blocking (a fifo swapped in).
+const FILE_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::NOCTTY)
+    .union(OFlags::CLOEXEC);
+
+fn io_err(e: impl Into<io::Error>) -> ScanError {
+    ScanError::Io(e.into().to_string())
+}
+
+/// Whether an error means the entry is not what the listing saw (gone, or swapped for a
+/// symlink or something else).
+fn changed(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    [Errno::NOENT, Errno::LOOP, Errno::NOTDIR, Errno::NXIO].contains(&e)
+}
+
+/// The state of one scan.
+struct Walk<'a> {
+    caps: ScanCaps,
+    index: &'a BTreeMap<String, Indexed>,
+    out: Scan,
+    refused: BTreeSet<String>,
+    seen: BTreeSet<String>,
+    puts: Vec<Op>,
+    files: u64,
+    bytes: u64,
+    entries: u64,
+    max_entries: u64,
+}
+
+impl Walk<'_> {
+    fn refuse(&mut self, rel: &str, why: String) {
+        self.out.refuse(&mut self.refused, rel, why);
+    }
+
+    /// The names in the directory `fd`, sorted; the entry cap is counted while reading.
+    fn list(&mut self, fd: &OwnedFd) -> Result<Vec<OsString>, ScanError> {
+        let mut dir = rfs::Dir::read_from(fd).map_err(io_err)?;
+        let mut names = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(io_err)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            self.entries += 1;
+            if self.entries > self.max_entries {
+                return Err(ScanError::TooManyFiles(self.caps.max_files));
+            }
+            names.push(OsStr::from_bytes(name).to_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// One entry of the directory `dir` (at `rel_dir`): a file compared with the index, or a
+    /// directory to walk (its descriptor and path).
+    fn entry(
+        &mut self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        rel_dir: &str,
+    ) -> Result<Option<(OwnedFd, String)>, ScanError> {
+        let Some(utf8) = name.to_str() else {
+            let rel = join(rel_dir, &name.to_string_lossy());
+            self.refuse(&rel, format!("`{rel}` is not a UTF-8 name"));
+            return Ok(None);
+        };
+        let rel = join(rel_dir, utf8);
+        let st = match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) if changed(e) => {
+                self.refuse(&rel, format!("`{rel}` changed while it was read"));
+                return Ok(None);
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        let t = FileType::from_raw_mode(st.st_mode);
+        if t == FileType::Directory {
+            if rel.len() > MAX_PATH_BYTES {
+                self.refuse(
+                    &rel,
+                    format!("`{rel}` is longer than {MAX_PATH_BYTES} bytes"),
+                );
+                return Ok(None);
+            }
+            return match open_dir(dir, name) {
+                Ok(child) if same_inode(&child, &st) => Ok(Some((child, rel))),
+                Ok(_) => {
+                    self.refuse(&rel, format!("`{rel}` changed while it was read"));
+                    Ok(None)
+                }
+                Err(e) if changed(e) => {
+                    self.refuse(&rel, format!("`{rel}` changed while it was read"));
+                    Ok(None)
+                }
+                Err(e) => Err(io_err(e)),
+            };
+        }
+        if t != FileType::RegularFile {
+            self.refuse(&rel, format!("`{rel}` is {}", kind(t)));
+            return Ok(None);
+        }
+        let path = match weft_volumes::path::clean("path", &rel) {
+            Ok(p) if p == rel => p,
+            Ok(_) => {
+                self.refuse(&rel, format!("`{rel}` is not a clean path"));
+                return Ok(None);
+            }
+            Err(e) => {
+                self.refuse(&rel, format!("`{rel}`: {e}"));
+                return Ok(None);
+            }
+        };
+        if st.st_nlink > 1 {
+            self.refuse(&rel, format!("`{rel}` is a hard link"));
+            return Ok(None);
+        }
+        let len = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        if len > self.caps.max_file_bytes {
+            self.refuse(&rel, self.too_big(&rel, len));
+            return Ok(None);
+        }
+        self.files += 1;
+        if self.files > self.caps.max_files {
+            return Err(ScanError::TooManyFiles(self.caps.max_files));
+        }
+        let file = match open_file(dir, name) {
+            Ok(f) => f,
+            Err(e) if changed(e) => {
+                self.refuse(&rel, format!("`{rel}` changed while it was read"));
+                return Ok(None);
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        let now = rfs::fstat(&file).map_err(io_err)?;
+        if FileType::from_raw_mode(now.st_mode) != FileType::RegularFile
+            || !same_inode(&file, &st)
+            || now.st_nlink > 1
+        {
+            self.refuse(&rel, format!("`{rel}` changed while it was read"));
+            return Ok(None);
+        }
+        let mut content = Vec::new();
+        fs::File::from(file)
+            .take(self.caps.max_file_bytes.saturating_add(1))
+            .read_to_end(&mut content)
+            .map_err(io_err)?;
+        let len = content.len() as u64;
+        if len > self.caps.max_file_bytes {
+            self.refuse(&rel, self.too_big(&rel, len));
+            return Ok(None);
+        }
+        self.bytes = self.bytes.saturating_add(len);
+        if self.bytes > self.caps.max_total_bytes {
+            return Err(ScanError::TooLarge(self.caps.max_total_bytes));
+        }
+        let sha256 = weft_volumes::sha256_hex(&content);
+        let mode = if now.st_mode & 0o111 != 0 {
+            0o755
+        } else {
+            0o644
+        };
+        self.seen.insert(path.clone());
+        let if_match = match self.index.get(&path) {
+            Some(i) if i.sha256 == sha256 && i.mode == mode => return Ok(None),
+            Some(i) => i.sha256.clone(),
+            None => String::new(),
+        };
+        self.puts.push(Op::Put {
+            path,
+            content,
+            sha256,
+            mode,
+            if_match,
+        });
+        Ok(None)
+    }
+
+    fn too_big(&self, rel: &str, len: u64) -> String {
+        format!(
+            "`{rel}` is {len} bytes; a file may hold at most {} (volumes.max_file_bytes)",
+            self.caps.max_file_bytes
+        )
+    }
+}
+
 fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_owned()
@@ -378,42 +513,59 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// The entries of `dir`; a directory the command made unreadable (to its owner) is made
-/// readable first.
-fn read_dir(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, PathBuf)>> {
-    let entries = match fs::read_dir(dir) {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-            fs::read_dir(dir)?
-        }
-        r => r?,
-    };
-    entries
-        .map(|e| e.map(|e| (e.file_name(), e.path())))
-        .collect()
+/// Whether `fd` is the inode `st` describes.
+fn same_inode(fd: &OwnedFd, st: &rfs::Stat) -> bool {
+    rfs::fstat(fd).is_ok_and(|now| now.st_dev == st.st_dev && now.st_ino == st.st_ino)
 }
 
-/// A file's bytes (at most `max + 1`), never following a symlink: the walk saw a regular file,
-/// and nothing runs in the sandbox any more, but the open refuses one anyway.
-fn read_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    /// `O_NOFOLLOW` on Linux.
-    const O_NOFOLLOW: i32 = 0o400_000;
-    let open = || {
-        fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(O_NOFOLLOW)
-            .open(path)
-    };
-    let file = match open() {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
-            open()?
+/// Opens the directory `name` in `parent` for listing, never through a symlink; one the command
+/// made unreadable to its owner (the executor not running as root) is made readable first —
+/// through a descriptor of it, never by name.
+fn open_dir(parent: &OwnedFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    match rfs::openat(parent, name, DIR_FLAGS, Mode::empty()) {
+        Err(rustix::io::Errno::ACCESS) => {
+            let at = rfs::openat(parent, name, DIR_FLAGS.union(OFlags::PATH), Mode::empty())?;
+            chmod_fd(&at, 0o700)?;
+            rfs::openat(&at, ".", DIR_FLAGS, Mode::empty())
         }
-        r => r?,
-    };
-    let mut content = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut content)?;
-    Ok(content)
+        r => r,
+    }
+}
+
+/// Opens the file `name` in `parent` for reading, never through a symlink; one the command made
+/// unreadable to its owner is made readable first, through a descriptor of it.
+fn open_file(parent: &OwnedFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    match rfs::openat(parent, name, FILE_FLAGS, Mode::empty()) {
+        Err(rustix::io::Errno::ACCESS) => {
+            let at = rfs::openat(
+                parent,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            if FileType::from_raw_mode(rfs::fstat(&at)?.st_mode) != FileType::RegularFile {
+                return Err(rustix::io::Errno::NXIO);
+            }
+            chmod_fd(&at, 0o600)?;
+            rfs::openat(rfs::CWD, proc_fd(&at).as_str(), FILE_FLAGS, Mode::empty())
+        }
+        r => r,
+    }
+}
+
+/// `/proc/self/fd/<n>`: the inode `fd` holds, by a name that cannot be swapped.
+fn proc_fd(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// chmod of the inode `fd` holds (an `O_PATH` descriptor: through `/proc/self/fd`).
+fn chmod_fd(fd: &OwnedFd, mode: u32) -> rustix::io::Result<()> {
+    rfs::chmodat(
+        rfs::CWD,
+        proc_fd(fd).as_str(),
+        Mode::from_raw_mode(mode),
+        AtFlags::empty(),
+    )
 }
 
 #[cfg(test)]
@@ -423,6 +575,8 @@ mod tests {
         clippy::expect_used,
         reason = "unit tests: a panic is how a test fails"
     )]
+
+    use std::os::unix::fs::MetadataExt as _;
 
     use super::*;
 

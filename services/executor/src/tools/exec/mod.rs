@@ -273,7 +273,10 @@ impl Exec {
             features,
             checkout: scratch.path().to_owned(),
             read_only,
-            hide: vec![base],
+            hide: [Some(base), self.cfg.blobs.dir.clone()]
+                .into_iter()
+                .flatten()
+                .collect(),
             uid: user.uid(),
             limits: Limits::new(&self.cfg.exec, timeout_s),
         };

@@ -7,13 +7,18 @@
 //! - `--unshare-all`: its own network namespace (only a loopback of its own: nothing outside is
 //!   reachable), pid, ipc, uts, cgroup and user namespaces; `--disable-userns` (bubblewrap 0.8
 //!   and later) so the command cannot make more.
-//! - `--ro-bind / /`: the host's file system, read-only; a private `/tmp` (a tmpfs of
-//!   [`Limits::tmp_bytes`]), a minimal `/dev`, its own `/proc`; the scratch directories of other
-//!   commands hidden under an empty tmpfs; the checkout at `/work` — the only writable path
-//!   besides `/tmp`, read-only itself for a `ro` volume.
+//! - Of the host only `/usr` and `/etc`, read-only, and `/bin`, `/sbin`, `/lib`… as the host has
+//!   them (symlinks into `/usr` on Debian): no `/run` (its Unix sockets: Postgres, D-Bus), `/var`,
+//!   `/home`, `/root`, host `/tmp`. A private `/tmp` and `/dev/shm` (tmpfs of
+//!   [`Limits::tmp_bytes`] each), an empty `/run`, a minimal `/dev`, its own `/proc`; the
+//!   checkout at `/work` — the only writable path besides those, read-only itself for a `ro`
+//!   volume.
 //! - `--clearenv`: no variable of the executor's (its secrets) reaches the command.
 //! - `--die-with-parent` and `--new-session`: killing bubblewrap ends everything inside (the pid
 //!   namespace dies with its first process), and the command has no terminal to inject into.
+//!   That teardown is asynchronous: a command run as a fresh uid has every process of that uid
+//!   killed before [`Sandbox::run`] returns ([`kill_user`]), so nothing runs while the checkout
+//!   is read.
 //! - Limits by `prlimit`: RLIMIT_CPU (soft `cpu_seconds`, so the command gets SIGXCPU; hard one
 //!   second later), RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE. RLIMIT_NPROC counts the processes of
 //!   a user, and is not enforced for root: an executor running as root runs each command as a
@@ -51,6 +56,29 @@ pub const SANDBOX_UIDS: u32 = 60_000;
 /// How long the output pipes may stay open after the command ended or was killed (a process
 /// that escaped the kill holding them): then the output read so far is what is reported.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The host's top-level directories a command may read besides `/usr` and `/etc`: bound
+/// read-only where they are directories, made the same symlinks where they are symlinks
+/// (Debian's `/bin -> usr/bin`), left out where missing.
+const HOST_TOPS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+
+/// What a top-level host path is.
+enum HostTop {
+    Link(String),
+    Dir,
+    Missing,
+}
+
+fn host_top(path: &str) -> HostTop {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::read_link(path)
+            .ok()
+            .and_then(|t| t.to_str().map(str::to_owned))
+            .map_or(HostTop::Missing, HostTop::Link),
+        Ok(m) if m.is_dir() => HostTop::Dir,
+        _ => HostTop::Missing,
+    }
+}
 
 /// What one command may use.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,7 +272,8 @@ pub struct Sandbox {
     /// Mount the checkout read-only.
     pub read_only: bool,
     /// Host directories hidden under an empty tmpfs (where the scratch checkouts of other
-    /// commands are).
+    /// commands are, the blob directory) — those under `/usr` or `/etc`; nothing else of the
+    /// host is mounted.
     pub hide: Vec<PathBuf>,
     /// The uid to run as (`setpriv`), or `None` for the executor's own user.
     pub uid: Option<u32>,
@@ -258,6 +287,10 @@ pub enum SandboxError {
         "the sandbox cannot start: {0}; the operator must install bubblewrap (Debian: apt-get install bubblewrap), util-linux (setpriv, prlimit) and allow unprivileged user namespaces"
     )]
     Start(String),
+    #[error(
+        "processes of the sandbox (uid {0}) would not die; nothing of the command's work was synced — run the command again"
+    )]
+    Lingering(u32),
 }
 
 /// What a stream of the command wrote: the first bytes, and how many more were dropped.
@@ -376,23 +409,42 @@ impl Sandbox {
             "LANG",
             "C.UTF-8",
             "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
+            "/usr",
+            "/usr",
+            "--ro-bind",
+            "/etc",
+            "/etc",
         ] {
             push(s);
         }
-        if self.features.tmpfs_size {
-            push("--size");
-            push(&l.tmp_bytes.to_string());
+        for top in HOST_TOPS {
+            match host_top(top) {
+                HostTop::Link(target) => {
+                    push("--symlink");
+                    push(&target);
+                    push(top);
+                }
+                HostTop::Dir => {
+                    push("--ro-bind");
+                    push(top);
+                    push(top);
+                }
+                HostTop::Missing => {}
+            }
         }
-        push("--tmpfs");
-        push("/tmp");
+        for s in ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"] {
+            push(s);
+        }
+        for dir in ["/tmp", "/dev/shm"] {
+            if self.features.tmpfs_size {
+                push("--size");
+                push(&l.tmp_bytes.to_string());
+            }
+            push("--tmpfs");
+            push(dir);
+        }
         for dir in &self.hide {
-            if dir != Path::new("/tmp") && dir != Path::new("/") {
+            if dir.starts_with("/usr") || dir.starts_with("/etc") {
                 a.push("--tmpfs".into());
                 a.push(dir.clone().into_os_string());
             }
@@ -446,6 +498,12 @@ impl Sandbox {
             };
         let status =
             status.map_err(|e| SandboxError::Start(format!("waiting for the sandbox: {e}")))?;
+        // Bubblewrap is gone, but what ran inside may outlive it for a moment (its pid
+        // namespace is torn down after it): nothing of the sandbox's uid may run while the
+        // checkout is read.
+        if let Some(uid) = self.uid {
+            kill_user(uid).await?;
+        }
         let stdout = collect(stdout).await;
         let stderr = collect(stderr).await;
         let elapsed = started.elapsed();
@@ -493,6 +551,63 @@ async fn kill_group(child: &mut tokio::process::Child) {
             .await;
     }
     let _ = child.start_kill();
+}
+
+/// How often [`kill_user`] looks for processes left.
+const KILL_ROUNDS: u32 = 500;
+
+/// SIGKILL to every process of `uid` (a fresh sandbox uid: only this command's), until none is
+/// left alive (a zombie cannot do anything). An error when some outlive [`KILL_ROUNDS`] rounds.
+pub async fn kill_user(uid: u32) -> Result<(), SandboxError> {
+    for _ in 0..KILL_ROUNDS {
+        let pids = tokio::task::spawn_blocking(move || live_pids_of(uid))
+            .await
+            .unwrap_or_default();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        let _ = tokio::process::Command::new("kill")
+            .args(["-s", "KILL", "--"])
+            .args(pids.iter().map(u32::to_string))
+            .env_clear()
+            .env("PATH", PATH)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(SandboxError::Lingering(uid))
+}
+
+/// The processes whose real uid is `uid` and that are not zombies (from `/proc/<pid>/status`).
+pub fn live_pids_of(uid: u32) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return false;
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let real_uid = field("Uid:");
+            let state = field("State:");
+            real_uid.split_whitespace().next() == Some(uid.to_string().as_str())
+                && !state.starts_with('Z')
+                && !state.starts_with('X')
+        })
+        .collect()
 }
 
 /// Reads `stream` to its end, keeping the first `cap` bytes and counting the rest.
@@ -618,7 +733,12 @@ mod tests {
             ),
             "{line}"
         );
-        assert!(line.contains("--ro-bind / / --dev /dev --proc /proc --size 16777216 --tmpfs /tmp --tmpfs /var/tmp --ro-bind /var/tmp/weft-exec-1 /work --chdir /work -- sh -c"), "{line}");
+        assert!(
+            line.contains("--ro-bind /usr /usr --ro-bind /etc /etc "),
+            "{line}"
+        );
+        assert!(!line.contains("--ro-bind / /"), "{line}");
+        assert!(line.contains("--dev /dev --proc /proc --tmpfs /run --size 16777216 --tmpfs /tmp --size 16777216 --tmpfs /dev/shm --ro-bind /var/tmp/weft-exec-1 /work --chdir /work -- sh -c"), "{line}");
         assert_eq!(argv.last().map(String::as_str), Some("echo hi"));
         // Not root: no setpriv; a writable checkout; an old bubblewrap.
         let s = Sandbox {
