@@ -294,6 +294,23 @@ async fn named_volumes_are_created_listed_updated_and_deleted() {
     .await
     .unwrap();
     assert_eq!(get(&v, &p, "from-defs").await.quota_bytes, 4096);
+    // A later version of the definition reaches the volume on its next use.
+    weft_substrate::defs::put_json::<weft_core::volume::VolumeContent>(
+        &DefStore::new(db.pool.clone()),
+        &p.tenant,
+        "from-defs",
+        r#"{"mode": "ro", "quota_bytes": 2048, "description": "now ro"}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    let now = get(&v, &p, "from-defs").await;
+    assert_eq!(
+        (now.mode.as_str(), now.quota_bytes, now.description.as_str()),
+        ("ro", 2048, "now ro")
+    );
+    let (c, _, msg) = code(apply(&v, &p, named("from-defs"), vec![put("f", b"x")]).await);
+    assert_eq!(c, ErrorCode::Conflict, "{msg}");
 
     // Delete: the row goes, the definition is retired, the name is gone.
     assert!(v.delete_volume(&p, named("docs").as_ref()).await.unwrap());

@@ -5,7 +5,15 @@
 //!
 //! Which volume a call names ([`v1::VolumeRef`]):
 //! - `name`: the tenant's named volume. A `volume` definition put through the definitions API
-//!   (rather than `CreateVolume`) becomes its volume on first use. `run` is never a named volume.
+//!   (rather than `CreateVolume`) becomes its volume on first use, and a later version of it
+//!   sets the volume's mode, quota and description when the volume is next resolved. `run` is
+//!   never a named volume.
+//!
+//! Blobs: `PutBlobs` stores content ahead; an `Apply` may then name it by sha256 within the
+//! grace period ([`store::BLOB_GRACE`], 10 minutes after it was last put or named). After
+//! that, a put by sha is accepted only for a blob this volume's index, history or snapshots
+//! name (another volume's content is not reachable by its hash alone); put it again otherwise.
+//! Blobs nothing names are collected by the sweeper once the grace period has passed.
 //! - `run_id`: the ephemeral volume of that run's *root* (any run of a tree names the same one),
 //!   called `run:<root id>`; the run must be the tenant's. With `create` it is made on first use
 //!   (not once the root run has ended: it would only be purged again).
@@ -436,24 +444,32 @@ impl Volumes {
 
     async fn named(&self, tenant: &TenantId, name: &str) -> Result<VolumeRow, Error> {
         check_volume_name(name)?;
-        if let Some(v) = self
+        let found = self
             .store
             .find(tenant, name)
             .await
-            .map_err(db("reading a volume"))?
-        {
-            return Ok(v);
+            .map_err(db("reading a volume"))?;
+        match found {
+            None => self
+                .adopt_definition(tenant, name, None)
+                .await?
+                .ok_or_else(|| no_volume(name)),
+            // A definition put through the definitions API since: the row follows it.
+            Some(v) => Ok(self
+                .adopt_definition(tenant, name, Some(&v))
+                .await?
+                .unwrap_or(v)),
         }
-        self.adopt_definition(tenant, name)
-            .await?
-            .ok_or_else(|| no_volume(name))
     }
 
-    /// Makes the volume of a live `volume` definition that has none yet.
+    /// Makes the volume of a live `volume` definition that has none yet (`row` `None`), or
+    /// brings `row`'s mode, quota and description to its definition's when they differ.
+    /// `None` when there is no live definition, or `row` already matches it.
     async fn adopt_definition(
         &self,
         tenant: &TenantId,
         name: &str,
+        row: Option<&VolumeRow>,
     ) -> Result<Option<VolumeRow>, Error> {
         let Some(def) = self
             .defs
@@ -465,13 +481,21 @@ impl Volumes {
             return Ok(None);
         };
         let content = VolumeContent::from_json_str(&def.content_json)?;
+        let quota = effective_quota(content.quota_bytes, self.caps().max_volume_bytes);
+        if let Some(v) = row
+            && v.mode == content.mode.as_str()
+            && v.quota_bytes == quota
+            && v.description == content.description
+        {
+            return Ok(None);
+        }
         let row = self
             .store
             .upsert_named(
                 tenant,
                 name,
                 content.mode.as_str(),
-                effective_quota(content.quota_bytes, self.caps().max_volume_bytes),
+                quota,
                 &content.description,
                 &self.empty_tree,
             )
@@ -599,7 +623,7 @@ impl Volumes {
             .iter()
             .filter(|d| !d.retired && !have.contains(&d.name) && d.name != RUN_VOLUME)
         {
-            if let Some(v) = self.adopt_definition(&p.tenant, &d.name).await? {
+            if let Some(v) = self.adopt_definition(&p.tenant, &d.name, None).await? {
                 rows.push(v);
                 adopted = true;
             }
@@ -623,11 +647,8 @@ impl Volumes {
         match r.target.as_ref().ok_or_else(no_ref)? {
             Target::Name(name) => {
                 check_volume_name(name)?;
-                let row = self
-                    .store
-                    .delete(&p.tenant, name)
-                    .await
-                    .map_err(db("deleting a volume"))?;
+                // The definition first: once it is retired, a resolve that finds no row does
+                // not make the volume again from it.
                 let live_def = self
                     .defs
                     .summary(DefKind::Volume, &p.tenant, name)
@@ -637,6 +658,11 @@ impl Volumes {
                 if live_def {
                     crate::defs::retire(&self.defs, DefKind::Volume, &p.tenant, name).await?;
                 }
+                let row = self
+                    .store
+                    .delete(&p.tenant, name)
+                    .await
+                    .map_err(db("deleting a volume"))?;
                 if !row && !live_def {
                     return Err(no_volume(name));
                 }
