@@ -145,6 +145,14 @@ impl VolumesConfig {
                 ("max_output_bytes", self.exec.max_output_bytes),
             ],
         )?;
+        // One file travels in one internal gRPC message (16 MiB), with room for the rest.
+        const MAX_FILE_CAP: u64 = 15 * 1024 * 1024;
+        if self.max_file_bytes > MAX_FILE_CAP {
+            return invalid(format!(
+                "volumes.max_file_bytes is {}; at most {MAX_FILE_CAP} (15 MiB) is supported, since one file travels in one internal message",
+                self.max_file_bytes
+            ));
+        }
         if self.max_file_bytes > self.max_volume_bytes {
             return invalid(format!(
                 "volumes.max_file_bytes ({}) is larger than volumes.max_volume_bytes ({}); lower it",
