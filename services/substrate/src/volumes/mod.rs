@@ -35,6 +35,7 @@ pub mod plan;
 pub mod store;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -353,18 +354,28 @@ pub fn change_to_proto(c: &ChangeRow, files: &[ChangeFileRow], replayed: bool) -
 }
 
 /// One side of a file to diff: its blob (`None` = absent) and size.
-#[derive(Clone, Copy, Debug)]
-struct Side<'a> {
-    sha: Option<&'a str>,
+#[derive(Clone, Debug)]
+struct Side {
+    sha: Option<String>,
     size: i64,
 }
 
 /// One file to diff.
-struct Pair<'a> {
-    path: &'a str,
-    before: Side<'a>,
-    after: Side<'a>,
+#[derive(Clone, Debug)]
+struct Pair {
+    path: String,
+    before: Side,
+    after: Side,
 }
+
+impl Pair {
+    fn small(&self) -> bool {
+        self.before.size <= DIFF_MAX_INPUT_BYTES && self.after.size <= DIFF_MAX_INPUT_BYTES
+    }
+}
+
+/// Blob bytes already in memory (an `Apply`'s inline content), by sha256.
+type Cache = Arc<HashMap<String, Vec<u8>>>;
 
 /// A version of a volume a `Diff` names.
 enum Version {
@@ -1002,14 +1013,15 @@ impl Volumes {
             .map_err(db("applying a change"))?;
         let mut change = change_to_proto(&done.change, &done.files, done.replayed);
         if r.with_diff {
-            let cache: HashMap<&str, &[u8]> = match &m {
-                Mutation::Apply { inline, .. } => inline
-                    .iter()
-                    .map(|b| (b.sha256.as_str(), b.bytes.as_slice()))
-                    .collect(),
+            let cache: HashMap<String, Vec<u8>> = match m {
+                Mutation::Apply { inline, .. } => {
+                    inline.into_iter().map(|b| (b.sha256, b.bytes)).collect()
+                }
                 _ => HashMap::new(),
             };
-            let diffs = self.diffs_of_rows(&p.tenant, &done.files, &cache).await?;
+            let diffs = self
+                .diffs_of_rows(&p.tenant, &done.files, Arc::new(cache))
+                .await?;
             for (f, d) in change.files.iter_mut().zip(diffs) {
                 f.diff = d;
             }
@@ -1021,34 +1033,35 @@ impl Volumes {
         &self,
         tenant: &TenantId,
         rows: &[ChangeFileRow],
-        cache: &HashMap<&str, &[u8]>,
+        cache: Cache,
     ) -> Result<Vec<String>, Error> {
-        let pairs: Vec<Pair<'_>> = rows
+        let pairs: Vec<Pair> = rows
             .iter()
             .map(|f| Pair {
-                path: &f.path,
+                path: f.path.clone(),
                 before: Side {
-                    sha: f.before_sha.as_deref(),
+                    sha: f.before_sha.clone(),
                     size: f.before_size.unwrap_or(0),
                 },
                 after: Side {
-                    sha: f.after_sha.as_deref(),
+                    sha: f.after_sha.clone(),
                     size: f.after_size.unwrap_or(0),
                 },
             })
             .collect();
-        self.diffs(tenant, &pairs, cache).await
+        self.diffs(tenant, pairs, cache).await
     }
 
     /// Unified diffs of text files, one per pair ("" for a binary or large file, or once the
-    /// reply's diff budget or its read budget is spent). Blobs are read a batch at a time.
+    /// reply's diff budget or its read budget is spent). Blobs are read a batch at a time;
+    /// each batch is diffed on the blocking pool (a diff may take its whole time budget).
     async fn diffs(
         &self,
         tenant: &TenantId,
-        pairs: &[Pair<'_>],
-        cache: &HashMap<&str, &[u8]>,
+        pairs: Vec<Pair>,
+        cache: Cache,
     ) -> Result<Vec<String>, Error> {
-        let small = |s: &Side<'_>| s.size <= DIFF_MAX_INPUT_BYTES;
+        let pairs = Arc::new(pairs);
         let mut budget = DIFF_MAX_TOTAL_BYTES;
         let mut read_budget = DIFF_MAX_READ_BYTES;
         let mut out = Vec::with_capacity(pairs.len());
@@ -1061,62 +1074,37 @@ impl Volumes {
             while end < pairs.len() && (end == at || batch_bytes < DIFF_BATCH_BYTES) {
                 let p = &pairs[end];
                 end += 1;
-                if !small(&p.before) || !small(&p.after) || p.before.sha == p.after.sha {
+                if !p.small() || p.before.sha == p.after.sha {
                     continue;
                 }
-                for side in [p.before, p.after] {
-                    if let Some(sha) = side.sha
+                for side in [&p.before, &p.after] {
+                    if let Some(sha) = &side.sha
                         && !cache.contains_key(sha)
-                        && !need.iter().any(|n| n == sha)
+                        && !need.contains(sha)
                     {
-                        need.push(sha.to_owned());
+                        need.push(sha.clone());
                         batch_bytes += side.size;
                     }
                 }
             }
             let over = budget == 0 || batch_bytes > read_budget;
-            let loaded = if over {
-                HashMap::new()
-            } else {
-                read_budget -= batch_bytes;
-                self.store.blobs().load(tenant.as_str(), &need).await?
-            };
-            for p in &pairs[at..end] {
-                if over
-                    || budget == 0
-                    || !small(&p.before)
-                    || !small(&p.after)
-                    || p.before.sha == p.after.sha
-                {
-                    out.push(String::new());
-                    continue;
-                }
-                let bytes_of = |sha: Option<&str>| -> &[u8] {
-                    match sha {
-                        None => &[],
-                        Some(s) => cache
-                            .get(s)
-                            .copied()
-                            .or_else(|| loaded.get(s).map(Vec::as_slice))
-                            .unwrap_or(&[]),
-                    }
-                };
-                let (b, a) = (bytes_of(p.before.sha), bytes_of(p.after.sha));
-                let text = |x: &[u8]| x.is_empty() || !weft_volumes::text::is_binary(x);
-                let (true, true, Ok(bs), Ok(as_)) = (
-                    text(b),
-                    text(a),
-                    std::str::from_utf8(b),
-                    std::str::from_utf8(a),
-                ) else {
-                    out.push(String::new());
-                    continue;
-                };
-                let d =
-                    weft_volumes::diff::unified_capped(p.path, bs, as_, DIFF_MAX_BYTES.min(budget));
-                budget = budget.saturating_sub(d.len());
-                out.push(d);
+            if over {
+                out.extend(std::iter::repeat_n(String::new(), end - at));
+                at = end;
+                continue;
             }
+            read_budget -= batch_bytes;
+            let loaded = self.store.blobs().load(tenant.as_str(), &need).await?;
+            let (ps, c) = (Arc::clone(&pairs), Arc::clone(&cache));
+            let (diffs, left) =
+                tokio::task::spawn_blocking(move || diff_batch(&ps[at..end], &c, &loaded, budget))
+                    .await
+                    .map_err(|e| {
+                        tracing::error!(error = %e, "volumes: a diff task failed");
+                        Error::internal()
+                    })?;
+            budget = left;
+            out.extend(diffs);
             at = end;
         }
         Ok(out)
@@ -1203,7 +1191,7 @@ impl Volumes {
         let mut out = v1::GrepResponse::default();
         let mut scanned = 0i64;
         let mut at = 0;
-        'files: while at < files.len() {
+        while at < files.len() {
             let mut end = at;
             let mut bytes = 0i64;
             while end < files.len()
@@ -1224,48 +1212,25 @@ impl Volumes {
             shas.sort();
             shas.dedup();
             let loaded = self.store.blobs().load(p.tenant.as_str(), &shas).await?;
-            for f in batch {
-                let data = loaded.get(&f.sha256).map(Vec::as_slice).unwrap_or(&[]);
-                let Some(hits) = grep.search(data) else {
-                    out.skipped_binary += 1;
-                    continue;
-                };
-                if hits.count == 0 {
-                    continue;
-                }
-                match mode {
-                    GrepMode::Files => {
-                        if out.files.len() == limit {
-                            out.truncated = true;
-                            break 'files;
-                        }
-                        out.files.push(f.path.clone());
-                    }
-                    GrepMode::Count => {
-                        if out.counts.len() == limit {
-                            out.truncated = true;
-                            break 'files;
-                        }
-                        out.counts.push(v1::GrepCount {
-                            path: f.path.clone(),
-                            count: hits.count,
-                        });
-                    }
-                    GrepMode::Content => {
-                        for l in hits.lines {
-                            if out.lines.len() == limit {
-                                out.truncated = true;
-                                break 'files;
-                            }
-                            out.lines.push(v1::GrepLine {
-                                path: f.path.clone(),
-                                line: l.line,
-                                text: l.text,
-                                is_match: l.is_match,
-                            });
-                        }
-                    }
-                }
+            // The regex runs on the blocking pool: up to GREP_BATCH_BYTES of text per batch.
+            let (g, names) = (
+                grep.clone(),
+                batch
+                    .iter()
+                    .map(|f| (f.path.clone(), f.sha256.clone()))
+                    .collect::<Vec<_>>(),
+            );
+            let (o, stop) = tokio::task::spawn_blocking(move || {
+                grep_batch(&g, mode, limit, &names, &loaded, out)
+            })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "volumes: a grep task failed");
+                Error::internal()
+            })?;
+            out = o;
+            if stop {
+                break;
             }
         }
         Ok(out)
@@ -1307,7 +1272,7 @@ impl Volumes {
             }
             let owned: Vec<ChangeFileRow> = rows.into_iter().cloned().collect();
             let mut diffs = self
-                .diffs_of_rows(&p.tenant, &owned, &HashMap::new())
+                .diffs_of_rows(&p.tenant, &owned, Cache::default())
                 .await?
                 .into_iter();
             for c in &mut out {
@@ -1422,25 +1387,25 @@ impl Volumes {
         let (a, from_tree) = self.version_index(&p.tenant, &v, "from", &from).await?;
         let (b, to_tree) = self.version_index(&p.tenant, &v, "to", &to).await?;
         let planned = plan::restore(&a, &b);
-        let pairs: Vec<Pair<'_>> = planned
-            .files
-            .iter()
-            .map(|t| Pair {
-                path: &t.path,
-                before: Side {
-                    sha: t.before.as_ref().map(|e| e.sha256.as_str()),
-                    size: t.before.as_ref().map_or(0, |e| e.size),
-                },
-                after: Side {
-                    sha: t.after.as_ref().map(|e| e.sha256.as_str()),
-                    size: t.after.as_ref().map_or(0, |e| e.size),
-                },
-            })
-            .collect();
         let diffs = if r.with_diff {
-            self.diffs(&p.tenant, &pairs, &HashMap::new()).await?
+            let pairs: Vec<Pair> = planned
+                .files
+                .iter()
+                .map(|t| Pair {
+                    path: t.path.clone(),
+                    before: Side {
+                        sha: t.before.as_ref().map(|e| e.sha256.clone()),
+                        size: t.before.as_ref().map_or(0, |e| e.size),
+                    },
+                    after: Side {
+                        sha: t.after.as_ref().map(|e| e.sha256.clone()),
+                        size: t.after.as_ref().map_or(0, |e| e.size),
+                    },
+                })
+                .collect();
+            self.diffs(&p.tenant, pairs, Cache::default()).await?
         } else {
-            vec![String::new(); pairs.len()]
+            vec![String::new(); planned.files.len()]
         };
         let files = planned
             .files
@@ -1485,6 +1450,107 @@ impl Volumes {
             .map_err(db("restoring a snapshot"))?;
         Ok(change_to_proto(&done.change, &done.files, done.replayed))
     }
+}
+
+/// Diffs one batch of pairs whose blobs are in `cache` or `loaded`, spending `budget` bytes of
+/// diff; returns the diffs and what is left of the budget. Blocking: run it on the blocking pool.
+fn diff_batch(
+    pairs: &[Pair],
+    cache: &HashMap<String, Vec<u8>>,
+    loaded: &HashMap<String, Vec<u8>>,
+    mut budget: usize,
+) -> (Vec<String>, usize) {
+    let mut out = Vec::with_capacity(pairs.len());
+    for p in pairs {
+        if budget == 0 || !p.small() || p.before.sha == p.after.sha {
+            out.push(String::new());
+            continue;
+        }
+        let bytes_of = |sha: &Option<String>| -> &[u8] {
+            match sha {
+                None => &[],
+                Some(s) => cache
+                    .get(s)
+                    .or_else(|| loaded.get(s))
+                    .map_or(&[][..], Vec::as_slice),
+            }
+        };
+        let (b, a) = (bytes_of(&p.before.sha), bytes_of(&p.after.sha));
+        let text = |x: &[u8]| x.is_empty() || !weft_volumes::text::is_binary(x);
+        let (true, true, Ok(bs), Ok(as_)) = (
+            text(b),
+            text(a),
+            std::str::from_utf8(b),
+            std::str::from_utf8(a),
+        ) else {
+            out.push(String::new());
+            continue;
+        };
+        let d = weft_volumes::diff::unified_capped(&p.path, bs, as_, DIFF_MAX_BYTES.min(budget));
+        budget = budget.saturating_sub(d.len());
+        out.push(d);
+    }
+    (out, budget)
+}
+
+/// Searches one batch of files (`(path, sha256)`, their bytes in `loaded`) into `out`; true
+/// when the reply is full (`out.truncated` set). Blocking: run it on the blocking pool.
+fn grep_batch(
+    grep: &weft_volumes::grep::Grep,
+    mode: weft_volumes::grep::GrepMode,
+    limit: usize,
+    files: &[(String, String)],
+    loaded: &HashMap<String, Vec<u8>>,
+    mut out: v1::GrepResponse,
+) -> (v1::GrepResponse, bool) {
+    use weft_volumes::grep::GrepMode;
+    for (path, sha) in files {
+        let data = loaded.get(sha).map(Vec::as_slice).unwrap_or(&[]);
+        // Content mode builds at most the lines the reply still has room for (one more, to
+        // tell a full reply from a truncated one).
+        let room = limit.saturating_sub(out.lines.len()) + 1;
+        let Some(hits) = grep.search_capped(data, room) else {
+            out.skipped_binary += 1;
+            continue;
+        };
+        if hits.count == 0 {
+            continue;
+        }
+        match mode {
+            GrepMode::Files => {
+                if out.files.len() == limit {
+                    out.truncated = true;
+                    return (out, true);
+                }
+                out.files.push(path.clone());
+            }
+            GrepMode::Count => {
+                if out.counts.len() == limit {
+                    out.truncated = true;
+                    return (out, true);
+                }
+                out.counts.push(v1::GrepCount {
+                    path: path.clone(),
+                    count: hits.count,
+                });
+            }
+            GrepMode::Content => {
+                for l in hits.lines {
+                    if out.lines.len() == limit {
+                        out.truncated = true;
+                        return (out, true);
+                    }
+                    out.lines.push(v1::GrepLine {
+                        path: path.clone(),
+                        line: l.line,
+                        text: l.text,
+                        is_match: l.is_match,
+                    });
+                }
+            }
+        }
+    }
+    (out, false)
 }
 
 /// Every `every` until `shutdown`: purges the ephemeral volumes of ended runs (the backstop for
