@@ -1150,7 +1150,7 @@ impl VolumeStore {
         let history = if older.is_empty() {
             HashSet::new()
         } else {
-            referenced_by(&mut **tx, tenant, vol.id, &older).await?
+            referenced_by(tx, tenant, vol.id, &older).await?
         };
         let ok: Vec<(String, i64)> = found
             .into_iter()
@@ -1203,7 +1203,7 @@ impl VolumeStore {
             .filter(|b| self.blobs.external_for(b.bytes.len()).is_some())
             .map(|b| b.sha256.as_str())
             .collect();
-        lock_blobs(&mut **tx, tenant.as_str(), &external).await?;
+        lock_blobs(tx, tenant.as_str(), &external).await?;
         let mut shas = Vec::new();
         let mut sizes = Vec::new();
         let mut stores = Vec::new();
