@@ -518,7 +518,9 @@ mod tests {
                 "memory:write",
                 "channels:publish",
                 "channels:read",
-                "llm:call"
+                "llm:call",
+                "volumes:read",
+                "volumes:write"
             ])
         );
         let e = run_principal(&caller("Bad Tenant")).unwrap_err();

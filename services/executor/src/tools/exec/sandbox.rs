@@ -459,7 +459,19 @@ impl Sandbox {
         );
         a.push(self.checkout.clone().into_os_string());
         let mut push = |s: &str| a.push(OsString::from(s));
-        for s in ["/work", "--chdir", WORKDIR, "--", "sh", "-c", command] {
+        // The sandbox's own root (a tmpfs bwrap makes) is read-only once everything is
+        // mounted on it: the checkout, /tmp and /dev/shm are the only writable places.
+        for s in [
+            "/work",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            WORKDIR,
+            "--",
+            "sh",
+            "-c",
+            command,
+        ] {
             push(s);
         }
         a
@@ -738,7 +750,7 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("--ro-bind / /"), "{line}");
-        assert!(line.contains("--dev /dev --proc /proc --tmpfs /run --size 16777216 --tmpfs /tmp --size 16777216 --tmpfs /dev/shm --ro-bind /var/tmp/weft-exec-1 /work --chdir /work -- sh -c"), "{line}");
+        assert!(line.contains("--dev /dev --proc /proc --tmpfs /run --size 16777216 --tmpfs /tmp --size 16777216 --tmpfs /dev/shm --ro-bind /var/tmp/weft-exec-1 /work --remount-ro / --chdir /work -- sh -c"), "{line}");
         assert_eq!(argv.last().map(String::as_str), Some("echo hi"));
         // Not root: no setpriv; a writable checkout; an old bubblewrap.
         let s = Sandbox {
