@@ -347,7 +347,8 @@ async fn killing_an_executor_mid_file_edits_applies_each_once() {
     let mut runs = Vec::new();
     for i in 0..RUNS {
         let path = format!("r{i}.txt");
-        let mut turns = vec![json!([{"name": "Write", "input": {"path": path, "content": "start\n"}}])];
+        let mut turns =
+            vec![json!([{"name": "Write", "input": {"path": path, "content": "start\n"}}])];
         for k in 1..=EDITS {
             // Each edit puts its line right after `start`: applied twice, the line would repeat.
             turns.push(json!([{"name": "Edit", "input": {"path": path, "edits": [
