@@ -27,6 +27,7 @@ pub mod grpc;
 pub mod memory;
 pub mod skills;
 pub mod store;
+mod sweep;
 pub mod volumes;
 
 use std::time::Duration;

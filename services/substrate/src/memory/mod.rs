@@ -624,32 +624,20 @@ impl Memory {
 /// Deletes expired entries every `every` until `shutdown`. Reads never return expired entries;
 /// the sweep gives their bytes back to the quotas and keeps the table small.
 pub async fn sweep_until(store: MemoryStore, every: Duration, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
+    let (store, shutdown) = (&store, &shutdown);
+    crate::sweep::every_until(every, shutdown, move || async move {
+        let n = crate::sweep::in_batches(SWEEP_BATCH, shutdown, move |b| async move {
+            store
+                .sweep_expired(b)
+                .await
+                .map_err(|e| e.into_api("sweeping expired entries"))
+        })
+        .await;
+        if n > 0 {
+            tracing::debug!(deleted = n, "memory: expired entries swept");
         }
-        loop {
-            match store.sweep_expired(SWEEP_BATCH).await {
-                Ok(n) if n == SWEEP_BATCH as u64 => {}
-                Ok(n) => {
-                    if n > 0 {
-                        tracing::debug!(deleted = n, "memory: expired entries swept");
-                    }
-                    break;
-                }
-                Err(e) => {
-                    let _ = e.into_api("sweeping expired entries");
-                    break;
-                }
-            }
-            if shutdown.is_cancelled() {
-                return;
-            }
-        }
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]

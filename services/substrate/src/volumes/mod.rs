@@ -1557,30 +1557,20 @@ fn grep_batch(
 /// an executor that crashed before purging a run's volume), then collects the blobs nothing
 /// names any more (see [`VolumeStore::collect_blobs`]).
 pub async fn sweep_until(store: VolumeStore, every: Duration, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
+    let (store, shutdown) = (&store, &shutdown);
+    crate::sweep::every_until(every, shutdown, move || async move {
+        let n = crate::sweep::in_batches(SWEEP_BATCH, shutdown, move |b| async move {
+            store
+                .purge_ended(b)
+                .await
+                .map_err(|e| e.into_api("purging ended runs' volumes"))
+        })
+        .await;
+        if n > 0 {
+            tracing::debug!(purged = n, "volumes: ended runs' volumes purged");
         }
-        loop {
-            match store.purge_ended(SWEEP_BATCH).await {
-                Ok(n) if n == SWEEP_BATCH as u64 => {}
-                Ok(n) => {
-                    if n > 0 {
-                        tracing::debug!(purged = n, "volumes: ended runs' volumes purged");
-                    }
-                    break;
-                }
-                Err(e) => {
-                    let _ = e.into_api("purging ended runs' volumes");
-                    break;
-                }
-            }
-            if shutdown.is_cancelled() {
-                return;
-            }
+        if shutdown.is_cancelled() {
+            return;
         }
         match store.collect_blobs(SWEEP_BATCH).await {
             Ok(n) if n > 0 => tracing::debug!(blobs = n, "volumes: unreferenced blobs collected"),
@@ -1589,7 +1579,8 @@ pub async fn sweep_until(store: VolumeStore, every: Duration, shutdown: Cancella
                 let _ = e.into_api("collecting unreferenced blobs");
             }
         }
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]
