@@ -397,3 +397,60 @@ def test_agent_remembers_a_fact_in_one_run_and_recalls_it_in_the_next(http, mode
     assert gets, f"the second run never called Memory get: {_kinds(events)}"
     results = [e["data"] for e in events if e["kind"] == "tool_result"]
     assert any("teal" in r["content"].lower() for r in results), results
+
+
+def _calls(events, name):
+    """The inputs of the run's calls of tool `name` that parsed as JSON objects."""
+    return [
+        e["data"]["input"]
+        for e in events
+        if e["kind"] == "tool_call"
+        and e["data"]["name"] == name
+        and isinstance(e["data"]["input"], dict)
+    ]
+
+
+@pytest.mark.parametrize("model", ALIASES)
+def test_agent_writes_a_file_and_then_edits_it(http, model):
+    """Structure, not wording: the first run writes `hello.py` with Write (and the volume holds
+    it), the second run changes it with Edit (and the file changed, recorded as an Edit)."""
+    volume = f"real-{model}"
+    r = http.post("volumes", json={"name": volume})
+    assert r.status_code in (200, 201), r.text
+    agent = f"coder-{model}"
+    r = http.put(
+        f"agents/{agent}",
+        json={
+            "model": model,
+            "tools": ["Write", "Edit", "Read"],
+            "volumes": [{"name": volume, "mode": "rw"}],
+            "max_iterations": 4,
+            "max_tokens": TOOL_MAX_TOKENS,
+            "sampling": {"temperature": 0},
+            "system_prompt": (
+                "You work on files. To create a file call Write with "
+                '{"path": "<file>", "content": "<text>"}. To change a file call Edit with '
+                '{"path": "<file>", "edits": [{"old": "<exact text in the file>", "new": "<replacement>"}]}.'
+            ),
+        },
+    )
+    assert r.status_code in (200, 201), r.text
+
+    _, events = _run(http, agent, "Create the file hello.py containing: print('hello')")
+    writes = _calls(events, "Write")
+    assert writes, f"the first run never called Write: {_kinds(events)}"
+    path = writes[0].get("path", "hello.py")
+    before = http.get(f"volumes/{volume}/files/{path}")
+    assert before.status_code == 200, before.text
+
+    _, events = _run(
+        http, agent,
+        f"In the file {path}, replace hello with goodbye. Use the Edit tool.",
+    )
+    edits = _calls(events, "Edit")
+    assert edits, f"the second run never called Edit: {_kinds(events)}"
+    after = http.get(f"volumes/{volume}/files/{path}")
+    assert after.status_code == 200, after.text
+    assert after.content != before.content, "the edit changed nothing"
+    changes = http.get(f"volumes/{volume}/changes").json()["data"]
+    assert {"Write", "Edit"} <= {c["source"] for c in changes}, changes
