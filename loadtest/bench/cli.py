@@ -15,7 +15,8 @@ from . import common
 from .common import BenchError, ROOT, duration, log, table
 from .sitting import Sitting
 
-SCENARIOS = ["chat", "runs", "streams", "channels", "memory", "schedules", "webhooks", "mcp"]
+SCENARIOS = ["chat", "runs", "streams", "channels", "memory", "schedules", "webhooks", "mcp",
+             "volumes"]
 SERVER_BINARIES = {"weft": "weft", "weft-gateway": "weft-gateway",
                    "weft-mcp-bridge": "weft-mcp-bridge"}
 
