@@ -441,7 +441,8 @@ def test_agent_writes_a_file_and_then_edits_it(http, model):
     assert writes, f"the first run never called Write: {_kinds(events)}"
     path = writes[0].get("path", "hello.py")
     before = http.get(f"volumes/{volume}/files/{path}")
-    assert before.status_code == 200, before.text
+    results = [e["data"] for e in events if e["kind"] == "tool_result"]
+    assert before.status_code == 200, (before.text, writes, results)
 
     _, events = _run(
         http, agent,

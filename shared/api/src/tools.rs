@@ -324,7 +324,7 @@ pub struct ReadInput {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -338,7 +338,7 @@ pub struct WriteInput {
     /// write only if the file's sha256 is this; "" = only if the file does not exist
     #[serde(default)]
     pub if_match: Option<String>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -363,7 +363,7 @@ pub struct EditInput {
     /// applied in order, each to the result of the one before
     #[schemars(length(min = 1))]
     pub edits: Vec<EditOp>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -373,7 +373,7 @@ pub struct EditInput {
 pub struct GlobInput {
     /// e.g. `**/*.rs`, `docs/*.md`
     pub pattern: String,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -408,7 +408,7 @@ pub struct GrepInput {
     #[serde(default)]
     #[schemars(range(min = 0, max = 10))]
     pub context: Option<u32>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -421,7 +421,7 @@ pub struct MoveInput {
     /// replace a file at `to` (default false: refused when one exists)
     #[serde(default)]
     pub overwrite: Option<bool>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -433,7 +433,7 @@ pub struct DeleteInput {
     /// delete only if the file's sha256 is this
     #[serde(default)]
     pub if_match: Option<String>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -444,7 +444,7 @@ pub struct ListInput {
     /// a directory relative to the volume root (default: the root)
     #[serde(default)]
     pub path: Option<String>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }
@@ -459,7 +459,7 @@ pub struct ExecInput {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub timeout_s: Option<u64>,
-    /// one of the run's bound volumes (default: the run's default volume)
+    /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
 }

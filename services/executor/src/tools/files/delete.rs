@@ -56,7 +56,7 @@ async fn delete(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
     let path = clean("path", &input.path)?;
     let op = v1::FileOp {
         path: path.clone(),
-        if_match: input.if_match,
+        if_match: super::unquoted(input.if_match),
         op: Some(v1::file_op::Op::Delete(v1::DeleteFile {})),
     };
     let change = apply(ctx, "Delete", &target, vec![op]).await?;

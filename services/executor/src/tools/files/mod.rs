@@ -109,7 +109,11 @@ impl Target {
     }
 }
 
-/// The volume `named` (or, when `None`, the default one) among the run's `bindings`.
+/// What a call may name for the run's default binding (besides naming none).
+const DEFAULT_NAME: &str = "default";
+
+/// The volume `named` (or, when `None` or `default`, the default one) among the run's
+/// `bindings`.
 pub(crate) fn resolve(
     bindings: &[VolumeBinding],
     run: RunId,
@@ -122,6 +126,11 @@ pub(crate) fn resolve(
                 bind one (e.g. {\"name\": \"run\"})"
                     .into(),
             );
+        }
+        // `default` names the default binding unless a volume of that name is bound: models
+        // fill in optional fields, and this is the word they reach for.
+        Some(DEFAULT_NAME) if !bindings.iter().any(|b| b.name == DEFAULT_NAME) => {
+            default_of(bindings).ok_or("no volume is bound to this run")?
         }
         Some(name) => bindings.iter().find(|b| b.name == name).ok_or_else(|| {
             let bound: Vec<&str> = bindings.iter().map(|b| b.name.as_str()).collect();
@@ -299,6 +308,18 @@ impl Changed {
 }
 
 /// One put of `content` at `path`.
+/// A model's `if_match` as the substrate reads it: an ETag-style quoted value (`"<sha>"`, or
+/// `""` for "must not exist") is taken without its quotes, as the HTTP routes take `If-Match`.
+pub(crate) fn unquoted(if_match: Option<String>) -> Option<String> {
+    if_match.map(|m| {
+        let t = m.trim();
+        match t.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some(inner) => inner.to_owned(),
+            None => t.to_owned(),
+        }
+    })
+}
+
 pub(crate) fn put(path: String, content: Vec<u8>, if_match: Option<String>) -> v1::FileOp {
     v1::FileOp {
         path,
@@ -358,6 +379,31 @@ mod tests {
         );
         let e = resolve(&[], run(), Some("docs")).unwrap_err();
         assert!(e.starts_with("no volume is bound"), "{e}");
+    }
+
+    #[test]
+    fn a_quoted_if_match_is_read_without_its_quotes() {
+        assert_eq!(unquoted(Some("\"\"".into())), Some(String::new()));
+        assert_eq!(unquoted(Some(" \"ab\" ".into())), Some("ab".into()));
+        assert_eq!(unquoted(Some("ab".into())), Some("ab".into()));
+        assert_eq!(unquoted(None), None);
+    }
+
+    #[test]
+    fn default_names_the_default_binding_unless_a_volume_is_called_so() {
+        let bound = [
+            b("docs", VolumeMode::Ro, false),
+            b("run", VolumeMode::Rw, true),
+        ];
+        assert_eq!(resolve(&bound, run(), Some("default")).unwrap().name, "run");
+        let named = [
+            b("default", VolumeMode::Ro, false),
+            b("run", VolumeMode::Rw, true),
+        ];
+        assert_eq!(
+            resolve(&named, run(), Some("default")).unwrap().name,
+            "default"
+        );
     }
 
     #[test]

@@ -56,7 +56,11 @@ async fn write(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Fail> {
     let input: WriteInput = read_input(input, FIELDS)?;
     let target = target(ctx, input.volume.as_deref(), true)?;
     let path = clean("path", &input.path)?;
-    let op = put(path.clone(), input.content.into_bytes(), input.if_match);
+    let op = put(
+        path.clone(),
+        input.content.into_bytes(),
+        super::unquoted(input.if_match),
+    );
     let change = apply(ctx, "Write", &target, vec![op]).await?;
     Ok(ToolOutput::json(&Changed::of(&change, &path)))
 }
