@@ -66,7 +66,7 @@ pub struct AgentContent {
     /// the volumes the agent's file tools may use; absent (hashed as absent) = none
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
-    pub volumes: Vec<crate::volumes::VolumeBinding>,
+    pub volumes: Vec<crate::binding::VolumeBinding>,
 }
 
 impl Default for AgentContent {

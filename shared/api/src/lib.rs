@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 pub mod agents;
 pub mod base;
+pub mod binding;
 pub mod channels;
 pub mod common;
 pub mod defs;

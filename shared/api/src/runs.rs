@@ -234,7 +234,7 @@ pub struct CreateRun {
     /// narrows the agent's volume bindings (names it lacks are dropped; ro wins)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
-    pub volumes: Option<Vec<crate::volumes::VolumeBinding>>,
+    pub volumes: Option<Vec<crate::binding::VolumeBinding>>,
     /// never stored
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<BTreeMap<String, String>>,
