@@ -198,12 +198,17 @@ pub struct Memory {
     mode: SearchMode,
 }
 
-fn invalid(field: &str, message: String) -> Error {
+pub(crate) fn invalid(field: &str, message: String) -> Error {
     Error::invalid(message).with_param(field)
 }
 
 /// Checks a caller's text field: non-empty (unless `may_be_empty`), at most `max` bytes, no NUL.
-fn check_text(field: &str, s: &str, max: usize, may_be_empty: bool) -> Result<(), Error> {
+pub(crate) fn check_text(
+    field: &str,
+    s: &str,
+    max: usize,
+    may_be_empty: bool,
+) -> Result<(), Error> {
     if s.is_empty() && !may_be_empty {
         return Err(invalid(field, format!("`{field}` must not be empty")));
     }

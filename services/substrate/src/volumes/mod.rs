@@ -85,26 +85,8 @@ pub const GREP_MAX_SCAN_BYTES: i64 = 64 * 1024 * 1024;
 /// Ephemeral volumes purged, and blobs collected, per sweep transaction.
 const SWEEP_BATCH: i64 = 100;
 
-fn invalid(field: &str, message: String) -> Error {
-    Error::invalid(message).with_param(field)
-}
-
-/// Checks a caller's text field: at most `max` bytes, no NUL, non-empty unless `may_be_empty`.
-fn check_text(field: &str, s: &str, max: usize, may_be_empty: bool) -> Result<(), Error> {
-    if s.is_empty() && !may_be_empty {
-        return Err(invalid(field, format!("`{field}` must not be empty")));
-    }
-    if s.len() > max {
-        return Err(invalid(
-            field,
-            format!("`{field}` is {} bytes; at most {max} are allowed", s.len()),
-        ));
-    }
-    if s.contains('\0') {
-        return Err(weft_core::storable::nul_error(field));
-    }
-    Ok(())
-}
+// The same field checks as memory's: one rule for a caller's text across the substrate.
+use crate::memory::{check_text, invalid};
 
 /// Whether `s` is 64 lowercase hex digits.
 pub fn is_sha256(s: &str) -> bool {
