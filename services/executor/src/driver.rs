@@ -236,6 +236,13 @@ impl Driver {
         if fresh.is_none() {
             self.wait_for_slot(self.run_id()).await?;
         }
+        // A plan run is orchestrated, not looped: its roles' sub-runs do the model turns.
+        if let Some(plan) = self.spec.plan.clone() {
+            if !cancel_read {
+                self.read_cancel_flag().await;
+            }
+            return self.drive_plan(&plan, fresh).await;
+        }
         let mut state = LoopState::default();
         let def = match self.agent().await {
             Ok(d) => d,
@@ -702,7 +709,7 @@ impl Driver {
         .await
     }
 
-    async fn finish(
+    pub(crate) async fn finish(
         &self,
         state: &LoopState,
         reason: StopReason,

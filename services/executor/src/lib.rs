@@ -19,6 +19,7 @@ mod dispatch;
 mod driver;
 pub mod machine;
 mod orchestrate;
+mod plan;
 mod stop;
 mod subruns;
 mod sweep;

@@ -14,7 +14,7 @@ use weft_core::agent::AgentContent;
 use weft_core::run::{
     EventKind, Narrowing, RunEvent, RunSpec, RunStarted, SubRunFinished, SubRunStarted, UserInput,
 };
-use weft_store::NewRun;
+use weft_store::{NewRun, RunRecord};
 
 use crate::driver::Driver;
 use crate::stop::Stop;
@@ -67,18 +67,78 @@ impl Driver {
         let Ok(_permit) = self.children.clone().acquire_owned().await else {
             return Err(Stop::Infra("child semaphore closed".into()));
         };
-        let v = match self.get_agent(&agent, None).await {
-            Ok(v) => v,
-            Err(e) => return Ok(ChildOutcome::failed(agent, e.message)),
+        let parent_id = self.lease.run.id;
+        let request = ChildRequest {
+            key: format!("sub:{parent_id}:{tool_use_id}:{index}"),
+            agent: &agent,
+            text,
+            read_only: false,
+            model: None,
         };
-        let def: AgentContent = match serde_json::from_str(&v.content_json) {
-            Ok(d) => d,
-            Err(_) => {
-                return Ok(ChildOutcome::failed(
-                    agent,
-                    "the agent definition could not be read",
-                ));
-            }
+        let made = self
+            .make_child(request, |run| {
+                let children = Children {
+                    children: [(index.to_string(), run.id)].into(),
+                };
+                (
+                    vec![RunEvent::SubRunStarted(SubRunStarted {
+                        run_id: run.id,
+                        agent: run.agent_name.clone(),
+                        tool_use_id: tool_use_id.to_owned(),
+                        index,
+                    })],
+                    Some((
+                        tool_use_id.to_owned(),
+                        serde_json::to_value(&children).unwrap_or_default(),
+                    )),
+                )
+            })
+            .await?;
+        let record = match made {
+            Made::Refused(why) => return Ok(ChildOutcome::failed(agent, why)),
+            Made::Cancelled(id) => return Ok(ChildOutcome::cancelled(id, agent)),
+            Made::Run(r) => *r,
+        };
+        let Some(record) = self.watch_child(record.clone()).await? else {
+            return Ok(ChildOutcome::cancelled(Some(record.id), record.agent_name));
+        };
+        let output = self.inner.store.last_assistant_text(record.id).await?;
+        let result = ChildOutcome::Finished {
+            run_id: record.id,
+            agent: record.agent_name.clone(),
+            status: record.status,
+            stop_reason: record.stop_reason,
+            output,
+            error: record.error.clone(),
+        };
+        self.persist(
+            None,
+            vec![RunEvent::SubRunFinished(SubRunFinished {
+                run_id: record.id,
+                status: record.status,
+                stop_reason: record.stop_reason,
+            })],
+        )
+        .await?;
+        Ok(result)
+    }
+
+    /// Makes the sub-run `req` asks for — or, on resume, finds the one made before under its
+    /// key — with a slot of the tenant's. `on_created` gives the events (and the ledger state
+    /// of a tool call) committed with a new child's row, in one transaction.
+    pub(crate) async fn make_child(
+        &self,
+        req: ChildRequest<'_>,
+        on_created: impl FnOnce(&RunRecord) -> (Vec<RunEvent>, Option<(String, Value)>),
+    ) -> Result<Made, Stop> {
+        let v = match self.get_agent(req.agent, None).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Made::Refused(e.message)),
+        };
+        let Ok(def) = serde_json::from_str::<AgentContent>(&v.content_json) else {
+            return Ok(Made::Refused(
+                "the agent definition could not be read".into(),
+            ));
         };
         let parent = &self.lease.run;
         // The child may reach at most what this run may: this run's effective list narrows it.
@@ -88,6 +148,12 @@ impl Driver {
             self.spec.caller_allowed_hosts.as_deref(),
         )
         .patterns();
+        let mut volumes = self.spec.volumes.clone();
+        if req.read_only {
+            for b in &mut volumes {
+                b.mode = weft_core::volume::VolumeMode::Ro;
+            }
+        }
         let mut spec = RunSpec::resolve(
             &def,
             Narrowing {
@@ -95,16 +161,22 @@ impl Driver {
                 // Sub-runs inherit their parent's channel ACL and can never widen it.
                 channels: Some(self.spec.channels.clone()),
                 // ... and its volumes: the intersection of parent and child, `ro` winning.
-                volumes: Some(self.spec.volumes.clone()),
+                volumes: Some(volumes),
+                tools: req
+                    .read_only
+                    .then(|| READ_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect()),
                 metadata: Value::Object(Map::new()),
                 ..Narrowing::default()
             },
         );
+        if let Some(model) = req.model {
+            spec.model = model;
+        }
         // A sub-run uses its parent's credentials.
         spec.credentials = self.spec.credentials.clone();
         let child_id = RunId::new();
         let Some(took) = self.wait_for_slot(child_id).await? else {
-            return Ok(ChildOutcome::cancelled(None, agent));
+            return Ok(Made::Cancelled(None));
         };
         let new = NewRun {
             id: child_id,
@@ -117,7 +189,7 @@ impl Driver {
             depth: parent.depth + 1,
             interactive: false,
             spec: serde_json::to_value(&spec).unwrap_or_default(),
-            idempotency_key: Some(format!("sub:{}:{tool_use_id}:{index}", parent.id)),
+            idempotency_key: Some(req.key),
             lease: None,
             initial_events: vec![
                 RunEvent::RunStarted(RunStarted {
@@ -129,7 +201,7 @@ impl Driver {
                     ..RunStarted::default()
                 })
                 .into_parts(),
-                RunEvent::UserInput(UserInput::text(text)).into_parts(),
+                RunEvent::UserInput(UserInput::text(req.text)).into_parts(),
             ],
         };
         // The child row and the parent's record of it commit together.
@@ -138,20 +210,11 @@ impl Driver {
             let (run, created) = f.create_child(&new).await?;
             let mut events = Vec::new();
             if created {
-                let children = Children {
-                    children: [(index.to_string(), run.id)].into(),
-                };
-                f.ledger_state(
-                    tool_use_id,
-                    &serde_json::to_value(&children).unwrap_or_default(),
-                )
-                .await?;
-                events.push(RunEvent::SubRunStarted(SubRunStarted {
-                    run_id: run.id,
-                    agent: run.agent_name.clone(),
-                    tool_use_id: tool_use_id.to_owned(),
-                    index,
-                }));
+                let (evs, ledger) = on_created(&run);
+                if let Some((tool_use_id, state)) = ledger {
+                    f.ledger_state(&tool_use_id, &state).await?;
+                }
+                events = evs;
             }
             child = Some(run);
             Ok(events)
@@ -167,9 +230,15 @@ impl Driver {
                 let _ = self.inner.coord.release(&parent.tenant, child_id).await;
             }
             if !child.status.is_terminal() && self.wait_for_slot(child.id).await?.is_none() {
-                return Ok(ChildOutcome::cancelled(Some(child.id), child.agent_name));
+                return Ok(Made::Cancelled(Some(child.id)));
             }
         }
+        Ok(Made::Run(Box::new(child)))
+    }
+
+    /// Dispatches a live child and waits for it to end: its final row, or `None` when this run
+    /// was cancelled meanwhile (the child is cancelled too).
+    pub(crate) async fn watch_child(&self, child: RunRecord) -> Result<Option<RunRecord>, Stop> {
         let mut sub = self
             .inner
             .bus
@@ -207,7 +276,7 @@ impl Driver {
                 record = r;
             }
             if record.status.is_terminal() {
-                break;
+                return Ok(Some(record));
             }
             tokio::select! {
                 () = self.cancel.cancelled() => {
@@ -215,7 +284,7 @@ impl Driver {
                     if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
                         let _ = self.inner.coord.release(&record.tenant, record.id).await;
                     }
-                    return Ok(ChildOutcome::cancelled(Some(record.id), record.agent_name));
+                    return Ok(None);
                 }
                 () = self.lost.cancelled() => return Err(Stop::Lost),
                 () = self.stop.cancelled() => return Err(Stop::Shutdown),
@@ -230,24 +299,28 @@ impl Driver {
                 _ = recheck.tick() => {}
             }
         }
-        let output = self.inner.store.last_assistant_text(record.id).await?;
-        let result = ChildOutcome::Finished {
-            run_id: record.id,
-            agent: record.agent_name.clone(),
-            status: record.status,
-            stop_reason: record.stop_reason,
-            output,
-            error: record.error.clone(),
-        };
-        self.persist(
-            None,
-            vec![RunEvent::SubRunFinished(SubRunFinished {
-                run_id: record.id,
-                status: record.status,
-                stop_reason: record.stop_reason,
-            })],
-        )
-        .await?;
-        Ok(result)
     }
+}
+
+/// The tools a read-only sub-run (a verifier) may keep of its agent's: none that writes.
+const READ_ONLY_TOOLS: &[&str] = &["Read", "Glob", "Grep", "List", "Context"];
+
+/// A sub-run to make: its key (unique per parent; a resumed parent finds the child made
+/// before), agent, first message, and whether it may only read (its volumes bound `ro`, only
+/// [`READ_ONLY_TOOLS`]), on which model (`None` = its agent's).
+pub(crate) struct ChildRequest<'a> {
+    pub key: String,
+    pub agent: &'a str,
+    pub text: String,
+    pub read_only: bool,
+    pub model: Option<String>,
+}
+
+/// What [`Driver::make_child`] made.
+pub(crate) enum Made {
+    Run(Box<RunRecord>),
+    /// The agent cannot be used (unknown, unreadable): the message says why.
+    Refused(String),
+    /// This run was cancelled before the child started (the child's id when it exists).
+    Cancelled(Option<RunId>),
 }

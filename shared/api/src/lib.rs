@@ -30,6 +30,7 @@ pub mod mcp;
 pub mod memory;
 pub mod objects;
 pub mod op;
+pub mod plans;
 pub mod runs;
 pub mod skills;
 pub mod tools;
@@ -61,6 +62,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     base::ops,
     agents::ops,
     runs::ops,
+    plans::ops,
     llm::ops,
     usage::ops,
     skills::ops,

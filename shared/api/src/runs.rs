@@ -55,6 +55,8 @@ pub enum StopReason {
     Cancelled,
     Error,
     Timeout,
+    /// a plan run ran out of a budget
+    BudgetExhausted,
 }
 
 /// A run, as every run route answers it.
@@ -244,6 +246,12 @@ pub struct CreateRun {
     /// answer with the run's SSE stream instead of JSON
     #[serde(default)]
     pub stream: bool,
+    /// `plan` runs the plan harness over `input` as its goal (docs/harness.md)
+    #[serde(default, skip_serializing_if = "crate::plans::RunMode::is_loop")]
+    pub mode: crate::plans::RunMode,
+    /// the plan harness's roles, plan and budgets (with `mode: "plan"` only)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::plans::PlanSpec>,
 }
 
 /// The body of `POST /v1/runs/{id}/cancel` (optional).
@@ -295,7 +303,7 @@ pub struct EventPageLimit(#[schemars(range(min = 1, max = 1000), extend("default
 #[schemars(inline)]
 pub struct Seq(#[schemars(range(min = i64::MIN, max = i64::MAX))] pub i64);
 
-fn errors(mut op: Op, list: &[(u16, &'static str)]) -> Op {
+pub(crate) fn errors(mut op: Op, list: &[(u16, &'static str)]) -> Op {
     for &(status, description) in list {
         op = op.error(status, description);
     }
@@ -310,9 +318,9 @@ pub(crate) fn optional_body(mut op: Op) -> Op {
     op
 }
 
-const E401: (u16, &str) = (401, "no valid bearer token");
-const E403: (u16, &str) = (403, "the token lacks the scope");
-const E404: (u16, &str) = (404, "no such run in this tenant");
+pub(crate) const E401: (u16, &str) = (401, "no valid bearer token");
+pub(crate) const E403: (u16, &str) = (403, "the token lacks the scope");
+pub(crate) const E404: (u16, &str) = (404, "no such run in this tenant");
 const E413: (u16, &str) = (413, "body larger than gateway.max_body_bytes");
 const E415: (u16, &str) = (415, "body is not JSON");
 const BAD_QUERY: (u16, &str) = (
@@ -324,7 +332,7 @@ const DB_DOWN: (u16, &str) = (503, "the database is unreachable");
 const ALL_DOWN: (u16, &str) = (503, "Redis, NATS or the database is unreachable");
 
 /// A route on one run (`{id}` in its path).
-fn on_run(op: Op) -> Op {
+pub(crate) fn on_run(op: Op) -> Op {
     op.security(crate::Security::Bearer)
         .path::<RunId>("id", None)
 }

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod mcp;
 pub mod message;
 pub mod names;
+pub mod plan;
 pub mod principal;
 pub mod ratelimit;
 pub mod run;

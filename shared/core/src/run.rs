@@ -66,6 +66,7 @@ wire_enum!(
         Cancelled => "cancelled",
         Error => "error",
         Timeout => "timeout",
+        BudgetExhausted => "budget_exhausted",
     }
 );
 
@@ -75,7 +76,7 @@ impl StopReason {
         match self {
             Self::EndTurn | Self::MaxIterations | Self::MaxTokens => RunStatus::Succeeded,
             Self::Cancelled => RunStatus::Cancelled,
-            Self::Error | Self::Timeout => RunStatus::Failed,
+            Self::Error | Self::Timeout | Self::BudgetExhausted => RunStatus::Failed,
         }
     }
 }
@@ -104,6 +105,21 @@ wire_enum!(
         ChannelPublish => "channel_publish",
         ChannelDelivery => "channel_delivery",
         FileChanged => "file_changed",
+        PlanProposed => "plan_proposed",
+        PlanRejected => "plan_rejected",
+        PlanAwaitingApproval => "plan_awaiting_approval",
+        PlanAccepted => "plan_accepted",
+        TaskStarted => "task_started",
+        TaskChecked => "task_checked",
+        VerifierUnreadable => "verifier_unreadable",
+        TaskVerified => "task_verified",
+        TaskRetrying => "task_retrying",
+        TaskFinished => "task_finished",
+        TaskControl => "task_control",
+        OutcomeStale => "outcome_stale",
+        PlanStalled => "plan_stalled",
+        ReplanRequested => "replan_requested",
+        BudgetExhausted => "budget_exhausted",
     }
 );
 
@@ -185,6 +201,36 @@ run_events!(
     ChannelDelivery(ChannelDelivery),
     /// A file tool changed files of a volume.
     FileChanged(FileChanged),
+    /// A plan run: a valid plan version was written.
+    PlanProposed(crate::plan::PlanProposed),
+    /// A plan run: a plan failed validation and goes back to its writer.
+    PlanRejected(crate::plan::PlanRejected),
+    /// A plan run parks until its plan is approved.
+    PlanAwaitingApproval(crate::plan::PlanAwaitingApproval),
+    /// A plan run: a plan version runs from here.
+    PlanAccepted(crate::plan::PlanAccepted),
+    /// A plan run: a task attempt started as a sub-run.
+    TaskStarted(crate::plan::TaskStarted),
+    /// A plan run: a task attempt's sub-run ended and its checks ran.
+    TaskChecked(crate::plan::TaskChecked),
+    /// A plan run: a verifier's answer was not a verdict; the verification runs again.
+    VerifierUnreadable(crate::plan::VerifierUnreadable),
+    /// A plan run: a task attempt's verdict.
+    TaskVerified(crate::plan::TaskVerified),
+    /// A plan run: a task gets another attempt.
+    TaskRetrying(crate::plan::TaskRetrying),
+    /// A plan run: a task ended (passed, failed or skipped).
+    TaskFinished(crate::plan::TaskFinished),
+    /// A plan run: a person's retry or skip of a task was taken.
+    TaskControl(crate::plan::TaskControl),
+    /// A plan run: an attempt started under an older plan version ended; ignored.
+    OutcomeStale(crate::plan::OutcomeStale),
+    /// A plan run: no task can start.
+    PlanStalled(crate::plan::PlanStalled),
+    /// A plan run: a replan is asked for.
+    ReplanRequested(crate::plan::ReplanRequested),
+    /// A plan run ran out of a budget.
+    BudgetExhausted(crate::plan::BudgetExhausted),
 );
 
 impl RunEvent {
@@ -445,6 +491,9 @@ pub struct RunSpec {
     /// and for a sub-run by its parent's (`ro` wins; a name must be in both).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::volume::VolumeBinding>,
+    /// A plan run's roles, plan and budgets (`mode: "plan"`); `None` for the agent loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::plan::PlanSpec>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -513,6 +562,7 @@ impl RunSpec {
             skills: def.skills.clone(),
             credentials: Vec::new(),
             volumes: crate::volume::narrow_volumes(&def.volumes, n.volumes.as_deref()),
+            plan: None,
         }
     }
 }

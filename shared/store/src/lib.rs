@@ -2,6 +2,7 @@
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
 mod kept;
+mod plans;
 mod runs;
 mod schedules;
 mod steps;
@@ -18,6 +19,7 @@ pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
     RunStore, RunStoreError, Swept, Transcript, storable,
 };
+pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,

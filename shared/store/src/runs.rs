@@ -964,6 +964,11 @@ impl Fenced {
         &mut self.tx
     }
 
+    /// The run this transaction writes, and its tenant.
+    pub(crate) fn run(&self) -> (RunId, &str) {
+        (self.run, &self.tenant)
+    }
+
     pub async fn commit(self) -> Result<(), RunStoreError> {
         self.tx.commit().await?;
         Ok(())

@@ -1,0 +1,518 @@
+//! A plan run under a lease: the I/O around the step function in [`weft_core::plan`]. The run's
+//! transcript (and its plan rows, for approvals) folds into a `PlanState`; `next_action` says
+//! what to do; this module does it — asks the planner, parks for approval, runs a batch of
+//! tasks ([`task`]), replans, finishes — records what happened as events under the lease's
+//! epoch, and asks again. Every role is a sub-run made under a key unique in the run, so a run
+//! resumed on another executor finds the sub-runs made before instead of making them again.
+
+mod prompts;
+mod task;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use weft_core::message::{ContentBlock, Message, Role};
+use weft_core::plan::{
+    self, Facts, PlanAccepted, PlanAction, PlanAwaitingApproval, PlanProposed, PlanRejected,
+    PlanSource, PlanSpec, PlanState, ReplanRequested, Task, TaskControl, TaskFinished, TaskStatus,
+};
+use weft_core::run::{AssistantMessage, AwaitingInput, ErrorEvent, RunEvent, StopReason};
+use weft_store::StepChange;
+
+use crate::driver::Driver;
+use crate::machine::LoopState;
+use crate::stop::Stop;
+use crate::subruns::{ChildRequest, Made};
+
+/// The most of a role's answer a plan event keeps.
+const MAX_KEPT_OUTPUT: usize = 4000;
+
+impl Driver {
+    /// Drives a plan run until it finishes, parks or loses its lease.
+    pub(crate) async fn drive_plan(
+        &self,
+        spec: &PlanSpec,
+        fresh: Option<Vec<(String, Value)>>,
+    ) -> Result<(), Stop> {
+        let mut fresh = fresh;
+        loop {
+            if self.lost.is_cancelled() {
+                return Err(Stop::Lost);
+            }
+            if self.stop.is_cancelled() {
+                return Err(Stop::Shutdown);
+            }
+            let (state, goal) = self.plan_state(spec, fresh.take()).await?;
+            let facts = self.plan_facts(spec, &state).await?;
+            match plan::next_action(&state, &facts) {
+                PlanAction::Done => return Ok(()),
+                PlanAction::Cancel => {
+                    return self.finish_plan(&state, StopReason::Cancelled, None).await;
+                }
+                PlanAction::Finish { reason, error } => {
+                    return self.finish_plan(&state, reason, error).await;
+                }
+                PlanAction::Exhausted(b) => {
+                    self.persist(None, vec![RunEvent::BudgetExhausted(b)])
+                        .await?;
+                }
+                PlanAction::TakeControls => self.take_controls(&state).await?,
+                PlanAction::ProposeCaller => {
+                    let tasks = spec.tasks.clone().unwrap_or_default();
+                    let errors = plan::validate(&tasks, &spec.limits);
+                    self.record_plan(
+                        &state,
+                        PlanSource::Caller,
+                        1,
+                        Ok(tasks),
+                        errors,
+                        None,
+                        0,
+                        String::new(),
+                    )
+                    .await?;
+                }
+                PlanAction::AskWriter { source, attempt } => {
+                    self.ask_writer(spec, &state, &goal, source, attempt)
+                        .await?;
+                }
+                PlanAction::AwaitApproval { version } => {
+                    return self.park_for_approval(version).await;
+                }
+                PlanAction::Accept {
+                    version,
+                    edited,
+                    approved_by,
+                } => self.accept(&state, version, edited, approved_by).await?,
+                PlanAction::RunBatch(ids) => {
+                    // While its tasks work, this run does none: it lends its slot to them.
+                    let _ = self
+                        .inner
+                        .coord
+                        .release(&self.lease.run.tenant, self.run_id())
+                        .await;
+                    let state = Arc::new(state);
+                    futures::future::try_join_all(
+                        ids.iter()
+                            .map(|id| self.run_task(spec, &state, &goal, id.clone())),
+                    )
+                    .await?;
+                    self.wait_for_slot(self.run_id()).await?;
+                }
+                PlanAction::Replan {
+                    replan,
+                    reason,
+                    stalled,
+                } => {
+                    let mut events = Vec::new();
+                    if let Some(s) = stalled {
+                        events.push(RunEvent::PlanStalled(s));
+                    }
+                    events.push(RunEvent::ReplanRequested(ReplanRequested {
+                        replan,
+                        reason,
+                    }));
+                    self.persist(None, events).await?;
+                }
+            }
+        }
+    }
+
+    /// The run's transcript folded into a plan state, and the goal (its first input).
+    async fn plan_state(
+        &self,
+        spec: &PlanSpec,
+        fresh: Option<Vec<(String, Value)>>,
+    ) -> Result<(PlanState, String), Stop> {
+        let events: Vec<(i64, String, Value)> = match fresh {
+            Some(e) => (1i64..).zip(e).map(|(seq, (k, d))| (seq, k, d)).collect(),
+            None => self
+                .inner
+                .store
+                .transcript(self.run_id())
+                .await?
+                .events
+                .into_iter()
+                .map(|e| (e.seq, e.kind, e.data))
+                .collect(),
+        };
+        let mut state = PlanState::new(spec.limits.clone());
+        let mut goal = None;
+        let mut last_seq = 0;
+        for (seq, kind, data) in &events {
+            last_seq = last_seq.max(*seq);
+            if goal.is_none()
+                && let Some(RunEvent::UserInput(u)) = RunEvent::parse(kind, data)
+            {
+                goal = u.text;
+            }
+            state.apply(kind, data);
+        }
+        let mut seq = self.seq.lock().await;
+        *seq = (*seq).max(last_seq + 1);
+        drop(seq);
+        Ok((state, goal.unwrap_or_default()))
+    }
+
+    async fn plan_facts(&self, spec: &PlanSpec, state: &PlanState) -> Result<Facts, Stop> {
+        let elapsed = time::OffsetDateTime::now_utc() - self.lease.run.created_at;
+        let controls_waiting =
+            state.version > 0 && self.inner.store.has_plan_controls(self.run_id()).await?;
+        let mut approved = None;
+        if spec.approval == plan::Approval::BeforeExecute && state.proposed.is_some() {
+            let rows = self
+                .inner
+                .store
+                .plan_rows(&self.lease.run.tenant, self.run_id())
+                .await?;
+            if let Some(row) = rows.iter().rev().find(|r| r.approved_by.is_some()) {
+                let edited = (row.source == "person")
+                    .then(|| serde_json::from_value::<Vec<Task>>(row.tasks.clone()).ok())
+                    .flatten();
+                approved = Some((
+                    row.version,
+                    edited,
+                    row.approved_by.clone().unwrap_or_default(),
+                ));
+            }
+        }
+        Ok(Facts {
+            cancelled: self.cancel.is_cancelled(),
+            elapsed_s: u64::try_from(elapsed.whole_seconds()).unwrap_or(0),
+            controls_waiting,
+            caller_tasks: spec.tasks.is_some(),
+            approval: spec.approval,
+            approved,
+        })
+    }
+
+    /// Asks the planner (or the replanner) for a plan — its try `attempt`, a sub-run keyed by
+    /// the round and the try — and records what it wrote.
+    async fn ask_writer(
+        &self,
+        spec: &PlanSpec,
+        state: &PlanState,
+        goal: &str,
+        source: PlanSource,
+        attempt: u32,
+    ) -> Result<(), Stop> {
+        let own = self.lease.run.agent_name.clone();
+        let planner = spec.planner.clone().unwrap_or(own);
+        let (agent, text, key) = match source {
+            PlanSource::Replanner => (
+                spec.replanner.clone().unwrap_or(planner),
+                prompts::replanner(
+                    goal,
+                    state
+                        .replanning
+                        .as_ref()
+                        .map_or("the plan must change", |r| r.reason.as_str()),
+                    state.version,
+                    &state.tasks,
+                    &state.task,
+                    state.rejected.as_ref(),
+                ),
+                format!("plan:{}:replan:{}:{attempt}", self.run_id(), state.replans),
+            ),
+            _ => (
+                planner,
+                prompts::planner(goal, &spec.limits, state.rejected.as_ref()),
+                format!("plan:{}:planner:{attempt}", self.run_id()),
+            ),
+        };
+        let request = ChildRequest {
+            key,
+            agent: &agent,
+            text,
+            read_only: false,
+            model: None,
+        };
+        let record = match self.make_child(request, |_| (Vec::new(), None)).await? {
+            Made::Run(r) => *r,
+            Made::Cancelled(_) => return Ok(()),
+            Made::Refused(why) => {
+                return self
+                    .fail_plan(&format!(
+                        "the {} agent `{agent}` cannot be used: {why}",
+                        role(source)
+                    ))
+                    .await;
+            }
+        };
+        let Some(record) = self.watch_child(record).await? else {
+            return Ok(());
+        };
+        let tokens = task::tokens_of(&record);
+        let output = self
+            .inner
+            .store
+            .last_assistant_text(record.id)
+            .await?
+            .unwrap_or_default();
+        let version = state.last_version + 1;
+        let parsed = if record.status == weft_core::run::RunStatus::Succeeded {
+            plan::parse::parse_plan(&output)
+        } else {
+            Err(format!(
+                "the {}'s run ended `{}`",
+                role(source),
+                record.status
+            ))
+        };
+        let errors = match &parsed {
+            Ok(tasks) if source == PlanSource::Replanner => {
+                plan::validate_replan(&state.tasks, &state.task, tasks, &spec.limits)
+            }
+            Ok(tasks) => plan::validate(tasks, &spec.limits),
+            Err(e) => vec![e.clone()],
+        };
+        let _ = attempt;
+        self.record_plan(
+            state,
+            source,
+            version,
+            parsed,
+            errors,
+            Some(record.id),
+            tokens,
+            output,
+        )
+        .await
+    }
+
+    /// Records a written plan: `plan_proposed` (and its row) when valid, else `plan_rejected`
+    /// with every error.
+    #[expect(clippy::too_many_arguments, reason = "one record of a writer's try")]
+    async fn record_plan(
+        &self,
+        state: &PlanState,
+        source: PlanSource,
+        version: u32,
+        parsed: Result<Vec<Task>, String>,
+        errors: Vec<String>,
+        child: Option<weft_core::RunId>,
+        tokens: u64,
+        output: String,
+    ) -> Result<(), Stop> {
+        match parsed {
+            Ok(tasks) if errors.is_empty() => {
+                let value = serde_json::to_value(&tasks).unwrap_or_default();
+                let source_name = source_name(source);
+                self.commit(None, async |f| {
+                    f.put_plan(version, "proposed", source_name, &value, None)
+                        .await?;
+                    Ok(vec![RunEvent::PlanProposed(PlanProposed {
+                        version,
+                        source,
+                        tasks,
+                        child_run_id: child,
+                        tokens,
+                    })])
+                })
+                .await
+            }
+            _ => {
+                self.persist(
+                    None,
+                    vec![RunEvent::PlanRejected(PlanRejected {
+                        attempt: state.tries + 1,
+                        source,
+                        errors,
+                        output: plan::parse::cut(&output, MAX_KEPT_OUTPUT),
+                        child_run_id: child,
+                        tokens,
+                    })],
+                )
+                .await
+            }
+        }
+    }
+
+    /// Accepts version `version` (a person's edit is proposed as that version first).
+    async fn accept(
+        &self,
+        state: &PlanState,
+        version: u32,
+        edited: Option<Vec<Task>>,
+        approved_by: Option<String>,
+    ) -> Result<(), Stop> {
+        let proposed = state.proposed.as_ref().map_or(0, |p| p.version);
+        self.commit(None, async |f| {
+            let mut events = Vec::new();
+            if let Some(tasks) = edited.filter(|_| version > proposed) {
+                let value = serde_json::to_value(&tasks).unwrap_or_default();
+                f.put_plan(
+                    version,
+                    "proposed",
+                    "person",
+                    &value,
+                    approved_by.as_deref(),
+                )
+                .await?;
+                events.push(RunEvent::PlanProposed(PlanProposed {
+                    version,
+                    source: PlanSource::Person,
+                    tasks,
+                    child_run_id: None,
+                    tokens: 0,
+                }));
+            }
+            f.accept_plan(version).await?;
+            events.push(RunEvent::PlanAccepted(PlanAccepted {
+                version,
+                approved_by: approved_by.clone(),
+            }));
+            Ok(events)
+        })
+        .await
+    }
+
+    /// Parks the run until `PUT /v1/runs/{id}/plan` approves version `version`.
+    async fn park_for_approval(&self, version: u32) -> Result<(), Stop> {
+        self.step(
+            None,
+            vec![
+                RunEvent::PlanAwaitingApproval(PlanAwaitingApproval { version }),
+                RunEvent::AwaitingInput(AwaitingInput {
+                    reason: "plan_approval".into(),
+                    interrupt: None,
+                    executor: self.inner.owner.clone(),
+                }),
+            ],
+            StepChange::Park {
+                iterations: 0,
+                usage: json!({}),
+                interrupt: None,
+            },
+        )
+        .await
+    }
+
+    /// Takes a person's waiting retries and skips: a retry of a failed task gives it one more
+    /// attempt, a skip ends a task that has not passed; others are recorded and change nothing.
+    async fn take_controls(&self, state: &PlanState) -> Result<(), Stop> {
+        let tasks: Vec<(String, TaskStatus)> = state
+            .tasks
+            .iter()
+            .map(|t| (t.id.clone(), state.state_of(&t.id).status))
+            .collect();
+        let attempts: std::collections::BTreeMap<String, u32> = state
+            .task
+            .iter()
+            .map(|(id, s)| (id.clone(), s.attempt))
+            .collect();
+        self.commit(None, async |f| {
+            let controls = f.take_plan_controls().await?;
+            let mut events = Vec::new();
+            for c in controls {
+                let status = tasks.iter().find(|(id, _)| *id == c.task).map(|(_, s)| *s);
+                let applies = match (c.action.as_str(), status) {
+                    ("retry", Some(TaskStatus::Failed)) => true,
+                    ("skip", Some(s)) => s != TaskStatus::Passed && s != TaskStatus::Skipped,
+                    _ => false,
+                };
+                if !applies {
+                    continue;
+                }
+                events.push(RunEvent::TaskControl(TaskControl {
+                    task: c.task.clone(),
+                    action: c.action.clone(),
+                    by: c.subject.clone(),
+                }));
+                if c.action == "skip" {
+                    events.push(RunEvent::TaskFinished(TaskFinished {
+                        task: c.task.clone(),
+                        status: TaskStatus::Skipped,
+                        attempts: attempts.get(&c.task).copied().unwrap_or(0),
+                        reason_code: plan::ReasonCode::Other,
+                        by: Some(c.subject),
+                    }));
+                }
+            }
+            Ok(events)
+        })
+        .await
+    }
+
+    /// Fails the run with `message`.
+    async fn fail_plan(&self, message: &str) -> Result<(), Stop> {
+        let state = PlanState::default();
+        self.finish_plan(&state, StopReason::Error, Some(message.to_owned()))
+            .await
+    }
+
+    /// Ends the run: a summary of its tasks as its answer, then `run_finished`.
+    async fn finish_plan(
+        &self,
+        state: &PlanState,
+        reason: StopReason,
+        error: Option<String>,
+    ) -> Result<(), Stop> {
+        let mut summary = String::new();
+        for t in &state.tasks {
+            let s = state.state_of(&t.id);
+            summary.push_str(&format!(
+                "- {}: {} after {} attempt{}\n",
+                t.id,
+                serde_json::to_value(s.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                s.attempt,
+                if s.attempt == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(e) = &error {
+            summary.push_str(e);
+        }
+        if !summary.is_empty() {
+            self.persist(
+                None,
+                vec![RunEvent::AssistantMessage(AssistantMessage {
+                    message: Message {
+                        role: Role::Assistant,
+                        content: vec![ContentBlock::text(summary.trim_end())],
+                        name: None,
+                    },
+                    finish_reason: Some("stop".into()),
+                })],
+            )
+            .await?;
+        }
+        let code = if reason == StopReason::BudgetExhausted {
+            "budget_exhausted"
+        } else {
+            "plan_failed"
+        };
+        if reason == StopReason::Error
+            && let Some(message) = &error
+        {
+            self.persist(
+                None,
+                vec![RunEvent::Error(ErrorEvent {
+                    code: code.to_owned(),
+                    message: message.clone(),
+                })],
+            )
+            .await?;
+        }
+        let error = error.map(|m| json!({"code": code, "message": m}));
+        self.finish(&LoopState::default(), reason, error).await
+    }
+}
+
+fn role(source: PlanSource) -> &'static str {
+    match source {
+        PlanSource::Replanner => "replanner",
+        _ => "planner",
+    }
+}
+
+fn source_name(source: PlanSource) -> &'static str {
+    match source {
+        PlanSource::Planner => "planner",
+        PlanSource::Caller => "caller",
+        PlanSource::Replanner => "replanner",
+        PlanSource::Person => "person",
+    }
+}
