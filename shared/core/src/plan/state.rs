@@ -806,3 +806,309 @@ pub fn task_views(state: &PlanState, tasks: &[Task]) -> Vec<super::TaskView> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::plan::{CheckResult, TaskView};
+    use crate::run::RunEvent;
+
+    fn task(id: &str, deps: &[&str]) -> Task {
+        serde_json::from_value(json!({"id": id, "description": id, "depends_on": deps})).unwrap()
+    }
+
+    fn fold(state: &mut PlanState, e: RunEvent) {
+        let (kind, data) = e.into_parts();
+        state.apply(&kind, &data);
+    }
+
+    fn accepted(tasks: Vec<Task>, limits: PlanLimits) -> PlanState {
+        let mut s = PlanState::new(limits);
+        fold(
+            &mut s,
+            RunEvent::PlanProposed(PlanProposed {
+                version: 1,
+                source: PlanSource::Caller,
+                tasks,
+                child_run_id: None,
+                tokens: 0,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::PlanAccepted(PlanAccepted {
+                version: 1,
+                approved_by: None,
+            }),
+        );
+        s
+    }
+
+    fn verdict(kind: VerdictKind, feedback: &str) -> Verdict {
+        Verdict {
+            verdict: kind,
+            reason_code: ReasonCode::Incorrect,
+            confidence: 1.0,
+            issues: vec![crate::plan::Issue {
+                path: None,
+                check: None,
+                message: feedback.into(),
+            }],
+            missing: Vec::new(),
+            feedback: feedback.into(),
+        }
+    }
+
+    /// Runs one attempt of `id` to its verdict.
+    fn attempt(s: &mut PlanState, id: &str, n: u32, v: Verdict) {
+        let child = RunId::new();
+        fold(
+            s,
+            RunEvent::TaskStarted(TaskStarted {
+                task: id.into(),
+                attempt: n,
+                child_run_id: child,
+                plan_version: s.version,
+                agent: "w".into(),
+                model: None,
+            }),
+        );
+        fold(
+            s,
+            RunEvent::TaskChecked(TaskChecked {
+                task: id.into(),
+                attempt: n,
+                child_status: RunStatus::Succeeded,
+                results: Vec::<CheckResult>::new(),
+                output: String::new(),
+                tokens: 10,
+            }),
+        );
+        fold(
+            s,
+            RunEvent::TaskVerified(TaskVerified {
+                task: id.into(),
+                attempt: n,
+                tier: super::super::VerifyTier::Llm,
+                verdict: v,
+                verifier_run_ids: Vec::new(),
+                tokens: 5,
+            }),
+        );
+    }
+
+    #[test]
+    fn nothing_accepted_asks_the_planner_then_gives_up() {
+        let s = PlanState::new(PlanLimits::default());
+        let f = Facts::default();
+        assert_eq!(
+            next_action(&s, &f),
+            PlanAction::AskWriter {
+                source: PlanSource::Planner,
+                attempt: 1
+            }
+        );
+        let mut s = s;
+        for attempt in 1..=MAX_PLAN_TRIES {
+            fold(
+                &mut s,
+                RunEvent::PlanRejected(PlanRejected {
+                    attempt,
+                    errors: vec!["bad".into()],
+                    ..PlanRejected::default()
+                }),
+            );
+        }
+        assert!(matches!(
+            next_action(&s, &f),
+            PlanAction::Finish { reason: StopReason::Error, error: Some(e) } if e.contains("3 tries")
+        ));
+    }
+
+    #[test]
+    fn ready_tasks_run_in_parallel_unless_their_writes_overlap() {
+        let mut a = task("a", &[]);
+        a.writes = vec!["src/*.rs".into()];
+        let mut b = task("b", &[]);
+        b.writes = vec!["src/lib.rs".into()];
+        let c = task("c", &[]);
+        let d = task("d", &["a"]);
+        let s = accepted(vec![a, b, c, d], PlanLimits::default());
+        assert_eq!(
+            next_action(&s, &Facts::default()),
+            PlanAction::RunBatch(vec!["a".into(), "c".into()])
+        );
+    }
+
+    #[test]
+    fn feedback_then_escalation_then_no_progress() {
+        let limits = PlanLimits {
+            max_attempts: 4,
+            ..PlanLimits::default()
+        };
+        let esc = ["tier:strong".to_owned()];
+        let mut s = accepted(vec![task("a", &[])], limits.clone());
+        attempt(&mut s, "a", 1, verdict(VerdictKind::Fail, "first"));
+        let d = decide(&s.state_of("a"), &limits, &esc);
+        assert_eq!(
+            d,
+            Decision::Retry {
+                attempt: 2,
+                reason_code: ReasonCode::Incorrect,
+                feedback: "first\n- first".into(),
+                model: None
+            }
+        );
+        attempt(&mut s, "a", 2, verdict(VerdictKind::Fail, "second"));
+        // A different failure: attempt 3 escalates, fresh.
+        let d = decide(&s.state_of("a"), &limits, &esc);
+        assert_eq!(
+            d,
+            Decision::Retry {
+                attempt: 3,
+                reason_code: ReasonCode::Incorrect,
+                feedback: String::new(),
+                model: Some("tier:strong".into())
+            }
+        );
+        // The same failure twice in a row stops retrying.
+        let mut same = verdict(VerdictKind::Fail, "x");
+        same.issues = vec![crate::plan::Issue {
+            path: Some("a.txt".into()),
+            check: None,
+            message: "wrong".into(),
+        }];
+        attempt(&mut s, "a", 3, same.clone());
+        attempt(&mut s, "a", 4, same);
+        assert!(matches!(
+            decide(&s.state_of("a"), &limits, &esc),
+            Decision::Fail { .. }
+        ));
+        // Inconclusive is never a pass.
+        let mut t = accepted(vec![task("b", &[])], limits.clone());
+        attempt(&mut t, "b", 1, verdict(VerdictKind::Inconclusive, ""));
+        assert!(matches!(
+            decide(&t.state_of("b"), &limits, &esc),
+            Decision::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn a_result_from_an_older_plan_version_is_stale() {
+        let mut s = accepted(vec![task("a", &[])], PlanLimits::default());
+        fold(
+            &mut s,
+            RunEvent::TaskStarted(TaskStarted {
+                task: "a".into(),
+                attempt: 1,
+                child_run_id: RunId::new(),
+                plan_version: 1,
+                agent: "w".into(),
+                model: None,
+            }),
+        );
+        // A person's edit lands as version 2 while attempt 1 is under way.
+        let mut edited = task("a", &[]);
+        edited.description = "do it differently".into();
+        fold(
+            &mut s,
+            RunEvent::PlanProposed(PlanProposed {
+                version: 2,
+                source: PlanSource::Person,
+                tasks: vec![edited.clone()],
+                child_run_id: None,
+                tokens: 0,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::PlanAccepted(PlanAccepted {
+                version: 2,
+                approved_by: Some("p".into()),
+            }),
+        );
+        let t = s.state_of("a");
+        assert_eq!(
+            task_step(&t, &edited, &s.limits, &[]),
+            TaskStep::Stale {
+                attempt: 1,
+                plan_version: 1
+            }
+        );
+        fold(
+            &mut s,
+            RunEvent::OutcomeStale(super::super::OutcomeStale {
+                task: "a".into(),
+                attempt: 1,
+                plan_version: 1,
+            }),
+        );
+        let views: Vec<TaskView> = task_views(&s, &s.tasks);
+        assert!(views[0].attempts[0].stale);
+        assert!(matches!(
+            task_step(&s.state_of("a"), &edited, &s.limits, &[]),
+            TaskStep::Start { attempt: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn a_stall_replans_within_budget_then_exhausts_it() {
+        let limits = PlanLimits {
+            max_replans: 1,
+            ..PlanLimits::default()
+        };
+        let mut s = accepted(vec![task("a", &[]), task("b", &["a"])], limits);
+        fold(
+            &mut s,
+            RunEvent::TaskFinished(TaskFinished {
+                task: "a".into(),
+                status: TaskStatus::Failed,
+                attempts: 3,
+                reason_code: ReasonCode::Incorrect,
+                by: None,
+            }),
+        );
+        assert!(matches!(
+            next_action(&s, &Facts::default()),
+            PlanAction::Replan {
+                replan: 1,
+                stalled: Some(_),
+                ..
+            }
+        ));
+        fold(
+            &mut s,
+            RunEvent::ReplanRequested(ReplanRequested {
+                replan: 1,
+                reason: "stalled".into(),
+            }),
+        );
+        // Still stalled after the replan: the replans budget is spent.
+        s.replanning = None;
+        assert!(matches!(
+            next_action(&s, &Facts::default()),
+            PlanAction::Exhausted(b) if b.budget == "replans"
+        ));
+    }
+
+    #[test]
+    fn tokens_and_wall_time_are_budgets() {
+        let limits = PlanLimits {
+            max_tokens: 10,
+            max_wall_s: 60,
+            ..PlanLimits::default()
+        };
+        let mut s = accepted(vec![task("a", &[])], limits);
+        assert!(matches!(
+            next_action(&s, &Facts { elapsed_s: 61, ..Facts::default() }),
+            PlanAction::Exhausted(b) if b.budget == "wall_time"
+        ));
+        attempt(&mut s, "a", 1, verdict(VerdictKind::Pass, ""));
+        assert!(matches!(
+            next_action(&s, &Facts::default()),
+            PlanAction::Exhausted(b) if b.budget == "tokens" && b.used == 15
+        ));
+    }
+}

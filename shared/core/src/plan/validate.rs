@@ -181,15 +181,12 @@ fn quoted(ids: &[&str]) -> String {
 /// A dependency cycle, as the ids along it with the first repeated at the end; the first found
 /// in plan order.
 fn find_cycle(tasks: &[Task]) -> Option<Vec<String>> {
-    let deps: BTreeMap<&str, Vec<&str>> = tasks
-        .iter()
-        .map(|t| {
-            (
-                t.id.as_str(),
-                t.depends_on.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
+    // A duplicated id (reported on its own) keeps its first task's dependencies.
+    let mut deps: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in tasks {
+        deps.entry(t.id.as_str())
+            .or_insert_with(|| t.depends_on.iter().map(String::as_str).collect());
+    }
     // 0 = unseen, 1 = on the path, 2 = done.
     let mut mark: BTreeMap<&str, u8> = BTreeMap::new();
     for t in tasks {
