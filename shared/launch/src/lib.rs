@@ -85,6 +85,14 @@ pub struct CreateRun {
     /// Answer with the run's event stream (the gateway's concern; ignored here).
     #[serde(default)]
     pub stream: bool,
+    /// `plan` runs the plan harness over `input` as its goal. The door checks the plan (its
+    /// roles are agents of the caller's tenant, its tasks valid) before calling
+    /// [`Launcher::create_run`], which stores it in the run's spec.
+    #[serde(default)]
+    pub mode: weft_core::plan::RunMode,
+    /// The plan harness's roles, plan and budgets (`mode: "plan"` only).
+    #[serde(default)]
+    pub plan: Option<weft_core::plan::PlanSpec>,
 }
 
 /// The text of `input`: parts joined by blank lines, untrusted parts fenced.
@@ -518,6 +526,11 @@ impl Launcher {
         );
         let mut spec = spec;
         spec.credentials = credentials.keys().cloned().collect();
+        // A loop run's spec is as it always was (`plan` is left out when `None`).
+        spec.plan = match body.mode {
+            weft_core::plan::RunMode::Plan => Some(body.plan.unwrap_or_default()),
+            weft_core::plan::RunMode::Loop => None,
+        };
         let id = RunId::new();
         // Admission (Redis) and the insert (Postgres) go side by side: under load each waits
         // about as long as the other. A run whose admission is refused is deleted before the
