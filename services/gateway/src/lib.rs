@@ -20,6 +20,7 @@ mod memory;
 mod messages;
 mod openai;
 mod openapi;
+mod plans;
 pub mod runs;
 pub mod tokens;
 pub mod ui;
@@ -423,6 +424,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         )
         .route("/v1/tokens/{id}", delete(tokens::revoke_token_handler))
         .merge(runs::routes())
+        .merge(plans::routes())
         .merge(agents::routes())
         .merge(llm::routes())
         .merge(usage::routes())

@@ -135,7 +135,10 @@ pub fn routes() -> axum::Router<AppState> {
 }
 
 /// `runs:create` for writes, `runs:read` for reads — before any body is parsed.
-async fn require_run_scope(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+pub(crate) async fn require_run_scope(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let scope = if req.method() == Method::GET {
         Scope::RunsRead
     } else {
@@ -157,11 +160,11 @@ fn ts(t: OffsetDateTime) -> Option<Timestamp> {
 }
 
 /// A creation time: always formattable (it was set by this system, within RFC 3339's years).
-fn created(t: OffsetDateTime) -> Timestamp {
+pub(crate) fn created(t: OffsetDateTime) -> Timestamp {
     ts(t).unwrap_or_else(|| Timestamp(String::new()))
 }
 
-fn run_id(id: RunId) -> weft_api::runs::RunId {
+pub(crate) fn run_id(id: RunId) -> weft_api::runs::RunId {
     weft_api::runs::RunId(id.to_string())
 }
 
@@ -187,6 +190,7 @@ fn stop_reason(s: StopReason) -> weft_api::runs::StopReason {
         StopReason::Cancelled => Api::Cancelled,
         StopReason::Error => Api::Error,
         StopReason::Timeout => Api::Timeout,
+        StopReason::BudgetExhausted => Api::BudgetExhausted,
     }
 }
 
@@ -213,14 +217,14 @@ pub fn run_view(r: &RunRecord) -> Run {
     }
 }
 
-fn store_err(e: weft_store::RunStoreError) -> ApiError {
+pub(crate) fn store_err(e: weft_store::RunStoreError) -> ApiError {
     match e {
         weft_store::RunStoreError::Store(s) => ApiError::native(s.to_api()),
         weft_store::RunStoreError::StaleLease(_) => ApiError::native(Error::internal()),
     }
 }
 
-fn bus_err(e: &weft_bus::BusError) -> ApiError {
+pub(crate) fn bus_err(e: &weft_bus::BusError) -> ApiError {
     tracing::warn!(error = %e, "nats unavailable");
     ApiError::native(Error::unavailable(
         "run dispatch (NATS) is unavailable; retry shortly",
@@ -245,7 +249,7 @@ fn parse_id(id: &str) -> Result<RunId> {
 }
 
 /// The run if this principal may see it: same tenant, and its own unless a tenant admin.
-async fn visible_run(st: &AppState, p: &Principal, id: &str) -> Result<RunRecord> {
+pub(crate) async fn visible_run(st: &AppState, p: &Principal, id: &str) -> Result<RunRecord> {
     let rid = parse_id(id)?;
     let run = st
         .runs
@@ -271,6 +275,7 @@ pub async fn create_run_handler(
     headers: HeaderMap,
     ValidJson(body): NativeJson<CreateRun>,
 ) -> Result<Response> {
+    crate::plans::check_create(&st, &p, &body).await?;
     let wants_sse = body.stream
         || headers
             .get("accept")
@@ -953,11 +958,41 @@ mod tests {
                 mode: weft_api::volumes::VolumeMode::Ro,
                 default: true,
             }]),
+            mode: weft_api::plans::RunMode::Plan,
+            plan: Some(weft_api::plans::PlanSpec {
+                planner: Some("planner".into()),
+                verifier: Some("checker".into()),
+                replanner: Some("replanner".into()),
+                escalation: vec!["tier:strong".into()],
+                tasks: Some(vec![weft_api::plans::Task {
+                    id: "report".into(),
+                    description: "write report.md".into(),
+                    depends_on: Vec::new(),
+                    agent: Some("writer".into()),
+                    writes: vec!["report.md".into()],
+                    checks: vec![weft_api::plans::Check::NonEmpty {
+                        path: "report.md".into(),
+                    }],
+                    acceptance: "names the three largest rows".into(),
+                    verify: weft_api::plans::VerifyMode::Vote,
+                    votes: Some(3),
+                    critical: true,
+                    r#final: true,
+                }]),
+                approval: weft_api::plans::Approval::BeforeExecute,
+                volume: Some("work".into()),
+                limits: weft_api::plans::PlanLimits::default(),
+            }),
         };
         let text = serde_json::to_string(&full).unwrap();
         let read: CreateRun = crate::extract::parse_native(text.as_bytes()).unwrap();
         assert!(
             read.stream && read.interactive && read.sampling.is_some(),
+            "{text}"
+        );
+        assert!(
+            read.mode == weft_core::plan::RunMode::Plan
+                && read.plan.as_ref().and_then(|p| p.tasks.as_ref()).is_some(),
             "{text}"
         );
         // And the other way: a field the contract lacks is refused, as the mirror would.
