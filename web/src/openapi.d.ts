@@ -2739,6 +2739,77 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/evaluations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Verification pass rates per agent definition version */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description an agent name
+                     * @example coder
+                     */
+                    agent?: string;
+                    /** @description a definition content hash (default: every version) */
+                    version?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description one aggregate per (agent, version), newest version first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EvaluationList"];
+                    };
+                };
+                /** @description `agent` is missing */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/llm/chat": {
         parameters: {
             query?: never;
@@ -5372,6 +5443,382 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A plan run's current plan, with each task's state, attempts and verdicts */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the plan (ETag: its version) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PlanView"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run, or not a plan run, or no plan yet */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /** Approve (`{}`) or edit (`tasks`) a proposed plan */
+        put: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description the plan version the change was made against, as "<version>" */
+                    "If-Match"?: string;
+                };
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PlanDecision"];
+                };
+            };
+            responses: {
+                /** @description the approved plan */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PlanView"];
+                    };
+                };
+                /** @description an invalid plan: the message lists every error */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the plan is not waiting for approval */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description If-Match names another version than the current one */
+                412: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description If-Match is missing */
+                428: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/plan/tasks/{task}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Give a failed task another attempt */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    /** @example report */
+                    task: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description queued for the orchestrator */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TaskControlAccepted"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the run has ended, or the task is not failed */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/plan/tasks/{task}/skip": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Skip a task that has not passed (its dependents go on) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    /** @example report */
+                    task: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description queued for the orchestrator */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TaskControlAccepted"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the run has ended, or the task has passed */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/plan/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One version of a plan run's plan */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    /** @example 1 */
+                    version: number;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description that version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PlanView"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -12008,6 +12455,30 @@ export interface components {
                 output_tokens?: number;
             };
         };
+        /** @description One attempt of a task. */
+        AttemptView: {
+            /** Format: uint32 */
+            attempt: number;
+            /** @description its checks' results, once checked */
+            checks?: components["schemas"]["CheckResult"][];
+            /**
+             * Format: uuid
+             * @description the sub-run doing it
+             */
+            child_run_id: string;
+            /**
+             * Format: uint32
+             * @description the plan version it started under
+             */
+            plan_version: number;
+            /**
+             * @description recorded after the plan changed under it: ignored
+             * @default false
+             */
+            stale?: boolean;
+            /** @description its verdict, once verified */
+            verdict?: components["schemas"]["Verdict"] | null;
+        };
         /**
          * @description The body of `POST /v1/channels/await`.
          * @example {
@@ -12332,6 +12803,58 @@ export interface components {
             role: "tool";
             tool_call_id: string;
         };
+        /** @description A check run without a model over a file of the plan's volume. */
+        Check: {
+            /** @constant */
+            check: "exists";
+            path: string;
+        } | {
+            /** @constant */
+            check: "non_empty";
+            path: string;
+        } | {
+            /** @constant */
+            check: "parses";
+            /**
+             * @description A file format `parses` knows.
+             * @enum {string}
+             */
+            format: "json" | "yaml" | "toml" | "csv";
+            path: string;
+        } | {
+            /** @constant */
+            check: "matches";
+            path: string;
+            pattern: string;
+        } | {
+            /** @constant */
+            check: "not_matches";
+            path: string;
+            pattern: string;
+        } | {
+            /** @constant */
+            check: "json_eq";
+            path: string;
+            /** @default  */
+            pointer?: string;
+            value: unknown;
+        } | {
+            /** @constant */
+            check: "sha256";
+            path: string;
+            sha256: string;
+        } | {
+            /** @constant */
+            check: "no_placeholders";
+            path: string;
+        };
+        /** @description The result of one check. */
+        CheckResult: {
+            check: components["schemas"]["Check"];
+            /** @description why it failed (empty when it passed) */
+            message?: string;
+            passed: boolean;
+        };
         /**
          * @description A Messages request; max_tokens may be left out.
          * @example {
@@ -12479,6 +13002,13 @@ export interface components {
             }[] | null;
             /** @description any JSON, kept on the run */
             metadata?: unknown;
+            /**
+             * @description `plan` runs the plan harness over `input` as its goal (docs/harness.md)
+             * @enum {string}
+             */
+            mode?: "loop" | "plan";
+            /** @description the plan harness's roles, plan and budgets (with `mode: "plan"` only) */
+            plan?: components["schemas"]["PlanSpec"] | null;
             /** @description overrides the agent's */
             sampling?: components["schemas"]["AgentSampling"] | null;
             /**
@@ -12629,6 +13159,40 @@ export interface components {
             param?: string | null;
             type?: string | null;
         };
+        /** @description Pass rates of one agent definition version. */
+        EvaluationAggregate: {
+            agent: string;
+            /** @description counts per emitter role, then per verdict */
+            by_role: {
+                [key: string]: {
+                    [key: string]: number;
+                };
+            };
+            /** Format: uint64 */
+            fail: number;
+            /** Format: uint64 */
+            inconclusive: number;
+            /**
+             * Format: double
+             * @description mean score
+             */
+            mean_score: number;
+            /** Format: uint64 */
+            pass: number;
+            /**
+             * Format: double
+             * @description pass / total (0 when total is 0)
+             */
+            pass_rate: number;
+            /** Format: uint64 */
+            total: number;
+            /** @description the definition's content hash */
+            version: string;
+        };
+        /** @description The answer of `GET /v1/evaluations`. */
+        EvaluationList: {
+            data: components["schemas"]["EvaluationAggregate"][];
+        };
         /** @description What one change (or a diff) did to one file. */
         FileChange: {
             /** @description null where the file does not exist after */
@@ -12683,6 +13247,12 @@ export interface components {
         Health: {
             /** @constant */
             status: "ok";
+        };
+        /** @description One problem a verdict names. */
+        Issue: {
+            check?: string | null;
+            message: string;
+            path?: string | null;
         };
         /**
          * @description `POST /v1/llm/chat`. Strict: an unknown field is a 400 naming it; provider-specific fields go
@@ -13228,6 +13798,132 @@ export interface components {
              */
             next_cursor?: string | number | null;
         };
+        /**
+         * @description The body of `PUT /v1/runs/{id}/plan` (with `If-Match: "<version>"`): approve the proposed plan
+         *     as it is (`{}`), or edit it (`tasks`, validated like a planner's: a new version, approved).
+         * @example {}
+         */
+        PlanDecision: {
+            tasks?: components["schemas"]["Task"][] | null;
+        };
+        /**
+         * @description The `plan` of `POST /v1/runs` with `mode: "plan"`. Roles are agent names of the caller's
+         *     tenant; a role left out is played by the run's own agent (the verifier's has no default: a
+         *     task asking for `llm` or `vote` verification needs one).
+         * @example {
+         *       "approval": "none",
+         *       "limits": {
+         *         "max_parallel": 2
+         *       },
+         *       "planner": "planner",
+         *       "verifier": "checker"
+         *     }
+         */
+        PlanSpec: {
+            /**
+             * @description Whether a proposed plan waits for a person (`PUT /v1/runs/{id}/plan`) before it runs.
+             * @default none
+             * @enum {string}
+             */
+            approval?: "none" | "before_execute";
+            /**
+             * @description models for attempt 3 onwards, in order (`tier:strong`, `provider/model`, an alias): attempt
+             *     3 runs on the first, 4 on the second…; empty = the task's agent's own model throughout
+             */
+            escalation?: string[];
+            /**
+             * @description A plan run's budgets. Running out of one ends the run `failed` with stop reason
+             *     `budget_exhausted` (and a `budget_exhausted` event naming it), never mid-write.
+             * @default {
+             *       "max_attempts": 3,
+             *       "max_parallel": 4,
+             *       "max_replans": 2,
+             *       "max_tasks": 20,
+             *       "max_tokens": 0,
+             *       "max_wall_s": 0
+             *     }
+             */
+            limits?: {
+                /**
+                 * Format: uint32
+                 * @description attempts per task (per plan version)
+                 * @default 3
+                 */
+                max_attempts?: number;
+                /**
+                 * Format: uint32
+                 * @description task attempts running at once
+                 * @default 4
+                 */
+                max_parallel?: number;
+                /**
+                 * Format: uint32
+                 * @description replans of the run
+                 * @default 2
+                 */
+                max_replans?: number;
+                /**
+                 * Format: uint32
+                 * @description tasks in a plan (a longer plan is refused)
+                 * @default 20
+                 */
+                max_tasks?: number;
+                /**
+                 * Format: uint64
+                 * @description tokens of every role's sub-runs together (0 = no limit)
+                 * @default 0
+                 */
+                max_tokens?: number;
+                /**
+                 * Format: uint64
+                 * @description wall time from the run's creation, in seconds (0 = no limit)
+                 * @default 0
+                 */
+                max_wall_s?: number;
+            };
+            /** @description the agent that writes the plan (default: the run's agent) */
+            planner?: string | null;
+            /** @description the agent that rewrites a stalled plan (default: the planner) */
+            replanner?: string | null;
+            /** @description the plan itself: no planner is asked (validated the same way; an invalid one is a 400) */
+            tasks?: components["schemas"]["Task"][] | null;
+            /** @description the independent agent that verifies results (`verify: llm|vote`); never given write tools */
+            verifier?: string | null;
+            /** @description the volume binding checks read and verifiers see (default: the run's default binding) */
+            volume?: string | null;
+        };
+        /**
+         * @description The answer of `GET /v1/runs/{id}/plan` and `GET /v1/runs/{id}/plan/versions/{v}`; its `ETag`
+         *     is `"<version>"`.
+         */
+        PlanView: {
+            /** @description the subject that approved or edited it, when one did */
+            approved_by?: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: uint32
+             * @description replans so far
+             */
+            replans: number;
+            /** Format: uuid */
+            run_id: string;
+            /**
+             * @description Where a run is in its life.
+             * @enum {string}
+             */
+            run_status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
+            /** @description Where a plan is. */
+            status: "proposed" | "accepted" | "superseded";
+            tasks: components["schemas"]["TaskView"][];
+            /**
+             * Format: uint64
+             * @description tokens of every role's sub-runs so far
+             */
+            tokens: number;
+            /** Format: uint32 */
+            version: number;
+        };
         /** @description Who a call acts as. */
         Principal: {
             scopes: string[];
@@ -13423,11 +14119,7 @@ export interface components {
              * @enum {string}
              */
             status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
-            /**
-             * @description Why a run stopped.
-             * @enum {string|null}
-             */
-            stop_reason?: "end_turn" | "max_iterations" | "max_tokens" | "cancelled" | "error" | "timeout" | null;
+            stop_reason?: (("end_turn" | "max_iterations" | "max_tokens" | "cancelled" | "error" | "timeout") | "budget_exhausted") | null;
             /**
              * @description token counts so far
              * @default null
@@ -13767,6 +14459,149 @@ export interface components {
             id?: string;
             retry?: number;
         };
+        /**
+         * @description One task of a plan.
+         * @example {
+         *       "acceptance": "report.md names the three largest rows",
+         *       "checks": [
+         *         {
+         *           "check": "non_empty",
+         *           "path": "report.md"
+         *         }
+         *       ],
+         *       "depends_on": [
+         *         "load"
+         *       ],
+         *       "description": "Write report.md summarising data.csv",
+         *       "id": "report",
+         *       "verify": "llm",
+         *       "writes": [
+         *         "report.md"
+         *       ]
+         *     }
+         */
+        Task: {
+            /**
+             * @description what a verifier holds the result to
+             * @default
+             */
+            acceptance?: string;
+            /** @description the agent that does it (default: the run's agent) */
+            agent?: string | null;
+            /** @description checks run without a model over the plan's volume */
+            checks?: components["schemas"]["Check"][];
+            /**
+             * @description out of attempts, it replans the run (or fails it) instead of being left failed
+             * @default false
+             */
+            critical?: boolean;
+            /** @description tasks that must pass first */
+            depends_on?: string[];
+            /** @description what to do, for the agent doing it */
+            description: string;
+            /**
+             * @description the last task: runs after every other has ended, and nothing may depend on it
+             * @default false
+             */
+            final?: boolean;
+            /** @description unique in the plan: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.` */
+            id: string;
+            /**
+             * @description How a task's result is verified: `checks` (its checks only), `llm` (its checks, then the
+             *     verifier agent), `vote` (its checks, then `votes` verifiers; the majority decides, a split
+             *     asks a person).
+             * @default checks
+             * @enum {string}
+             */
+            verify?: "checks" | "llm" | "vote";
+            /**
+             * Format: uint32
+             * @description verifiers in a vote (odd, 3 by default)
+             */
+            votes?: number | null;
+            /** @description globs of the files it writes: tasks whose globs overlap never run at once */
+            writes?: string[];
+        };
+        /**
+         * @description The answer of `POST /v1/runs/{id}/plan/tasks/{task}/retry` and `/skip`: the request is queued
+         *     for the run's orchestrator, which applies it between batches.
+         */
+        TaskControlAccepted: {
+            /** @description `retry` or `skip` */
+            action: string;
+            /** Format: uuid */
+            run_id: string;
+            task: string;
+        };
+        /**
+         * @description A task with its state.
+         * @example {
+         *       "acceptance": "report.md names the three largest rows",
+         *       "checks": [
+         *         {
+         *           "check": "non_empty",
+         *           "path": "report.md"
+         *         }
+         *       ],
+         *       "depends_on": [
+         *         "load"
+         *       ],
+         *       "description": "Write report.md summarising data.csv",
+         *       "id": "report",
+         *       "verify": "llm",
+         *       "writes": [
+         *         "report.md"
+         *       ]
+         *     }
+         */
+        TaskView: {
+            /**
+             * @description what a verifier holds the result to
+             * @default
+             */
+            acceptance?: string;
+            /** @description the agent that does it (default: the run's agent) */
+            agent?: string | null;
+            attempts: components["schemas"]["AttemptView"][];
+            /** @description checks run without a model over the plan's volume */
+            checks?: components["schemas"]["Check"][];
+            /**
+             * @description out of attempts, it replans the run (or fails it) instead of being left failed
+             * @default false
+             */
+            critical?: boolean;
+            /** @description tasks that must pass first */
+            depends_on?: string[];
+            /** @description what to do, for the agent doing it */
+            description: string;
+            /**
+             * @description the last task: runs after every other has ended, and nothing may depend on it
+             * @default false
+             */
+            final?: boolean;
+            /** @description unique in the plan: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.` */
+            id: string;
+            /**
+             * @description Where a task is.
+             * @enum {string}
+             */
+            status: "pending" | "running" | "passed" | "failed" | "skipped";
+            /**
+             * @description How a task's result is verified: `checks` (its checks only), `llm` (its checks, then the
+             *     verifier agent), `vote` (its checks, then `votes` verifiers; the majority decides, a split
+             *     asks a person).
+             * @default checks
+             * @enum {string}
+             */
+            verify?: "checks" | "llm" | "vote";
+            /**
+             * Format: uint32
+             * @description verifiers in a vote (odd, 3 by default)
+             */
+            votes?: number | null;
+            /** @description globs of the files it writes: tasks whose globs overlap never run at once */
+            writes?: string[];
+        };
         /** @description A token, as listed; `token` (the secret) only in the answer to `POST /v1/tokens`. */
         Token: {
             bootstrap: boolean;
@@ -13880,6 +14715,33 @@ export interface components {
             to: string;
             /** @description more than 10000 groups matched; only the first 10000 are in data */
             truncated: boolean;
+        };
+        /**
+         * @description The answer a verifier must give (its whole final message, as JSON), and the verdict weft
+         *     records for checks alone.
+         */
+        Verdict: {
+            /**
+             * Format: double
+             * @description 0 to 1
+             */
+            confidence: number;
+            /**
+             * @description what the next attempt should do differently
+             * @default
+             */
+            feedback?: string;
+            /** @default [] */
+            issues?: components["schemas"]["Issue"][];
+            /**
+             * @description what the result lacks
+             * @default []
+             */
+            missing?: string[];
+            /** @description Why a verdict is what it is: a closed set. */
+            reason_code: "ok" | "missing" | "incomplete" | "incorrect" | "check_failed" | "placeholder" | "off_task" | "cannot_verify" | "run_failed" | "split" | "other";
+            /** @description A verifier's verdict. */
+            verdict: ("pass" | "fail") | "inconclusive";
         };
         /**
          * @description `POST /v1/<kind>/verify`: whether a hash is a version of a definition of the kind.
