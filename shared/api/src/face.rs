@@ -65,6 +65,12 @@ pub struct SpawnRun {
     pub metadata: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// `plan` runs the plan harness over `input` as its goal (docs/harness.md)
+    #[serde(default, skip_serializing_if = "crate::plans::RunMode::is_loop")]
+    pub mode: crate::plans::RunMode,
+    /// the plan harness's roles, plan and budgets (with `mode: "plan"` only)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::plans::PlanSpec>,
 }
 
 /// `spawn_runs`: several runs, each started (or refused) on its own.

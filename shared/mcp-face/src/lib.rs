@@ -286,7 +286,7 @@ use http::Method as M;
 #[tool_router]
 impl Face {
     #[tool(
-        description = "Start a run of an agent; returns its run_id and status without waiting (use get_run, or the agent__<name> tool to wait).",
+        description = "Start a run of an agent (or, with mode: \"plan\", a plan run: plan, parallel tasks, independent verification, replan); returns its run_id and status without waiting (use get_run, or the agent__<name> tool to wait).",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
     async fn spawn_run(
