@@ -54,3 +54,8 @@ CREATE TABLE evaluations (
 );
 
 CREATE INDEX evaluations_agent_idx ON evaluations (tenant_id, agent_name, agent_hash);
+
+-- A plan run can stop on a budget (`budget_exhausted`, status `failed`).
+ALTER TABLE runs DROP CONSTRAINT runs_stop_reason_check;
+ALTER TABLE runs ADD CONSTRAINT runs_stop_reason_check CHECK (stop_reason IN
+    ('end_turn', 'max_iterations', 'max_tokens', 'cancelled', 'error', 'timeout', 'budget_exhausted'));
