@@ -74,6 +74,7 @@ impl Driver {
             text,
             read_only: false,
             model: None,
+            response_format: None,
         };
         let made = self
             .make_child(request, |run| {
@@ -171,6 +172,11 @@ impl Driver {
         );
         if let Some(model) = req.model {
             spec.model = model;
+        }
+        // A shape for every answer only binds a run that answers with text alone: a run with
+        // tools answers with tool calls on the way.
+        if spec.tools.is_empty() {
+            spec.response_format = req.response_format;
         }
         // A sub-run uses its parent's credentials.
         spec.credentials = self.spec.credentials.clone();
@@ -314,6 +320,8 @@ pub(crate) struct ChildRequest<'a> {
     pub text: String,
     pub read_only: bool,
     pub model: Option<String>,
+    /// The shape of its answers (`RunSpec::response_format`), kept only when it has no tools.
+    pub response_format: Option<Value>,
 }
 
 /// What [`Driver::make_child`] made.

@@ -50,6 +50,7 @@ impl Driver {
                 presence_penalty: None,
                 frequency_penalty: None,
             },
+            response_format: self.spec.response_format.clone(),
             stream: true,
             ..Default::default()
         }

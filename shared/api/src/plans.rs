@@ -352,6 +352,17 @@ pub struct Verdict {
     pub feedback: String,
 }
 
+impl Verdict {
+    /// OpenAI's `response_format` asking for a verdict: its JSON Schema, for providers that
+    /// constrain generation to it.
+    pub fn response_format() -> Value {
+        serde_json::json!({
+            "type": "json_schema",
+            "json_schema": {"name": "verdict", "schema": schemars::schema_for!(Verdict)}
+        })
+    }
+}
+
 /// Where a task is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -494,6 +494,10 @@ pub struct RunSpec {
     /// A plan run's roles, plan and budgets (`mode: "plan"`); `None` for the agent loop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<crate::plan::PlanSpec>,
+    /// The shape every model answer must have (OpenAI's `response_format`), where the provider
+    /// constrains generation: set for a plan run's verifier without tools (its verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<Value>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -563,6 +567,7 @@ impl RunSpec {
             credentials: Vec::new(),
             volumes: crate::volume::narrow_volumes(&def.volumes, n.volumes.as_deref()),
             plan: None,
+            response_format: None,
         }
     }
 }

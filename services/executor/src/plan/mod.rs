@@ -226,6 +226,7 @@ impl Driver {
             text,
             read_only: false,
             model: None,
+            response_format: None,
         };
         let record = match self.make_child(request, |_| (Vec::new(), None)).await? {
             Made::Run(r) => *r,

@@ -241,6 +241,7 @@ impl Driver {
             text: prompts::attempt(goal, task, feedback),
             read_only: false,
             model: model.clone(),
+            response_format: None,
         };
         let started = |child: weft_core::RunId, agent: String| {
             RunEvent::TaskStarted(TaskStarted {
@@ -385,6 +386,7 @@ impl Driver {
             ),
             read_only: true,
             model: None,
+            response_format: Some(Verdict::response_format()),
         };
         let record = match self.make_child(request, |_| (Vec::new(), None)).await? {
             Made::Run(r) => *r,
