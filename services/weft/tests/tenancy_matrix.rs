@@ -543,6 +543,52 @@ fn expectations() -> Vec<Entry> {
             OWN_RESOURCE,
         )
         .body(|_| Some(json!({"answer": "intruder"}))),
+        // A plan run's plan is its run's: the same 404 for another tenant and another user.
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/plan",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/plan/versions/{version}",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            Method::PUT,
+            "/v1/runs/{id}/plan",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .body(|_| Some(json!({}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/plan/tasks/{task}/retry",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/plan/tasks/{task}/skip",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        // Evaluations are the tenant's: another tenant's readers get their own (none of A's).
+        entry(
+            get.clone(),
+            "/v1/evaluations",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .query(|p| format!("?agent={}", p.agent)),
         // Agent definitions are the tenant's: readable by its readers, writable by its admins.
         entry(
             get.clone(),
@@ -1360,6 +1406,9 @@ fn fill(template: &str, p: &Params) -> String {
             ("snapshot_id", t) if t.starts_with("/v1/volumes/") => p.snapshot.as_str(),
             ("snapshot_id", _) => p.run_snapshot.as_str(),
             ("interrupt_id", _) => INTERRUPT,
+            // Plan routes: a version and a task any plan would have.
+            ("version", t) if t.starts_with("/v1/runs/") => "1",
+            ("task", _) => "a",
             // The web UI: one of the app's own routes.
             ("*path", _) => "runs",
             // Memory routes name alice's run scope.
