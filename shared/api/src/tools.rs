@@ -1,7 +1,7 @@
 //! The inputs of the executor's built-in tools (`Context`, `Agent`, `Interruption`, `HTTP`,
 //! `Memory`, `Channel`, `Skill`, the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep`,
-//! `Move`, `Delete`, `List`, and `Exec`, a command in a sandbox): what a model sends when it
-//! calls one. The executor reads a call's input into these types and shows the model
+//! `Move`, `Delete`, `List`, `Exec`, a command in a sandbox, and `Evaluation`, verdicts on
+//! agents' work and their pass rates): what a model sends when it calls one. The executor reads a call's input into these types and shows the model
 //! [`input_schema`] of each.
 //!
 //! Fields an op does not always need are optional here; the executor says which op needs them.
@@ -462,4 +462,69 @@ pub struct ExecInput {
     /// one of the run's bound volumes; omit it (or say `default`) for the run's default volume
     #[serde(default)]
     pub volume: Option<String>,
+}
+
+/// `Evaluation`'s ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EvaluationOp {
+    Submit,
+    Get,
+    Aggregate,
+}
+
+impl ToolOp for EvaluationOp {}
+
+/// A JSON object of named numbers or short strings.
+fn dimensions_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": {"type": ["number", "string"]},
+        "maxProperties": 32,
+        "description": "named numbers or short strings, e.g. {\"correctness\": 0.9, \"style\": \"terse\"} (submit)"
+    })
+}
+
+/// A verdict, as a plain string enum (the type's own schema documents its variants).
+fn verdict_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": ["pass", "fail", "inconclusive"]})
+}
+
+/// A score.
+fn score_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "description": "from 0 to 1 (default: 1 for pass, 0 for fail, 0.5 for inconclusive)"
+    })
+}
+
+/// `Evaluation`: `submit` takes `verdict` (and optionally `task`, `score`, `dimensions`,
+/// `agent`), `get` takes `run_id` and `task`, `aggregate` takes `agent` and `version`. The
+/// tenant is always the run's own.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct EvaluationInput {
+    pub op: EvaluationOp,
+    /// what was evaluated (submit: default "", the work as a whole; get: only this task's)
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "verdict_schema")]
+    pub verdict: Option<crate::plans::VerdictKind>,
+    #[serde(default)]
+    #[schemars(schema_with = "score_schema")]
+    pub score: Option<f64>,
+    #[serde(default)]
+    #[schemars(schema_with = "dimensions_schema")]
+    pub dimensions: Option<serde_json::Map<String, Value>>,
+    /// the agent evaluated (submit: default this run's own agent; aggregate: required)
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// a definition content hash (aggregate: default every version)
+    #[serde(default)]
+    pub version: Option<String>,
+    /// a run of this tenant (get: default this run)
+    #[serde(default)]
+    pub run_id: Option<crate::runs::RunId>,
 }

@@ -1,6 +1,7 @@
 //! Postgres for weft: connecting (creating the database when it is missing), the migrations in
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
+mod evaluations;
 mod kept;
 mod plans;
 mod runs;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
+pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
     RunStore, RunStoreError, Swept, Transcript, storable,

@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod channel;
 pub mod context;
+pub mod evaluation;
 pub mod exec;
 pub mod files;
 pub mod http;
@@ -314,6 +315,7 @@ impl Registry {
         r.add(memory::Memory);
         r.add(channel::Channel);
         r.add(skill::Skill);
+        r.add(evaluation::Evaluation);
         r.add(files::read::Read);
         r.add(files::write::Write);
         r.add(files::edit::Edit);
@@ -1067,6 +1069,7 @@ mod tests {
             "Delete": input_schema::<DeleteInput>(),
             "List": input_schema::<ListInput>(),
             "Exec": input_schema::<weft_api::tools::ExecInput>(),
+            "Evaluation": input_schema::<weft_api::tools::EvaluationInput>(),
         });
         // Every hosted tool is pinned.
         let hosted = Registry::builtin(
