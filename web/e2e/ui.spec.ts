@@ -601,3 +601,95 @@ test('log out ends the session', async ({ page, context }) => {
   await page.reload();
   await expect(page.getByLabel('API token')).toBeVisible();
 });
+
+test('a plan run: its task graph, approval (a stale version reloads), the tasks passing, an attempt with its checks and verdict', async ({
+  page,
+  request,
+}) => {
+  await api(request, 'PUT', '/v1/agents/ui-plan-lead', TOKEN, {
+    description: 'does the tasks of the UI tests plan runs',
+    model: 'mock-1',
+    tools: ['Write', 'Read', 'List'],
+    volumes: [{ name: 'run' }],
+  });
+  const write = (path: string) =>
+    `Write ${path}.\n#mock {"turns": [[{"name": "Write", "input": {"path": "${path}", "content": "A"}}]], "reply": "done"}`;
+  const started = await api(request, 'POST', '/v1/runs', TOKEN, {
+    agent: 'ui-plan-lead',
+    mode: 'plan',
+    input: 'Write a.txt, then b.txt',
+    plan: {
+      approval: 'before_execute',
+      tasks: [
+        { id: 'a', description: write('a.txt'), checks: [{ check: 'exists', path: 'a.txt' }] },
+        { id: 'b', description: write('b.txt'), depends_on: ['a'], checks: [{ check: 'exists', path: 'b.txt' }] },
+      ],
+    },
+  });
+  const runId: string = started.run_id;
+  await login(page, TOKEN);
+  await page.goto(`/ui/runs/${runId}`);
+  const plan = page.getByRole('region', { name: 'Plan' });
+  await expect(plan.getByTestId('plan-task-a')).toBeVisible();
+  await expect(plan.getByTestId('plan-task-status-a')).toHaveText(/pending/);
+  await expect(plan.getByTestId('plan-task-a')).toContainText('no attempts');
+  // b depends on a: it is drawn in the next column, an edge between them.
+  const [boxA, boxB] = [await plan.getByTestId('plan-task-a').boundingBox(), await plan.getByTestId('plan-task-b').boundingBox()];
+  expect(boxB!.x).toBeGreaterThan(boxA!.x + boxA!.width);
+  await expect(plan.locator('svg.plan-edges > path')).toHaveCount(1);
+  await expect(plan.getByTestId('plan-version')).toHaveText('1');
+  await expect(plan.getByTestId('plan-status')).toHaveText(/proposed, awaiting approval/);
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  // A plan run parks only for its approval: no free-text reply box.
+  await expect(page.getByLabel('Your reply')).toHaveCount(0);
+  await expect(plan.getByRole('button', { name: 'Retry a' })).toBeDisabled();
+  await expect(plan.getByRole('button', { name: 'Skip a' })).toBeEnabled();
+
+  // Approving a version that is no longer the plan's (the gateway's 412) says so and reloads it.
+  const planUrl = (url: URL) => url.pathname === `/v1/runs/${runId}/plan`;
+  await page.route(planUrl, async (route) => {
+    if (route.request().method() !== 'PUT') return route.fallback();
+    expect(route.request().headers()['if-match']).toBe('"1"');
+    await route.fulfill({
+      status: 412,
+      json: { error: { code: 'precondition_failed', message: 'If-Match names version 1, but the current version is 2' } },
+    });
+  });
+  const reloaded = page.waitForRequest((r) => r.method() === 'GET' && planUrl(new URL(r.url())));
+  await plan.getByRole('button', { name: 'Approve' }).click();
+  await expect(plan.getByRole('alert')).toHaveText('the plan changed — reloaded');
+  await reloaded;
+  await page.unroute(planUrl);
+
+  // Approved for real: the task runs, its check passes, the run succeeds.
+  await plan.getByRole('button', { name: 'Approve' }).click();
+  await expect(plan.getByTestId('plan-task-status-a')).toHaveText(/passed/);
+  await expect(plan.getByTestId('plan-task-status-b')).toHaveText(/passed/);
+  await expect(plan.getByTestId('plan-status')).toHaveText(/accepted/);
+  await expect(plan.getByRole('button', { name: 'Approve' })).toHaveCount(0);
+  await expect(plan.getByTestId('plan-task-a')).toContainText('1 attempt');
+  await expect(plan.getByTestId('plan-task-a')).toContainText('pass (ok)');
+  await expect(page.getByTestId('run-status')).toHaveText('succeeded');
+  await expect(plan.getByRole('button', { name: 'Skip a' })).toBeDisabled();
+
+  // The task unfolds to its attempt: the sub-run, the check passed, the verdict.
+  await plan.getByRole('button', { name: 'Task a', exact: true }).click();
+  const attempts = plan.getByRole('list', { name: 'Attempts of a' });
+  await expect(attempts).toContainText('Attempt 1');
+  await expect(attempts.getByRole('list', { name: 'Checks of attempt 1' })).toHaveText('pass exists a.txt');
+  await expect(attempts).toContainText('pass (ok)');
+  await expect(attempts).toContainText('confidence 100%');
+  await shot(page, 'plan');
+  const child = attempts.getByRole('link');
+  await expect(child).toHaveAttribute('href', /^\/ui\/runs\/[0-9a-f-]{36}$/);
+  // At 420 px wide the graph scrolls inside itself and the unfolded attempt wraps: the page fits.
+  await page.setViewportSize({ width: 420, height: 900 });
+  await expect
+    .poll(() => page.evaluate(() => (document.scrollingElement?.scrollWidth ?? 0) - window.innerWidth))
+    .toBeLessThanOrEqual(0);
+  // The sub-run is an ordinary run: its page has no plan.
+  await child.click();
+  await expect(page.getByTestId('run-status')).toHaveText('succeeded');
+  await expect(page.getByRole('list', { name: 'Run transcript' }).getByText('done', { exact: true })).toBeVisible();
+  await expect(page.getByRole('region', { name: 'Plan' })).toHaveCount(0);
+});

@@ -20,6 +20,8 @@ import { ErrorNote } from '../ErrorNote';
 import { changeSummary } from '../diff';
 import { UnifiedDiff } from '../UnifiedDiff';
 import { RUN_VOLUME } from '../files';
+import { refreshesPlan } from '../plan';
+import { PlanPanel, useIsPlanRun } from './Plan';
 
 const saveKey = (runId: string) => `weft-run:${runId}`;
 
@@ -39,10 +41,18 @@ function restore(runId: string): Terminal {
 
 /** Streams a run's events into a terminal from the last seen seq: after a dropped connection,
  * after a reload (the terminal so far is kept in the tab's sessionStorage), and when `reattach`
- * is called. The events also say what the run's header shows (`facts`) the moment they arrive. */
-function useRunStream(runId: string): { terminal: Terminal; facts: RunFacts; state: string; reattach: () => void } {
+ * is called. The events also say what the run's header shows (`facts`) the moment they arrive,
+ * and `planSeq` is the seq of the newest event that changes a plan run's plan. */
+function useRunStream(runId: string): {
+  terminal: Terminal;
+  facts: RunFacts;
+  state: string;
+  planSeq: number;
+  reattach: () => void;
+} {
   const [terminal, setTerminal] = useState<Terminal>(() => restore(runId));
   const [facts, setFacts] = useState<RunFacts>({});
+  const [planSeq, setPlanSeq] = useState(0);
   const [state, setState] = useState('connecting');
   const [attach, setAttach] = useState(0);
   const last = useRef(0);
@@ -69,6 +79,7 @@ function useRunStream(runId: string): { terminal: Terminal; facts: RunFacts; sta
             last.current + 1,
             (e) => {
               if (e.kind !== 'text_delta') last.current = Math.max(last.current, e.seq);
+              if (refreshesPlan(e.kind)) setPlanSeq(e.seq);
               setTerminal((t) => apply(t, e));
               setFacts((f) => {
                 const next = follow(f, e);
@@ -93,7 +104,7 @@ function useRunStream(runId: string): { terminal: Terminal; facts: RunFacts; sta
     })();
     return () => abort.abort();
   }, [runId, attach]);
-  return { terminal, facts, state, reattach };
+  return { terminal, facts, state, planSeq, reattach };
 }
 
 export function RunPage() {
@@ -104,7 +115,9 @@ export function RunPage() {
 
 function RunOf({ id }: { id: string }) {
   const client = useQueryClient();
-  const { terminal, facts, state, reattach } = useRunStream(id);
+  const { terminal, facts, state, planSeq, reattach } = useRunStream(id);
+  // A plan run parks only for its plan's approval, which the plan panel asks for: no reply box.
+  const isPlanRun = useIsPlanRun(id);
   // The header used to come from polling the run alone, so it lagged the terminal by up to the
   // poll's interval, and a poll sent before the run ended could answer after the stream said so.
   // Now what the stream said is laid over the run as fetched, unless that fetch is newer
@@ -201,12 +214,13 @@ function RunOf({ id }: { id: string }) {
         </button>
       )}
       <ErrorNote error={error} />
+      <PlanPanel runId={id} runStatus={head?.status} planSeq={planSeq} streamLive={state === 'live'} />
       <ol className="terminal" aria-live="polite" aria-label="Run transcript">
         {terminal.lines.map((l, i) => (
           <TerminalLine key={`${l.seq}-${i}`} line={l} runId={id} act={act} />
         ))}
       </ol>
-      {head?.status === 'awaiting_input' && !head.pending_interrupt && (
+      {head?.status === 'awaiting_input' && !head.pending_interrupt && !isPlanRun && (
         <InputBox
           label="Your reply"
           onSend={(text) => act(() => ok(api.POST('/v1/runs/{id}/input', { params: { path: { id } }, body: { text } })))}
