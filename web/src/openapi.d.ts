@@ -2749,12 +2749,12 @@ export interface paths {
         /** Verification pass rates per agent definition version */
         get: {
             parameters: {
-                query?: {
+                query: {
                     /**
                      * @description an agent name
                      * @example coder
                      */
-                    agent?: string;
+                    agent: string;
                     /** @description a definition content hash (default: every version) */
                     version?: string;
                 };
@@ -5510,9 +5510,9 @@ export interface paths {
         put: {
             parameters: {
                 query?: never;
-                header?: {
+                header: {
                     /** @description the plan version the change was made against, as "<version>" */
-                    "If-Match"?: string;
+                    "If-Match": string;
                 };
                 path: {
                     id: string;
@@ -14119,7 +14119,11 @@ export interface components {
              * @enum {string}
              */
             status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
-            stop_reason?: (("end_turn" | "max_iterations" | "max_tokens" | "cancelled" | "error" | "timeout") | "budget_exhausted") | null;
+            /**
+             * @description Why a run stopped.
+             * @enum {string|null}
+             */
+            stop_reason?: "end_turn" | "max_iterations" | "max_tokens" | "cancelled" | "error" | "timeout" | "budget_exhausted" | null;
             /**
              * @description token counts so far
              * @default null

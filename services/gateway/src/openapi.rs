@@ -99,6 +99,11 @@ mod tests {
                 reads::<crate::openai::EmbeddingsRequest>,
             ),
             ("/v1/tokens", "post", reads::<weft_api::base::CreateToken>),
+            (
+                "/v1/runs/{id}/plan",
+                "put",
+                reads::<weft_api::plans::PlanDecision>,
+            ),
             ("/v1/agents/{name}", "put", agent_content),
             (
                 "/v1/agents/{name}/fork",

@@ -19,9 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
-use weft_api::plans::{
-    EvaluationAggregate, EvaluationList, PlanDecision, PlanStatus, PlanView, TaskControlAccepted,
-};
+use weft_api::plans::{EvaluationList, PlanDecision, PlanStatus, PlanView, TaskControlAccepted};
 use weft_bus::Dispatch;
 use weft_core::plan::{PlanLimits, PlanSpec, PlanState, RunMode, Task, TaskStatus, VerifyMode};
 use weft_core::run::RunStatus;
@@ -702,81 +700,12 @@ pub async fn evaluations_handler(
         )
         .into());
     }
-    let counts = st
+    let list = st
         .runs
-        .evaluation_counts(&p.tenant, &agent, q.version.as_deref())
+        .evaluation_list(&p.tenant, &agent, q.version.as_deref())
         .await
         .map_err(store_err)?;
-    Ok(Json(aggregate(&agent, &counts)))
-}
-
-/// One aggregate per version, newest version (its latest evaluation) first.
-fn aggregate(agent: &str, counts: &[weft_store::EvaluationCount]) -> EvaluationList {
-    struct Acc {
-        last_at: time::OffsetDateTime,
-        score_sum: f64,
-        agg: EvaluationAggregate,
-    }
-    let mut by_hash: BTreeMap<&str, Acc> = BTreeMap::new();
-    for c in counts {
-        let n = u64::try_from(c.count).unwrap_or(0);
-        let acc = by_hash.entry(c.agent_hash.as_str()).or_insert_with(|| Acc {
-            last_at: c.last_at,
-            score_sum: 0.0,
-            agg: EvaluationAggregate {
-                agent: agent.to_owned(),
-                version: c.agent_hash.clone(),
-                total: 0,
-                pass: 0,
-                fail: 0,
-                inconclusive: 0,
-                pass_rate: 0.0,
-                mean_score: 0.0,
-                by_role: BTreeMap::new(),
-            },
-        });
-        acc.last_at = acc.last_at.max(c.last_at);
-        acc.score_sum += c.score_sum;
-        let a = &mut acc.agg;
-        a.total += n;
-        match c.verdict.as_str() {
-            "pass" => a.pass += n,
-            "fail" => a.fail += n,
-            _ => a.inconclusive += n,
-        }
-        *a.by_role
-            .entry(c.emitter_role.clone())
-            .or_default()
-            .entry(c.verdict.clone())
-            .or_default() += n;
-    }
-    let mut accs: Vec<Acc> = by_hash.into_values().collect();
-    accs.sort_by(|a, b| {
-        b.last_at
-            .cmp(&a.last_at)
-            .then_with(|| a.agg.version.cmp(&b.agg.version))
-    });
-    let data = accs
-        .into_iter()
-        .map(|mut acc| {
-            if acc.agg.total > 0 {
-                #[expect(
-                    clippy::cast_precision_loss,
-                    reason = "a rate: counts past 2^53 lose nothing that matters"
-                )]
-                let total = acc.agg.total as f64;
-                #[expect(
-                    clippy::cast_precision_loss,
-                    reason = "a rate: counts past 2^53 lose nothing that matters"
-                )]
-                let pass = acc.agg.pass as f64;
-                acc.agg.pass_rate = pass / total;
-                acc.agg.mean_score = acc.score_sum / total;
-            }
-            acc.agg
-        })
-        .collect();
-    EvaluationList { data }
+    Ok(Json(list))
 }
 
 #[cfg(test)]
@@ -853,41 +782,5 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("plan.verifier"));
         assert!(e.message.contains("`a`"), "{}", e.message);
         check_tasks(&llm, &limits, Some("checker"), "plan.tasks").unwrap();
-    }
-
-    #[test]
-    fn evaluations_aggregate_per_version_newest_first() {
-        let at = |s: i64| time::OffsetDateTime::from_unix_timestamp(1_800_000_000 + s).unwrap();
-        let c = |hash: &str, role: &str, verdict: &str, count: i64, score: f64, t: i64| {
-            weft_store::EvaluationCount {
-                agent_hash: hash.into(),
-                emitter_role: role.into(),
-                verdict: verdict.into(),
-                count,
-                score_sum: score,
-                last_at: at(t),
-            }
-        };
-        let list = aggregate(
-            "coder",
-            &[
-                c("new", "verifier", "pass", 3, 2.7, 50),
-                c("old", "checks", "fail", 1, 0.0, 40),
-                c("new", "checks", "fail", 1, 0.0, 30),
-                c("old", "checks", "pass", 1, 1.0, 10),
-            ],
-        );
-        let v = serde_json::to_value(&list).unwrap();
-        assert_eq!(v["data"][0]["version"], "new");
-        assert_eq!(v["data"][0]["total"], 4);
-        assert_eq!(v["data"][0]["pass"], 3);
-        assert_eq!(v["data"][0]["pass_rate"], 0.75);
-        assert!((list.data[0].mean_score - 2.7 / 4.0).abs() < 1e-9);
-        assert_eq!(v["data"][0]["by_role"]["verifier"]["pass"], 3);
-        assert_eq!(v["data"][0]["by_role"]["checks"]["fail"], 1);
-        assert_eq!(v["data"][1]["version"], "old");
-        assert_eq!(v["data"][1]["pass_rate"], 0.5);
-        assert_eq!(v["data"][1]["agent"], "coder");
-        assert!(aggregate("coder", &[]).data.is_empty());
     }
 }

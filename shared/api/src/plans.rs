@@ -79,9 +79,56 @@ pub struct PlanSpec {
     pub volume: Option<String>,
     #[serde(default)]
     pub limits: PlanLimits,
+    /// a process of the caller's tenant (`/v1/processes`, its active version): its phases become
+    /// the plan (`phase_mode: strict`) or guide the planner (`guided`, `suggestive`), and its
+    /// persona, tools and limits apply (the caller's `limits` may only narrow them). Not with
+    /// `tasks`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}$"))]
+    pub process: Option<String>,
+    /// set by the gateway from `process`; a caller may not set it: how binding the process's
+    /// phases are
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("readOnly" = true))]
+    pub phase_mode: Option<PhaseMode>,
+    /// set by the gateway from `process` (`guided` and `suggestive`; a `strict` process's phases
+    /// are `tasks`); a caller may not set it: the phases as tasks, for the planner
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("readOnly" = true))]
+    pub phases: Option<Vec<Task>>,
+    /// set by the gateway from `process`; a caller may not set it: text put before the
+    /// planner's message and each task attempt's
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("readOnly" = true))]
+    pub persona: Option<String>,
+    /// set by the gateway from `process`; a caller may not set it: tools every agent doing a
+    /// task must have (checked for the run's agent and the phases' agents when the run is
+    /// created)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("readOnly" = true))]
+    pub tools_required: Vec<String>,
+    /// set by the gateway from `process`; a caller may not set it: tools taken from every task
+    /// attempt's sub-run
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("readOnly" = true))]
+    pub tools_excluded: Vec<String>,
 }
 
 crate::objects_only!(PlanSpec);
+
+/// How binding a process's phases are on a plan run: `strict` (the phases are the plan; no
+/// planner is asked), `guided` (a planner writes the plan, which must keep every phase with its
+/// dependencies, checks and verification, and may add tasks), `suggestive` (the planner is
+/// shown the phases as an outline and may depart from it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(inline)]
+pub enum PhaseMode {
+    #[default]
+    Strict,
+    Guided,
+    Suggestive,
+}
 
 /// A plan run's budgets. Running out of one ends the run `failed` with stop reason
 /// `budget_exhausted` (and a `budget_exhausted` event naming it), never mid-write.
@@ -512,7 +559,7 @@ pub fn ops() -> Vec<Op> {
         on_run(op).param::<String>(
             In::Header,
             "If-Match",
-            false,
+            true,
             Some("the plan version the change was made against, as \"<version>\""),
             None,
         )
@@ -590,7 +637,7 @@ pub fn ops() -> Vec<Op> {
                 "Verification pass rates per agent definition version",
             )
             .security(crate::Security::Bearer)
-            .query::<String>("agent", Some("an agent name"), Some("coder".into()))
+            .param::<String>(In::Query, "agent", true, Some("an agent name"), Some("coder".into()))
             .query::<String>(
                 "version",
                 Some("a definition content hash (default: every version)"),

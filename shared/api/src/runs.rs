@@ -55,7 +55,6 @@ pub enum StopReason {
     Cancelled,
     Error,
     Timeout,
-    /// a plan run ran out of a budget
     BudgetExhausted,
 }
 

@@ -239,6 +239,32 @@ impl RunStore {
         let counts = self.evaluation_counts(tenant, agent, version).await?;
         Ok(evaluation_totals(&counts))
     }
+
+    /// Pass rates of agent `agent` of `tenant` per version (one, or every one), newest version
+    /// first: what `GET /v1/evaluations` and the `Evaluation` tool's `aggregate` answer.
+    pub async fn evaluation_list(
+        &self,
+        tenant: &TenantId,
+        agent: &str,
+        version: Option<&str>,
+    ) -> Result<weft_core::plan::EvaluationList, RunStoreError> {
+        let totals = self.evaluation_totals(tenant, agent, version).await?;
+        let data = totals
+            .into_iter()
+            .map(|t| weft_core::plan::EvaluationAggregate {
+                agent: agent.to_owned(),
+                pass_rate: t.pass_rate(),
+                mean_score: t.mean_score(),
+                version: t.agent_hash,
+                total: t.total,
+                pass: t.pass,
+                fail: t.fail,
+                inconclusive: t.inconclusive,
+                by_role: t.by_role,
+            })
+            .collect();
+        Ok(weft_core::plan::EvaluationList { data })
+    }
 }
 
 #[cfg(test)]

@@ -17,11 +17,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
+pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
     RunStore, RunStoreError, Swept, Transcript, storable,
 };
-pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,
     ScheduleRow, ScheduleStore,

@@ -15,7 +15,7 @@ use std::str::FromStr as _;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use weft_api::plans::{EvaluationAggregate, EvaluationList, VerdictKind};
+use weft_api::plans::VerdictKind;
 use weft_api::tools::{EvaluationInput, EvaluationOp, input_schema};
 use weft_core::RunId;
 use weft_core::message::ToolSpec;
@@ -376,25 +376,11 @@ async fn evaluation(ctx: &ToolCtx<'_>, input: &Value) -> Result<ToolOutput, Abor
             }))
         }
         Request::Aggregate { agent, version } => {
-            let totals = store
-                .evaluation_totals(ctx.tenant(), &agent, version.as_deref())
+            let list = store
+                .evaluation_list(ctx.tenant(), &agent, version.as_deref())
                 .await
                 .map_err(abort)?;
-            let data = totals
-                .into_iter()
-                .map(|t| EvaluationAggregate {
-                    agent: agent.clone(),
-                    pass_rate: t.pass_rate(),
-                    mean_score: t.mean_score(),
-                    version: t.agent_hash,
-                    total: t.total,
-                    pass: t.pass,
-                    fail: t.fail,
-                    inconclusive: t.inconclusive,
-                    by_role: t.by_role,
-                })
-                .collect();
-            Ok(ToolOutput::json(&EvaluationList { data }))
+            Ok(ToolOutput::json(&list))
         }
     }
 }
