@@ -795,3 +795,76 @@ async fn first_task_write(f: &TestFleet, run: &str) -> String {
         let _ = tokio::time::timeout(Duration::from_millis(300), s.next()).await;
     }
 }
+
+#[tokio::test]
+async fn a_split_vote_asks_a_person_whose_answer_settles_it() {
+    let f = fleet("", "").await;
+    // Three voters, each its own agent with its own scripted verdict: pass, fail, inconclusive.
+    for (name, v) in [
+        ("v-pass", verdict("pass", "ok", "")),
+        ("v-fail", verdict("fail", "incorrect", "wrong")),
+        ("v-unsure", verdict("inconclusive", "cannot_verify", "")),
+    ] {
+        put_agent(
+            &f,
+            &f.admin,
+            name,
+            json!({"model": "mock-1", "tools": ["Read"], "volumes": [{"name": "ws"}], "system_prompt": says(&v)}),
+        )
+        .await;
+    }
+    // The task's script rides in its agent's system prompt: a script in its description would
+    // be the first one its voters read.
+    put_agent(
+        &f,
+        &f.admin,
+        "writer",
+        json!({"model": "mock-1", "tools": FILE_TOOLS, "volumes": [{"name": "ws"}],
+               "system_prompt": writes(&[("a.txt", "A")], "done")}),
+    )
+    .await;
+    let run = start(
+        &f,
+        json!({"voters": ["v-pass", "v-fail", "v-unsure"],
+               "tasks": [{"id": "a", "description": "Write a.txt.", "agent": "writer",
+                          "verify": "vote", "votes": 3}]}),
+    )
+    .await;
+    let parked = common::wait_event(&f, &f.admin, &run, 1, "awaiting_input").await;
+    assert_eq!(parked["status"], "awaiting_input", "{parked}");
+    let interrupt = parked["pending_interrupt"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(interrupt, "int_vote:a:1");
+    let (status, body) = f
+        .post(
+            &format!("/v1/runs/{run}/interrupts/{interrupt}"),
+            &f.admin,
+            json!({"answer": "pass"}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let ev = finished(&f, &run).await;
+    assert_eq!(
+        plan_sequence(&ev),
+        [
+            "plan_proposed:v1:caller",
+            "plan_accepted:v1",
+            "task_started:a:1",
+            "task_checked:a:1",
+            "task_verified:a:1:human:pass",
+            "task_finished:a:passed",
+            "run_finished:succeeded:end_turn",
+        ]
+    );
+    let split = data_of(&ev, "vote_split");
+    assert_eq!(
+        (split[0]["pass"].as_u64(), split[0]["fail"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // The person's verdict is an evaluation of the definition that did the work.
+    let (_, evals) = f.get("/v1/evaluations?agent=writer", &f.admin).await;
+    assert_eq!(evals["data"][0]["by_role"]["human"]["pass"], 1, "{evals}");
+    f.stop().await;
+}

@@ -59,6 +59,11 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub verifier: Option<String>,
+    /// the agents of a vote's seats, in turn (default: `verifier` in every seat); a panel of
+    /// different agents (or models) disagrees more honestly than one agent asked thrice
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 7), inner(length(min = 1, max = 128)))]
+    pub voters: Vec<String>,
     /// the agent that rewrites a stalled plan (default: the planner)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
@@ -637,7 +642,13 @@ pub fn ops() -> Vec<Op> {
                 "Verification pass rates per agent definition version",
             )
             .security(crate::Security::Bearer)
-            .param::<String>(In::Query, "agent", true, Some("an agent name"), Some("coder".into()))
+            .param::<String>(
+                In::Query,
+                "agent",
+                true,
+                Some("an agent name"),
+                Some("coder".into()),
+            )
             .query::<String>(
                 "version",
                 Some("a definition content hash (default: every version)"),

@@ -113,6 +113,7 @@ wire_enum!(
         TaskChecked => "task_checked",
         VerifierUnreadable => "verifier_unreadable",
         TaskVerified => "task_verified",
+        VoteSplit => "vote_split",
         TaskRetrying => "task_retrying",
         TaskFinished => "task_finished",
         TaskControl => "task_control",
@@ -217,6 +218,8 @@ run_events!(
     VerifierUnreadable(crate::plan::VerifierUnreadable),
     /// A plan run: a task attempt's verdict.
     TaskVerified(crate::plan::TaskVerified),
+    /// A plan run: a vote split; a person is asked.
+    VoteSplit(crate::plan::VoteSplit),
     /// A plan run: a task gets another attempt.
     TaskRetrying(crate::plan::TaskRetrying),
     /// A plan run: a task ended (passed, failed or skipped).

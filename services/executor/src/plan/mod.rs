@@ -11,18 +11,26 @@ mod task;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use weft_core::message::{ContentBlock, Message, Role};
+
 use weft_core::plan::{
     self, Facts, PlanAccepted, PlanAction, PlanAwaitingApproval, PlanProposed, PlanRejected,
-    PlanSource, PlanSpec, PlanState, ReplanRequested, Task, TaskControl, TaskFinished, TaskStatus,
+    PlanSource, PlanSpec, PlanState, ReasonCode, ReplanRequested, Task, TaskControl, TaskFinished,
+    TaskStatus, Verdict, VerdictKind, VerifyTier, VoteSplit,
 };
-use weft_core::run::{AssistantMessage, AwaitingInput, ErrorEvent, RunEvent, StopReason};
-use weft_store::StepChange;
+use weft_core::run::{
+    AssistantMessage, AwaitingInput, ErrorEvent, Interruption, RunEvent, StopReason,
+};
+use weft_store::{LedgerStart, StepChange};
 
 use crate::driver::Driver;
 use crate::machine::LoopState;
 use crate::stop::Stop;
 use crate::subruns::{ChildRequest, Made};
+
+/// The ledger's name for a question put to a person (a split vote).
+const PERSON_TOOL: &str = "plan.person";
 
 /// The most of a role's answer a plan event keeps.
 const MAX_KEPT_OUTPUT: usize = 4000;
@@ -42,8 +50,9 @@ impl Driver {
             if self.stop.is_cancelled() {
                 return Err(Stop::Shutdown);
             }
-            let (state, goal) = self.plan_state(spec, fresh.take()).await?;
-            let facts = self.plan_facts(spec, &state).await?;
+            let (state, goal, answers) = self.plan_state(spec, fresh.take()).await?;
+            let mut facts = self.plan_facts(spec, &state).await?;
+            facts.answers = answers;
             match plan::next_action(&state, &facts) {
                 PlanAction::Done => return Ok(()),
                 PlanAction::Cancel => {
@@ -99,6 +108,14 @@ impl Driver {
                     .await?;
                     self.wait_for_slot(self.run_id()).await?;
                 }
+                PlanAction::AskPerson { task, attempt } => {
+                    return self.ask_person(&state, &task, attempt).await;
+                }
+                PlanAction::Settle {
+                    task,
+                    attempt,
+                    answer,
+                } => self.settle(&state, &task, attempt, &answer).await?,
                 PlanAction::Replan {
                     replan,
                     reason,
@@ -118,23 +135,37 @@ impl Driver {
         }
     }
 
-    /// The run's transcript folded into a plan state, and the goal (its first input).
+    /// The run's transcript folded into a plan state, the goal (its first input) and a person's
+    /// answers to split votes (from the ledger rows their questions left).
     async fn plan_state(
         &self,
         spec: &PlanSpec,
         fresh: Option<Vec<(String, Value)>>,
-    ) -> Result<(PlanState, String), Stop> {
+    ) -> Result<(PlanState, String, BTreeMap<String, String>), Stop> {
+        let mut answers = BTreeMap::new();
         let events: Vec<(i64, String, Value)> = match fresh {
             Some(e) => (1i64..).zip(e).map(|(seq, (k, d))| (seq, k, d)).collect(),
-            None => self
-                .inner
-                .store
-                .transcript(self.run_id())
-                .await?
-                .events
-                .into_iter()
-                .map(|e| (e.seq, e.kind, e.data))
-                .collect(),
+            None => {
+                let t = self.inner.store.transcript(self.run_id()).await?;
+                for l in t.ledger {
+                    if l.finished
+                        && l.tool == PERSON_TOOL
+                        && let Some(answer) = l
+                            .result
+                            .as_deref()
+                            .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                            .and_then(|v| {
+                                v.get("answer").and_then(Value::as_str).map(str::to_owned)
+                            })
+                    {
+                        answers.insert(l.tool_use_id, answer);
+                    }
+                }
+                t.events
+                    .into_iter()
+                    .map(|e| (e.seq, e.kind, e.data))
+                    .collect()
+            }
         };
         let mut state = PlanState::new(spec.limits.clone());
         let mut goal = None;
@@ -151,7 +182,7 @@ impl Driver {
         let mut seq = self.seq.lock().await;
         *seq = (*seq).max(last_seq + 1);
         drop(seq);
-        Ok((state, goal.unwrap_or_default()))
+        Ok((state, goal.unwrap_or_default(), answers))
     }
 
     async fn plan_facts(&self, spec: &PlanSpec, state: &PlanState) -> Result<Facts, Stop> {
@@ -183,6 +214,7 @@ impl Driver {
             caller_tasks: spec.tasks.is_some(),
             approval: spec.approval,
             approved,
+            answers: BTreeMap::new(),
         })
     }
 
@@ -433,6 +465,98 @@ impl Driver {
             Ok(events)
         })
         .await
+    }
+
+    /// Parks the run with a question to a person about the split vote on `task`'s attempt
+    /// `attempt`: an interruption whose answer (`pass` or `fail`) settles it.
+    async fn ask_person(&self, state: &PlanState, task: &str, attempt: u32) -> Result<(), Stop> {
+        let id = VoteSplit::question_id(task, attempt);
+        let split = state.state_of(task).split;
+        let question = format!(
+            "The verifiers of task `{task}` (attempt {attempt}) split{}. Answer `pass` or `fail`.",
+            split
+                .as_ref()
+                .map(|s| format!(": {} pass, {} fail of {}", s.pass, s.fail, s.votes))
+                .unwrap_or_default()
+        );
+        let interrupt = Interruption {
+            id: format!("int_{id}"),
+            tool_use_id: id.clone(),
+            question,
+        };
+        let value = serde_json::to_value(&interrupt).unwrap_or_default();
+        self.step(
+            None,
+            vec![RunEvent::Interruption(interrupt)],
+            StepChange::LedgerStart(vec![LedgerStart {
+                tool_use_id: id,
+                tool: PERSON_TOOL.into(),
+                input: json!({"task": task, "attempt": attempt}),
+                idempotent: false,
+            }]),
+        )
+        .await?;
+        self.step(
+            None,
+            vec![RunEvent::AwaitingInput(AwaitingInput {
+                reason: "interruption".into(),
+                interrupt: Some(value.clone()),
+                executor: self.inner.owner.clone(),
+            })],
+            StepChange::Park {
+                iterations: 0,
+                usage: json!({}),
+                interrupt: Some(value),
+            },
+        )
+        .await
+    }
+
+    /// Records a person's answer to a split vote as the attempt's verdict: `pass` passes,
+    /// anything else fails with the answer as feedback.
+    async fn settle(
+        &self,
+        state: &PlanState,
+        task: &str,
+        attempt: u32,
+        answer: &str,
+    ) -> Result<(), Stop> {
+        let Some(def) = state.task_def(task).cloned() else {
+            return Ok(());
+        };
+        let t = state.state_of(task);
+        if t.attempt != attempt {
+            return Ok(());
+        }
+        let pass = answer.trim().eq_ignore_ascii_case("pass");
+        let verdict = Verdict {
+            verdict: if pass {
+                VerdictKind::Pass
+            } else {
+                VerdictKind::Fail
+            },
+            reason_code: if pass {
+                ReasonCode::Ok
+            } else {
+                ReasonCode::Other
+            },
+            confidence: 1.0,
+            issues: Vec::new(),
+            missing: Vec::new(),
+            feedback: if pass {
+                String::new()
+            } else {
+                answer.trim().to_owned()
+            },
+        };
+        let runs = t
+            .split
+            .as_ref()
+            .map(|s| s.verifier_run_ids.clone())
+            .unwrap_or_default();
+        self.record_verdict(&t, &def, VerifyTier::Human, verdict, runs, 0)
+            .await?;
+        Ok(())
     }
 
     /// Fails the run with `message`.

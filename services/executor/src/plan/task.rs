@@ -9,7 +9,7 @@ use std::sync::Arc;
 use weft_core::plan::{
     self, CheckResult, Decision, EmitterRole, OutcomeStale, PlanSpec, PlanState, ReasonCode, Task,
     TaskChecked, TaskFinished, TaskRetrying, TaskStarted, TaskStatus, TaskStep, TaskVerified,
-    Verdict, VerdictKind, VerifierUnreadable, VerifyTier,
+    Verdict, VerdictKind, VerifierUnreadable, VerifyTier, VoteSplit,
 };
 use weft_core::run::{RunEvent, RunStatus};
 use weft_proto::v1;
@@ -169,18 +169,19 @@ impl Driver {
                         Some(Err(unreadable)) => vec![RunEvent::VerifierUnreadable(unreadable)],
                     }
                 }
-                TaskStep::Vote { votes } => {
-                    let Some((verdict, runs, tokens)) =
-                        self.vote(spec, goal, &t, &task, votes).await?
-                    else {
-                        return Ok(());
-                    };
-                    let e = self
-                        .record_verdict(&t, &task, VerifyTier::Vote, verdict, runs, tokens)
-                        .await?;
-                    fold(&mut local, e);
-                    continue;
-                }
+                TaskStep::AwaitPerson => return Ok(()),
+                TaskStep::Vote { votes } => match self.vote(spec, goal, &t, &task, votes).await? {
+                    None => return Ok(()),
+                    Some(Voted::Majority(verdict, runs, tokens)) => {
+                        let e = self
+                            .record_verdict(&t, &task, VerifyTier::Vote, verdict, runs, tokens)
+                            .await?;
+                        fold(&mut local, e);
+                        continue;
+                    }
+                    // A person settles it once nothing else can run.
+                    Some(Voted::Split(split)) => vec![RunEvent::VoteSplit(split)],
+                },
                 TaskStep::Decide(d) => match d {
                     Decision::Pass => vec![RunEvent::TaskFinished(TaskFinished {
                         task: id.clone(),
@@ -344,7 +345,10 @@ impl Driver {
         try_no: u32,
         vote: Option<u32>,
     ) -> Result<Option<Result<(Verdict, weft_core::RunId, u64), VerifierUnreadable>>, Stop> {
-        let Some(agent) = spec.verifier.clone() else {
+        let seat = vote.and_then(|i| {
+            (!spec.voters.is_empty()).then(|| spec.voters[i as usize % spec.voters.len()].clone())
+        });
+        let Some(agent) = seat.or_else(|| spec.verifier.clone()) else {
             return Ok(Some(Ok((
                 Verdict {
                     verdict: VerdictKind::Inconclusive,
@@ -435,8 +439,8 @@ impl Driver {
         }))
     }
 
-    /// A vote of `votes` verifiers at once: the majority's verdict; no majority for pass or fail
-    /// is a `split` (inconclusive). An unreadable answer counts as inconclusive.
+    /// A vote of `votes` verifiers at once: the majority's verdict, or — no majority for pass or
+    /// fail — a split for a person to settle. An unreadable answer counts as inconclusive.
     async fn vote(
         &self,
         spec: &PlanSpec,
@@ -444,7 +448,7 @@ impl Driver {
         t: &plan::TaskState,
         task: &Task,
         votes: u32,
-    ) -> Result<Option<(Verdict, Vec<weft_core::RunId>, u64)>, Stop> {
+    ) -> Result<Option<Voted>, Stop> {
         let results = futures::future::join_all(
             (0..votes).map(|i| self.verify(spec, goal, t, task, 1, Some(i))),
         )
@@ -475,7 +479,7 @@ impl Driver {
             .filter(|v| v.verdict == VerdictKind::Fail)
             .count();
         let need = votes as usize / 2 + 1;
-        let verdict = if pass >= need {
+        let majority = if pass >= need {
             verdicts
                 .into_iter()
                 .find(|v| v.verdict == VerdictKind::Pass)
@@ -486,19 +490,22 @@ impl Driver {
         } else {
             None
         };
-        let verdict = verdict.unwrap_or_else(|| Verdict {
-            verdict: VerdictKind::Inconclusive,
-            reason_code: ReasonCode::Split,
-            confidence: 0.0,
-            issues: Vec::new(),
-            missing: Vec::new(),
-            feedback: format!("the verifiers split: {pass} pass, {fail} fail of {votes}"),
-        });
-        Ok(Some((verdict, runs, tokens)))
+        Ok(Some(match majority {
+            Some(v) => Voted::Majority(v, runs, tokens),
+            None => Voted::Split(VoteSplit {
+                task: task.id.clone(),
+                attempt: t.attempt,
+                pass: u32::try_from(pass).unwrap_or(u32::MAX),
+                fail: u32::try_from(fail).unwrap_or(u32::MAX),
+                votes,
+                verifier_run_ids: runs,
+                tokens,
+            }),
+        }))
     }
 
     /// Records a verdict: `task_verified` and its evaluation row, in one transaction.
-    async fn record_verdict(
+    pub(super) async fn record_verdict(
         &self,
         t: &plan::TaskState,
         task: &Task,
@@ -563,6 +570,13 @@ impl Driver {
         .await?;
         Ok(event)
     }
+}
+
+/// What a vote came to.
+enum Voted {
+    /// A majority's verdict, the verifiers' runs and their tokens.
+    Majority(Verdict, Vec<weft_core::RunId>, u64),
+    Split(VoteSplit),
 }
 
 /// Folds one event this task recorded into its run's state.

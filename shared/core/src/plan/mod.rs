@@ -19,9 +19,8 @@ pub use state::{
 pub use validate::{globs_overlap, validate, validate_replan};
 pub use weft_api::plans::{
     Approval, AttemptView, Check, CheckResult, EmitterRole, EvaluationAggregate, EvaluationList,
-    Format, Issue, PlanLimits, PlanSpec,
-    PlanStatus, PlanView, ReasonCode, RunMode, Task, TaskStatus, TaskView, Verdict, VerdictKind,
-    VerifyMode,
+    Format, Issue, PlanLimits, PlanSpec, PlanStatus, PlanView, ReasonCode, RunMode, Task,
+    TaskStatus, TaskView, Verdict, VerdictKind, VerifyMode,
 };
 
 use crate::RunId;
@@ -151,6 +150,28 @@ pub struct TaskVerified {
     pub verifier_run_ids: Vec<RunId>,
     #[serde(default)]
     pub tokens: u64,
+}
+
+/// `vote_split`: a vote's verifiers disagreed; a person settles it through an interruption
+/// (`POST /v1/runs/{id}/interrupts/{interrupt_id}` with `pass` or `fail`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VoteSplit {
+    pub task: String,
+    pub attempt: u32,
+    pub pass: u32,
+    pub fail: u32,
+    pub votes: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifier_run_ids: Vec<RunId>,
+    #[serde(default)]
+    pub tokens: u64,
+}
+
+impl VoteSplit {
+    /// The tool-use id (and ledger key) of the question put to a person about this split.
+    pub fn question_id(task: &str, attempt: u32) -> String {
+        format!("vote:{task}:{attempt}")
+    }
 }
 
 /// `task_retrying`: attempt `attempt` comes next.

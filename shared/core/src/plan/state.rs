@@ -12,7 +12,7 @@ use super::{
     Approval, AttemptView, BudgetExhausted, OutcomeStale, PlanAccepted, PlanAwaitingApproval,
     PlanLimits, PlanProposed, PlanRejected, PlanSource, ReasonCode, ReplanRequested, Task,
     TaskChecked, TaskControl, TaskFinished, TaskRetrying, TaskStarted, TaskStatus, TaskVerified,
-    Verdict, VerdictKind, VerifierUnreadable, VerifyMode, globs_overlap,
+    Verdict, VerdictKind, VerifierUnreadable, VerifyMode, VoteSplit, globs_overlap,
 };
 use crate::RunId;
 use crate::run::{EventKind, RunStatus, StopReason};
@@ -63,6 +63,8 @@ pub struct TaskState {
     pub attempts: Vec<AttemptView>,
     /// An attempt was under way when a new plan version changed the task: its result is stale.
     pub stale_in_flight: bool,
+    /// The current attempt's vote split: a person must settle it.
+    pub split: Option<VoteSplit>,
     pub reason: Option<ReasonCode>,
 }
 
@@ -162,6 +164,7 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
                 t.verdict = None;
                 t.verify_tries = 0;
                 t.unreadable = None;
+                t.split = None;
                 t.attempts.push(AttemptView {
                     attempt: s.attempt,
                     child_run_id: weft_api::runs::RunId(s.child_run_id.to_string()),
@@ -193,11 +196,21 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
                 t.unreadable = Some(u.output);
             }
         }
+        EventKind::VoteSplit => {
+            if let Some(v) = read::<VoteSplit>(data) {
+                state.tokens += v.tokens;
+                let t = state.task.entry(v.task.clone()).or_default();
+                if t.attempt == v.attempt {
+                    t.split = Some(v);
+                }
+            }
+        }
         EventKind::TaskVerified => {
             if let Some(v) = read::<TaskVerified>(data) {
                 state.tokens += v.tokens;
                 let t = state.task.entry(v.task.clone()).or_default();
                 if t.attempt == v.attempt {
+                    t.split = None;
                     t.stage = Stage::Verified;
                     t.signatures.push(signature(&v.verdict));
                     if let Some(a) = t.attempts.last_mut() {
@@ -346,6 +359,8 @@ pub struct Facts {
     /// The newest approval of `PUT /v1/runs/{id}/plan`: the version it approved (a new version
     /// when it edited the plan, with its tasks) and by whom.
     pub approved: Option<(u32, Option<Vec<Task>>, String)>,
+    /// A person's answers to split votes, by [`VoteSplit::question_id`].
+    pub answers: BTreeMap<String, String>,
 }
 
 /// What a plan run does next.
@@ -374,6 +389,14 @@ pub enum PlanAction {
     },
     /// Run these tasks (each to its end: pass, fail or skip), in parallel.
     RunBatch(Vec<String>),
+    /// A person answered the split vote on `task`'s attempt `attempt`: record their verdict.
+    Settle {
+        task: String,
+        attempt: u32,
+        answer: String,
+    },
+    /// Park until a person settles the split vote on `task`'s attempt `attempt`.
+    AskPerson { task: String, attempt: u32 },
     /// Ask for replan number `replan`; `stalled` when no task can start.
     Replan {
         replan: u32,
@@ -444,6 +467,23 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     let batch = select_batch(state);
     if !batch.is_empty() {
         return PlanAction::RunBatch(batch);
+    }
+    // Nothing else can run: the split votes wait for a person.
+    for t in &state.tasks {
+        if let Some(split) = &state.state_of(&t.id).split {
+            let id = VoteSplit::question_id(&t.id, split.attempt);
+            return match facts.answers.get(&id) {
+                Some(answer) => PlanAction::Settle {
+                    task: t.id.clone(),
+                    attempt: split.attempt,
+                    answer: answer.clone(),
+                },
+                None => PlanAction::AskPerson {
+                    task: t.id.clone(),
+                    attempt: split.attempt,
+                },
+            };
+        }
     }
     let open: Vec<&Task> = state
         .tasks
@@ -592,7 +632,9 @@ pub fn select_batch(state: &PlanState) -> Vec<String> {
             .all(|t| state.state_of(&t.id).status.is_terminal())
     };
     let ready = |t: &Task| {
-        !state.state_of(&t.id).status.is_terminal()
+        let s = state.state_of(&t.id);
+        !s.status.is_terminal()
+            && s.split.is_none()
             && t.depends_on.iter().all(|d| done(d))
             && (!t.r#final || others_ended(t))
     };
@@ -648,6 +690,8 @@ pub enum TaskStep {
     GiveUpVerifying,
     /// Ask `votes` verifiers.
     Vote { votes: u32 },
+    /// The vote split: the task waits for a person (the run parks once nothing else can run).
+    AwaitPerson,
     /// The verdict is in: pass, retry or fail ([`decide`]).
     Decide(Decision),
 }
@@ -695,6 +739,7 @@ pub fn task_step(
                 model: t.next_model.clone(),
             },
         },
+        Stage::Checked if t.split.is_some() => TaskStep::AwaitPerson,
         Stage::Checked => {
             let Some(c) = &t.checked else {
                 return TaskStep::VerdictFromChecks;
