@@ -6,7 +6,6 @@
 use serde_json::Value;
 use sqlx::Row as _;
 use time::OffsetDateTime;
-use uuid::Uuid;
 use weft_core::{RunId, TenantId};
 
 use crate::runs::{Fenced, RunStore, RunStoreError};
@@ -162,32 +161,6 @@ impl Fenced {
             .collect::<Result<_, sqlx::Error>>()?;
         out.sort_by_key(|(id, _)| *id);
         Ok(out.into_iter().map(|(_, c)| c).collect())
-    }
-
-    /// Records an evaluation of this run (once per task, attempt and role).
-    pub async fn add_evaluation(&mut self, e: &NewEvaluation) -> Result<(), RunStoreError> {
-        let (run, tenant) = self.run();
-        let tenant = tenant.to_owned();
-        sqlx::query(
-            "INSERT INTO evaluations (id, tenant_id, run_id, task_id, attempt, agent_name, agent_hash,
-                                      emitter_role, verdict, score, dimensions)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (run_id, task_id, attempt, emitter_role) DO NOTHING",
-        )
-        .bind(Uuid::now_v7())
-        .bind(tenant)
-        .bind(run.0)
-        .bind(&e.task)
-        .bind(i32::try_from(e.attempt).unwrap_or(i32::MAX))
-        .bind(&e.agent_name)
-        .bind(&e.agent_hash)
-        .bind(&e.emitter_role)
-        .bind(&e.verdict)
-        .bind(e.score.clamp(0.0, 1.0))
-        .bind(&e.dimensions)
-        .execute(&mut **self.tx())
-        .await?;
-        Ok(())
     }
 }
 

@@ -564,7 +564,7 @@ impl Driver {
         });
         let recorded = event.clone();
         self.commit(None, async |f| {
-            f.add_evaluation(&evaluation).await?;
+            f.record_evaluation(&evaluation).await?;
             Ok(vec![recorded])
         })
         .await?;
