@@ -1,9 +1,9 @@
-//! The definition routes — `/v1/agents…` and `/v1/skills…`, the same shape for every kind —
-//! thin handlers over the substrate's generic Def RPCs. One implementation serves every kind:
-//! each handler is generic over a [`DefRoute`] that names the kind and its path. They parse the
-//! request, forward it with the caller's internal JWT, and render the answer; the substrate
-//! validates, authorizes (reading needs `runs:create`, `runs:read` or `tenant:admin`; writing
-//! `tenant:admin`) and scopes everything to the caller's tenant.
+//! The definition routes — `/v1/agents…`, `/v1/skills…`, `/v1/processes…`, the same shape for
+//! every kind — thin handlers over the substrate's generic Def RPCs. One implementation serves
+//! every kind: each handler is generic over a [`DefRoute`] that names the kind and its path.
+//! They parse the request, forward it with the caller's internal JWT, and render the answer;
+//! the substrate validates, authorizes (reading needs `runs:create`, `runs:read` or
+//! `tenant:admin`; writing `tenant:admin`) and scopes everything to the caller's tenant.
 
 use axum::Extension;
 use axum::Json;
@@ -72,6 +72,14 @@ impl DefRoute for Webhooks {
     const PATH: &'static str = "/v1/webhooks";
 }
 
+/// `/v1/processes`.
+pub struct Processes;
+
+impl DefRoute for Processes {
+    const KIND: v1::DefKind = v1::DefKind::Process;
+    const PATH: &'static str = "/v1/processes";
+}
+
 /// The routes of one kind.
 fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
     let at = |tail: &str| format!("{}{tail}", K::PATH);
@@ -93,6 +101,7 @@ pub fn routes() -> axum::Router<AppState> {
         .merge(def_routes::<McpServers>())
         .merge(def_routes::<Schedules>())
         .merge(def_routes::<Webhooks>())
+        .merge(def_routes::<Processes>())
 }
 
 /// A version as answered; its content is passed on as the substrate stored it.

@@ -13,6 +13,7 @@ use weft_auth::rpc::accept;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
 use weft_core::mcp::McpServerContent;
+use weft_core::process::ProcessContent;
 use weft_core::rfc3339;
 use weft_core::schedule::ScheduleContent;
 use weft_core::skill::SkillContent;
@@ -168,8 +169,9 @@ fn kind(k: i32) -> Result<DefKind, Status> {
         Ok(v1::DefKind::Schedule) => Ok(DefKind::Schedule),
         Ok(v1::DefKind::Webhook) => Ok(DefKind::Webhook),
         Ok(v1::DefKind::Volume) => Ok(DefKind::Volume),
+        Ok(v1::DefKind::Process) => Ok(DefKind::Process),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
-            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK or DEF_KIND_VOLUME",
+            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK, DEF_KIND_VOLUME or DEF_KIND_PROCESS",
         )
         .with_param("kind")
         .into()),
@@ -204,6 +206,9 @@ async fn put_kind(
         DefKind::Volume => {
             defs::put_json::<VolumeContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::Process => {
+            defs::put_json::<ProcessContent>(store, tenant, name, content_json, by).await
+        }
     }
 }
 
@@ -236,6 +241,9 @@ async fn fork_kind(
         }
         DefKind::Volume => {
             defs::fork::<VolumeContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::Process => {
+            defs::fork::<ProcessContent>(store, tenant, name, from_version, changes_json, by).await
         }
     }
 }

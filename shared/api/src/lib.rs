@@ -31,6 +31,7 @@ pub mod memory;
 pub mod objects;
 pub mod op;
 pub mod plans;
+pub mod processes;
 pub mod runs;
 pub mod skills;
 pub mod tools;
@@ -66,6 +67,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     llm::ops,
     usage::ops,
     skills::ops,
+    processes::ops,
     memory::ops,
     channels::ops,
     volumes::ops,

@@ -26,10 +26,13 @@ pub enum DefKind {
     Schedule,
     /// A named volume ([`crate::volume`]).
     Volume,
+    /// A process: a recipe for plan runs ([`crate::process`]).
+    Process,
 }
 
 impl DefKind {
-    /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`, `volume`.
+    /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`, `volume`,
+    /// `process`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
@@ -38,6 +41,7 @@ impl DefKind {
             DefKind::Webhook => "webhook",
             DefKind::Schedule => "schedule",
             DefKind::Volume => "volume",
+            DefKind::Process => "process",
         }
     }
 
@@ -50,6 +54,7 @@ impl DefKind {
             DefKind::Webhook => "webhooks",
             DefKind::Schedule => "schedules",
             DefKind::Volume => "volumes",
+            DefKind::Process => "processes",
         }
     }
 }

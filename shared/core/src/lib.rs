@@ -14,6 +14,7 @@ pub mod message;
 pub mod names;
 pub mod plan;
 pub mod principal;
+pub mod process;
 pub mod ratelimit;
 pub mod run;
 pub mod schedule;
