@@ -273,9 +273,9 @@ pub async fn create_run_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
     headers: HeaderMap,
-    ValidJson(body): NativeJson<CreateRun>,
+    ValidJson(mut body): NativeJson<CreateRun>,
 ) -> Result<Response> {
-    crate::plans::check_create(&st, &p, &body).await?;
+    crate::plans::check_create(&st, &p, &mut body).await?;
     let wants_sse = body.stream
         || headers
             .get("accept")
@@ -962,6 +962,7 @@ mod tests {
             plan: Some(weft_api::plans::PlanSpec {
                 planner: Some("planner".into()),
                 verifier: Some("checker".into()),
+                voters: vec!["checker".into()],
                 replanner: Some("replanner".into()),
                 escalation: vec!["tier:strong".into()],
                 tasks: Some(vec![weft_api::plans::Task {
@@ -982,6 +983,12 @@ mod tests {
                 approval: weft_api::plans::Approval::BeforeExecute,
                 volume: Some("work".into()),
                 limits: weft_api::plans::PlanLimits::default(),
+                process: Some("csv-report".into()),
+                phase_mode: Some(weft_api::plans::PhaseMode::Guided),
+                phases: Some(Vec::new()),
+                persona: Some("careful".into()),
+                tools_required: vec!["Write".into()],
+                tools_excluded: vec!["HTTP".into()],
             }),
         };
         let text = serde_json::to_string(&full).unwrap();
