@@ -1,5 +1,5 @@
-//! `weft`: the operator CLI — run the fleet, migrate, manage tokens, check the machine. This
-//! file only parses and dispatches; each subcommand lives in [`cmd`].
+//! `weft`: the operator CLI — run the fleet, migrate, manage tokens, check the machine, test
+//! processes. This file only parses and dispatches; each subcommand lives in [`cmd`].
 
 mod cmd;
 
@@ -13,6 +13,7 @@ use weft_config::{CommonArgs, DatabaseFlags, FlagLayer, Overrides};
 
 use cmd::hash::HashCmd;
 use cmd::mcp::McpArgs;
+use cmd::process::ProcessCmd;
 use cmd::router::RouterArgs;
 use cmd::token::TokenCmd;
 use cmd::up::{ListenArgs, UpArgs};
@@ -74,6 +75,9 @@ enum Cmd {
     /// servers (Claude Desktop, Claude Code), forwarding to the fleet at --upstream with the
     /// token in $WEFT_TOKEN.
     Mcp(McpArgs),
+    /// Work with processes (plan-run recipes) on a running fleet, over its HTTP API.
+    #[command(subcommand)]
+    Process(ProcessCmd),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +97,7 @@ async fn program() -> ExitCode {
         }
         Cmd::Hash(h) => return cmd::hash::run(h),
         Cmd::Mcp(a) => return cmd::mcp::run(a).await,
+        Cmd::Process(c) => return cmd::process::run(c).await,
         Cmd::Up(a) => {
             o.flags(&a.listen);
         }
@@ -121,7 +126,7 @@ async fn program() -> ExitCode {
             weft_telemetry::boot::run::<weft_ingress::IngressService>("weft", config, ()).await
         }
         Cmd::Router(_) => cmd::router::run(config).await,
-        Cmd::Doctor(_) | Cmd::Hash(_) | Cmd::Mcp(_) => ExitCode::SUCCESS,
+        Cmd::Doctor(_) | Cmd::Hash(_) | Cmd::Mcp(_) | Cmd::Process(_) => ExitCode::SUCCESS,
     }
 }
 

@@ -5,6 +5,7 @@ pub mod executor;
 pub mod hash;
 pub mod mcp;
 pub mod migrate;
+pub mod process;
 pub mod router;
 pub mod token;
 pub mod up;
