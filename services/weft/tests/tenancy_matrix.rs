@@ -141,6 +141,8 @@ struct Params {
     skill_hash: String,
     /// A's MCP server definition is named like A's agent too.
     mcp_hash: String,
+    /// A's process is named like A's agent too.
+    process_hash: String,
     /// A's schedule and webhook definitions are named like A's agent too.
     schedule_hash: String,
     webhook_hash: String,
@@ -158,8 +160,9 @@ struct Params {
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 16] {
+    fn named(&self) -> [(&str, &'static str); 17] {
         [
+            (&self.process_hash, "<process_hash>"),
             (&self.volume, "<volume>"),
             (&self.change, "<change>"),
             (&self.snapshot, "<snapshot>"),
@@ -1016,6 +1019,81 @@ fn expectations() -> Vec<Entry> {
             Some(json!({"description": "an intruder's skill", "body": "an intruder's own skill"}))
         })
         .creates(),
+        // Processes: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/processes",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/processes/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/processes/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/processes/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.process_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's process hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own process hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/processes/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"persona": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/processes/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/processes/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.process_hash}))),
+        // B may define a process of A's process's name in its own tenant; A's is checked
+        // unchanged.
+        entry(
+            Method::PUT,
+            "/v1/processes/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| {
+            Some(json!({"description": "an intruder's process", "phases": [{"id": "a", "description": "an intruder's own phase"}]}))
+        })
+        .creates(),
         // MCP server definitions: the same routes and rules again.
         entry(
             Method::GET,
@@ -1394,6 +1472,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/processes/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/mcp-servers/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/schedules/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/webhooks/") => p.agent.as_str(),
@@ -1786,6 +1865,21 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     let mcp_hash = v["version"].as_str().unwrap().to_owned();
+    let r = f
+        .http
+        .put(format!("{}/v1/processes/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("process-description-{canary}"),
+            "persona": format!("process-persona-{canary}"),
+            "phases": [{"id": "a", "description": format!("process-phase-{canary}")}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    let process_hash = v["version"].as_str().unwrap().to_owned();
     // A schedule of A's agent that fires only on 1 January, so never during the matrix, and a
     // webhook starting A's agent. The webhook's secret is never set: no delivery can verify.
     let r = f
@@ -1997,6 +2091,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         agent_hash: agent_hash.clone(),
         skill_hash: skill_hash.clone(),
         mcp_hash: mcp_hash.clone(),
+        process_hash: process_hash.clone(),
         schedule_hash: schedule_hash.clone(),
         webhook_hash: webhook_hash.clone(),
         channel: channel.clone(),
@@ -2016,6 +2111,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         agent_hash: format!("sha256:{ghost_hex}"),
         skill_hash: format!("sha256:{}", ghost_hex.chars().rev().collect::<String>()),
         mcp_hash: format!("sha256:{}{}", &ghost_hex[32..], &ghost_hex[..32]),
+        process_hash: format!("sha256:{}{}", &ghost_hex[40..], &ghost_hex[..40]),
         schedule_hash: format!("sha256:{}{}", &ghost_hex[16..], &ghost_hex[..16]),
         webhook_hash: format!("sha256:{}{}", &ghost_hex[48..], &ghost_hex[..48]),
         channel: format!("ghost-{}", &ghost_hex[16..24]),
@@ -2038,6 +2134,17 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         secret("A's agent hash", agent_hash, &[OtherSubject]),
         secret("A's skill hash", skill_hash, &[OtherSubject]),
         secret("A's MCP server hash", mcp_hash, &[OtherSubject]),
+        secret("A's process hash", process_hash, &[OtherSubject]),
+        secret(
+            "A's process persona",
+            format!("process-persona-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's process phase",
+            format!("process-phase-{canary}"),
+            &[OtherSubject],
+        ),
         secret("A's schedule hash", schedule_hash, &[OtherSubject]),
         secret("A's webhook hash", webhook_hash, &[OtherSubject]),
         secret(
@@ -2415,6 +2522,21 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
     {
         failures.push(format!(
             "A's MCP server changed during the matrix: {s} {server} {versions}"
+        ));
+    }
+    let (s, process) = f
+        .get(&format!("/v1/processes/{}", w.a.agent), &w.a_admin)
+        .await;
+    let (_, versions) = f
+        .get(&format!("/v1/processes/{}/versions", w.a.agent), &w.a_admin)
+        .await;
+    if s != 200
+        || process["version"] != w.a.process_hash.as_str()
+        || process["retired"] != false
+        || versions["data"].as_array().map_or(0, Vec::len) != 1
+    {
+        failures.push(format!(
+            "A's process changed during the matrix: {s} {process} {versions}"
         ));
     }
     for (kind, hash) in [
