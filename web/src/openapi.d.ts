@@ -4728,6 +4728,756 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/processes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the processes of your tenant (retired ones included)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description processes by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummaryList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Whether a hash is a version of a process of your tenant
+         * @description Scope: runs:create, runs:read, tenant:admin or admin. Answers 200 with known=false for an unknown hash.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["VerifyDef"];
+                };
+            };
+            responses: {
+                /** @description the answer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VerifyDefResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The active version of a process, or ?version= (hash or number)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description `sha256:<hex>` or a version number
+                     * @example 1
+                     */
+                    version?: string;
+                };
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ProcessVersion"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such process (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /**
+         * Put a process: a new version when the content changed
+         * @description Scope: tenant:admin or admin. The body is the content fields: `description` and `phases` are required; the phases must form a valid plan (every error is listed). The same content returns the existing version (200, created=false) and makes it active; new content becomes the next version (201) with the previously active version as parent. A retired name is un-retired.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ProcessContent"];
+                };
+            };
+            responses: {
+                /** @description the content already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutProcessResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutProcessResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/{name}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Point a process at one of its versions (and un-retire it)
+         * @description Scope: tenant:admin or admin
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ActivateDef"];
+                };
+            };
+            responses: {
+                /** @description the process */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such process (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/{name}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new version derived from another with changes merged
+         * @description Scope: tenant:admin or admin. `changes` is merged as a JSON merge patch (RFC 7386) over `from_version` (default: the active version). `from_version` may be a version of another process of your tenant, which starts a new name. The new version becomes active; its parent is the source.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ForkDef"];
+                };
+            };
+            responses: {
+                /** @description the result already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutProcessResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutProcessResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such process (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/{name}/retire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retire a process (it stays readable; plan runs can no longer name it)
+         * @description Scope: tenant:admin or admin. No body. Idempotent.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the process */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such process (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/processes/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every version of a process, oldest first
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example csv-report */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description versions by number */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ProcessVersionList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such process (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -13798,6 +14548,55 @@ export interface components {
              */
             next_cursor?: string | number | null;
         };
+        /** @description One phase of a process: a plan task whose deliverables are files it must write. */
+        Phase: {
+            /**
+             * @description what a verifier holds the result to
+             * @default
+             */
+            acceptance?: string;
+            /**
+             * @description the agent that does it (default: the run's agent)
+             * @default null
+             */
+            agent?: string | null;
+            /**
+             * @description checks run without a model, besides the deliverables' `exists`
+             * @default []
+             */
+            checks?: components["schemas"]["Check"][];
+            /**
+             * @description out of attempts, it replans the run (or fails it)
+             * @default false
+             */
+            critical?: boolean;
+            /**
+             * @description files the phase writes (relative paths, no globs): each becomes a write of the task and
+             *     an `exists` check
+             * @default []
+             */
+            deliverables?: string[];
+            /**
+             * @description phases that must pass first
+             * @default []
+             */
+            depends_on?: string[];
+            /** @description what to do, for the agent doing it */
+            description: string;
+            /**
+             * @description the last phase: runs after every other has ended, and nothing may depend on it
+             * @default false
+             */
+            final?: boolean;
+            /** @description unique in the process: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.`; the task id */
+            id: string;
+            /**
+             * @description how the result is verified (default: `verification.default_verify`, else `checks`)
+             * @default null
+             * @enum {string|null}
+             */
+            verify?: "checks" | "llm" | "vote" | null;
+        };
         /**
          * @description The body of `PUT /v1/runs/{id}/plan` (with `If-Match: "<version>"`): approve the proposed plan
          *     as it is (`{}`), or edit it (`tasks`, validated like a planner's: a new version, approved).
@@ -13881,16 +14680,55 @@ export interface components {
                  */
                 max_wall_s?: number;
             };
+            /**
+             * @description set by the gateway from `process`; a caller may not set it: text put before the
+             *     planner's message and each task attempt's
+             */
+            readonly persona?: string | null;
+            /**
+             * @description set by the gateway from `process`; a caller may not set it: how binding the process's
+             *     phases are
+             * @enum {string|null}
+             */
+            readonly phase_mode?: "strict" | "guided" | "suggestive" | null;
+            /**
+             * @description set by the gateway from `process` (`guided` and `suggestive`; a `strict` process's phases
+             *     are `tasks`); a caller may not set it: the phases as tasks, for the planner
+             */
+            readonly phases?: components["schemas"]["Task"][] | null;
             /** @description the agent that writes the plan (default: the run's agent) */
             planner?: string | null;
+            /**
+             * @description a process of the caller's tenant (`/v1/processes`, its active version): its phases become
+             *     the plan (`phase_mode: strict`) or guide the planner (`guided`, `suggestive`), and its
+             *     persona, tools and limits apply (the caller's `limits` may only narrow them). Not with
+             *     `tasks`
+             */
+            process?: string | null;
             /** @description the agent that rewrites a stalled plan (default: the planner) */
             replanner?: string | null;
             /** @description the plan itself: no planner is asked (validated the same way; an invalid one is a 400) */
             tasks?: components["schemas"]["Task"][] | null;
+            /**
+             * @description set by the gateway from `process`; a caller may not set it: tools taken from every task
+             *     attempt's sub-run
+             */
+            readonly tools_excluded?: string[];
+            /**
+             * @description set by the gateway from `process`; a caller may not set it: tools every agent doing a
+             *     task must have (checked for the run's agent and the phases' agents when the run is
+             *     created)
+             */
+            readonly tools_required?: string[];
             /** @description the independent agent that verifies results (`verify: llm|vote`); never given write tools */
             verifier?: string | null;
             /** @description the volume binding checks read and verifiers see (default: the run's default binding) */
             volume?: string | null;
+            /**
+             * @description the agents of a vote's seats, in turn (default: `verifier` in every seat); a panel of
+             *     different agents (or models) disagrees more honestly than one agent asked thrice
+             */
+            voters?: string[];
         };
         /**
          * @description The answer of `GET /v1/runs/{id}/plan` and `GET /v1/runs/{id}/plan/versions/{v}`; its `ETag`
@@ -13929,6 +14767,217 @@ export interface components {
             scopes: string[];
             subject: string;
             tenant: string;
+        };
+        /**
+         * @description A process's content (hashed into its version; every field present in the canonical JSON).
+         * @example {
+         *       "description": "Turn a CSV into a checked report",
+         *       "limits": {
+         *         "max_attempts": 2
+         *       },
+         *       "persona": "You are a careful analyst. Cite the numbers you use.",
+         *       "phase_mode": "strict",
+         *       "phases": [
+         *         {
+         *           "checks": [
+         *             {
+         *               "check": "parses",
+         *               "format": "json",
+         *               "path": "summary.json"
+         *             }
+         *           ],
+         *           "deliverables": [
+         *             "summary.json"
+         *           ],
+         *           "description": "Summarise data.csv into summary.json",
+         *           "id": "load"
+         *         },
+         *         {
+         *           "acceptance": "names the three largest regions",
+         *           "deliverables": [
+         *             "report.md"
+         *           ],
+         *           "depends_on": [
+         *             "load"
+         *           ],
+         *           "description": "Write report.md from summary.json",
+         *           "final": true,
+         *           "id": "report",
+         *           "verify": "llm"
+         *         }
+         *       ],
+         *       "tests": [
+         *         {
+         *           "expect": {
+         *             "passed": [
+         *               "load",
+         *               "report"
+         *             ],
+         *             "status": "succeeded"
+         *           },
+         *           "input": "Report on data.csv",
+         *           "name": "smoke"
+         *         }
+         *       ],
+         *       "tools": {
+         *         "excluded": [
+         *           "HTTP"
+         *         ],
+         *         "required": [
+         *           "Write"
+         *         ]
+         *       },
+         *       "verification": {
+         *         "default_verify": "checks"
+         *       }
+         *     }
+         */
+        ProcessContent: {
+            /**
+             * @description what the process is for, shown in listings
+             * @default
+             */
+            description: string;
+            /**
+             * @description the plan run's budgets; a field left out keeps the plan default, and a caller's `limits`
+             *     may only narrow them
+             */
+            limits?: {
+                /**
+                 * Format: uint32
+                 * @default null
+                 */
+                max_attempts?: number | null;
+                /**
+                 * Format: uint32
+                 * @default null
+                 */
+                max_parallel?: number | null;
+                /**
+                 * Format: uint32
+                 * @default null
+                 */
+                max_replans?: number | null;
+                /**
+                 * Format: uint32
+                 * @default null
+                 */
+                max_tasks?: number | null;
+                /**
+                 * Format: uint64
+                 * @description 0 = no limit
+                 * @default null
+                 */
+                max_tokens?: number | null;
+                /**
+                 * Format: uint64
+                 * @description 0 = no limit
+                 * @default null
+                 */
+                max_wall_s?: number | null;
+            };
+            /**
+             * @description text put before the planner's message and each task attempt's (a role, house rules)
+             * @default
+             */
+            persona?: string;
+            /**
+             * @description how binding the phases are (default `strict`)
+             * @default strict
+             * @enum {string}
+             */
+            phase_mode?: "strict" | "guided" | "suggestive";
+            /**
+             * @description the phases, a plan's tasks in all but name
+             * @default []
+             */
+            phases: components["schemas"]["Phase"][];
+            /**
+             * @description the cases `weft process test` runs
+             * @default []
+             */
+            tests?: components["schemas"]["ProcessTest"][];
+            /** @description The tools of a process's plan runs. */
+            tools?: {
+                /**
+                 * @description tools (names or `*` globs) taken from every task attempt's sub-run
+                 * @default []
+                 */
+                excluded?: string[];
+                /**
+                 * @description tools the run's agent and every phase's agent must have (a run without them is a 400)
+                 * @default []
+                 */
+                required?: string[];
+            };
+            /** @description A process's verification defaults. */
+            verification?: {
+                /**
+                 * @description the `verify` of a phase that gives none (default `checks`)
+                 * @default null
+                 * @enum {string|null}
+                 */
+                default_verify?: "checks" | "llm" | "vote" | null;
+                /**
+                 * Format: uint32
+                 * @description verifiers in a vote (3-7; default 3)
+                 * @default null
+                 */
+                votes?: number | null;
+            };
+        };
+        /**
+         * @description One test case of a process: a plan run of it with `input` as the goal, and what must come
+         *     of it.
+         */
+        ProcessTest: {
+            /**
+             * @description What a test case expects of its run.
+             * @default {
+             *       "passed": [],
+             *       "status": "succeeded"
+             *     }
+             */
+            expect?: {
+                /**
+                 * @description phases that must have passed
+                 * @default []
+                 */
+                passed?: string[];
+                /**
+                 * @description how the run ends (default `succeeded`)
+                 * @default succeeded
+                 * @enum {string}
+                 */
+                status?: "succeeded" | "failed";
+            };
+            /** @description the run's goal */
+            input: string;
+            /** @description unique in the process: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.` */
+            name: string;
+        };
+        ProcessVersion: {
+            /** @description whether the name points to this version */
+            active: boolean;
+            content: components["schemas"]["ProcessContent"];
+            /** Format: date-time */
+            created_at: string;
+            name: string;
+            number: number;
+            parent_version?: string | null;
+            /** @description whether the name is retired */
+            retired: boolean;
+            /** @description sha256:<hex> of the canonical JSON of content */
+            version: string;
+        };
+        /** @description One page of a list: every item (lists of definitions have one page). */
+        ProcessVersionList: {
+            data: components["schemas"]["ProcessVersion"][];
+            /**
+             * @description where the next page starts (null: this is the last page; lists without pages always answer null)
+             * @default null
+             */
+            next_cursor?: string | number | null;
         };
         /**
          * @description The body of `POST /v1/channels/{name}/publish`.
@@ -14000,6 +15049,9 @@ export interface components {
             created: boolean;
         };
         PutMcpServerResult: components["schemas"]["McpServerVersion"] & {
+            created: boolean;
+        };
+        PutProcessResult: components["schemas"]["ProcessVersion"] & {
             created: boolean;
         };
         PutScheduleResult: components["schemas"]["ScheduleVersion"] & {

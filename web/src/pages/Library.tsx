@@ -13,6 +13,7 @@ export const KINDS = [
   { kind: 'mcp-servers', title: 'MCP servers', one: 'MCP server' },
   { kind: 'schedules', title: 'Schedules', one: 'schedule' },
   { kind: 'webhooks', title: 'Webhooks', one: 'webhook' },
+  { kind: 'processes', title: 'Processes', one: 'process' },
 ] as const;
 type Kind = (typeof KINDS)[number]['kind'];
 
@@ -22,7 +23,8 @@ type DefContent =
   | Schemas['SkillContent']
   | Schemas['McpServerContent']
   | Schemas['ScheduleContent']
-  | Schemas['WebhookContent'];
+  | Schemas['WebhookContent']
+  | Schemas['ProcessContent'];
 
 /** A version of a definition of any kind (`content` is the kind's). */
 type Version =
@@ -30,7 +32,8 @@ type Version =
   | Schemas['SkillVersion']
   | Schemas['McpServerVersion']
   | Schemas['ScheduleVersion']
-  | Schemas['WebhookVersion'];
+  | Schemas['WebhookVersion']
+  | Schemas['ProcessVersion'];
 
 function kindOf(k: string | undefined): (typeof KINDS)[number] {
   return KINDS.find((x) => x.kind === k) ?? KINDS[0];
