@@ -5,7 +5,11 @@
 use weft_core::plan::{CheckResult, PlanLimits, PlanRejected, Task, TaskState};
 
 /// The JSON a plan is given as, for the planner and the replanner.
-const PLAN_SHAPE: &str = r#"{"tasks": [{"id": "short-id", "description": "what to do, self-contained", "depends_on": ["ids that must pass first"], "writes": ["globs of files it writes"], "checks": [{"check": "exists", "path": "file"}], "acceptance": "what a verifier holds the result to", "verify": "checks", "critical": false, "final": false}]}"#;
+/// An example plan (concrete, so a small model copying it copies something valid): fields are
+/// explained in [`PLAN_FIELDS`].
+const PLAN_SHAPE: &str = r#"{"tasks": [{"id": "load", "description": "Read data.csv and write totals.json with the sum of each column", "depends_on": [], "writes": ["totals.json"], "checks": [{"check": "parses", "path": "totals.json", "format": "json"}], "acceptance": "totals.json holds one number per column of data.csv", "verify": "checks", "critical": true, "final": false}, {"id": "report", "description": "Write report.md naming the largest total in totals.json", "depends_on": ["load"], "writes": ["report.md"], "checks": [{"check": "non_empty", "path": "report.md"}], "acceptance": "report.md names the largest total", "verify": "llm", "critical": false, "final": true}]}"#;
+
+const PLAN_FIELDS: &str = "id: short and unique; description: what to do, self-contained; depends_on: ids of this plan that must pass first; writes: globs of the files the task writes; checks: run on those files; acceptance: what a verifier holds the result to; critical: a failure replans the run; final: the last task";
 
 const CHECK_KINDS: &str = "check kinds: exists {path}, non_empty {path}, parses {path, format: json|yaml|toml|csv}, matches {path, pattern}, not_matches {path, pattern}, json_eq {path, pointer, value}, sha256 {path, sha256}, no_placeholders {path}; verify: checks (checks only), llm (checks, then an independent verifier), vote (several verifiers)";
 
@@ -29,7 +33,7 @@ pub(crate) fn planner(goal: &str, limits: &PlanLimits, rejected: Option<&PlanRej
          dependencies; tasks that do not depend on each other run in parallel, and every result is \
          checked by something other than the agent that did it, so give each task checks on the \
          files it writes and an acceptance a verifier can judge.\nAnswer with JSON only, in this \
-         shape:\n{PLAN_SHAPE}\n({CHECK_KINDS})\n\nThe goal:\n{goal}",
+         shape (an example of two tasks; write your own):\n{PLAN_SHAPE}\n({PLAN_FIELDS}; {CHECK_KINDS})\n\nThe goal:\n{goal}",
         rejection(rejected),
         limits.max_tasks,
     )
@@ -66,7 +70,7 @@ pub(crate) fn replanner(
          can still be reached. Rules: keep every task id; leave tasks that passed or were skipped \
          exactly as they are; change failed and pending tasks as needed and add new ones.\nThe \
          plan (version {version}) with each task's state, on one line:\n{}\nAnswer with JSON \
-         only, in this shape:\n{PLAN_SHAPE}\n({CHECK_KINDS})\n\nThe goal:\n{goal}",
+         only, in this shape (an example; write the whole plan):\n{PLAN_SHAPE}\n({PLAN_FIELDS}; {CHECK_KINDS})\n\nThe goal:\n{goal}",
         rejection(rejected),
         serde_json::Value::Array(current),
     )
@@ -148,4 +152,21 @@ pub(crate) fn verifier(
          a pass.\n\nThe plan's goal, for context:\n{goal}"
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_core::plan::{PlanLimits, parse::parse_plan, validate};
+
+    use super::PLAN_SHAPE;
+
+    #[test]
+    fn the_example_plan_is_a_valid_plan() {
+        // A small model copies the example; what it copies must at least be valid.
+        let tasks = parse_plan(PLAN_SHAPE).unwrap();
+        assert_eq!(
+            validate(&tasks, &PlanLimits::default()),
+            Vec::<String>::new()
+        );
+    }
 }
