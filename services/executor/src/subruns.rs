@@ -178,6 +178,10 @@ impl Driver {
         if spec.tools.is_empty() {
             spec.response_format = req.response_format;
         }
+        // A plan run's process may take tools from every role's sub-run.
+        if let Some(plan) = &self.spec.plan {
+            spec.tools.retain(|t| !plan.tools_excluded.contains(t));
+        }
         // A sub-run uses its parent's credentials.
         spec.credentials = self.spec.credentials.clone();
         let child_id = RunId::new();

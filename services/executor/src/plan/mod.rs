@@ -248,7 +248,7 @@ impl Driver {
             ),
             _ => (
                 planner,
-                prompts::planner(goal, &spec.limits, state.rejected.as_ref()),
+                prompts::planner(goal, spec, &spec.limits, state.rejected.as_ref()),
                 format!("plan:{}:planner:{attempt}", self.run_id()),
             ),
         };
@@ -292,13 +292,17 @@ impl Driver {
                 record.status
             ))
         };
-        let errors = match &parsed {
+        let mut errors = match &parsed {
             Ok(tasks) if source == PlanSource::Replanner => {
                 plan::validate_replan(&state.tasks, &state.task, tasks, &spec.limits)
             }
             Ok(tasks) => plan::validate(tasks, &spec.limits),
             Err(e) => vec![e.clone()],
         };
+        // A process's phases bind a guided run's plans, and a strict run's replans.
+        if let (Ok(tasks), Some(phases)) = (&parsed, binding_phases(spec)) {
+            errors.extend(weft_core::process::phase_errors(phases, tasks));
+        }
         let _ = attempt;
         self.record_plan(
             state,
@@ -623,6 +627,17 @@ impl Driver {
         }
         let error = error.map(|m| json!({"code": code, "message": m}));
         self.finish(&LoopState::default(), reason, error).await
+    }
+}
+
+/// The phases a written plan must keep: a guided process's, or a strict process's (its phases
+/// are the run's first plan, which a replan must keep too).
+fn binding_phases(spec: &PlanSpec) -> Option<&[Task]> {
+    spec.process.as_ref()?;
+    match spec.phase_mode.unwrap_or_default() {
+        plan::PhaseMode::Guided => spec.phases.as_deref(),
+        plan::PhaseMode::Strict => spec.tasks.as_deref(),
+        plan::PhaseMode::Suggestive => None,
     }
 }
 

@@ -2,7 +2,9 @@
 //! attempt, and its verifier. What varies most (feedback on a previous try) comes first, the
 //! goal last; a verifier sees the acceptance before the description.
 
-use weft_core::plan::{CheckResult, PlanLimits, PlanRejected, Task, TaskState};
+use weft_core::plan::{
+    CheckResult, PhaseMode, PlanLimits, PlanRejected, PlanSpec, Task, TaskState,
+};
 
 /// The JSON a plan is given as, for the planner and the replanner.
 /// An example plan (concrete, so a small model copying it copies something valid): fields are
@@ -26,10 +28,40 @@ fn rejection(r: Option<&PlanRejected>) -> String {
     }
 }
 
+/// What a process adds before a role's message: its persona, and (for the planner) its phases —
+/// to keep (`guided`) or to follow as an outline (`suggestive`).
+pub(crate) fn process_preamble(spec: &PlanSpec, with_phases: bool) -> String {
+    let mut out = String::new();
+    if let Some(p) = spec.persona.as_deref().filter(|p| !p.trim().is_empty()) {
+        out.push_str(p.trim());
+        out.push_str("\n\n");
+    }
+    if with_phases && let Some(phases) = spec.phases.as_ref().filter(|p| !p.is_empty()) {
+        let rule = match spec.phase_mode.unwrap_or_default() {
+            PhaseMode::Guided => {
+                "Your plan must keep every one of these phases as a task, with its id, \
+                 description, dependencies, checks and verification; you may add tasks"
+            }
+            _ => "Use these phases as an outline; you may depart from them",
+        };
+        out.push_str(&format!(
+            "{rule}:\n{}\n\n",
+            serde_json::to_string(phases).unwrap_or_default()
+        ));
+    }
+    out
+}
+
 /// The planner's message.
-pub(crate) fn planner(goal: &str, limits: &PlanLimits, rejected: Option<&PlanRejected>) -> String {
+pub(crate) fn planner(
+    goal: &str,
+    spec: &PlanSpec,
+    limits: &PlanLimits,
+    rejected: Option<&PlanRejected>,
+) -> String {
+    let preamble = process_preamble(spec, true);
     format!(
-        "{}You are the planner of a plan run. Break the goal below into at most {} tasks with \
+        "{}{preamble}You are the planner of a plan run. Break the goal below into at most {} tasks with \
          dependencies; tasks that do not depend on each other run in parallel, and every result is \
          checked by something other than the agent that did it, so give each task checks on the \
          files it writes and an acceptance a verifier can judge.\nAnswer with JSON only, in this \
@@ -77,7 +109,7 @@ pub(crate) fn replanner(
 }
 
 /// The message of a task's attempt.
-pub(crate) fn attempt(goal: &str, task: &Task, feedback: &str) -> String {
+pub(crate) fn attempt(goal: &str, spec: &PlanSpec, task: &Task, feedback: &str) -> String {
     let mut out = String::new();
     if !feedback.trim().is_empty() {
         out.push_str(
@@ -86,6 +118,7 @@ pub(crate) fn attempt(goal: &str, task: &Task, feedback: &str) -> String {
         out.push_str(feedback.trim());
         out.push_str("\n\n");
     }
+    out.push_str(&process_preamble(spec, false));
     out.push_str(&format!(
         "You are doing one task of a larger plan.\nTask `{}`: {}\n",
         task.id, task.description

@@ -82,7 +82,7 @@ impl Driver {
                         return Ok(());
                     }
                     match self
-                        .start_attempt(&local, goal, &task, attempt, &feedback, model)
+                        .start_attempt((spec, &local, goal), &task, attempt, &feedback, model)
                         .await?
                     {
                         None => return Ok(()),
@@ -225,8 +225,7 @@ impl Driver {
     /// task's failure to record; `None` when this run was cancelled meanwhile.
     async fn start_attempt(
         &self,
-        state: &PlanState,
-        goal: &str,
+        (spec, state, goal): (&PlanSpec, &PlanState, &str),
         task: &Task,
         attempt: u32,
         feedback: &str,
@@ -239,7 +238,7 @@ impl Driver {
         let request = ChildRequest {
             key: format!("plan:{}:{}:{attempt}", self.run_id(), task.id),
             agent: &agent,
-            text: prompts::attempt(goal, task, feedback),
+            text: prompts::attempt(goal, spec, task, feedback),
             read_only: false,
             model: model.clone(),
             response_format: None,

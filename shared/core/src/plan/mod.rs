@@ -19,8 +19,8 @@ pub use state::{
 pub use validate::{globs_overlap, validate, validate_replan};
 pub use weft_api::plans::{
     Approval, AttemptView, Check, CheckResult, EmitterRole, EvaluationAggregate, EvaluationList,
-    Format, Issue, PlanLimits, PlanSpec, PlanStatus, PlanView, ReasonCode, RunMode, Task,
-    TaskStatus, TaskView, Verdict, VerdictKind, VerifyMode,
+    Format, Issue, PhaseMode, PlanLimits, PlanSpec, PlanStatus, PlanView, ReasonCode, RunMode,
+    Task, TaskStatus, TaskView, Verdict, VerdictKind, VerifyMode,
 };
 
 use crate::RunId;
