@@ -66,11 +66,11 @@ pub struct SpawnRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     /// `plan` runs the plan harness over `input` as its goal (docs/harness.md)
-    #[serde(default, skip_serializing_if = "crate::plans::RunMode::is_loop")]
-    pub mode: crate::plans::RunMode,
+    #[serde(default, skip_serializing_if = "crate::plan_spec::RunMode::is_loop")]
+    pub mode: crate::plan_spec::RunMode,
     /// the plan harness's roles, plan and budgets (with `mode: "plan"` only)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<crate::plans::PlanSpec>,
+    pub plan: Option<crate::plan_spec::PlanSpec>,
 }
 
 /// `spawn_runs`: several runs, each started (or refused) on its own.

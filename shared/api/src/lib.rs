@@ -30,6 +30,7 @@ pub mod mcp;
 pub mod memory;
 pub mod objects;
 pub mod op;
+pub mod plan_spec;
 pub mod plans;
 pub mod processes;
 pub mod runs;

@@ -246,11 +246,11 @@ pub struct CreateRun {
     #[serde(default)]
     pub stream: bool,
     /// `plan` runs the plan harness over `input` as its goal (docs/harness.md)
-    #[serde(default, skip_serializing_if = "crate::plans::RunMode::is_loop")]
-    pub mode: crate::plans::RunMode,
+    #[serde(default, skip_serializing_if = "crate::plan_spec::RunMode::is_loop")]
+    pub mode: crate::plan_spec::RunMode,
     /// the plan harness's roles, plan and budgets (with `mode: "plan"` only)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<crate::plans::PlanSpec>,
+    pub plan: Option<crate::plan_spec::PlanSpec>,
 }
 
 /// The body of `POST /v1/runs/{id}/cancel` (optional).

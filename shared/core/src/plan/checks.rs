@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Check, CheckResult, Format, Issue, ReasonCode, Verdict, VerdictKind};
 use crate::run::RunStatus;
+use weft_api::plans::{Check, CheckResult, Format, Issue, ReasonCode, Verdict, VerdictKind};
 
 /// How much of a parser's error or a JSON value a message quotes, in characters.
 const QUOTE_LONG: usize = 200;

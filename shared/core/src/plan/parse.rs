@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Task, Verdict};
+use weft_api::plans::{Task, Verdict};
 
 /// The tasks of a planner's answer: `{"tasks": [...]}` or a bare `[...]`.
 pub fn parse_plan(text: &str) -> Result<Vec<Task>, String> {

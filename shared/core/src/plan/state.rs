@@ -8,14 +8,17 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::{
-    Approval, AttemptView, BudgetExhausted, OutcomeStale, PlanAccepted, PlanAwaitingApproval,
-    PlanLimits, PlanProposed, PlanRejected, PlanSource, ReasonCode, ReplanRequested, Task,
-    TaskChecked, TaskControl, TaskFinished, TaskRetrying, TaskStarted, TaskStatus, TaskVerified,
-    Verdict, VerdictKind, VerifierUnreadable, VerifyMode, VoteSplit, globs_overlap,
-};
 use crate::RunId;
-use crate::run::{EventKind, RunStatus, StopReason};
+use crate::run::{
+    BudgetExhausted, EventKind, OutcomeStale, PlanAccepted, PlanAwaitingApproval, PlanProposed,
+    PlanRejected, PlanSource, PlanStalled, ReplanRequested, RunStatus, StopReason, TaskChecked,
+    TaskControl, TaskFinished, TaskRetrying, TaskStarted, TaskVerified, VerifierUnreadable,
+    VoteSplit,
+};
+use weft_api::plans::{
+    Approval, AttemptView, PlanLimits, ReasonCode, Task, TaskStatus, TaskView, Verdict,
+    VerdictKind, VerifyMode,
+};
 
 /// Tries a planner (or replanner) gets to write a valid plan before the run fails.
 pub const MAX_PLAN_TRIES: u32 = 3;
@@ -363,6 +366,26 @@ pub struct Facts {
     pub answers: BTreeMap<String, String>,
 }
 
+/// Whether two write globs may name a common file: conservatively, when the literal part of
+/// one (up to its first wildcard) is a prefix of the other's. Tasks whose globs overlap run one
+/// after the other.
+pub fn globs_overlap(a: &str, b: &str) -> bool {
+    let lit = |g: &str| -> String {
+        g.chars()
+            .take_while(|c| !matches!(c, '*' | '?' | '[' | '{'))
+            .collect()
+    };
+    let (la, lb) = (lit(a), lit(b));
+    let wild_a = la.len() < a.len();
+    let wild_b = lb.len() < b.len();
+    match (wild_a, wild_b) {
+        (false, false) => a == b,
+        (true, false) => b.starts_with(&la),
+        (false, true) => a.starts_with(&lb),
+        (true, true) => la.starts_with(&lb) || lb.starts_with(&la),
+    }
+}
+
 /// What a plan run does next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PlanAction {
@@ -401,7 +424,7 @@ pub enum PlanAction {
     Replan {
         replan: u32,
         reason: String,
-        stalled: Option<super::PlanStalled>,
+        stalled: Option<PlanStalled>,
     },
     Finish {
         reason: StopReason,
@@ -511,7 +534,7 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
         .map(|t| t.id.clone())
         .collect();
     let blocked: Vec<String> = open.iter().map(|t| t.id.clone()).collect();
-    let stalled = super::PlanStalled {
+    let stalled = PlanStalled {
         version: state.version,
         blocked: blocked.clone(),
         failed: failed.clone(),
@@ -586,11 +609,7 @@ fn writing(state: &PlanState, facts: &Facts) -> PlanAction {
     }
 }
 
-fn replan_or_fail(
-    state: &PlanState,
-    reason: String,
-    stalled: Option<super::PlanStalled>,
-) -> PlanAction {
+fn replan_or_fail(state: &PlanState, reason: String, stalled: Option<PlanStalled>) -> PlanAction {
     let max = state.limits.max_replans;
     if state.replans < max {
         return PlanAction::Replan {
@@ -749,9 +768,7 @@ pub fn task_step(
             match task.verify {
                 _ if !clean => TaskStep::VerdictFromChecks,
                 VerifyMode::Checks => TaskStep::VerdictFromChecks,
-                VerifyMode::Llm if t.verify_tries >= super::MAX_VERIFY_TRIES => {
-                    TaskStep::GiveUpVerifying
-                }
+                VerifyMode::Llm if t.verify_tries >= MAX_VERIFY_TRIES => TaskStep::GiveUpVerifying,
                 VerifyMode::Llm => TaskStep::Verify {
                     try_no: t.verify_tries + 1,
                 },
@@ -838,12 +855,12 @@ fn quoted(ids: &[&str]) -> String {
 
 /// `tasks` (a version of the plan) with the state the transcript gives each: status, and every
 /// attempt with its checks and verdict.
-pub fn task_views(state: &PlanState, tasks: &[Task]) -> Vec<super::TaskView> {
+pub fn task_views(state: &PlanState, tasks: &[Task]) -> Vec<TaskView> {
     tasks
         .iter()
         .map(|t| {
             let s = state.state_of(&t.id);
-            super::TaskView {
+            TaskView {
                 task: t.clone(),
                 status: s.status,
                 attempts: s.attempts,
@@ -936,7 +953,7 @@ mod tests {
             RunEvent::TaskVerified(TaskVerified {
                 task: id.into(),
                 attempt: n,
-                tier: super::super::VerifyTier::Llm,
+                tier: crate::run::VerifyTier::Llm,
                 verdict: v,
                 verifier_run_ids: Vec::new(),
                 tokens: 5,
@@ -1084,7 +1101,7 @@ mod tests {
         );
         fold(
             &mut s,
-            RunEvent::OutcomeStale(super::super::OutcomeStale {
+            RunEvent::OutcomeStale(OutcomeStale {
                 task: "a".into(),
                 attempt: 1,
                 plan_version: 1,

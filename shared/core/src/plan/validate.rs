@@ -3,7 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Check, PlanLimits, Task, TaskState, TaskStatus};
+use weft_api::plans::{Check, PlanLimits, Task, TaskStatus};
+
+use super::checks;
+use super::state::TaskState;
 
 /// Every error of `tasks` as a plan under `limits` (empty = valid): ids unique and well formed,
 /// dependencies known and acyclic (a cycle is named), nothing depending on the `final` task
@@ -150,7 +153,7 @@ fn check_error(c: &Check) -> Option<String> {
     }
     match c {
         Check::Matches { pattern, .. } | Check::NotMatches { pattern, .. } => {
-            super::checks::compile(pattern).err().map(|e| {
+            checks::compile(pattern).err().map(|e| {
                 format!(
                     "check `{}` pattern `{pattern}` is not a valid regex: {e}",
                     c.name()
@@ -230,29 +233,10 @@ fn visit<'a>(
     None
 }
 
-/// Whether two write globs may name a common file: conservatively, when the literal part of
-/// one (up to its first wildcard) is a prefix of the other's. Tasks whose globs overlap run one
-/// after the other.
-pub fn globs_overlap(a: &str, b: &str) -> bool {
-    let lit = |g: &str| -> String {
-        g.chars()
-            .take_while(|c| !matches!(c, '*' | '?' | '[' | '{'))
-            .collect()
-    };
-    let (la, lb) = (lit(a), lit(b));
-    let wild_a = la.len() < a.len();
-    let wild_b = lb.len() < b.len();
-    match (wild_a, wild_b) {
-        (false, false) => a == b,
-        (true, false) => b.starts_with(&la),
-        (false, true) => a.starts_with(&lb),
-        (true, true) => la.starts_with(&lb) || lb.starts_with(&la),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::globs_overlap;
 
     fn task(id: &str, deps: &[&str]) -> Task {
         Task {
