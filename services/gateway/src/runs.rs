@@ -275,7 +275,7 @@ pub async fn create_run_handler(
     headers: HeaderMap,
     ValidJson(mut body): NativeJson<CreateRun>,
 ) -> Result<Response> {
-    crate::plans::check_create(&st, &p, &mut body).await?;
+    crate::plans::create::check_create(&st, &p, &mut body).await?;
     let wants_sse = body.stream
         || headers
             .get("accept")
