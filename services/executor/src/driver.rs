@@ -756,7 +756,8 @@ impl Driver {
             )
             .await;
         }
-        if reason == StopReason::Cancelled {
+        // A plan run may end (a budget, a failure) with sub-runs still live: they end with it.
+        if reason == StopReason::Cancelled || self.spec.plan.is_some() {
             self.cascade_cancel().await;
         }
         Ok(())

@@ -246,6 +246,24 @@ impl Driver {
         Ok(Made::Run(Box::new(child)))
     }
 
+    /// Cancels sub-run `child` (it ends `cancelled` wherever it is).
+    pub(crate) async fn stop_child(&self, child: RunId) {
+        let _ = self.inner.coord.cancel(child).await;
+        if matches!(
+            self.inner
+                .store
+                .cancel_unheld(child, Some("replaced by a newer attempt"))
+                .await,
+            Ok(true)
+        ) {
+            let _ = self
+                .inner
+                .coord
+                .release(&self.lease.run.tenant, child)
+                .await;
+        }
+    }
+
     /// Dispatches a live child and waits for it to end: its final row, or `None` when this run
     /// was cancelled meanwhile (the child is cancelled too).
     pub(crate) async fn watch_child(&self, child: RunRecord) -> Result<Option<RunRecord>, Stop> {

@@ -82,8 +82,15 @@ impl Driver {
                     .await?;
                 }
                 PlanAction::AskWriter { source, attempt } => {
+                    // While its writer works, this run does none: it lends its slot to it.
+                    let _ = self
+                        .inner
+                        .coord
+                        .release(&self.lease.run.tenant, self.run_id())
+                        .await;
                     self.ask_writer(spec, &state, &goal, source, attempt)
                         .await?;
+                    self.wait_for_slot(self.run_id()).await?;
                 }
                 PlanAction::AwaitApproval { version } => {
                     return self.park_for_approval(version).await;
@@ -197,9 +204,22 @@ impl Driver {
                 .plan_rows(&self.lease.run.tenant, self.run_id())
                 .await?;
             if let Some(row) = rows.iter().rev().find(|r| r.approved_by.is_some()) {
-                let edited = (row.source == "person")
-                    .then(|| serde_json::from_value::<Vec<Task>>(row.tasks.clone()).ok())
-                    .flatten();
+                let edited = if row.source == "person" {
+                    match serde_json::from_value::<Vec<Task>>(row.tasks.clone()) {
+                        Ok(tasks) => Some(tasks),
+                        // Unreadable here (another version of weft wrote it): not an approval
+                        // this executor can act on; the run stays parked.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "an edited plan cannot be read; waiting");
+                            return Ok(Facts {
+                                approval: spec.approval,
+                                ..Facts::default()
+                            });
+                        }
+                    }
+                } else {
+                    None
+                };
                 approved = Some((
                     row.version,
                     edited,
@@ -244,12 +264,16 @@ impl Driver {
                     &state.task,
                     state.rejected.as_ref(),
                 ),
-                format!("plan:{}:replan:{}:{attempt}", self.run_id(), state.replans),
+                format!(
+                    "plan:{}:role:replanner:{}:{attempt}",
+                    self.run_id(),
+                    state.replans
+                ),
             ),
             _ => (
                 planner,
                 prompts::planner(goal, spec, &spec.limits, state.rejected.as_ref()),
-                format!("plan:{}:planner:{attempt}", self.run_id()),
+                format!("plan:{}:role:planner:{attempt}", self.run_id()),
             ),
         };
         let request = ChildRequest {
@@ -299,6 +323,21 @@ impl Driver {
             Ok(tasks) => plan::validate(tasks, &spec.limits),
             Err(e) => vec![e.clone()],
         };
+        // A task verified by a model needs a verifier to verify it.
+        if let Ok(tasks) = &parsed
+            && spec.verifier.is_none()
+            && spec.voters.is_empty()
+        {
+            for t in tasks
+                .iter()
+                .filter(|t| t.verify != plan::VerifyMode::Checks)
+            {
+                errors.push(format!(
+                    "task `{}` asks to be verified by a model, but this run has no verifier: use `\"verify\": \"checks\"`",
+                    t.id
+                ));
+            }
+        }
         // A process's phases bind a guided run's plans, and a strict run's replans.
         if let (Ok(tasks), Some(phases)) = (&parsed, binding_phases(spec)) {
             errors.extend(weft_core::process::phase_errors(phases, tasks));

@@ -65,6 +65,10 @@ impl Driver {
                     attempt,
                     plan_version,
                 } => {
+                    // The old attempt's sub-run must not go on writing beside the next one.
+                    if let Some(child) = t.child {
+                        self.stop_child(child).await;
+                    }
                     vec![RunEvent::OutcomeStale(OutcomeStale {
                         task: id.clone(),
                         attempt,
@@ -236,7 +240,7 @@ impl Driver {
             .clone()
             .unwrap_or_else(|| self.lease.run.agent_name.clone());
         let request = ChildRequest {
-            key: format!("plan:{}:{}:{attempt}", self.run_id(), task.id),
+            key: format!("plan:{}:task:{}:{attempt}", self.run_id(), task.id),
             agent: &agent,
             text: prompts::attempt(goal, spec, task, feedback),
             read_only: false,
@@ -369,9 +373,14 @@ impl Driver {
         let error = t.unreadable.as_ref().map(|_| "not a JSON verdict");
         let previous = t.unreadable.clone().unwrap_or_default();
         let key = match vote {
-            Some(i) => format!("plan:{}:{}:{}:vote:{i}", self.run_id(), task.id, t.attempt),
+            Some(i) => format!(
+                "plan:{}:task:{}:{}:vote:{i}",
+                self.run_id(),
+                task.id,
+                t.attempt
+            ),
             None => format!(
-                "plan:{}:{}:{}:verify:{try_no}",
+                "plan:{}:task:{}:{}:verify:{try_no}",
                 self.run_id(),
                 task.id,
                 t.attempt

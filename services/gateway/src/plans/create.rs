@@ -63,6 +63,10 @@ pub async fn check_create(
     }
     let plan = body.plan.get_or_insert_with(PlanSpec::default);
     refuse_process_fields(plan).map_err(ApiError::native)?;
+    let errors = weft_core::plan::limit_errors(&plan.limits);
+    if !errors.is_empty() {
+        return Err(ApiError::native(invalid(errors.join("; "), "plan.limits")));
+    }
     let process = match plan.process.clone() {
         None => None,
         Some(name) => Some(

@@ -20,7 +20,7 @@ pub use state::{
     TaskStep, apply, decide, globs_overlap, next_action, select_batch, signature, task_step,
     task_views,
 };
-pub use validate::{validate, validate_replan};
+pub use validate::{MAX_TASKS, limit_errors, validate, validate_replan};
 pub use weft_api::plans::{
     Approval, AttemptView, Check, CheckResult, EmitterRole, EvaluationAggregate, EvaluationList,
     Format, Issue, PhaseMode, PlanLimits, PlanSpec, PlanStatus, PlanView, ReasonCode, RunMode,

@@ -238,6 +238,7 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
                 let t = state.task.entry(f.task.clone()).or_default();
                 t.status = f.status;
                 t.stage = Stage::Idle;
+                t.split = None;
                 t.reason = Some(f.reason_code);
             }
         }
@@ -246,6 +247,7 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
                 let t = state.task.entry(s.task.clone()).or_default();
                 t.stale_in_flight = false;
                 t.stage = Stage::Idle;
+                t.split = None;
                 for a in t.attempts.iter_mut().filter(|a| a.attempt == s.attempt) {
                     a.stale = true;
                 }
@@ -285,7 +287,14 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
 /// Version `a.version` (the newest proposal) becomes the plan. A task that had not passed starts
 /// over: its attempts so far stop counting, and one under way is stale.
 fn accept(state: &mut PlanState, a: &PlanAccepted) {
-    let Some(p) = state.proposed.take().filter(|p| p.version == a.version) else {
+    if state
+        .proposed
+        .as_ref()
+        .is_none_or(|p| p.version != a.version)
+    {
+        return;
+    }
+    let Some(p) = state.proposed.take() else {
         return;
     };
     state.version = p.version;
@@ -303,6 +312,7 @@ fn accept(state: &mut PlanState, a: &PlanAccepted) {
             s.stale_in_flight = true;
         }
         s.status = TaskStatus::Pending;
+        s.split = None;
         s.base = s.attempt;
         s.signatures.clear();
         s.next_feedback.clear();
@@ -440,6 +450,22 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     if facts.cancelled {
         return PlanAction::Cancel;
     }
+    // Attempts under way (a resumed run) end first: nothing else is decided while a task's
+    // sub-run may still be writing.
+    let in_flight: Vec<String> = state
+        .tasks
+        .iter()
+        .filter(|t| {
+            let s = state.state_of(&t.id);
+            !s.status.is_terminal()
+                && s.split.is_none()
+                && matches!(s.stage, Stage::Started | Stage::Checked | Stage::Verified)
+        })
+        .map(|t| t.id.clone())
+        .collect();
+    if state.version > 0 && state.replanning.is_none() && !in_flight.is_empty() {
+        return PlanAction::RunBatch(in_flight);
+    }
     if let Some(e) = &state.exhausted {
         return PlanAction::Finish {
             reason: StopReason::BudgetExhausted,
@@ -493,7 +519,11 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     }
     // Nothing else can run: the split votes wait for a person.
     for t in &state.tasks {
-        if let Some(split) = &state.state_of(&t.id).split {
+        let st = state.state_of(&t.id);
+        if st.status.is_terminal() {
+            continue;
+        }
+        if let Some(split) = &st.split {
             let id = VoteSplit::question_id(&t.id, split.attempt);
             return match facts.answers.get(&id) {
                 Some(answer) => PlanAction::Settle {
@@ -1168,9 +1198,125 @@ mod tests {
             PlanAction::Exhausted(b) if b.budget == "wall_time"
         ));
         attempt(&mut s, "a", 1, verdict(VerdictKind::Pass, ""));
+        // The attempt under way ends first.
+        assert_eq!(
+            next_action(&s, &Facts::default()),
+            PlanAction::RunBatch(vec!["a".into()])
+        );
+        fold(
+            &mut s,
+            RunEvent::TaskFinished(TaskFinished {
+                task: "a".into(),
+                status: TaskStatus::Passed,
+                attempts: 1,
+                reason_code: ReasonCode::Ok,
+                by: None,
+            }),
+        );
         assert!(matches!(
             next_action(&s, &Facts::default()),
             PlanAction::Exhausted(b) if b.budget == "tokens" && b.used == 15
         ));
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::RunEvent;
+
+    fn fold(state: &mut PlanState, e: RunEvent) {
+        let (kind, data) = e.into_parts();
+        state.apply(&kind, &data);
+    }
+
+    #[test]
+    fn a_resumed_run_finishes_attempts_under_way_before_deciding_anything_else() {
+        let tasks: Vec<Task> = serde_json::from_value(json!([
+            {"id": "a", "description": "a", "critical": true},
+            {"id": "b", "description": "b"}
+        ]))
+        .unwrap();
+        let limits = PlanLimits {
+            max_tokens: 1,
+            ..PlanLimits::default()
+        };
+        let mut s = PlanState::new(limits);
+        fold(
+            &mut s,
+            RunEvent::PlanProposed(PlanProposed {
+                version: 1,
+                source: PlanSource::Caller,
+                tasks,
+                child_run_id: None,
+                tokens: 5,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::PlanAccepted(PlanAccepted {
+                version: 1,
+                approved_by: None,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::TaskFinished(TaskFinished {
+                task: "a".into(),
+                status: TaskStatus::Failed,
+                attempts: 3,
+                reason_code: ReasonCode::Incorrect,
+                by: None,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::TaskStarted(TaskStarted {
+                task: "b".into(),
+                attempt: 1,
+                child_run_id: RunId::new(),
+                plan_version: 1,
+                agent: "w".into(),
+                model: None,
+            }),
+        );
+        // A critical task failed and the token budget is spent, but b's sub-run is still live.
+        let f = Facts {
+            controls_waiting: true,
+            ..Facts::default()
+        };
+        assert_eq!(next_action(&s, &f), PlanAction::RunBatch(vec!["b".into()]));
+        // Cancel still wins.
+        let f = Facts {
+            cancelled: true,
+            ..Facts::default()
+        };
+        assert_eq!(next_action(&s, &f), PlanAction::Cancel);
+    }
+
+    #[test]
+    fn a_plan_past_its_cap_is_refused_before_anything_else_is_looked_at() {
+        let many: Vec<Task> = (0..5000)
+            .map(|i| {
+                serde_json::from_value(json!({"id": format!("t{i}"), "description": "x",
+                    "depends_on": if i > 0 { vec![format!("t{}", i - 1)] } else { vec![] }}))
+                .unwrap()
+            })
+            .collect();
+        let errors = crate::plan::validate(&many, &PlanLimits::default());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let bad = PlanLimits {
+            max_attempts: u32::MAX,
+            ..PlanLimits::default()
+        };
+        assert_eq!(
+            crate::plan::limit_errors(&bad),
+            vec![format!(
+                "`plan.limits.max_attempts` must be between 1 and 10, got {}",
+                u32::MAX
+            )]
+        );
     }
 }

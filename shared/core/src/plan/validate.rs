@@ -17,12 +17,14 @@ pub fn validate(tasks: &[Task], limits: &PlanLimits) -> Vec<String> {
         errors.push("the plan has no tasks: give at least one".to_owned());
         return errors;
     }
-    if tasks.len() > limits.max_tasks as usize {
+    // Nothing more is looked at in a plan past its cap: every check below is bounded by it.
+    let cap = limits.max_tasks.min(MAX_TASKS) as usize;
+    if tasks.len() > cap {
         errors.push(format!(
-            "the plan has {} tasks, more than `max_tasks` ({}): merge some",
+            "the plan has {} tasks, more than `max_tasks` ({cap}): merge some",
             tasks.len(),
-            limits.max_tasks
         ));
+        return errors;
     }
     let mut seen = BTreeSet::new();
     for t in tasks {
@@ -101,6 +103,27 @@ pub fn validate(tasks: &[Task], limits: &PlanLimits) -> Vec<String> {
             cycle.join(" -> ")
         ));
     }
+    errors
+}
+
+/// The most tasks a plan may have, whatever its limits say.
+pub const MAX_TASKS: u32 = 100;
+
+/// Every limit of `limits` outside its range (empty = all in range), each saying the range.
+pub fn limit_errors(limits: &PlanLimits) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut within = |name: &str, v: u64, lo: u64, hi: u64| {
+        if v < lo || v > hi {
+            errors.push(format!(
+                "`plan.limits.{name}` must be between {lo} and {hi}, got {v}"
+            ));
+        }
+    };
+    within("max_tasks", limits.max_tasks.into(), 1, MAX_TASKS.into());
+    within("max_parallel", limits.max_parallel.into(), 1, 16);
+    within("max_attempts", limits.max_attempts.into(), 1, 10);
+    within("max_replans", limits.max_replans.into(), 0, 10);
+    within("max_wall_s", limits.max_wall_s, 0, 604_800);
     errors
 }
 
