@@ -480,7 +480,10 @@ def test_nul_oversize_wrong_type(operation: weft_api.Operation, http, prereqs):
     # Each operation starts from the examples' agent as the document describes it (an earlier
     # operation may have retired it or activated another version).
     prereqs.setup_agent()
-    fresh_run: Callable[[], str | None] = prereqs.parked_run if changes_a_run(op) else (lambda: None)
+    fresh_run: Callable[[], str | None] = (
+        prereqs.parked_plan_run if op.method == "put" and op.path == "/v1/runs/{id}/plan"
+        else prereqs.parked_run if changes_a_run(op) else (lambda: None)
+    )
     path = weft_api.path_values(op, prereqs)
     query = base_query(op)
     body = base_body(op)

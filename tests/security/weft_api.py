@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +185,25 @@ class Prerequisites:
         assert r.status_code == 201, f"POST /v1/runs: {r.status_code} {r.text}"
         assert r.json()["status"] == "awaiting_input", r.text
         return r.json()["run_id"]
+
+
+    def parked_plan_run(self) -> str:
+        # A plan run given its plan and asked to wait for approval parks once it proposed it.
+        r = self.http.post(f"{base_url()}/v1/runs", json={
+            "agent": self.agent, "mode": "plan", "input": "the goal",
+            "plan": {"approval": "before_execute", "tasks": [{"id": "a", "description": "do a"}]},
+        }, timeout=30)
+        assert r.status_code == 201, f"POST /v1/runs: {r.status_code} {r.text}"
+        run = r.json()["run_id"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            s = self.http.get(f"{base_url()}/v1/runs/{run}/plan", timeout=30)
+            if s.status_code == 200 and s.json()["status"] == "proposed":
+                g = self.http.get(f"{base_url()}/v1/runs/{run}", timeout=30).json()
+                if g["status"] == "awaiting_input":
+                    return run
+            time.sleep(0.05)
+        raise AssertionError(f"plan run {run} did not park for approval")
 
 
 def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> dict[str, str]:

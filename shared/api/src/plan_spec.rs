@@ -238,7 +238,12 @@ pub enum Format {
 
 /// A check run without a model over a file of the plan's volume.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "check", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    remote = "Self",
+    tag = "check",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
 pub enum Check {
     /// the file exists
     Exists { path: String },
@@ -255,6 +260,7 @@ pub enum Check {
         path: String,
         #[serde(default)]
         pointer: String,
+        #[schemars(schema_with = "any_json")]
         value: Value,
     },
     /// the file's sha256 is this (64 lowercase hex digits)
@@ -262,6 +268,13 @@ pub enum Check {
     /// the file holds no placeholder (`TODO`, `FIXME`, `TBD`, `lorem ipsum`, `...` alone on a
     /// line, `<placeholder>`, `NotImplemented`, `unimplemented!`)
     NoPlaceholders { path: String },
+}
+
+crate::objects_only!(Check);
+
+/// Any JSON value (an empty schema, not `true`).
+fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({})
 }
 
 impl Check {

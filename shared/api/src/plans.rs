@@ -189,6 +189,7 @@ pub fn ops() -> Vec<Op> {
                 (409, "the plan is not waiting for approval"),
                 (412, "If-Match names another version than the current one"),
                 (428, "If-Match is missing"),
+                (415, "body is not JSON"),
             ],
         ),
         crate::runs::errors(

@@ -18,7 +18,7 @@ use crate::plans::{Check, PhaseMode, PlanLimits, Task, VerifyMode};
 
 /// A process's content (hashed into its version; every field present in the canonical JSON).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[schemars(transform = required)]
 #[schemars(extend("example" = {
     "description": "Turn a CSV into a checked report",
@@ -60,6 +60,8 @@ pub struct ProcessContent {
     pub tests: Vec<ProcessTest>,
 }
 
+crate::objects_only!(ProcessContent);
+
 /// `description` and `phases` have no default worth having: a put must give them.
 fn required(s: &mut schemars::Schema) {
     crate::defs::require(s, &["description", "phases"]);
@@ -67,7 +69,7 @@ fn required(s: &mut schemars::Schema) {
 
 /// One phase of a process: a plan task whose deliverables are files it must write.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct Phase {
     /// unique in the process: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.`; the task id
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"))]
@@ -106,9 +108,11 @@ pub struct Phase {
     pub agent: Option<String>,
 }
 
+crate::objects_only!(Phase);
+
 /// A process's verification defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[schemars(inline)]
 pub struct Verification {
     /// the `verify` of a phase that gives none (default `checks`)
@@ -118,9 +122,11 @@ pub struct Verification {
     pub votes: Option<u32>,
 }
 
+crate::objects_only!(Verification);
+
 /// The tools of a process's plan runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[schemars(inline)]
 pub struct ProcessTools {
     /// tools the run's agent and every phase's agent must have (a run without them is a 400)
@@ -131,10 +137,12 @@ pub struct ProcessTools {
     pub excluded: Vec<String>,
 }
 
+crate::objects_only!(ProcessTools);
+
 /// A process's plan limits: [`PlanLimits`] with every field optional (left out = the plan
 /// default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[schemars(inline)]
 pub struct ProcessLimits {
     #[schemars(range(min = 1, max = 100))]
@@ -152,6 +160,8 @@ pub struct ProcessLimits {
     #[schemars(range(min = 0, max = 604_800))]
     pub max_wall_s: Option<u64>,
 }
+
+crate::objects_only!(ProcessLimits);
 
 impl ProcessLimits {
     /// These limits over the plan defaults: each field left out is the default's.
@@ -171,7 +181,7 @@ impl ProcessLimits {
 /// One test case of a process: a plan run of it with `input` as the goal, and what must come
 /// of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ProcessTest {
     /// unique in the process: 1-64 characters of a-z, A-Z, 0-9, `_`, `-` and `.`
     #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"))]
@@ -183,9 +193,11 @@ pub struct ProcessTest {
     pub expect: Expectation,
 }
 
+crate::objects_only!(ProcessTest);
+
 /// What a test case expects of its run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[schemars(inline)]
 pub struct Expectation {
     /// how the run ends (default `succeeded`)
@@ -193,6 +205,8 @@ pub struct Expectation {
     /// phases that must have passed
     pub passed: Vec<String>,
 }
+
+crate::objects_only!(Expectation);
 
 /// How a test case's run must end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -181,17 +181,19 @@ fn tool_errors(err: &mut impl FnMut(&str, String), field: &str, tools: &[String]
         );
     }
     let mut seen = BTreeSet::new();
-    for t in tools {
+    for (i, t) in tools.iter().enumerate() {
+        let at = format!("{field}[{i}]");
         let sane = !t.is_empty()
             && t.len() <= limits::TOOL_BYTES
             && t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'*' | b'-'));
         if !sane {
+            let shown: String = t.escape_default().to_string().chars().take(80).collect();
             err(
-                field,
+                &at,
                 format!(
-                    "`{field}`: `{}` is not a tool name; use a built-in's name (`Write`) or `mcp__<server>__<tool>`, `*` as a wildcard",
-                    t.escape_default()
+                    "`{at}`: `{shown}` is not a tool name (at most {} bytes); use a built-in's name (`Write`) or `mcp__<server>__<tool>`, `*` as a wildcard",
+                    limits::TOOL_BYTES
                 ),
             );
         } else if !seen.insert(t.as_str()) {

@@ -253,6 +253,34 @@ pub(super) fn check_tasks(
     verifier: Option<&str>,
     param: &str,
 ) -> std::result::Result<(), Error> {
+    // Each field within its bounds first, named by its path.
+    for (i, t) in tasks
+        .iter()
+        .enumerate()
+        .take(weft_core::plan::MAX_TASKS as usize)
+    {
+        let at = |f: &str| format!("{param}[{i}].{f}");
+        let long = |f: &str, v: &str, max: usize| {
+            (v.len() > max).then(|| {
+                invalid(
+                    format!("`{}` must be at most {max} bytes, got {}", at(f), v.len()),
+                    at(f),
+                )
+            })
+        };
+        if let Some(e) = long("description", &t.description, 20_000)
+            .or_else(|| long("acceptance", &t.acceptance, 20_000))
+            .or_else(|| long("agent", t.agent.as_deref().unwrap_or_default(), 128))
+        {
+            return Err(e);
+        }
+        if let Some(v) = t.votes.filter(|v| !(3..=7).contains(v)) {
+            return Err(invalid(
+                format!("`{}` must be between 3 and 7, got {v}", at("votes")),
+                at("votes"),
+            ));
+        }
+    }
     let errors = weft_core::plan::validate(tasks, limits);
     if !errors.is_empty() {
         return Err(invalid(format!("{param}: {}", errors.join("; ")), param));

@@ -349,7 +349,7 @@ pub async fn decide_plan_handler(
     ValidJson(body): NativeJson<PlanDecision>,
 ) -> Result<Response> {
     let (run, plan) = plan_run(&st, &p, &id).await?;
-    let version = if_match(&headers)?;
+    // A body that could never be accepted is a 400 whatever version it names.
     let edit = match &body.tasks {
         None => None,
         Some(tasks) => {
@@ -364,6 +364,7 @@ pub async fn decide_plan_handler(
             Some(serde_json::to_value(tasks).map_err(|_| Error::internal())?)
         }
     };
+    let version = if_match(&headers)?;
     let took = admit_parked(&st, &p, &run).await?;
     let approved = st
         .runs
