@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,14 +194,12 @@ class Prerequisites:
         }, timeout=30)
         assert r.status_code == 201, f"POST /v1/runs: {r.status_code} {r.text}"
         run = r.json()["run_id"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            s = self.http.get(f"{base_url()}/v1/runs/{run}/plan", timeout=30)
-            if s.status_code == 200 and s.json()["status"] == "proposed":
-                g = self.http.get(f"{base_url()}/v1/runs/{run}", timeout=30).json()
-                if g["status"] == "awaiting_input":
+        # Read the run's stream until it parks: the event commits with the park itself.
+        with self.http.get(f"{base_url()}/v1/runs/{run}/stream", stream=True, timeout=30) as s:
+            assert s.status_code == 200, f"stream: {s.status_code}"
+            for line in s.iter_lines(decode_unicode=True):
+                if line == "event: plan_awaiting_approval":
                     return run
-            time.sleep(0.05)
         raise AssertionError(f"plan run {run} did not park for approval")
 
 
