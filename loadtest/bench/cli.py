@@ -16,7 +16,7 @@ from .common import BenchError, ROOT, duration, log, table
 from .sitting import Sitting
 
 SCENARIOS = ["chat", "runs", "streams", "channels", "memory", "schedules", "webhooks", "mcp",
-             "volumes"]
+             "volumes", "plans"]
 SERVER_BINARIES = {"weft": "weft", "weft-gateway": "weft-gateway",
                    "weft-mcp-bridge": "weft-mcp-bridge"}
 

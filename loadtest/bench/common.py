@@ -1,5 +1,6 @@
 """What every scenario needs: running `weft-loadtest`, reading CPU time and memory from /proc,
-talking to weft's API and to Postgres, and writing markdown.
+talking to weft's API and to Postgres, writing markdown, and (`Meter`, callgrind) counting what
+a stretch of work costs weft and its infrastructure.
 
 CPU times come from `/proc/<pid>/stat` (user + system, all threads) and `/proc/stat` (the
 machine), in clock ticks; both are cumulative, so a scenario reads them before and after what it
@@ -12,6 +13,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -318,3 +320,129 @@ kind = "mock"
 [telemetry]
 log_level = "warn"
 """
+
+
+# --- what a stretch of work costs weft and its infrastructure -------------------------------------
+
+PERF_EVENTS = "raw_syscalls:sys_enter,context-switches"
+
+
+class Meter:
+    """What one weft process and what it leans on spend over a stretch of work (the `runs` and
+    `plans` scenarios): weft's CPU; the SQL statements (`pg_stat_statements`, when the server
+    preloads it) and commits of its database; every `postgres` process's CPU; with the
+    sitting's private NATS and Redis, their messages, commands and CPU; with `perf`, weft's
+    system calls and context switches; with `callgrind` (weft started under `callgrind_bin`),
+    its instructions. `start(name)` before the stretch, `stop()` after it: the differences.
+    A figure that cannot be read here is None."""
+
+    def __init__(self, s, fleet, pid, callgrind=False):
+        self.s, self.pid, self.callgrind = s, pid, callgrind
+        self.db = db = fleet.database_url
+        self.pg_statements = psql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+                                  check=False) is not None \
+            and psql(db, "SELECT count(*) FROM pg_stat_statements LIMIT 1", check=False) is not None
+        if not self.pg_statements:
+            log("pg_stat_statements is not loaded (shared_preload_libraries): SQL statements are not counted")
+        if not s.nats:
+            log("using the shared NATS and Redis: their messages and commands are not counted")
+        self.have_perf = shutil.which("perf") and subprocess.run(
+            ["perf", "stat", "-e", PERF_EVENTS, "true"], capture_output=True).returncode == 0
+        if not self.have_perf:
+            log("perf stat cannot count system calls here: no syscall or context-switch counts")
+
+    def counters(self):
+        """The cumulative counters of weft's infrastructure, now."""
+        s, db = self.s, self.db
+        c = {"sql_statements": None, "nats_messages": None, "redis_commands": None,
+             "postgres_cpu_ms": cpu_ms(postgres_pids()),
+             "nats_cpu_ms": cpu_ms([s.nats_pid]) if s.nats else None,
+             "redis_cpu_ms": cpu_ms([s.redis_pid]) if s.nats else None}
+        if self.pg_statements:
+            c["sql_statements"] = int(psql(db, "SELECT COALESCE(sum(calls), 0) FROM pg_stat_statements "
+                                           "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"))
+        c["commits"] = int(psql(db, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+        if s.nats:
+            c["nats_messages"], c["redis_commands"] = s.nats_in_msgs(), s.redis_commands()
+        return c
+
+    def start(self, name):
+        """Begins a stretch; `name` names its perf output (`perf-<name>.csv`, a log
+        `perf-stat-<name>`)."""
+        s, pid = self.s, self.pid
+        self.name = name
+        if self.callgrind:
+            subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True)
+            subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True)
+        self.perf = None
+        if self.have_perf:
+            self.perf = s.spawn(f"perf-stat-{name}", ["perf", "stat", "-x,", "-e", PERF_EVENTS, "-p", pid,
+                                                      "-o", s.tmp / f"perf-{name}.csv"])
+        self.cpu0, self.c0 = cpu_ms([pid]), self.counters()
+
+    def stop(self):
+        """Ends the stretch: {weft_cpu_ms, the counters' differences (None where a counter
+        is not read), weft_syscalls, weft_context_switches, weft_instructions}."""
+        s, pid = self.s, self.pid
+        cpu = cpu_ms([pid]) - self.cpu0
+        syscalls = cswitches = instructions = None
+        if self.perf:
+            self.perf.popen.send_signal(signal.SIGINT)
+            s.stop(self.perf)
+            for line in (s.tmp / f"perf-{self.name}.csv").read_text().splitlines():
+                f = line.split(",")
+                if len(f) > 2 and f[0].isdigit():
+                    if f[2] == "raw_syscalls:sys_enter":
+                        syscalls = int(f[0])
+                    elif f[2] == "context-switches":
+                        cswitches = int(f[0])
+        if self.callgrind:
+            instructions = callgrind_total(pid)
+            subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True)
+        time.sleep(1)  # statistics reach pg_stat_database within a second of a commit
+        c1 = self.counters()
+        d = {"weft_cpu_ms": cpu}
+        d.update({k: (None if v is None or self.c0[k] is None else v - self.c0[k]) for k, v in c1.items()})
+        d.update(weft_syscalls=syscalls, weft_context_switches=cswitches, weft_instructions=instructions)
+        return d
+
+    def write_statements(self, path):
+        """The 20 statements of weft's database that took the most time, as `psql` prints them
+        (nothing without pg_stat_statements)."""
+        if not self.pg_statements:
+            return
+        text = subprocess.run(["psql", self.db, "-Xq", "-P", "pager=off", "-c", """
+            SELECT calls, round((total_exec_time + total_plan_time)::numeric, 0) AS total_ms,
+                   round((total_exec_time / NULLIF(calls, 0))::numeric, 3) AS exec_ms,
+                   round((total_plan_time / NULLIF(plans, 0))::numeric, 3) AS plan_ms,
+                   plans, round(rows::numeric / NULLIF(calls, 0), 1) AS rows_per_call,
+                   left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
+            FROM pg_stat_statements
+            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+            ORDER BY total_exec_time + total_plan_time DESC LIMIT 20"""],
+                              capture_output=True, text=True).stdout
+        Path(path).write_text(text)
+
+
+def callgrind_bin(s):
+    """A bin dir whose `weft` runs the real one under valgrind.bin (the tool itself, not
+    Debian's wrapper script, so weft's pid is the one callgrind_control is given)."""
+    if not shutil.which("valgrind.bin") or not shutil.which("callgrind_control"):
+        raise BenchError("--callgrind needs valgrind.bin and callgrind_control (apt-get install valgrind)")
+    d = s.tmp / "callgrind-bin"
+    d.mkdir()
+    for f in s.bin.iterdir():
+        (d / f.name).symlink_to(f)
+    (d / "weft").unlink()
+    (d / "weft").write_text(f"#!/bin/sh\nexec valgrind.bin --tool=callgrind --instr-atstart=no "
+                            f"--callgrind-out-file={s.tmp}/callgrind.out.%p {s.bin / 'weft'} \"$@\"\n")
+    (d / "weft").chmod(0o755)
+    return d
+
+
+def callgrind_total(pid):
+    """The instructions callgrind has counted in weft (all threads) since it was last zeroed."""
+    out = subprocess.run(["callgrind_control", "-e", "Ir", str(pid)], capture_output=True,
+                         text=True).stdout
+    vals = [int(l.split()[-1].replace(",", "")) for l in out.splitlines() if l.strip().startswith("Th")]
+    return sum(vals) if vals else None

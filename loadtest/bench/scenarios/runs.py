@@ -9,18 +9,14 @@ parked through a separate executor process (the split arrangement of
 
 import os
 import secrets
-import shutil
-import signal
-import subprocess
 import threading
 import time
 
-from ..common import (SPLIT_BINARIES, BenchError, cpu_ms, duration, get, int_list, kinds, log, ms, postgres_pids, psql,
+from ..common import (SPLIT_BINARIES, BenchError, Meter, callgrind_bin, duration, get, int_list, kinds, log, ms,
                       table, status_kib)
 
 HELP = "agent runs end to end, cancels, per-run costs, parked runs"
 DURATION = "20s"
-PERF_EVENTS = "raw_syscalls:sys_enter,context-switches"
 
 
 def add_args(p):
@@ -74,29 +70,6 @@ internal_jwt_secret = "runs-bench-{secrets.token_hex(16)}"
 """
 
 
-def callgrind_bin(s):
-    """A bin dir whose `weft` runs the real one under valgrind.bin (the tool itself, not
-    Debian's wrapper script, so weft's pid is the one callgrind_control is given)."""
-    if not shutil.which("valgrind.bin") or not shutil.which("callgrind_control"):
-        raise BenchError("--callgrind needs valgrind.bin and callgrind_control (apt-get install valgrind)")
-    d = s.tmp / "callgrind-bin"
-    d.mkdir()
-    for f in s.bin.iterdir():
-        (d / f.name).symlink_to(f)
-    (d / "weft").unlink()
-    (d / "weft").write_text(f"#!/bin/sh\nexec valgrind.bin --tool=callgrind --instr-atstart=no "
-                            f"--callgrind-out-file={s.tmp}/callgrind.out.%p {s.bin / 'weft'} \"$@\"\n")
-    (d / "weft").chmod(0o755)
-    return d
-
-
-def callgrind_total(pid):
-    out = subprocess.run(["callgrind_control", "-e", "Ir", str(pid)], capture_output=True,
-                         text=True).stdout
-    vals = [int(l.split()[-1].replace(",", "")) for l in out.splitlines() if l.strip().startswith("Th")]
-    return sum(vals) if vals else None
-
-
 def run(s):
     a = s.args
     if a.cancel_every > 0 and a.slow_token_ms == 0 and a.slow_turns == 0:
@@ -109,91 +82,33 @@ def run(s):
     pid = s.server_pids(fleet)[0]
     token = {"WEFT_LOADTEST_TOKEN": fleet.token}
     log(f"weft at {fleet.url} (pid {pid})")
-    db = fleet.database_url
-    pg_statements = psql(db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", check=False) is not None \
-        and psql(db, "SELECT count(*) FROM pg_stat_statements LIMIT 1", check=False) is not None
-    if not pg_statements:
-        log("pg_stat_statements is not loaded (shared_preload_libraries): SQL statements are not counted")
-    if not s.nats:
-        log("using the shared NATS and Redis: their messages and commands are not counted")
+    meter = Meter(s, fleet, pid, callgrind=a.callgrind)
     put = lambda name, body: s.api(fleet, "PUT", f"/v1/agents/{name}", body)
     put("bench", {"model": "mock-1", "tools": ["Context"]})
     put("bench-slow", {"model": "mock/slow", "tools": ["Context"], "max_iterations": 100})
 
-    have_perf = shutil.which("perf") and subprocess.run(
-        ["perf", "stat", "-e", PERF_EVENTS, "true"], capture_output=True).returncode == 0
-    if not have_perf:
-        log("perf stat cannot count system calls here: no syscall or context-switch counts")
-
-    def counters():
-        c = {"sql_statements": None, "nats_messages": None, "redis_commands": None,
-             "postgres_cpu_ms": cpu_ms(postgres_pids()),
-             "nats_cpu_ms": cpu_ms([s.nats_pid]) if s.nats else None,
-             "redis_cpu_ms": cpu_ms([s.redis_pid]) if s.nats else None}
-        if pg_statements:
-            c["sql_statements"] = int(psql(db, "SELECT COALESCE(sum(calls), 0) FROM pg_stat_statements "
-                                           "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"))
-        c["commits"] = int(psql(db, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
-        if s.nats:
-            c["nats_messages"], c["redis_commands"] = s.nats_in_msgs(), s.redis_commands()
-        return c
-
     for c in a.concurrency:
         log(f"runs at concurrency {c} for {a.duration}")
-        if a.callgrind:
-            subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True)
-            subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True)
-        perf = None
-        if have_perf:
-            perf = s.spawn(f"perf-stat-c{c}", ["perf", "stat", "-x,", "-e", PERF_EVENTS, "-p", pid,
-                                               "-o", s.tmp / f"perf-c{c}.csv"])
-        cpu0, c0 = cpu_ms([pid]), counters()
+        meter.start(f"c{c}")
         out = s.out / f"runs-c{c}.json"
         r = s.loadtest("runs", "--url", fleet.url, "--concurrency", c, "--duration", a.duration,
                        "--warmup", a.warmup, "--cancel-every", a.cancel_every, "--slow-turns",
                        a.slow_turns, "--executor-pid", pid, "--threads", a.gen_threads,
                        out=out, env=token)
         # weft's CPU per run over warm-up + measurement: stable where latencies move 2x on a VM.
-        cpu = cpu_ms([pid]) - cpu0
-        syscalls = cswitches = instructions = None
-        if perf:
-            perf.popen.send_signal(signal.SIGINT)
-            s.stop(perf)
-            for line in (s.tmp / f"perf-c{c}.csv").read_text().splitlines():
-                f = line.split(",")
-                if len(f) > 2 and f[0].isdigit():
-                    if f[2] == "raw_syscalls:sys_enter":
-                        syscalls = int(f[0])
-                    elif f[2] == "context-switches":
-                        cswitches = int(f[0])
-        if a.callgrind:
-            instructions = callgrind_total(pid)
-            subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True)
-        time.sleep(1)  # statistics reach pg_stat_database within a second of a commit
-        c1 = counters()
+        d = meter.stop()
+        cpu, instructions = d.pop("weft_cpu_ms"), d.pop("weft_instructions")
         runs = r["runs_per_s"] * (r["duration_s"] + r["warmup_s"])
         per = lambda n: None if n is None or not runs else round(n / runs, 2)
         r["weft_cpu_ms"] = cpu
         r["weft_cpu_ms_per_run"] = per(cpu)
-        r["per_run"] = {k: (None if v is None or c0[k] is None else per(v - c0[k])) for k, v in c1.items()}
-        r["per_run"].update(weft_syscalls=per(syscalls), weft_context_switches=per(cswitches),
-                            weft_instructions=None if instructions is None or not runs
+        r["per_run"] = {k: per(v) for k, v in d.items()}
+        r["per_run"].update(weft_instructions=None if instructions is None or not runs
                             else round(instructions / runs))
         s.write_json(out.name, r)
         time.sleep(1)
 
-    if pg_statements:
-        text = subprocess.run(["psql", db, "-Xq", "-P", "pager=off", "-c", """
-            SELECT calls, round((total_exec_time + total_plan_time)::numeric, 0) AS total_ms,
-                   round((total_exec_time / NULLIF(calls, 0))::numeric, 3) AS exec_ms,
-                   round((total_plan_time / NULLIF(plans, 0))::numeric, 3) AS plan_ms,
-                   plans, round(rows::numeric / NULLIF(calls, 0), 1) AS rows_per_call,
-                   left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
-            FROM pg_stat_statements
-            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-            ORDER BY total_exec_time + total_plan_time DESC LIMIT 20"""],
-                              capture_output=True, text=True).stdout
-        (s.out / "statements.txt").write_text(text)
+    meter.write_statements(s.out / "statements.txt")
 
     split = not a.no_parked_split
     if a.callgrind:
