@@ -796,38 +796,72 @@ async fn first_task_write(f: &TestFleet, run: &str) -> String {
     }
 }
 
-#[tokio::test]
-async fn a_split_vote_asks_a_person_whose_answer_settles_it() {
-    let f = fleet("", "").await;
-    // Three voters, each its own agent with its own scripted verdict: pass, fail, inconclusive.
+/// Three voters, each its own agent with its own scripted verdict (pass, fail, inconclusive),
+/// and `writer`, whose script (write a.txt) rides in its system prompt: a script in a task's
+/// description would be the first one its voters read.
+async fn split_vote_agents(f: &TestFleet) {
     for (name, v) in [
         ("v-pass", verdict("pass", "ok", "")),
         ("v-fail", verdict("fail", "incorrect", "wrong")),
         ("v-unsure", verdict("inconclusive", "cannot_verify", "")),
     ] {
         put_agent(
-            &f,
+            f,
             &f.admin,
             name,
             json!({"model": "mock-1", "tools": ["Read"], "volumes": [{"name": "ws"}], "system_prompt": says(&v)}),
         )
         .await;
     }
-    // The task's script rides in its agent's system prompt: a script in its description would
-    // be the first one its voters read.
     put_agent(
-        &f,
+        f,
         &f.admin,
         "writer",
         json!({"model": "mock-1", "tools": FILE_TOOLS, "volumes": [{"name": "ws"}],
                "system_prompt": writes(&[("a.txt", "A")], "done")}),
     )
     .await;
+}
+
+/// Task `a`, verified by a vote of the three voters above, which splits.
+fn split_task() -> Value {
+    json!({"id": "a", "description": "Write a.txt.", "agent": "writer", "verify": "vote", "votes": 3})
+}
+
+/// Waits (from `from_seq`) for `run` to park: the `awaiting_input` event's seq, and the run.
+async fn parked_after(f: &TestFleet, run: &str, from_seq: i64) -> (i64, Value) {
+    let frames = common::stream_until(
+        f,
+        &f.admin,
+        run,
+        &format!("?from_seq={from_seq}"),
+        None,
+        "awaiting_input",
+    )
+    .await;
+    let seq = frames.last().unwrap().0;
+    let (_, r) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+    (seq, r)
+}
+
+async fn control(f: &TestFleet, run: &str, task: &str, action: &str) {
+    let (status, body) = f
+        .post(
+            &format!("/v1/runs/{run}/plan/tasks/{task}/{action}"),
+            &f.admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{action} {task}: {body}");
+}
+
+#[tokio::test]
+async fn a_split_vote_asks_a_person_whose_answer_settles_it() {
+    let f = fleet("", "").await;
+    split_vote_agents(&f).await;
     let run = start(
         &f,
-        json!({"voters": ["v-pass", "v-fail", "v-unsure"],
-               "tasks": [{"id": "a", "description": "Write a.txt.", "agent": "writer",
-                          "verify": "vote", "votes": 3}]}),
+        json!({"voters": ["v-pass", "v-fail", "v-unsure"], "tasks": [split_task()]}),
     )
     .await;
     let parked = common::wait_event(&f, &f.admin, &run, 1, "awaiting_input").await;
@@ -866,5 +900,132 @@ async fn a_split_vote_asks_a_person_whose_answer_settles_it() {
     // The person's verdict is an evaluation of the definition that did the work.
     let (_, evals) = f.get("/v1/evaluations?agent=writer", &f.admin).await;
     assert_eq!(evals["data"][0]["by_role"]["human"]["pass"], 1, "{evals}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_retry_or_skip_of_the_task_a_person_is_asked_about_settles_the_question() {
+    let f = fleet("", "").await;
+    split_vote_agents(&f).await;
+    let run = start(
+        &f,
+        json!({"voters": ["v-pass", "v-fail", "v-unsure"], "tasks": [split_task()]}),
+    )
+    .await;
+    let (seq, parked) = parked_after(&f, &run, 1).await;
+    assert_eq!(
+        parked["pending_interrupt"]["id"], "int_vote:a:1",
+        "{parked}"
+    );
+    // A retry instead of an answer: the split attempt is dropped and one more runs (and splits).
+    control(&f, &run, "a", "retry").await;
+    let (_, parked) = parked_after(&f, &run, seq + 1).await;
+    assert_eq!(
+        parked["pending_interrupt"]["id"], "int_vote:a:2",
+        "{parked}"
+    );
+    // The first question was withdrawn: it can no longer be answered.
+    let (status, _) = f
+        .post(
+            &format!("/v1/runs/{run}/interrupts/int_vote:a:1"),
+            &f.admin,
+            json!({"answer": "pass"}),
+        )
+        .await;
+    assert!(status >= 400, "{status}");
+    // A skip instead of an answer ends the task; the run goes on (and here ends).
+    control(&f, &run, "a", "skip").await;
+    let ev = finished(&f, &run).await;
+    assert_eq!(
+        plan_sequence(&ev),
+        [
+            "plan_proposed:v1:caller",
+            "plan_accepted:v1",
+            "task_started:a:1",
+            "task_checked:a:1",
+            "task_control:a:retry",
+            "task_started:a:2",
+            "task_checked:a:2",
+            "task_control:a:skip",
+            "task_finished:a:skipped",
+            "run_finished:succeeded:end_turn",
+        ]
+    );
+    assert_eq!(data_of(&ev, "vote_split").len(), 2);
+    // Nobody judged either attempt: no human evaluation was recorded.
+    let (_, evals) = f.get("/v1/evaluations?agent=writer", &f.admin).await;
+    assert_eq!(evals["data"], json!([]), "{evals}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_control_of_another_task_wakes_a_run_parked_on_a_split_vote_which_asks_again() {
+    let f = fleet("", "").await;
+    split_vote_agents(&f).await;
+    let b = json!({"id": "b", "description": format!("Write x.txt.\n{}", says("done")),
+                   "checks": [{"check": "exists", "path": "x.txt"}]});
+    let run = start(
+        &f,
+        json!({"voters": ["v-pass", "v-fail", "v-unsure"], "tasks": [split_task(), b],
+               "limits": {"max_attempts": 1}}),
+    )
+    .await;
+    // `a` split and `b` failed: nothing else can run, so the run asks about `a`.
+    let (seq, parked) = parked_after(&f, &run, 1).await;
+    assert_eq!(
+        parked["pending_interrupt"]["id"], "int_vote:a:1",
+        "{parked}"
+    );
+    // A retry of `b` wakes the run though a question is pending; `b` fails again, and the run
+    // asks about `a` again, the same question.
+    control(&f, &run, "b", "retry").await;
+    let (_, parked) = parked_after(&f, &run, seq + 1).await;
+    let interrupt = parked["pending_interrupt"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(interrupt, "int_vote:a:1", "{parked}");
+    let (status, body) = f
+        .post(
+            &format!("/v1/runs/{run}/interrupts/{interrupt}"),
+            &f.admin,
+            json!({"answer": "pass"}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let ev = finished(&f, &run).await;
+    let seq = plan_sequence(&ev);
+    let of = |task: &str| -> Vec<String> {
+        seq.iter()
+            .filter(|s| s.split(':').nth(1) == Some(task))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        of("a"),
+        [
+            "task_started:a:1",
+            "task_checked:a:1",
+            "task_verified:a:1:human:pass",
+            "task_finished:a:passed",
+        ]
+    );
+    assert_eq!(
+        of("b"),
+        [
+            "task_started:b:1",
+            "task_checked:b:1",
+            "task_verified:b:1:checks:fail",
+            "task_finished:b:failed",
+            "task_control:b:retry",
+            "task_started:b:2",
+            "task_checked:b:2",
+            "task_verified:b:2:checks:fail",
+            "task_finished:b:failed",
+        ]
+    );
+    assert_eq!(seq.last().unwrap(), "run_finished:succeeded:end_turn");
+    // The question was put twice, with one answer.
+    assert_eq!(data_of(&ev, "interruption").len(), 2);
     f.stop().await;
 }

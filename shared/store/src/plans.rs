@@ -134,6 +134,27 @@ impl Fenced {
         Ok(())
     }
 
+    /// Withdraws the question to a person `tool_use_id` (a split vote's, ledger tool
+    /// `plan.person`) that a person's control settled instead of an answer: its ledger row is
+    /// finished with `result` (which holds no `answer`), so it is never read as one.
+    pub async fn withdraw_question(
+        &mut self,
+        tool_use_id: &str,
+        result: &Value,
+    ) -> Result<(), RunStoreError> {
+        let (run, _) = self.run();
+        sqlx::query(
+            "UPDATE tool_ledger SET status = 'finished', result = $3, is_error = false, finished_at = now()
+             WHERE run_id = $1 AND tool_use_id = $2 AND tool = 'plan.person' AND status = 'started'",
+        )
+        .bind(run.0)
+        .bind(tool_use_id)
+        .bind(result.to_string())
+        .execute(&mut **self.tx())
+        .await?;
+        Ok(())
+    }
+
     /// Takes (marks) the run's waiting controls, oldest first.
     pub async fn take_plan_controls(&mut self) -> Result<Vec<PlanControl>, RunStoreError> {
         let (run, _) = self.run();
@@ -162,6 +183,30 @@ impl Fenced {
         out.sort_by_key(|(id, _)| *id);
         Ok(out.into_iter().map(|(_, c)| c).collect())
     }
+}
+
+/// Makes parked plan run `run` runnable (`queued`): parked on an approval (no pending
+/// interruption), or on a question to a person (a pending interruption whose ledger row is the
+/// plan's own, tool `plan.person`; it is cleared, and the question's row stays open). `true`
+/// when it was parked so.
+async fn wake_parked_plan(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    run: RunId,
+) -> Result<bool, RunStoreError> {
+    let n = sqlx::query(
+        "UPDATE runs SET status = 'queued', pending_interrupt = NULL, updated_at = now()
+         WHERE id = $1 AND status = 'awaiting_input'
+           AND (pending_interrupt IS NULL
+                OR EXISTS (SELECT 1 FROM tool_ledger l
+                           WHERE l.run_id = runs.id
+                             AND l.tool_use_id = runs.pending_interrupt->>'tool_use_id'
+                             AND l.tool = 'plan.person'))",
+    )
+    .bind(run.0)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
 }
 
 impl RunStore {
@@ -193,7 +238,11 @@ impl RunStore {
         .await?)
     }
 
-    /// Queues a person's `retry` or `skip` of task `task` for run `run` of `tenant`.
+    /// Queues a person's `retry` or `skip` of task `task` for run `run` of `tenant`, and in the
+    /// same transaction wakes the run (`queued`) if it is parked — on a plan approval, or on a
+    /// question to a person about a split vote (its pending interruption is cleared: the
+    /// orchestrator takes the control first, and asks again if the question still stands).
+    /// `true` when this woke the run: the caller dispatches it.
     pub async fn add_plan_control(
         &self,
         tenant: &TenantId,
@@ -201,7 +250,8 @@ impl RunStore {
         task: &str,
         action: &str,
         subject: &str,
-    ) -> Result<(), RunStoreError> {
+    ) -> Result<bool, RunStoreError> {
+        let mut tx = crate::begin(self.pool()).await?;
         sqlx::query(
             "INSERT INTO plan_controls (run_id, tenant_id, task_id, action, subject)
              VALUES ($1, $2, $3, $4, $5)",
@@ -211,9 +261,20 @@ impl RunStore {
         .bind(task)
         .bind(action)
         .bind(subject)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        let woke = wake_parked_plan(&mut tx, run).await?;
+        tx.commit().await?;
+        Ok(woke)
+    }
+
+    /// Wakes plan run `run` if it is parked (see [`RunStore::add_plan_control`]): for a control
+    /// that raced the run's parking. `true` when it woke it.
+    pub async fn wake_plan_for_controls(&self, run: RunId) -> Result<bool, RunStoreError> {
+        let mut tx = crate::begin(self.pool()).await?;
+        let woke = wake_parked_plan(&mut tx, run).await?;
+        tx.commit().await?;
+        Ok(woke)
     }
 
     /// Approves the proposed plan of run `run` of `tenant` (a parked plan run waiting for it),

@@ -93,7 +93,12 @@ impl Driver {
                     self.wait_for_slot(self.run_id()).await?;
                 }
                 PlanAction::AwaitApproval { version } => {
-                    return self.park_for_approval(version).await;
+                    self.park_for_approval(version).await?;
+                    // A control is taken only once a plan runs.
+                    if state.version > 0 {
+                        self.wake_for_raced_controls().await;
+                    }
+                    return Ok(());
                 }
                 PlanAction::Accept {
                     version,
@@ -116,7 +121,9 @@ impl Driver {
                     self.wait_for_slot(self.run_id()).await?;
                 }
                 PlanAction::AskPerson { task, attempt } => {
-                    return self.ask_person(&state, &task, attempt).await;
+                    self.ask_person(&state, &task, attempt).await?;
+                    self.wake_for_raced_controls().await;
+                    return Ok(());
                 }
                 PlanAction::Settle {
                     task,
@@ -466,44 +473,63 @@ impl Driver {
 
     /// Takes a person's waiting retries and skips: a retry of a failed task gives it one more
     /// attempt, a skip ends a task that has not passed; others are recorded and change nothing.
+    /// A task whose vote split waits for a person may be retried (the split attempt is dropped,
+    /// one more runs) or skipped: either settles the question, which is withdrawn in the same
+    /// transaction so no later answer is read for it.
     async fn take_controls(&self, state: &PlanState) -> Result<(), Stop> {
-        let tasks: Vec<(String, TaskStatus)> = state
+        let tasks: BTreeMap<String, (TaskStatus, Option<u32>, u32)> = state
             .tasks
             .iter()
-            .map(|t| (t.id.clone(), state.state_of(&t.id).status))
-            .collect();
-        let attempts: std::collections::BTreeMap<String, u32> = state
-            .task
-            .iter()
-            .map(|(id, s)| (id.clone(), s.attempt))
+            .map(|t| {
+                let s = state.state_of(&t.id);
+                (
+                    t.id.clone(),
+                    (s.status, s.split.as_ref().map(|v| v.attempt), s.attempt),
+                )
+            })
             .collect();
         self.commit(None, async |f| {
             let controls = f.take_plan_controls().await?;
             let mut events = Vec::new();
+            // Each control sees the tasks as the ones before it left them.
+            let mut tasks = tasks;
             for c in controls {
-                let status = tasks.iter().find(|(id, _)| *id == c.task).map(|(_, s)| *s);
-                let applies = match (c.action.as_str(), status) {
-                    ("retry", Some(TaskStatus::Failed)) => true,
-                    ("skip", Some(s)) => s != TaskStatus::Passed && s != TaskStatus::Skipped,
+                let Some((status, split, attempts)) = tasks.get(&c.task).copied() else {
+                    continue;
+                };
+                let applies = match c.action.as_str() {
+                    "retry" => status == TaskStatus::Failed || split.is_some(),
+                    "skip" => status != TaskStatus::Passed && status != TaskStatus::Skipped,
                     _ => false,
                 };
                 if !applies {
                     continue;
+                }
+                if let Some(attempt) = split {
+                    f.withdraw_question(
+                        &VoteSplit::question_id(&c.task, attempt),
+                        &json!({"settled_by": c.action, "by": c.subject}),
+                    )
+                    .await?;
                 }
                 events.push(RunEvent::TaskControl(TaskControl {
                     task: c.task.clone(),
                     action: c.action.clone(),
                     by: c.subject.clone(),
                 }));
-                if c.action == "skip" {
+                let after = if c.action == "skip" {
                     events.push(RunEvent::TaskFinished(TaskFinished {
                         task: c.task.clone(),
                         status: TaskStatus::Skipped,
-                        attempts: attempts.get(&c.task).copied().unwrap_or(0),
+                        attempts,
                         reason_code: plan::ReasonCode::Other,
                         by: Some(c.subject),
                     }));
-                }
+                    TaskStatus::Skipped
+                } else {
+                    TaskStatus::Pending
+                };
+                tasks.insert(c.task, (after, None, attempts));
             }
             Ok(events)
         })
@@ -553,6 +579,30 @@ impl Driver {
             },
         )
         .await
+    }
+
+    /// A person's control queued while this run was parking found it not parked yet, so it
+    /// woke nothing: the run wakes itself (queued and dispatched) to take it.
+    async fn wake_for_raced_controls(&self) {
+        let store = &self.inner.store;
+        if store
+            .has_plan_controls(self.run_id())
+            .await
+            .unwrap_or(false)
+            && store
+                .wake_plan_for_controls(self.run_id())
+                .await
+                .unwrap_or(false)
+        {
+            let _ = self
+                .inner
+                .bus
+                .dispatch(&weft_bus::Dispatch {
+                    run_id: self.run_id(),
+                    tenant: self.lease.run.tenant.clone(),
+                })
+                .await;
+        }
     }
 
     /// Records a person's answer to a split vote as the attempt's verdict: `pass` passes,

@@ -284,6 +284,18 @@ async fn wake(st: &AppState, p: &Principal, run: &RunRecord, took: bool) -> Resu
             return Err(store_err(e).into());
         }
     };
+    dispatch_or_notify(st, p, run, took, woke).await
+}
+
+/// A run this call woke is dispatched; one it did not wake gives back the slot taken for
+/// nothing, and its executor is told.
+async fn dispatch_or_notify(
+    st: &AppState,
+    p: &Principal,
+    run: &RunRecord,
+    took: bool,
+    woke: bool,
+) -> Result<()> {
     if woke {
         st.bus
             .dispatch(&Dispatch {
@@ -465,9 +477,14 @@ async fn control(
         )
         .into());
     }
-    let now = fold(st, &run, &plan.limits).await?.state_of(&task).status;
+    let state = fold(st, &run, &plan.limits).await?.state_of(&task);
+    let now = state.status;
+    // A task whose vote split waits for a person may be retried instead of answered.
+    let asked = state.split.is_some() && !now.is_terminal();
     let refused = match action {
-        Control::Retry if now != TaskStatus::Failed => Some("only a failed task can be retried"),
+        Control::Retry if now != TaskStatus::Failed && !asked => {
+            Some("only a failed task, or one whose vote split waits for a person, can be retried")
+        }
         Control::Skip if now == TaskStatus::Passed => Some("a task that passed cannot be skipped"),
         _ => None,
     };
@@ -485,17 +502,22 @@ async fn control(
         .into());
     }
     let took = admit_parked(st, p, &run).await?;
-    if let Err(e) = st
+    // The control and the run's wake commit together, also when the run is parked on a
+    // question to a person (a split vote): the orchestrator takes the control first.
+    let woke = match st
         .runs
         .add_plan_control(&p.tenant, run.id, &task, action.as_str(), &p.subject)
         .await
     {
-        if took {
-            let _ = st.coord.release(&p.tenant, run.id).await;
+        Ok(w) => w,
+        Err(e) => {
+            if took {
+                let _ = st.coord.release(&p.tenant, run.id).await;
+            }
+            return Err(store_err(e).into());
         }
-        return Err(store_err(e).into());
-    }
-    wake(st, p, &run, took).await?;
+    };
+    dispatch_or_notify(st, p, &run, took, woke).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(TaskControlAccepted {

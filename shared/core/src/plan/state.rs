@@ -261,6 +261,8 @@ pub fn apply(state: &mut PlanState, kind: &str, data: &Value) {
                 let t = state.task.entry(c.task.clone()).or_default();
                 t.status = TaskStatus::Pending;
                 t.stage = Stage::Idle;
+                // A split vote it settles instead of a person's answer is dropped.
+                t.split = None;
                 // Exactly one more attempt.
                 t.base = (t.attempt + 1).saturating_sub(max);
                 t.signatures.clear();
