@@ -67,6 +67,7 @@ impl Driver {
         // transcript is not copied once more per turn just in case.
         let mut first = Some(self.chat_request(def, state).await);
         let mut retries = ROUTER_RETRY_MS.iter();
+        let mut notes = 0;
         let (turn, held) = loop {
             // After a broken attempt, the seq of the last event it committed.
             let last_seq = *self.seq.lock().await - 1;
@@ -83,6 +84,27 @@ impl Driver {
             };
             match turn {
                 Ok(t) => break t,
+                Err(TurnError::Model(e))
+                    if e.code == ErrorCode::ModelOutputInvalid && notes < UNREADABLE_NOTES =>
+                {
+                    // The model wrote something its provider could not read (a tool call
+                    // that does not parse, an unknown tool): asked again, with what went
+                    // wrong, rather than ending the run. Nothing of the failed attempt but its
+                    // provider events was committed; a crash here asks again from the
+                    // transcript, which is the same request.
+                    self.flush_deferred().await?;
+                    notes += 1;
+                    tracing::warn!(error = %e.message, note = notes, "the model's output could not be read; asking again with a note");
+                    metrics::counter!("weft_executor_unreadable_turns_total").increment(1);
+                    let mut req = self.chat_request(def, state).await;
+                    let note = unreadable_note(&e.message, &req.tools);
+                    req.messages.push(Message {
+                        role: Role::User,
+                        content: vec![ContentBlock::text(note)],
+                        name: None,
+                    });
+                    first = Some(req);
+                }
                 Err(TurnError::Model(e)) => return Ok(Err(e)),
                 Err(TurnError::Stop(s)) => return Err(s),
                 Err(TurnError::Router(why)) => {
@@ -288,6 +310,27 @@ impl Driver {
     }
 }
 
+/// How many times one model turn whose output its provider could not read
+/// (`model_output_invalid`) is asked again, each time with [`unreadable_note`], before the run
+/// fails with that error.
+const UNREADABLE_NOTES: usize = 2;
+
+/// The note appended (as a user message, to the request only) when the model's last output
+/// could not be read: what the provider said, and the tools' exact names.
+fn unreadable_note(error: &str, tools: &[weft_core::message::ToolSpec]) -> String {
+    let error: String = error.chars().take(300).collect();
+    if tools.is_empty() {
+        return format!("Your last reply could not be read ({error}). Answer again in plain text.");
+    }
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    format!(
+        "Your last reply could not be read ({error}). Answer again. To use a tool, call exactly \
+         one of these by its exact name, with a JSON object as its arguments: {}. Otherwise \
+         answer in plain text.",
+        names.join(", ")
+    )
+}
+
 /// How long to wait before each call again of a model turn whose router could not be reached
 /// or went away mid-stream (about 24 s in all, then the run fails).
 const ROUTER_RETRY_MS: [u64; 7] = [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000];
@@ -366,6 +409,25 @@ mod tests {
             name: "Memory".into(),
             input_json: args.into(),
         }
+    }
+
+    #[test]
+    fn the_unreadable_note_names_the_tools_exactly() {
+        let spec = |n: &str| weft_core::message::ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let n = unreadable_note("bad format", &[spec("Read"), spec("Write")]);
+        assert!(
+            n.contains("(bad format)") && n.contains(": Read, Write."),
+            "{n}"
+        );
+        let n = unreadable_note(&"x".repeat(1000), &[]);
+        assert!(
+            n.ends_with("Answer again in plain text.") && n.len() < 400,
+            "{n}"
+        );
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub fn anthropic_type(code: ErrorCode) -> &'static str {
         ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable | ErrorCode::UiNotBuilt => {
             "overloaded_error"
         }
-        ErrorCode::UpstreamError | ErrorCode::Internal => "api_error",
+        ErrorCode::UpstreamError | ErrorCode::ModelOutputInvalid | ErrorCode::Internal => {
+            "api_error"
+        }
     }
 }
 

@@ -817,3 +817,82 @@ async fn both_doors_copy_the_rate_limit_headers_streams_included() {
         }
     }
 }
+
+/// llama.cpp's own words when the model writes a tool call its template's parser refuses.
+const UNREADABLE: &str =
+    "The model produced output that does not match the expected peg-native format";
+
+#[tokio::test]
+async fn a_model_output_its_provider_cannot_read_is_asked_again_with_a_note() {
+    let (f, up) = with_fake_upstream().await;
+    // At the door: the upstream's error mid-stream is `model_output_invalid`, not a generic
+    // upstream failure.
+    up.push(weft_testkit::Behavior::ErrorMidStream(UNREADABLE.into()));
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let body = json!({"model": "fake/fake-model", "stream": true, "messages": user});
+    let ev = events(&f, "/v1/llm/chat", &body).await;
+    let (name, data) = ev.last().unwrap();
+    assert_eq!(name, "error", "{ev:?}");
+    assert_eq!(data["error"]["code"], "model_output_invalid", "{data}");
+    assert!(
+        data["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("peg-native"),
+        "{data}"
+    );
+
+    // In a run: the turn is asked again with a note naming the tools, and the run goes on.
+    common::put_agent(
+        &f,
+        &f.admin,
+        "small",
+        json!({"model": "fake/fake-model", "tools": ["Context"]}),
+    )
+    .await;
+    up.push(weft_testkit::Behavior::ErrorMidStream(UNREADABLE.into()));
+    up.push(weft_testkit::Behavior::Text("done after a note".into()));
+    let before = up.calls();
+    let run = common::create(&f, &f.admin, json!({"agent": "small", "input": "go"})).await;
+    let frames = common::stream(&f, &f.admin, &run, "", None).await;
+    let last = &frames.last().unwrap().2["data"];
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(up.calls() - before, 2);
+    let rec = up.recorded();
+    let second = &rec[rec.len() - 1].body["messages"];
+    let note = second.as_array().unwrap().last().unwrap();
+    assert_eq!(note["role"], "user", "{second}");
+    let text = note["content"].as_str().unwrap();
+    assert!(
+        text.contains("could not be read")
+            && text.contains("peg-native")
+            && text.contains("Context"),
+        "{text}"
+    );
+    // The note is not in the transcript: the run's messages are the input and the answer.
+    let kinds: Vec<String> = common::persisted(&frames)
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "user_input").count(),
+        1,
+        "{kinds:?}"
+    );
+
+    // Three unreadable answers in a row: the run fails with that error, after two notes.
+    for _ in 0..3 {
+        up.push(weft_testkit::Behavior::ErrorMidStream(UNREADABLE.into()));
+    }
+    let before = up.calls();
+    let run = common::create(&f, &f.admin, json!({"agent": "small", "input": "go"})).await;
+    let frames = common::stream(&f, &f.admin, &run, "", None).await;
+    let last = &frames.last().unwrap().2["data"];
+    assert_eq!(last["status"], "failed", "{last}");
+    let err = frames
+        .iter()
+        .find(|(_, k, _)| k == "error")
+        .expect("an error event");
+    assert_eq!(err.2["data"]["code"], "model_output_invalid", "{:?}", err.2);
+    assert_eq!(up.calls() - before, 3);
+}

@@ -44,6 +44,11 @@ pub enum ErrorCode {
     AdmissionUnavailable,
     /// Every upstream candidate failed.
     UpstreamError,
+    /// The model's output could not be read: a tool call the provider could not parse (e.g.
+    /// llama.cpp's "does not match the expected format") or OpenAI's "the model produced
+    /// invalid content". The same request may succeed again; a run's turn is asked again
+    /// with a note to the model.
+    ModelOutputInvalid,
     /// The upstream did not answer in time.
     UpstreamTimeout,
     /// An internal dependency (router, database) is unreachable.
@@ -55,7 +60,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         Self::InvalidRequest,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -68,6 +73,7 @@ impl ErrorCode {
         Self::TenantConcurrencyExhausted,
         Self::AdmissionUnavailable,
         Self::UpstreamError,
+        Self::ModelOutputInvalid,
         Self::UpstreamTimeout,
         Self::Unavailable,
         Self::UiNotBuilt,
@@ -90,6 +96,7 @@ impl ErrorCode {
             Self::AdmissionUnavailable => "admission_unavailable",
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
+            Self::ModelOutputInvalid => "model_output_invalid",
             Self::Unavailable => "unavailable",
             Self::UiNotBuilt => "ui_not_built",
             Self::Internal => "internal",
@@ -112,7 +119,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => 415,
             Self::RateLimited | Self::TenantConcurrencyExhausted => 429,
             Self::Internal => 500,
-            Self::UpstreamError => 502,
+            Self::UpstreamError | Self::ModelOutputInvalid => 502,
             Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => 503,
             Self::UpstreamTimeout => 504,
         }
@@ -130,7 +137,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => Code::OutOfRange,
             Self::UnsupportedMediaType => Code::InvalidArgument,
             Self::RateLimited | Self::TenantConcurrencyExhausted => Code::ResourceExhausted,
-            Self::UpstreamError => Code::Unknown,
+            Self::UpstreamError | Self::ModelOutputInvalid => Code::Unknown,
             Self::UpstreamTimeout => Code::DeadlineExceeded,
             Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => Code::Unavailable,
             Self::Internal => Code::Internal,
@@ -166,6 +173,7 @@ impl ErrorCode {
             Self::PermissionDenied => "permission_error",
             Self::RateLimited | Self::TenantConcurrencyExhausted => "rate_limit_error",
             Self::UpstreamError
+            | Self::ModelOutputInvalid
             | Self::UpstreamTimeout
             | Self::Unavailable
             | Self::AdmissionUnavailable
@@ -182,6 +190,7 @@ impl ErrorCode {
                 | Self::TenantConcurrencyExhausted
                 | Self::AdmissionUnavailable
                 | Self::UpstreamError
+                | Self::ModelOutputInvalid
                 | Self::UpstreamTimeout
                 | Self::Unavailable
         )

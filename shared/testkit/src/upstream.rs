@@ -46,6 +46,10 @@ pub enum Behavior {
     BreakMidStream,
     /// Answer 200 with a body that is not valid JSON (or SSE whose data is not JSON).
     Malformed,
+    /// The upstream's own error about the model's output, as llama.cpp's server sends it: in a
+    /// stream, after the first chunks, `data: {"error": {"code": 500, "message": …}}` and the
+    /// end; not streamed, a 500 with that body.
+    ErrorMidStream(String),
 }
 
 /// A request the upstream received.
@@ -289,6 +293,13 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
             )
                 .into_response();
         }
+        Behavior::ErrorMidStream(m) if !stream => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"error": {"code": 500, "message": m, "type": "server_error"}})),
+            )
+                .into_response();
+        }
         Behavior::ToolCall { name, arguments } => vec![(name.clone(), arguments.clone())],
         Behavior::ParallelToolCalls(v) => v.clone(),
         _ => vec![],
@@ -297,6 +308,7 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
         Behavior::Echo => format!("echo: {}", last_user_text(&req)),
         Behavior::Text(t) => t.clone(),
         Behavior::BreakMidStream => "this stream breaks before it ends".to_owned(),
+        Behavior::ErrorMidStream(_) => "<tool_call> {\"name\": \"Nope".to_owned(),
         _ => String::new(),
     };
     let completion_tokens = u64::try_from(text.split_whitespace().count() + calls.len() * 8)
@@ -408,6 +420,16 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     for (i, f) in frames.into_iter().enumerate() {
         if breaks && i == 2 {
             break;
+        }
+        if let Behavior::ErrorMidStream(m) = &behavior
+            && i == 2
+        {
+            let e = json!({"error": {"code": 500, "message": m, "type": "server_error"}});
+            out.push(Ok(Bytes::from(format!("data: {e}\n\n"))));
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(futures::stream::iter(out).boxed()))
+                .unwrap_or_else(|_| fail(500, None));
         }
         out.push(Ok(Bytes::from(format!("data: {f}\n\n"))));
     }

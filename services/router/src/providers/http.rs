@@ -242,10 +242,16 @@ impl Upstream {
             }
             // 529 is Anthropic's "overloaded": retryable like any 5xx.
             500..=599 => {
-                let mut e = Error::new(
-                    ErrorCode::UpstreamError,
-                    format!("provider `{name}` failed with status {status}"),
-                );
+                let mut e = match detail.as_deref() {
+                    Some(d) if model_output_invalid(d) => Error::new(
+                        ErrorCode::ModelOutputInvalid,
+                        format!("provider `{name}` could not read the model's output: {d}"),
+                    ),
+                    _ => Error::new(
+                        ErrorCode::UpstreamError,
+                        format!("provider `{name}` failed with status {status}"),
+                    ),
+                };
                 e.retry_after = retry_after;
                 ProviderError::retryable(e)
             }
@@ -379,6 +385,17 @@ pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// Whether an upstream's error message says the model's own output was unreadable rather than
+/// the upstream failing: llama.cpp's server when a tool call does not parse ("the model produced
+/// output that does not match the expected … format", "failed to parse tool call") and OpenAI's
+/// "the model produced invalid content". Asking again, with a note, may succeed.
+pub fn model_output_invalid(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("model produced invalid content")
+        || m.contains("model produced output that does not match")
+        || m.contains("failed to parse tool call")
+}
+
 /// Why a stream could not be folded.
 #[derive(Debug)]
 pub enum Fault {
@@ -417,15 +434,25 @@ pub(crate) fn fold_stream<F: Fold>(
 ) -> EventStream {
     let source: Framed = Box::pin(source);
     let fail = |provider: &str, fault: Fault| {
-        let what = match fault {
-            Fault::Malformed => "sent a malformed stream chunk".to_owned(),
-            Fault::EndedEarly => "ended the stream early".to_owned(),
-            Fault::Upstream(m) => format!("reported an error mid-stream: {m}"),
+        let (code, what) = match fault {
+            Fault::Malformed => (
+                ErrorCode::UpstreamError,
+                "sent a malformed stream chunk".to_owned(),
+            ),
+            Fault::EndedEarly => (
+                ErrorCode::UpstreamError,
+                "ended the stream early".to_owned(),
+            ),
+            Fault::Upstream(m) if model_output_invalid(&m) => (
+                ErrorCode::ModelOutputInvalid,
+                format!("could not read the model's output mid-stream: {m}"),
+            ),
+            Fault::Upstream(m) => (
+                ErrorCode::UpstreamError,
+                format!("reported an error mid-stream: {m}"),
+            ),
         };
-        Error::new(
-            ErrorCode::UpstreamError,
-            format!("provider `{provider}` {what}"),
-        )
+        Error::new(code, format!("provider `{provider}` {what}"))
     };
     struct St<F> {
         src: Framed,
@@ -524,6 +551,24 @@ fn ndjson_lines(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_upstreams_words_for_unreadable_model_output_are_model_output_invalid() {
+        for m in [
+            "The model produced output that does not match the expected peg-native format",
+            "The model produced invalid content. Consider modifying your prompt",
+            "Failed to parse tool call arguments as JSON",
+        ] {
+            assert!(model_output_invalid(m), "{m}");
+        }
+        for m in [
+            "Overloaded",
+            "internal server error",
+            "the model is loading",
+        ] {
+            assert!(!model_output_invalid(m), "{m}");
+        }
+    }
 
     #[test]
     fn retry_after_takes_seconds_or_an_http_date() {
