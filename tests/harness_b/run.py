@@ -26,7 +26,7 @@ through the events and GET /v1/runs filtered on root_run_id).
 Usage:
     run.py --url http://127.0.0.1:PORT --token wft_... [--model real-openai]
            [--arms all|loop,loop_checks,plan_checks,plan_llm] [--tasks N] [--only ID,ID]
-           [--out results.json] [--fresh]
+           [--out results.json] [--fresh] [--jobs N]
 URL and token default to WEFT_URL (or WEFT_BASE_URL) and WEFT_TOKEN, as the fleets of
 tests/harness/fleet.py give them. The output is rewritten after each (task, arm), and a rerun
 with the same --out skips the pairs already done (not those that ended in a harness error).
@@ -462,6 +462,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", help="only these task ids (comma list)")
     p.add_argument("--out", default="results.json")
     p.add_argument("--fresh", action="store_true", help="ignore what --out already holds")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cases run at once (default 1). More keeps llama-server's parallel slots "
+                        "busy; the seconds per case then include waiting on the others' turns")
     p.add_argument("--allow-unfrozen", action="store_true",
                    help="run even when the tasks differ from frozen.json (never for scoring)")
     args = p.parse_args(argv)
@@ -500,16 +503,31 @@ def main(argv=None) -> int:
     todo = [(t, a) for t in tasks for a in arms if (t["id"], a) not in done]
     say(f"harness_b: {len(todo)} (task, arm) pairs to run, {len(done)} already in {out}; "
         f"model {args.model}, tag {tag}")
-    for i, (task, arm) in enumerate(todo, 1):
+    doc["meta"]["jobs"] = max(doc["meta"].get("jobs", 1), args.jobs)
+    lock = threading.Lock()
+
+    def one(i: int, task: dict, arm: str) -> None:
         say(f"[{i}/{len(todo)}] {task['id']} / {arm}")
         rec = Case(w, frozen, tag, task, arm, args.model).run()
-        say(f"  -> passed={rec['passed']} status={rec.get('status')} tokens={rec['tokens']} "
-            f"wall={rec['wall_s']}s retries={rec.get('retries', 0)} replans="
-            f"{rec.get('replans', 0)}" + (f" ERROR {rec['error']}" if rec["error"] else "")
+        rec["jobs"] = args.jobs
+        say(f"  [{i}] {task['id']} / {arm} -> passed={rec['passed']} status={rec.get('status')} "
+            f"tokens={rec['tokens']} wall={rec['wall_s']}s retries={rec.get('retries', 0)} "
+            f"replans={rec.get('replans', 0)}"
+            + (f" ERROR {rec['error']}" if rec["error"] else "")
             + (f" ({rec.get('grader_why')})" if not rec["passed"] else ""))
-        doc["results"].append(rec)
-        doc["meta"]["updated_at"] = datetime.now().astimezone().isoformat()
-        save(out, doc)
+        with lock:
+            doc["results"].append(rec)
+            doc["meta"]["updated_at"] = datetime.now().astimezone().isoformat()
+            save(out, doc)
+
+    if args.jobs <= 1:
+        for i, (task, arm) in enumerate(todo, 1):
+            one(i, task, arm)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for f in [pool.submit(one, i, t, a) for i, (t, a) in enumerate(todo, 1)]:
+                f.result()
     say(f"harness_b: results in {out}; the table: python3 tests/harness_b/report.py {out}")
     return 0
 
