@@ -178,9 +178,12 @@ impl Driver {
         if spec.tools.is_empty() {
             spec.response_format = req.response_format;
         }
-        // A plan run's process may take tools from every role's sub-run.
+        // A plan run's process may take tools from every role's sub-run. None of them may ask
+        // a person (`Interruption`): nobody watches a role's sub-run, which would park for good;
+        // a plan asks people only through its own questions (approval, split votes).
         if let Some(plan) = &self.spec.plan {
-            spec.tools.retain(|t| !plan.tools_excluded.contains(t));
+            spec.tools
+                .retain(|t| t != ROLE_EXCLUDED_TOOL && !plan.tools_excluded.contains(t));
         }
         // A sub-run uses its parent's credentials.
         spec.credentials = self.spec.credentials.clone();
@@ -246,14 +249,11 @@ impl Driver {
         Ok(Made::Run(Box::new(child)))
     }
 
-    /// Cancels sub-run `child` (it ends `cancelled` wherever it is).
-    pub(crate) async fn stop_child(&self, child: RunId) {
+    /// Cancels sub-run `child` (it ends `cancelled` wherever it is), saying `why`.
+    pub(crate) async fn stop_child(&self, child: RunId, why: &str) {
         let _ = self.inner.coord.cancel(child).await;
         if matches!(
-            self.inner
-                .store
-                .cancel_unheld(child, Some("replaced by a newer attempt"))
-                .await,
+            self.inner.store.cancel_unheld(child, Some(why)).await,
             Ok(true)
         ) {
             let _ = self
@@ -265,7 +265,8 @@ impl Driver {
     }
 
     /// Dispatches a live child and waits for it to end: its final row, or `None` when this run
-    /// was cancelled meanwhile (the child is cancelled too).
+    /// was cancelled meanwhile, or (a plan run) its wall-time budget ran out — the child is
+    /// cancelled too.
     pub(crate) async fn watch_child(&self, child: RunRecord) -> Result<Option<RunRecord>, Stop> {
         let mut sub = self
             .inner
@@ -306,6 +307,21 @@ impl Driver {
             if record.status.is_terminal() {
                 return Ok(Some(record));
             }
+            // A plan run's deadline stops what it waits on: a sub-run that never ends (one
+            // that parked, or just runs long) cannot hold the run past its budget.
+            let left = self.wall_time_left();
+            if left == Some(Duration::ZERO) {
+                self.stop_child(record.id, "the plan run's wall-time budget ran out")
+                    .await;
+                return Ok(None);
+            }
+            let deadline = async {
+                match left {
+                    // A hair past it, so the budget's own reckoning agrees it ran out.
+                    Some(d) => tokio::time::sleep(d + Duration::from_millis(10)).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.cancel.cancelled() => {
                     let _ = self.inner.coord.cancel(record.id).await;
@@ -325,10 +341,36 @@ impl Driver {
                     if !finished { continue; }
                 }
                 _ = recheck.tick() => {}
+                () = deadline => {}
             }
         }
     }
+
+    /// Seconds since this run was created.
+    pub(crate) fn elapsed_s(&self) -> u64 {
+        let elapsed = time::OffsetDateTime::now_utc() - self.lease.run.created_at;
+        u64::try_from(elapsed.whole_seconds()).unwrap_or(0)
+    }
+
+    /// What is left of a plan run's wall-time budget (`max_wall_s` since it was created; zero
+    /// once it ran out, as the step function reckons it from [`Driver::elapsed_s`]); `None`
+    /// for a run without one.
+    pub(crate) fn wall_time_left(&self) -> Option<Duration> {
+        let max = self.spec.plan.as_ref()?.limits.max_wall_s;
+        if max == 0 {
+            return None;
+        }
+        if self.elapsed_s() >= max {
+            return Some(Duration::ZERO);
+        }
+        let end = self.lease.run.created_at + time::Duration::seconds(i64::try_from(max).ok()?);
+        let left = end - time::OffsetDateTime::now_utc();
+        Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
+    }
 }
+
+/// The tool a plan run's role sub-runs never get: a question to a person nobody watches for.
+const ROLE_EXCLUDED_TOOL: &str = "Interruption";
 
 /// The tools a read-only sub-run (a verifier) may keep of its agent's: none that writes.
 const READ_ONLY_TOOLS: &[&str] = &["Read", "Glob", "Grep", "List", "Context"];

@@ -1029,3 +1029,88 @@ async fn a_control_of_another_task_wakes_a_run_parked_on_a_split_vote_which_asks
     assert_eq!(data_of(&ev, "interruption").len(), 2);
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_task_that_never_ends_is_stopped_at_the_wall_time_budget() {
+    let f = fleet_with("", "", common::stalling_model).await;
+    // Its answer starts at once, then stalls for a minute between words.
+    put_agent(
+        &f,
+        &f.admin,
+        "sleeper",
+        json!({"model": "mock/slow", "tools": [], "volumes": [{"name": "ws"}]}),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let run = start(
+        &f,
+        json!({"tasks": [{"id": "a", "description": "Take your time.", "agent": "sleeper"}],
+               "limits": {"max_wall_s": 2}}),
+    )
+    .await;
+    let ev = finished(&f, &run).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        plan_sequence(&ev),
+        [
+            "plan_proposed:v1:caller",
+            "plan_accepted:v1",
+            "task_started:a:1",
+            "budget_exhausted:wall_time",
+            "run_finished:failed:budget_exhausted",
+        ]
+    );
+    // The task's sub-run was stopped with the run.
+    let child = data_of(&ev, "task_started")[0]["child_run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    finished(&f, &child).await;
+    let (_, c) = f.get(&format!("/v1/runs/{child}"), &f.admin).await;
+    assert_eq!(c["status"], "cancelled", "{c}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_role_sub_run_cannot_ask_a_person_nobody_watches() {
+    let f = fleet("", "").await;
+    // An agent that would stop to ask a question: as a task's agent, the tool is not its own.
+    let ask = json!({"name": "Interruption", "input": {"op": "ask", "question": "Which file?"}});
+    put_agent(
+        &f,
+        &f.admin,
+        "asker",
+        json!({"model": "mock-1", "tools": ["Interruption", "Write"], "volumes": [{"name": "ws"}],
+               "system_prompt": format!("#mock {}", json!({"turns": [[ask]], "reply": "done"}))}),
+    )
+    .await;
+    let run = start(
+        &f,
+        json!({"tasks": [{"id": "a", "description": "Write a.txt.", "agent": "asker"}]}),
+    )
+    .await;
+    let ev = finished(&f, &run).await;
+    assert_eq!(
+        plan_sequence(&ev).last().unwrap(),
+        "run_finished:succeeded:end_turn"
+    );
+    let child = data_of(&ev, "task_started")[0]["child_run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id: uuid::Uuid = child.parse().unwrap();
+    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap();
+    let spec: Value = sqlx::query_scalar("SELECT spec FROM runs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(spec["tools"], json!(["Write"]), "{spec}");
+    f.stop().await;
+}

@@ -200,7 +200,6 @@ impl Driver {
     }
 
     async fn plan_facts(&self, spec: &PlanSpec, state: &PlanState) -> Result<Facts, Stop> {
-        let elapsed = time::OffsetDateTime::now_utc() - self.lease.run.created_at;
         let controls_waiting =
             state.version > 0 && self.inner.store.has_plan_controls(self.run_id()).await?;
         let mut approved = None;
@@ -236,7 +235,7 @@ impl Driver {
         }
         Ok(Facts {
             cancelled: self.cancel.is_cancelled(),
-            elapsed_s: u64::try_from(elapsed.whole_seconds()).unwrap_or(0),
+            elapsed_s: self.elapsed_s(),
             controls_waiting,
             caller_tasks: spec.tasks.is_some(),
             approval: spec.approval,

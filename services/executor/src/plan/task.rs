@@ -57,6 +57,10 @@ impl Driver {
             if self.stop.is_cancelled() {
                 return Err(Stop::Shutdown);
             }
+            // Past the wall-time budget nothing more starts: the run ends at once.
+            if self.wall_time_left() == Some(std::time::Duration::ZERO) {
+                return Ok(());
+            }
             let t = local.state_of(&id);
             let step = plan::task_step(&t, &task, &spec.limits, &spec.escalation);
             let events = match step {
@@ -67,7 +71,7 @@ impl Driver {
                 } => {
                     // The old attempt's sub-run must not go on writing beside the next one.
                     if let Some(child) = t.child {
-                        self.stop_child(child).await;
+                        self.stop_child(child, "replaced by a newer attempt").await;
                     }
                     vec![RunEvent::OutcomeStale(OutcomeStale {
                         task: id.clone(),

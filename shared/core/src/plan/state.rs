@@ -452,6 +452,25 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     if facts.cancelled {
         return PlanAction::Cancel;
     }
+    if let Some(e) = &state.exhausted {
+        return PlanAction::Finish {
+            reason: StopReason::BudgetExhausted,
+            error: Some(format!(
+                "the plan run ran out of its `{}` budget ({} of {})",
+                e.budget, e.used, e.limit
+            )),
+        };
+    }
+    let l = &state.limits;
+    // The wall-time budget is a deadline: attempts under way are stopped at it (their sub-runs
+    // end with the run), not awaited.
+    if l.max_wall_s > 0 && facts.elapsed_s >= l.max_wall_s {
+        return PlanAction::Exhausted(BudgetExhausted {
+            budget: "wall_time".into(),
+            used: facts.elapsed_s,
+            limit: l.max_wall_s,
+        });
+    }
     // Attempts under way (a resumed run) end first: nothing else is decided while a task's
     // sub-run may still be writing.
     let in_flight: Vec<String> = state
@@ -468,28 +487,11 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     if state.version > 0 && state.replanning.is_none() && !in_flight.is_empty() {
         return PlanAction::RunBatch(in_flight);
     }
-    if let Some(e) = &state.exhausted {
-        return PlanAction::Finish {
-            reason: StopReason::BudgetExhausted,
-            error: Some(format!(
-                "the plan run ran out of its `{}` budget ({} of {})",
-                e.budget, e.used, e.limit
-            )),
-        };
-    }
-    let l = &state.limits;
     if l.max_tokens > 0 && state.tokens >= l.max_tokens {
         return PlanAction::Exhausted(BudgetExhausted {
             budget: "tokens".into(),
             used: state.tokens,
             limit: l.max_tokens,
-        });
-    }
-    if l.max_wall_s > 0 && facts.elapsed_s >= l.max_wall_s {
-        return PlanAction::Exhausted(BudgetExhausted {
-            budget: "wall_time".into(),
-            used: facts.elapsed_s,
-            limit: l.max_wall_s,
         });
     }
     if facts.controls_waiting && state.version > 0 {
@@ -1320,5 +1322,67 @@ mod resume_tests {
                 u32::MAX
             )]
         );
+    }
+
+    #[test]
+    fn the_wall_time_budget_stops_attempts_under_way_and_tokens_wait_for_them() {
+        let tasks: Vec<Task> =
+            serde_json::from_value(json!([{"id": "a", "description": "a"}])).unwrap();
+        let limits = PlanLimits {
+            max_tokens: 1,
+            max_wall_s: 60,
+            ..PlanLimits::default()
+        };
+        let mut s = PlanState::new(limits);
+        fold(
+            &mut s,
+            RunEvent::PlanProposed(PlanProposed {
+                version: 1,
+                source: PlanSource::Caller,
+                tasks,
+                child_run_id: None,
+                tokens: 5,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::PlanAccepted(PlanAccepted {
+                version: 1,
+                approved_by: None,
+            }),
+        );
+        fold(
+            &mut s,
+            RunEvent::TaskStarted(TaskStarted {
+                task: "a".into(),
+                attempt: 1,
+                child_run_id: RunId::new(),
+                plan_version: 1,
+                agent: "w".into(),
+                model: None,
+            }),
+        );
+        // Over the token budget, the attempt under way ends first.
+        assert_eq!(
+            next_action(&s, &Facts::default()),
+            PlanAction::RunBatch(vec!["a".into()])
+        );
+        // Past the deadline, it does not.
+        let late = Facts {
+            elapsed_s: 60,
+            ..Facts::default()
+        };
+        let PlanAction::Exhausted(b) = next_action(&s, &late) else {
+            panic!("{:?}", next_action(&s, &late));
+        };
+        assert_eq!((b.budget.as_str(), b.used, b.limit), ("wall_time", 60, 60));
+        fold(&mut s, RunEvent::BudgetExhausted(b));
+        assert!(matches!(
+            next_action(&s, &late),
+            PlanAction::Finish {
+                reason: StopReason::BudgetExhausted,
+                ..
+            }
+        ));
     }
 }
