@@ -1114,3 +1114,62 @@ async fn a_role_sub_run_cannot_ask_a_person_nobody_watches() {
     assert_eq!(spec["tools"], json!(["Write"]), "{spec}");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn the_token_budget_counts_the_sub_runs_of_a_tasks_sub_run_and_is_the_runs_usage() {
+    let f = fleet("", "").await;
+    // `big` reads a long system prompt (about 6000 tokens a turn); `boss` spawns it and reads
+    // little itself.
+    put_agent(
+        &f,
+        &f.admin,
+        "big",
+        json!({"model": "mock-1", "tools": [], "system_prompt": "filler ".repeat(3500)}),
+    )
+    .await;
+    let spawn = json!({"name": "Agent", "input": {"op": "spawn", "agent": "big", "input": "hi"}});
+    put_agent(
+        &f,
+        &f.admin,
+        "boss",
+        json!({"model": "mock-1", "tools": ["Agent"],
+               "system_prompt": format!("#mock {}", json!({"turns": [[spawn]], "reply": "done"}))}),
+    )
+    .await;
+    let a = json!({"id": "a", "description": "Delegate.", "agent": "boss"});
+    let mut b = task(
+        "b",
+        format!("Write b.txt.\n{}", writes(&[("b.txt", "B")], "done")),
+    );
+    b["depends_on"] = json!(["a"]);
+    let run = start(&f, json!({"tasks": [a, b], "limits": {"max_tokens": 3000}})).await;
+    let ev = finished(&f, &run).await;
+    assert_eq!(
+        plan_sequence(&ev),
+        [
+            "plan_proposed:v1:caller",
+            "plan_accepted:v1",
+            "task_started:a:1",
+            "task_checked:a:1",
+            "task_verified:a:1:checks:pass",
+            "task_finished:a:passed",
+            "budget_exhausted:tokens",
+            "run_finished:failed:budget_exhausted",
+        ]
+    );
+    // The task's own sub-run used little: its sub-run's tokens are what ran the budget out.
+    let own = data_of(&ev, "task_checked")[0]["tokens"].as_u64().unwrap();
+    assert!(own < 3000, "{own}");
+    let exhausted = data_of(&ev, "budget_exhausted")[0]["used"]
+        .as_u64()
+        .unwrap();
+    assert!(exhausted >= 3000, "{exhausted}");
+    // The plan run's usage is its sub-runs', all of them; the plan view says the same.
+    let (_, r) = f.get(&format!("/v1/runs/{run}"), &f.admin).await;
+    let total = r["usage"]["total_tokens"].as_u64().unwrap();
+    assert_eq!(total, exhausted, "{r}");
+    let (_, plan) = f.get(&format!("/v1/runs/{run}/plan"), &f.admin).await;
+    assert_eq!(plan["tokens"].as_u64(), Some(total), "{plan}");
+    assert_eq!(file(&f, "b.txt").await, None);
+    f.stop().await;
+}

@@ -228,6 +228,51 @@ impl RunStore {
         Ok(rows.iter().map(plan_row).collect::<Result<_, _>>()?)
     }
 
+    /// The usage of every sub-run of run `run` of `tenant`, and of their own sub-runs, summed:
+    /// what a plan run's roles have used so far (its orchestration makes no model calls), read
+    /// fresh from each run's row, which a live run updates after each model turn. The total of a
+    /// row that has none is its prompt and completion tokens.
+    pub async fn subtree_usage(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+    ) -> Result<weft_core::message::Usage, RunStoreError> {
+        let row = sqlx::query(
+            "WITH RECURSIVE d(id) AS (
+                 SELECT id FROM runs WHERE parent_run_id = $1 AND tenant_id = $2
+                 UNION ALL
+                 SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id
+             ), u AS (
+                 SELECT COALESCE((r.usage->>'prompt_tokens')::bigint, 0) AS prompt,
+                        COALESCE((r.usage->>'completion_tokens')::bigint, 0) AS completion,
+                        COALESCE((r.usage->>'total_tokens')::bigint, 0) AS total,
+                        COALESCE((r.usage->>'cache_read_tokens')::bigint, 0) AS cache_read,
+                        COALESCE((r.usage->>'cache_write_tokens')::bigint, 0) AS cache_write
+                 FROM runs r JOIN d ON r.id = d.id
+             )
+             SELECT COALESCE(SUM(prompt), 0)::bigint AS prompt,
+                    COALESCE(SUM(completion), 0)::bigint AS completion,
+                    COALESCE(SUM(CASE WHEN total > 0 THEN total ELSE prompt + completion END), 0)::bigint AS total,
+                    COALESCE(SUM(cache_read), 0)::bigint AS cache_read,
+                    COALESCE(SUM(cache_write), 0)::bigint AS cache_write
+             FROM u",
+        )
+        .bind(run.0)
+        .bind(tenant.as_str())
+        .fetch_one(self.pool())
+        .await?;
+        let n = |c: &str| -> Result<u64, sqlx::Error> {
+            Ok(u64::try_from(row.try_get::<i64, _>(c)?).unwrap_or(0))
+        };
+        Ok(weft_core::message::Usage {
+            prompt_tokens: n("prompt")?,
+            completion_tokens: n("completion")?,
+            total_tokens: n("total")?,
+            cache_read_tokens: n("cache_read")?,
+            cache_write_tokens: n("cache_write")?,
+        })
+    }
+
     /// Whether a person's retry or skip waits for run `run`.
     pub async fn has_plan_controls(&self, run: RunId) -> Result<bool, RunStoreError> {
         Ok(sqlx::query_scalar(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use weft_core::message::{ContentBlock, Message, Role};
+use weft_core::message::{ContentBlock, Message, Role, Usage};
 
 use weft_core::plan::{
     self, Facts, PlanAccepted, PlanAction, PlanAwaitingApproval, PlanProposed, PlanRejected,
@@ -236,12 +236,24 @@ impl Driver {
         Ok(Facts {
             cancelled: self.cancel.is_cancelled(),
             elapsed_s: self.elapsed_s(),
+            tokens: self.plan_usage().await?.total_tokens,
             controls_waiting,
             caller_tasks: spec.tasks.is_some(),
             approval: spec.approval,
             approved,
             answers: BTreeMap::new(),
         })
+    }
+
+    /// What every sub-run of this plan (each role's, and their own sub-runs) has used so far,
+    /// read fresh: the plan's `max_tokens` is held to its total, and it is the plan run's own
+    /// `usage` (its orchestration makes no model calls).
+    pub(super) async fn plan_usage(&self) -> Result<Usage, Stop> {
+        Ok(self
+            .inner
+            .store
+            .subtree_usage(&self.lease.run.tenant, self.run_id())
+            .await?)
     }
 
     /// Asks the planner (or the replanner) for a plan — its try `attempt`, a sub-run keyed by
@@ -451,6 +463,7 @@ impl Driver {
 
     /// Parks the run until `PUT /v1/runs/{id}/plan` approves version `version`.
     async fn park_for_approval(&self, version: u32) -> Result<(), Stop> {
+        let usage = serde_json::to_value(self.plan_usage().await?).unwrap_or_default();
         self.step(
             None,
             vec![
@@ -463,7 +476,7 @@ impl Driver {
             ],
             StepChange::Park {
                 iterations: 0,
-                usage: json!({}),
+                usage,
                 interrupt: None,
             },
         )
@@ -553,6 +566,7 @@ impl Driver {
             question,
         };
         let value = serde_json::to_value(&interrupt).unwrap_or_default();
+        let usage = serde_json::to_value(self.plan_usage().await?).unwrap_or_default();
         self.step(
             None,
             vec![RunEvent::Interruption(interrupt)],
@@ -573,7 +587,7 @@ impl Driver {
             })],
             StepChange::Park {
                 iterations: 0,
-                usage: json!({}),
+                usage,
                 interrupt: Some(value),
             },
         )
@@ -714,7 +728,12 @@ impl Driver {
             .await?;
         }
         let error = error.map(|m| json!({"code": code, "message": m}));
-        self.finish(&LoopState::default(), reason, error).await
+        // The plan run's usage is its sub-runs' (it makes no model calls of its own).
+        let progress = LoopState {
+            usage: self.plan_usage().await?,
+            ..LoopState::default()
+        };
+        self.finish(&progress, reason, error).await
     }
 }
 

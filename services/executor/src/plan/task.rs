@@ -84,9 +84,13 @@ impl Driver {
                     feedback,
                     model,
                 } => {
-                    // Budgets are looked at between attempts: the run ends cleanly, never
-                    // with an attempt cut short.
-                    if spec.limits.max_tokens > 0 && local.tokens >= spec.limits.max_tokens {
+                    // Budgets are looked at between attempts, on the plan's fresh total
+                    // (every task's, verifier's and sub-run's tokens so far, not this task's
+                    // view of them): the run ends cleanly, never with an attempt cut short.
+                    if spec.limits.max_tokens > 0
+                        && local.tokens.max(self.plan_usage().await?.total_tokens)
+                            >= spec.limits.max_tokens
+                    {
                         return Ok(());
                     }
                     match self

@@ -192,8 +192,19 @@ fn plan_status(run: &RunRecord, row: &PlanRow) -> Result<PlanStatus> {
     }
 }
 
-/// A plan version with each task's state from the folded transcript.
-fn view(run: &RunRecord, row: &PlanRow, state: &PlanState) -> Result<PlanView> {
+/// The tokens every sub-run of `run` has used so far (each role's, and their own sub-runs'),
+/// as its budget counts them: never less than its events recorded.
+async fn tokens(st: &AppState, run: &RunRecord, state: &PlanState) -> Result<u64> {
+    let usage = st
+        .runs
+        .subtree_usage(&run.tenant, run.id)
+        .await
+        .map_err(store_err)?;
+    Ok(usage.total_tokens.max(state.tokens))
+}
+
+/// A plan version with each task's state from the folded transcript, and the plan's `tokens`.
+fn view(run: &RunRecord, row: &PlanRow, state: &PlanState, tokens: u64) -> Result<PlanView> {
     let tasks = row_tasks(run, row)?;
     Ok(PlanView {
         run_id: run_id(run.id),
@@ -202,7 +213,7 @@ fn view(run: &RunRecord, row: &PlanRow, state: &PlanState) -> Result<PlanView> {
         status: plan_status(run, row)?,
         approved_by: row.approved_by.clone(),
         replans: state.replans,
-        tokens: state.tokens,
+        tokens,
         tasks: weft_core::plan::task_views(state, &tasks),
         created_at: created(row.created_at),
     })
@@ -231,7 +242,8 @@ pub async fn get_plan_handler(
         return Err(no_plan_yet(&id));
     };
     let state = fold(&st, &run, &plan.limits).await?;
-    Ok(with_etag(StatusCode::OK, view(&run, row, &state)?))
+    let tokens = tokens(&st, &run, &state).await?;
+    Ok(with_etag(StatusCode::OK, view(&run, row, &state, tokens)?))
 }
 
 /// `GET /v1/runs/{id}/plan/versions/{version}`.
@@ -257,7 +269,8 @@ pub async fn plan_version_handler(
         .into());
     };
     let state = fold(&st, &run, &plan.limits).await?;
-    Ok(with_etag(StatusCode::OK, view(&run, row, &state)?))
+    let tokens = tokens(&st, &run, &state).await?;
+    Ok(with_etag(StatusCode::OK, view(&run, row, &state, tokens)?))
 }
 
 // --- waking a run --------------------------------------------------------------------------------
@@ -387,7 +400,8 @@ pub async fn decide_plan_handler(
             wake(&st, &p, &run, took).await?;
             let run = reread(&st, &p, run).await?;
             let state = fold(&st, &run, &plan.limits).await?;
-            return Ok(with_etag(StatusCode::OK, view(&run, &row, &state)?));
+            let tokens = tokens(&st, &run, &state).await?;
+            return Ok(with_etag(StatusCode::OK, view(&run, &row, &state, tokens)?));
         }
         Ok(Approved::NotFound) => no_plan_yet(&id),
         Ok(Approved::Stale(current)) => PlanError::Stale(invalid(

@@ -90,7 +90,8 @@ pub struct PlanState {
     pub replans: u32,
     /// A replan asked for and not accepted yet.
     pub replanning: Option<ReplanRequested>,
-    /// Tokens of every role's sub-runs.
+    /// Tokens of the roles' sub-runs as their events recorded them (each sub-run's own, once it
+    /// ended); [`Facts::tokens`] is the fresh total the budget is held to.
     pub tokens: u64,
     pub task: BTreeMap<String, TaskState>,
     pub exhausted: Option<BudgetExhausted>,
@@ -366,6 +367,10 @@ pub struct Facts {
     pub cancelled: bool,
     /// Seconds since the run was created.
     pub elapsed_s: u64,
+    /// Tokens used so far by every sub-run of the plan (each role's, and their own sub-runs'),
+    /// live ones included, read fresh: what `max_tokens` is held to (with [`PlanState::tokens`]
+    /// as a floor).
+    pub tokens: u64,
     /// A person's retry/skip waits in the run's controls.
     pub controls_waiting: bool,
     /// The plan was given by the caller (no planner).
@@ -487,10 +492,11 @@ pub fn next_action(state: &PlanState, facts: &Facts) -> PlanAction {
     if state.version > 0 && state.replanning.is_none() && !in_flight.is_empty() {
         return PlanAction::RunBatch(in_flight);
     }
-    if l.max_tokens > 0 && state.tokens >= l.max_tokens {
+    let tokens = state.tokens.max(facts.tokens);
+    if l.max_tokens > 0 && tokens >= l.max_tokens {
         return PlanAction::Exhausted(BudgetExhausted {
             budget: "tokens".into(),
-            used: state.tokens,
+            used: tokens,
             limit: l.max_tokens,
         });
     }
@@ -1220,6 +1226,23 @@ mod tests {
         assert!(matches!(
             next_action(&s, &Facts::default()),
             PlanAction::Exhausted(b) if b.budget == "tokens" && b.used == 15
+        ));
+        // The fresh total (sub-runs' own sub-runs, verifiers, live runs) counts when higher.
+        assert!(matches!(
+            next_action(&s, &Facts { tokens: 40, ..Facts::default() }),
+            PlanAction::Exhausted(b) if b.budget == "tokens" && b.used == 40
+        ));
+        let mut fresh = accepted(
+            vec![task("b", &[])],
+            PlanLimits {
+                max_tokens: 10,
+                ..PlanLimits::default()
+            },
+        );
+        fresh.tokens = 0;
+        assert!(matches!(
+            next_action(&fresh, &Facts { tokens: 10, ..Facts::default() }),
+            PlanAction::Exhausted(b) if b.budget == "tokens" && b.used == 10
         ));
     }
 }
