@@ -178,13 +178,11 @@ impl Driver {
         if spec.tools.is_empty() {
             spec.response_format = req.response_format;
         }
-        // A plan run's process may take tools from every role's sub-run. None of them may ask
-        // a person (`Interruption`): nobody watches a role's sub-run, which would park for good;
-        // a plan asks people only through its own questions (approval, split votes).
-        if let Some(plan) = &self.spec.plan {
-            spec.tools
-                .retain(|t| t != ROLE_EXCLUDED_TOOL && !plan.tools_excluded.contains(t));
-        }
+        // Tools a plan takes from every sub-run below it (its roles' and theirs), by name or
+        // glob.
+        let excluded = self.plan_exclusions().await?;
+        spec.tools
+            .retain(|t| !excluded.iter().any(|g| weft_core::mcp::glob_matches(g, t)));
         // A sub-run uses its parent's credentials.
         spec.credentials = self.spec.credentials.clone();
         let child_id = RunId::new();
@@ -247,6 +245,30 @@ impl Driver {
             }
         }
         Ok(Made::Run(Box::new(child)))
+    }
+
+    /// The tools (names or globs) a sub-run of this run may not have: below a plan run, its
+    /// process's `tools_excluded` and `Interruption` — nobody watches a sub-run of a plan, so a
+    /// question from it would park it, and the plan, for good; a plan asks people only its own
+    /// questions (an approval, a split vote). Nothing elsewhere. A plan run's own list is in its
+    /// spec; a sub-run further down finds its nearest plan ancestor's.
+    async fn plan_exclusions(&self) -> Result<Vec<String>, Stop> {
+        let inherited = match &self.spec.plan {
+            Some(plan) => Some(plan.tools_excluded.clone()),
+            None if self.lease.run.parent_run_id.is_some() => {
+                self.inner
+                    .store
+                    .plan_exclusions(&self.lease.run.tenant, self.run_id())
+                    .await?
+            }
+            None => None,
+        };
+        Ok(inherited
+            .map(|mut list| {
+                list.push(PLAN_EXCLUDED_TOOL.to_owned());
+                list
+            })
+            .unwrap_or_default())
     }
 
     /// Cancels sub-run `child` (it ends `cancelled` wherever it is), saying `why`.
@@ -369,8 +391,8 @@ impl Driver {
     }
 }
 
-/// The tool a plan run's role sub-runs never get: a question to a person nobody watches for.
-const ROLE_EXCLUDED_TOOL: &str = "Interruption";
+/// The tool no sub-run below a plan run gets: a question to a person nobody watches for.
+const PLAN_EXCLUDED_TOOL: &str = "Interruption";
 
 /// The tools a read-only sub-run (a verifier) may keep of its agent's: none that writes.
 const READ_ONLY_TOOLS: &[&str] = &["Read", "Glob", "Grep", "List", "Context"];

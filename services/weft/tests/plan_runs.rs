@@ -1173,3 +1173,67 @@ async fn the_token_budget_counts_the_sub_runs_of_a_tasks_sub_run_and_is_the_runs
     assert_eq!(file(&f, "b.txt").await, None);
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_process_takes_its_excluded_tools_by_glob_from_every_sub_run_below_the_plan() {
+    let f = fleet("", "").await;
+    let spawn =
+        json!({"name": "Agent", "input": {"op": "spawn", "agent": "helper", "input": "help"}});
+    put_agent(
+        &f,
+        &f.admin,
+        "boss",
+        json!({"model": "mock-1", "tools": ["Agent", "Write", "HTTP"],
+               "system_prompt": format!("#mock {}", json!({"turns": [[spawn]], "reply": "done"}))}),
+    )
+    .await;
+    put_agent(
+        &f,
+        &f.admin,
+        "helper",
+        json!({"model": "mock-1", "tools": ["Write", "HTTP", "Interruption"]}),
+    )
+    .await;
+    let (status, body) = f
+        .put(
+            "/v1/processes/delegate",
+            &f.admin,
+            json!({"description": "Delegate the work",
+                   "phases": [{"id": "a", "description": "Delegate.", "agent": "boss"}],
+                   "tools": {"excluded": ["HT*"]}}),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let run = start(&f, json!({"process": "delegate"})).await;
+    let ev = finished(&f, &run).await;
+    assert_eq!(
+        plan_sequence(&ev).last().unwrap(),
+        "run_finished:succeeded:end_turn"
+    );
+    let child = data_of(&ev, "task_started")[0]["child_run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap();
+    let tools_of = async |sql: &'static str| -> Vec<Value> {
+        let specs: Vec<Value> = sqlx::query_scalar(sql)
+            .bind(uuid::Uuid::parse_str(&child).unwrap())
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        specs.iter().map(|s| s["tools"].clone()).collect()
+    };
+    // The task's sub-run lost `HTTP` to the glob; the sub-run it made lost it too, and cannot
+    // ask a person either.
+    assert_eq!(
+        tools_of("SELECT spec FROM runs WHERE id = $1").await,
+        [json!(["Agent", "Write"])]
+    );
+    assert_eq!(
+        tools_of("SELECT spec FROM runs WHERE parent_run_id = $1").await,
+        [json!(["Write"])]
+    );
+    f.stop().await;
+}

@@ -273,6 +273,35 @@ impl RunStore {
         })
     }
 
+    /// The `tools_excluded` of the nearest plan run among run `run` of `tenant` and its
+    /// ancestors (`Some([])` when that plan excludes none), or `None` when no plan run is among
+    /// them: what a sub-run made anywhere below a plan run inherits.
+    pub async fn plan_exclusions(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+    ) -> Result<Option<Vec<String>>, RunStoreError> {
+        let found: Option<Option<Value>> = sqlx::query_scalar(
+            "WITH RECURSIVE a(id, parent_run_id, spec, depth) AS (
+                 SELECT id, parent_run_id, spec, 0 FROM runs WHERE id = $1 AND tenant_id = $2
+                 UNION ALL
+                 SELECT r.id, r.parent_run_id, r.spec, a.depth + 1
+                 FROM runs r JOIN a ON r.id = a.parent_run_id
+             )
+             SELECT spec->'plan'->'tools_excluded' FROM a
+             WHERE jsonb_typeof(spec->'plan') = 'object'
+             ORDER BY depth LIMIT 1",
+        )
+        .bind(run.0)
+        .bind(tenant.as_str())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(found.map(|list| {
+            list.and_then(|v| serde_json::from_value::<Vec<String>>(v).ok())
+                .unwrap_or_default()
+        }))
+    }
+
     /// Whether a person's retry or skip waits for run `run`.
     pub async fn has_plan_controls(&self, run: RunId) -> Result<bool, RunStoreError> {
         Ok(sqlx::query_scalar(
