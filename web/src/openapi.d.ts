@@ -14719,8 +14719,8 @@ export interface components {
             /** @description the plan itself: no planner is asked (validated the same way; an invalid one is a 400) */
             tasks?: components["schemas"]["Task"][] | null;
             /**
-             * @description set by the gateway from `process`; a caller may not set it: tools taken from every task
-             *     attempt's sub-run
+             * @description set by the gateway from `process`; a caller may not set it: tools (names, or globs with
+             *     `*`) taken from every sub-run of the plan run and from the sub-runs those make
              */
             readonly tools_excluded?: string[];
             /**
@@ -14765,7 +14765,8 @@ export interface components {
             tasks: components["schemas"]["TaskView"][];
             /**
              * Format: uint64
-             * @description tokens of every role's sub-runs so far
+             * @description tokens used so far by every sub-run of the plan run (each role's, and the sub-runs they
+             *     made), as `max_tokens` counts them; the plan run's `usage` is the same sum
              */
             tokens: number;
             /** Format: uint32 */

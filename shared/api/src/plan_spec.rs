@@ -102,8 +102,8 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("readOnly" = true))]
     pub tools_required: Vec<String>,
-    /// set by the gateway from `process`; a caller may not set it: tools taken from every task
-    /// attempt's sub-run
+    /// set by the gateway from `process`; a caller may not set it: tools (names, or globs with
+    /// `*`) taken from every sub-run of the plan run and from the sub-runs those make
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("readOnly" = true))]
     pub tools_excluded: Vec<String>,

@@ -74,7 +74,8 @@ pub struct PlanView {
     pub approved_by: Option<String>,
     /// replans so far
     pub replans: u32,
-    /// tokens of every role's sub-runs so far
+    /// tokens used so far by every sub-run of the plan run (each role's, and the sub-runs they
+    /// made), as `max_tokens` counts them; the plan run's `usage` is the same sum
     pub tokens: u64,
     pub tasks: Vec<TaskView>,
     pub created_at: Timestamp,
