@@ -14714,6 +14714,12 @@ export interface components {
              *     `tasks`
              */
             process?: string | null;
+            /**
+             * @description set by the gateway from `process`; a caller may not set it: the process version the run
+             *     was created from (its content hash, `sha256:…`), so a later activation of another version
+             *     does not change what this run followed
+             */
+            readonly process_version?: string | null;
             /** @description the agent that rewrites a stalled plan (default: the planner) */
             replanner?: string | null;
             /** @description the plan itself: no planner is asked (validated the same way; an invalid one is a 400) */
@@ -14748,6 +14754,10 @@ export interface components {
             approved_by?: string | null;
             /** Format: date-time */
             created_at: string;
+            /** @description the process the run follows (`plan.process`), when it names one */
+            process?: string | null;
+            /** @description that process's version when the run was created (its content hash) */
+            process_version?: string | null;
             /**
              * Format: uint32
              * @description replans so far

@@ -984,6 +984,7 @@ mod tests {
                 volume: Some("work".into()),
                 limits: weft_api::plans::PlanLimits::default(),
                 process: Some("csv-report".into()),
+                process_version: Some("sha256:00".into()),
                 phase_mode: Some(weft_api::plans::PhaseMode::Guided),
                 phases: Some(Vec::new()),
                 persona: Some("careful".into()),

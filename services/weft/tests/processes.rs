@@ -240,6 +240,9 @@ async fn a_strict_process_runs_its_phases_as_the_plan() {
     let plan = &spec_of(&f, &run).await["plan"];
     assert_eq!(plan["process"], "report", "{plan}");
     assert_eq!(plan["phase_mode"], "strict", "{plan}");
+    // The version it was created from is recorded, as the process's content hash.
+    assert!(v["version"].as_str().unwrap().starts_with("sha256:"), "{v}");
+    assert_eq!(plan["process_version"], v["version"], "{plan}");
     assert_eq!(plan["persona"], "You are careful and brief.", "{plan}");
     assert_eq!(plan["tools_required"], json!(["Write"]), "{plan}");
     assert_eq!(plan["tools_excluded"], json!(["HTTP"]), "{plan}");
@@ -275,6 +278,11 @@ async fn a_strict_process_runs_its_phases_as_the_plan() {
         .map(|t| (t["id"].as_str().unwrap(), t["status"].as_str().unwrap()))
         .collect();
     assert_eq!(statuses, vec![("a", "passed"), ("b", "passed")], "{view}");
+    assert_eq!(
+        (&view["process"], &view["process_version"]),
+        (&json!("report"), &v["version"]),
+        "{view}"
+    );
     let (s, events) = f
         .get(&format!("/v1/runs/{run}/events?limit=1000"), &f.admin)
         .await;
@@ -312,6 +320,7 @@ async fn creating_a_process_run_refuses_what_cannot_run_and_stores_a_guided_outl
     // What the gateway sets from the process cannot come from the caller.
     for (field, value) in [
         ("phases", json!([task])),
+        ("process_version", json!("sha256:00")),
         ("phase_mode", json!("guided")),
         ("persona", json!("someone else")),
         ("tools_required", json!(["Write"])),

@@ -81,6 +81,12 @@ pub struct PlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}$"))]
     pub process: Option<String>,
+    /// set by the gateway from `process`; a caller may not set it: the process version the run
+    /// was created from (its content hash, `sha256:…`), so a later activation of another version
+    /// does not change what this run followed
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("readOnly" = true))]
+    pub process_version: Option<String>,
     /// set by the gateway from `process`; a caller may not set it: how binding the process's
     /// phases are
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -77,6 +77,10 @@ pub struct PlanView {
     /// tokens used so far by every sub-run of the plan run (each role's, and the sub-runs they
     /// made), as `max_tokens` counts them; the plan run's `usage` is the same sum
     pub tokens: u64,
+    /// the process the run follows (`plan.process`), when it names one
+    pub process: Option<String>,
+    /// that process's version when the run was created (its content hash)
+    pub process_version: Option<String>,
     pub tasks: Vec<TaskView>,
     pub created_at: Timestamp,
 }

@@ -157,6 +157,15 @@ export function PlanPanel({
         <dd>{p.replans}</dd>
         <dt>Tokens</dt>
         <dd data-testid="plan-tokens">{count(p.tokens)}</dd>
+        {p.process && (
+          <>
+            <dt>Process</dt>
+            <dd data-testid="plan-process" title={p.process_version ?? undefined}>
+              {p.process}
+              {p.process_version && ` (${p.process_version.replace(/^sha256:/, '').slice(0, 12)})`}
+            </dd>
+          </>
+        )}
       </dl>
       {canApprove(p, status) && (
         <p className="row">

@@ -121,6 +121,7 @@ pub async fn check_create(
 /// The fields of `plan` that only [`apply_process`] sets.
 fn refuse_process_fields(plan: &PlanSpec) -> std::result::Result<(), Error> {
     for (field, set) in [
+        ("process_version", plan.process_version.is_some()),
         ("phase_mode", plan.phase_mode.is_some()),
         ("phases", plan.phases.is_some()),
         ("persona", plan.persona.is_some()),
@@ -193,6 +194,7 @@ async fn apply_process(
         Error::internal()
     })?;
     plan.limits = weft_core::process::merge_limits(&plan.limits, &process.limits);
+    plan.process_version = Some(v.hash.clone());
     plan.phase_mode = Some(process.phase_mode);
     plan.persona = (!process.persona.trim().is_empty()).then(|| process.persona.clone());
     plan.tools_required.clone_from(&process.tools.required);

@@ -204,7 +204,13 @@ async fn tokens(st: &AppState, run: &RunRecord, state: &PlanState) -> Result<u64
 }
 
 /// A plan version with each task's state from the folded transcript, and the plan's `tokens`.
-fn view(run: &RunRecord, row: &PlanRow, state: &PlanState, tokens: u64) -> Result<PlanView> {
+fn view(
+    run: &RunRecord,
+    plan: &PlanSpec,
+    row: &PlanRow,
+    state: &PlanState,
+    tokens: u64,
+) -> Result<PlanView> {
     let tasks = row_tasks(run, row)?;
     Ok(PlanView {
         run_id: run_id(run.id),
@@ -214,6 +220,8 @@ fn view(run: &RunRecord, row: &PlanRow, state: &PlanState, tokens: u64) -> Resul
         approved_by: row.approved_by.clone(),
         replans: state.replans,
         tokens,
+        process: plan.process.clone(),
+        process_version: plan.process_version.clone(),
         tasks: weft_core::plan::task_views(state, &tasks),
         created_at: created(row.created_at),
     })
@@ -243,7 +251,10 @@ pub async fn get_plan_handler(
     };
     let state = fold(&st, &run, &plan.limits).await?;
     let tokens = tokens(&st, &run, &state).await?;
-    Ok(with_etag(StatusCode::OK, view(&run, row, &state, tokens)?))
+    Ok(with_etag(
+        StatusCode::OK,
+        view(&run, &plan, row, &state, tokens)?,
+    ))
 }
 
 /// `GET /v1/runs/{id}/plan/versions/{version}`.
@@ -270,7 +281,10 @@ pub async fn plan_version_handler(
     };
     let state = fold(&st, &run, &plan.limits).await?;
     let tokens = tokens(&st, &run, &state).await?;
-    Ok(with_etag(StatusCode::OK, view(&run, row, &state, tokens)?))
+    Ok(with_etag(
+        StatusCode::OK,
+        view(&run, &plan, row, &state, tokens)?,
+    ))
 }
 
 // --- waking a run --------------------------------------------------------------------------------
@@ -401,7 +415,10 @@ pub async fn decide_plan_handler(
             let run = reread(&st, &p, run).await?;
             let state = fold(&st, &run, &plan.limits).await?;
             let tokens = tokens(&st, &run, &state).await?;
-            return Ok(with_etag(StatusCode::OK, view(&run, &row, &state, tokens)?));
+            return Ok(with_etag(
+                StatusCode::OK,
+                view(&run, &plan, &row, &state, tokens)?,
+            ));
         }
         Ok(Approved::NotFound) => no_plan_yet(&id),
         Ok(Approved::Stale(current)) => PlanError::Stale(invalid(
