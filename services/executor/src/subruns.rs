@@ -322,6 +322,9 @@ impl Driver {
                 .map_err(|e| Stop::Infra(e.to_string()))?;
         }
         let mut recheck = tokio::time::interval(Duration::from_secs(2));
+        // Whether the child's event subscription is still open; once closed, the 2 s recheck
+        // alone notices its end.
+        let mut open = true;
         loop {
             if let Some(r) = self.inner.store.get(&record.tenant, record.id).await? {
                 record = r;
@@ -344,26 +347,30 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                () = self.cancel.cancelled() => {
-                    let _ = self.inner.coord.cancel(record.id).await;
-                    if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
-                        let _ = self.inner.coord.release(&record.tenant, record.id).await;
+            tokio::pin!(deadline);
+            // The child's row is read again on its `run_finished`, the recheck or the
+            // deadline, not on each of its other events.
+            loop {
+                tokio::select! {
+                    () = self.cancel.cancelled() => {
+                        let _ = self.inner.coord.cancel(record.id).await;
+                        if matches!(self.inner.store.cancel_unheld(record.id, Some("parent cancelled")).await, Ok(true)) {
+                            let _ = self.inner.coord.release(&record.tenant, record.id).await;
+                        }
+                        return Ok(None);
                     }
-                    return Ok(None);
-                }
-                () = self.lost.cancelled() => return Err(Stop::Lost),
-                () = self.stop.cancelled() => return Err(Stop::Shutdown),
-                m = sub.next() => {
-                    let finished = m.is_some_and(|m| {
-                        weft_bus::decode_events(&m.payload)
+                    () = self.lost.cancelled() => return Err(Stop::Lost),
+                    () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                    m = sub.next(), if open => match m {
+                        None => open = false,
+                        Some(m) if weft_bus::decode_events(&m.payload)
                             .iter()
-                            .any(|e| e.kind == EventKind::RunFinished.as_str())
-                    });
-                    if !finished { continue; }
+                            .any(|e| e.kind == EventKind::RunFinished.as_str()) => break,
+                        Some(_) => {}
+                    },
+                    _ = recheck.tick() => break,
+                    () = &mut deadline => break,
                 }
-                _ = recheck.tick() => {}
-                () = deadline => {}
             }
         }
     }
