@@ -321,7 +321,11 @@ impl Driver {
                 .await
                 .map_err(|e| Stop::Infra(e.to_string()))?;
         }
-        let mut recheck = tokio::time::interval(Duration::from_secs(2));
+        // The loop reads the row first; the recheck's first tick is 2 s later, not at once.
+        let mut recheck = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(2),
+            Duration::from_secs(2),
+        );
         // Whether the child's event subscription is still open; once closed, the 2 s recheck
         // alone notices its end.
         let mut open = true;

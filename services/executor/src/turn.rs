@@ -68,12 +68,21 @@ impl Driver {
         let mut first = Some(self.chat_request(def, state).await);
         let mut retries = ROUTER_RETRY_MS.iter();
         let mut notes = 0;
+        // The note for the model after an unreadable answer: kept, so a call again after a
+        // router outage carries it too.
+        let mut note: Option<String> = None;
         let (turn, held) = loop {
             // After a broken attempt, the seq of the last event it committed.
             let last_seq = *self.seq.lock().await - 1;
             let req = match first.take() {
                 Some(req) => req,
-                None => self.chat_request(def, state).await,
+                None => {
+                    let mut req = self.chat_request(def, state).await;
+                    if let Some(n) = &note {
+                        add_note(&mut req.messages, n);
+                    }
+                    req
+                }
             };
             let call = self.stream_turn(req, last_seq);
             let turn = tokio::select! {
@@ -97,15 +106,19 @@ impl Driver {
                     tracing::warn!(error = %e.message, note = notes, "the model's output could not be read; asking again with a note");
                     metrics::counter!("weft_executor_unreadable_turns_total").increment(1);
                     let mut req = self.chat_request(def, state).await;
-                    let note = unreadable_note(&e.message, &req.tools);
-                    req.messages.push(Message {
-                        role: Role::User,
-                        content: vec![ContentBlock::text(note)],
-                        name: None,
-                    });
+                    let n = unreadable_note(&e.message, &req.tools);
+                    add_note(&mut req.messages, &n);
+                    note = Some(n);
                     first = Some(req);
                 }
-                Err(TurnError::Model(e)) => return Ok(Err(e)),
+                Err(TurnError::Model(mut e)) => {
+                    if e.code == ErrorCode::ModelOutputInvalid {
+                        e.message.push_str(
+                            "; the model kept writing what its provider cannot read: try a stronger model, or (llama.cpp) a chat template that writes valid tool calls",
+                        );
+                    }
+                    return Ok(Err(e));
+                }
                 Err(TurnError::Stop(s)) => return Err(s),
                 Err(TurnError::Router(why)) => {
                     // What waited on this turn's hold is written before waiting on a router.
@@ -331,6 +344,27 @@ fn unreadable_note(error: &str, tools: &[weft_core::message::ToolSpec]) -> Strin
     )
 }
 
+/// Adds the note to the request's last message when that is the user's (templates that want
+/// roles to alternate refuse two user messages in a row), else as a user message of its own.
+fn add_note(messages: &mut Vec<Message>, note: &str) {
+    if let Some(last) = messages.last_mut()
+        && last.role == Role::User
+    {
+        if let Some(ContentBlock::Text { text }) = last.content.last_mut() {
+            text.push_str("\n\n");
+            text.push_str(note);
+        } else {
+            last.content.push(ContentBlock::text(note.to_owned()));
+        }
+        return;
+    }
+    messages.push(Message {
+        role: Role::User,
+        content: vec![ContentBlock::text(note.to_owned())],
+        name: None,
+    });
+}
+
 /// How long to wait before each call again of a model turn whose router could not be reached
 /// or went away mid-stream (about 24 s in all, then the run fails).
 const ROUTER_RETRY_MS: [u64; 7] = [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000];
@@ -428,6 +462,26 @@ mod tests {
             n.ends_with("Answer again in plain text.") && n.len() < 400,
             "{n}"
         );
+    }
+
+    #[test]
+    fn the_note_joins_a_last_user_message_and_follows_anything_else() {
+        let user = |t: &str| Message {
+            role: Role::User,
+            content: vec![ContentBlock::text(t.to_owned())],
+            name: None,
+        };
+        let mut m = vec![user("go")];
+        add_note(&mut m, "note");
+        assert_eq!(m, vec![user("go\n\nnote")]);
+        let answer = Message {
+            role: Role::Tool,
+            content: vec![ContentBlock::text("result".to_owned())],
+            name: None,
+        };
+        let mut m = vec![user("go"), answer.clone()];
+        add_note(&mut m, "note");
+        assert_eq!(m, vec![user("go"), answer, user("note")]);
     }
 
     #[test]

@@ -397,7 +397,11 @@ impl Routing {
                         }
                         return Err(e.error);
                     }
-                    self.mark(&c, false);
+                    // A model's unreadable output says nothing about the provider's health:
+                    // the next candidate is tried, but nothing cools down.
+                    if e.error.code != ErrorCode::ModelOutputInvalid {
+                        self.mark(&c, false);
+                    }
                     if more {
                         metrics::counter!("weft_router_fallbacks_total", "provider" => c.provider.clone()).increment(1);
                     }

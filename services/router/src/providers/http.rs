@@ -151,8 +151,11 @@ impl Upstream {
                     let status = resp.status().as_u16();
                     let e = self.status_error(resp).await;
                     // Bad credentials stay bad, and so does a redirect: let the next
-                    // candidate try instead.
-                    let retry = e.retryable && !matches!(status, 300..=399 | 401 | 403);
+                    // candidate try instead. So does the model's unreadable output: the same
+                    // request, asked again, would mostly write the same.
+                    let retry = e.retryable
+                        && !matches!(status, 300..=399 | 401 | 403)
+                        && e.error.code != ErrorCode::ModelOutputInvalid;
                     (e, retry)
                 }
             };

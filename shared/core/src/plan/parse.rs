@@ -34,15 +34,13 @@ pub fn parse_plan(text: &str) -> Result<Vec<Task>, String> {
 }
 
 /// The verdict of a verifier's answer, checked strictly against weft's schema (a confidence in
-/// 0..=1). Which JSON is the verdict, in order of preference: the whole answer; else the last
-/// fenced block (```` ```json ```` or unlabelled) holding an object with a `verdict` field; else
-/// the last such object anywhere in the text. A model that shows an example verdict before its
-/// real one gets its real one read — and a malformed real one is an error (asked again), never
-/// the example. An answer with no verdict-like object is read as its last object, for the error.
+/// 0..=1). Which JSON is the verdict: the whole answer when it is a JSON object; else the object
+/// around the answer's **last** `"verdict":` key (the innermost `{…}` that holds it and parses),
+/// fenced or not. A model that shows an example verdict before its real one gets its real one
+/// read, and a real one that does not parse (a trailing comma, a cut-off object) is an error, so
+/// the verification is asked again; an earlier example is never read instead.
 pub fn parse_verdict(text: &str) -> Result<Verdict, String> {
-    let Some(v) = verdict_candidate(text) else {
-        return Err("the answer holds no JSON verdict: answer with {\"verdict\": \"pass|fail|inconclusive\", \"reason_code\", \"confidence\", \"issues\", \"missing\", \"feedback\"}".to_owned());
-    };
+    let v = verdict_candidate(text)?;
     match serde_path_to_error::deserialize::<_, Verdict>(v) {
         Ok(verdict) if (0.0..=1.0).contains(&verdict.confidence) => Ok(verdict),
         Ok(verdict) => Err(format!(
@@ -53,25 +51,53 @@ pub fn parse_verdict(text: &str) -> Result<Verdict, String> {
     }
 }
 
-/// The JSON object of `text` that is its verdict ([`parse_verdict`]), if any.
-fn verdict_candidate(text: &str) -> Option<Value> {
-    let looks_like_verdict = |v: &Value| v.get("verdict").is_some();
+/// The JSON object of `text` that is its verdict ([`parse_verdict`]).
+fn verdict_candidate(text: &str) -> Result<Value, String> {
+    const NONE: &str = "the answer holds no JSON verdict: answer with {\"verdict\": \"pass|fail|inconclusive\", \"reason_code\", \"confidence\", \"issues\", \"missing\", \"feedback\"}";
     if let Ok(v) = serde_json::from_str::<Value>(text.trim()) {
-        return v.is_object().then_some(v);
+        return if v.is_object() {
+            Ok(v)
+        } else {
+            Err(NONE.to_owned())
+        };
     }
-    let fenced = fenced_blocks(text)
-        .into_iter()
-        .filter(|(lang, _)| lang.is_empty() || lang.eq_ignore_ascii_case("json"))
-        .filter_map(|(_, body)| serde_json::from_str::<Value>(body.trim()).ok())
-        .rfind(looks_like_verdict);
-    if fenced.is_some() {
-        return fenced;
+    let Some(key) = last_key(text, "verdict") else {
+        return Err(NONE.to_owned());
+    };
+    // The nearest `{` before the key whose object reaches past it; bounded, from the key back.
+    let mut first_error = None;
+    for (tried, (open, _)) in text[..key].rmatch_indices('{').enumerate() {
+        if tried >= 64 {
+            break;
+        }
+        let mut de = serde_json::Deserializer::from_str(&text[open..]).into_iter::<Value>();
+        match de.next() {
+            Some(Ok(v)) if open + de.byte_offset() > key => {
+                return if v.is_object() {
+                    Ok(v)
+                } else {
+                    Err(NONE.to_owned())
+                };
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                first_error.get_or_insert_with(|| e.to_string());
+            }
+            None => {}
+        }
     }
-    let objects: Vec<Value> = spans(text).into_iter().filter(Value::is_object).collect();
-    match objects.iter().rposition(looks_like_verdict) {
-        Some(i) => objects.into_iter().nth(i),
-        None => objects.into_iter().last(),
-    }
+    Err(format!(
+        "the verdict is not valid JSON ({}); answer with the verdict object alone",
+        first_error.unwrap_or_else(|| "no `{` opens it".to_owned())
+    ))
+}
+
+/// The byte offset of the last `"<name>"` in `text` that is followed by a `:` (a JSON key).
+fn last_key(text: &str, name: &str) -> Option<usize> {
+    let quoted = format!("\"{name}\"");
+    text.rmatch_indices(&quoted)
+        .map(|(at, _)| at)
+        .find(|at| text[at + quoted.len()..].trim_start().starts_with(':'))
 }
 
 fn path_suffix<E>(e: &serde_path_to_error::Error<E>) -> String {
@@ -242,9 +268,29 @@ mod tests {
         let bad = r#"{"verdict": "fail", "reason_code": "ok", "confidence": 7}"#;
         let e = parse_verdict(&format!("e.g. {EXAMPLE}; mine: {bad}")).unwrap_err();
         assert!(e.contains("confidence"), "{e}");
-        // No verdict-like object: the last object is read, for the error.
+        // No verdict-like object: said so.
         let e = parse_verdict(r#"I think {"result": "pass"}"#).unwrap_err();
-        assert!(e.contains("result") || e.contains("verdict"), "{e}");
+        assert!(e.contains("holds no JSON verdict"), "{e}");
+        // A real verdict that is not valid JSON (a trailing comma) is an error, never the
+        // example before it.
+        let cut = r#"{"verdict": "fail", "reason_code": "missing", "confidence": 0.8, "issues": [], "missing": [], "feedback": "x",}"#;
+        let e = parse_verdict(&format!("e.g. {EXAMPLE} mine: {cut}")).unwrap_err();
+        assert!(e.contains("not valid JSON"), "{e}");
+        let e = parse_verdict(&format!(
+            "```json\n{EXAMPLE}\n```\nmine:\n```json\n{cut}\n```"
+        ))
+        .unwrap_err();
+        assert!(e.contains("not valid JSON"), "{e}");
+    }
+
+    #[test]
+    fn a_fenced_example_does_not_beat_a_later_unfenced_verdict() {
+        let text = format!("Like this:\n```json\n{EXAMPLE}\n```\nMine: {REAL}");
+        assert_eq!(parse_verdict(&text).unwrap().verdict, VerdictKind::Fail);
+        // Many braces before it (quoted code, links) do not hide it.
+        let noise = "[link](x) {a} ".repeat(100);
+        let text = format!("{noise}{EXAMPLE} then {REAL}");
+        assert_eq!(parse_verdict(&text).unwrap().verdict, VerdictKind::Fail);
     }
 
     #[test]
