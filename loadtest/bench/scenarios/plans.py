@@ -308,8 +308,8 @@ def run(s):
             "postgres_cpu_ms_per_s": round((cpu_ms(postgres_pids()) - p0) / idle_s, 2)}
     s.write_json("idle.json", idle)
 
+    # Each stretch waits for its own runs to finish and its statistics to land (Meter.stop).
     plain = measure(s, fleet, meter, "plain", plain_workers, k)
-    time.sleep(1)
     plan = measure(s, fleet, meter, "plan", a.concurrency, k)
     meter.write_statements(s.out / "statements.txt")
     return summarise(s, k, plain, plan, idle)
