@@ -5478,6 +5478,286 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/responses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a model response (OpenAI's Responses API; JSON or SSE stream)
+         * @description Scope: llm:call. `model` is a model, an alias or tier:<name>; routing hints go in `x-weft-provider` / `x-weft-tier`. Streams use the typed events: response.created, response.in_progress, response.output_item.added / .done around each item, response.content_part.added / .done, response.output_text.delta / .done, response.function_call_arguments.delta / .done, response.reasoning_text.delta / .done, then response.completed (or response.incomplete); a failure mid-stream is `error` then response.failed. Each event's data has `type` and `sequence_number`. With store (the default) the response is kept for gateway.responses_ttl_secs for the principal that made it. Built-in tools are refused with 400 naming the tool. Errors use OpenAI's shape.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ResponsesRequest"];
+                };
+            };
+            responses: {
+                /** @description the response (application/json), or its SSE stream (text/event-stream) with stream:true */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ResponseObject"];
+                        "text/event-stream": components["schemas"]["SseEvent"];
+                    };
+                };
+                /** @description invalid request: a field, an input item, a built-in tool, or a previous_response_id the caller has no stored response of */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks llm:call */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description unknown model, alias or tier (code model_not_found) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description rate limited; Retry-After says when to retry */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description every upstream candidate failed */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or the router is unavailable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no answer in time */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/responses/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A stored response of the caller's
+         * @description Scope: llm:call. Another principal's response, an expired or a deleted one is a 404.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the response's id (`resp_…`)
+                     * @example resp_0
+                     */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ResponseObject"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks llm:call */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such response of the caller's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or the router is unavailable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * Delete a stored response of the caller's
+         * @description Scope: llm:call. A continuation of it can no longer be made (nor of a response that continued it).
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /**
+                     * @description the response's id (`resp_…`)
+                     * @example resp_0
+                     */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description deleted */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DeletedResponse"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks llm:call */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such response of the caller's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or the router is unavailable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs": {
         parameters: {
             query?: never;
@@ -13867,6 +14147,13 @@ export interface components {
              */
             next_cursor?: string | number | null;
         };
+        /** @description `DELETE /v1/responses/{id}`'s answer. */
+        DeletedResponse: {
+            deleted: boolean;
+            id: string;
+            /** @constant */
+            object: "response";
+        };
         /** @description OpenAI's embeddings answer. */
         EmbeddingList: {
             data: {
@@ -15138,6 +15425,139 @@ export interface components {
             };
             /** @enum {unknown} */
             status: "ready" | "not_ready";
+        };
+        /** @description A response object: the answer, and what `GET /v1/responses/{id}` returns. */
+        ResponseObject: {
+            /** Format: uint64 */
+            created_at: number;
+            error?: Record<string, unknown> | null;
+            id: string;
+            incomplete_details?: Record<string, unknown> | null;
+            metadata: Record<string, unknown>;
+            model: string;
+            /** @constant */
+            object: "response";
+            /**
+             * @description `message` (output_text parts), `function_call` (call_id, name, arguments) and
+             *     `reasoning` (reasoning_text parts, encrypted_content) items.
+             */
+            output: Record<string, unknown>[];
+            previous_response_id?: string | null;
+            /** @enum {unknown} */
+            status: "completed" | "incomplete" | "in_progress" | "failed";
+            store: boolean;
+            usage?: Record<string, unknown> | null;
+        };
+        /**
+         * @description OpenAI's Responses request. Fields not listed are forwarded to providers that have them.
+         * @example {
+         *       "input": "Say hi",
+         *       "model": "mock-1"
+         *     }
+         */
+        ResponsesRequest: {
+            /**
+             * @description Only false: weft answers in the request.
+             * @default null
+             * @enum {boolean|null}
+             */
+            background?: false | null;
+            /**
+             * @description Accepted, no effect.
+             * @default null
+             */
+            include?: string[] | null;
+            /**
+             * @description A string (one user message) or input items: messages (`input_text`, `input_image` by
+             *     URL; an assistant's `output_text` or `refusal`), `function_call`,
+             *     `function_call_output` and `reasoning`. Required unless `previous_response_id` is given.
+             */
+            input?: string | Record<string, unknown>[] | null;
+            /**
+             * @description A system message before the input; not carried into a continuation.
+             * @default null
+             */
+            instructions?: string | null;
+            /**
+             * Format: uint32
+             * @default null
+             */
+            max_output_tokens?: number | null;
+            /**
+             * @description Up to 16 string values (keys up to 64 characters, values up to 512), echoed back.
+             * @default null
+             */
+            metadata?: Record<string, unknown> | null;
+            /** @description a model, an alias, provider/model or tier:<name> */
+            model: string;
+            /** @default null */
+            parallel_tool_calls?: boolean | null;
+            /**
+             * @description A stored response of the caller's to continue: its chain's input and output come before
+             *     this input.
+             * @default null
+             */
+            previous_response_id?: string | null;
+            /**
+             * @description {"effort"?, "summary"?}; the effort is forwarded as reasoning_effort.
+             * @default null
+             */
+            reasoning?: Record<string, unknown> | null;
+            /**
+             * @description Keep the response (default true) for gateway.responses_ttl_secs: readable, deletable and
+             *     continued with previous_response_id by the principal that made it.
+             * @default null
+             */
+            store?: boolean | null;
+            /** @default null */
+            stream?: boolean | null;
+            /**
+             * Format: double
+             * @default null
+             */
+            temperature?: number | null;
+            /**
+             * @description {"format": {"type": "text" | "json_object" | "json_schema", …}, "verbosity"?}
+             * @default null
+             */
+            text?: Record<string, unknown> | null;
+            /**
+             * @description "auto", "none", "required", {"type": "function", "name"} or {"type": "allowed_tools",
+             *     "mode", "tools"}.
+             * @default null
+             */
+            tool_choice?: unknown;
+            /**
+             * @description Function tools only; a built-in tool (web or file search, computer use, code
+             *     interpreter, image generation, MCP, shells, custom) is a 400 naming it.
+             */
+            tools?: {
+                /** @default null */
+                description?: string | null;
+                name: string;
+                /**
+                 * @description A JSON schema object.
+                 * @default null
+                 */
+                parameters?: Record<string, unknown> | null;
+                /** @default null */
+                strict?: boolean | null;
+                /** @constant */
+                type: "function";
+            }[] | null;
+            /**
+             * Format: double
+             * @default null
+             */
+            top_p?: number | null;
+            /**
+             * @description Accepted; weft never truncates (a conversation too long for the model fails).
+             * @default null
+             * @enum {unknown}
+             */
+            truncation?: "auto" | "disabled" | null;
+            /** @default null */
+            user?: string | null;
         };
         /**
          * @description The body of `POST …/snapshots/{snapshot_id}/restore`; may be empty.

@@ -61,6 +61,16 @@ pub(crate) trait Dialect: Send + 'static {
     /// The frames for one event.
     fn event(&mut self, ev: ChatEvent, out: &mut Sse);
 
+    /// Work the end of a stream waits for, after the last event and before [`Dialect::end`]
+    /// (the Responses door saves a stored response here, so a client that has read the last
+    /// frame can read the response back); its error is written instead of the end.
+    fn settle(
+        &mut self,
+        _finished: bool,
+    ) -> Option<futures::future::BoxFuture<'static, Result<(), Error>>> {
+        None
+    }
+
     /// The frames after the last event; `finished` says whether the turn's finish came (a
     /// stream that ends without it is an error, never a whole answer).
     fn end(&mut self, finished: bool, out: &mut Sse);
@@ -96,7 +106,7 @@ pub(crate) async fn serve<D: Dialect>(
 
 /// Reads the router's stream to its end and assembles the answer (the chat contract's one
 /// [`weft_core::chat::Assembler`]); an error when the stream fails or ends before its finish.
-async fn collect(events: &mut ChatEvents) -> Result<weft_core::chat::Answer, Error> {
+pub(crate) async fn collect(events: &mut ChatEvents) -> Result<weft_core::chat::Answer, Error> {
     let mut acc = weft_core::chat::Assembler::default();
     while let Some(ev) = events.next().await {
         acc.push(ev?);
@@ -191,6 +201,8 @@ impl Sse {
 enum Phase {
     Open,
     Events,
+    /// The router's stream ended: settle, then the end frames.
+    Ending,
     Done,
 }
 
@@ -223,8 +235,7 @@ impl<D: Dialect> Pipe<D> {
                 false
             }
             None => {
-                self.dialect.end(self.finished, &mut self.out);
-                self.phase = Phase::Done;
+                self.phase = Phase::Ending;
                 false
             }
         }
@@ -236,6 +247,16 @@ impl<D: Dialect> Pipe<D> {
         loop {
             match self.phase {
                 Phase::Done => return self.out.take(),
+                Phase::Ending => {
+                    self.phase = Phase::Done;
+                    if let Some(settle) = self.dialect.settle(self.finished)
+                        && let Err(e) = settle.await
+                    {
+                        self.dialect.error(&e, &mut self.out);
+                        continue;
+                    }
+                    self.dialect.end(self.finished, &mut self.out);
+                }
                 Phase::Open => {
                     self.dialect.open(&mut self.out);
                     self.phase = Phase::Events;
@@ -287,7 +308,7 @@ impl<D: Dialect> Pipe<D> {
 }
 
 /// The streamed answer: `text/event-stream`, written as the router's events arrive.
-fn sse_response<D: Dialect>(events: ChatEvents, dialect: D) -> Response {
+pub(crate) fn sse_response<D: Dialect>(events: ChatEvents, dialect: D) -> Response {
     let idle = match D::KEEPALIVE {
         KeepAlive::None => None,
         KeepAlive::Comment(every) | KeepAlive::Event(every, _, _) => {

@@ -20,6 +20,12 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatRequest, Error> {
     crate::messages::to_chat(r, &HeaderMap::new())
 }
 
+/// `POST /v1/responses` (what it sends the router; a stored chain is not read).
+pub fn openai_responses(body: &[u8]) -> Result<ChatRequest, Error> {
+    let r = extract::parse::<crate::responses::ResponsesRequest>(body)?;
+    crate::responses::to_turn(r, &HeaderMap::new()).map(|t| t.chat)
+}
+
 /// `POST /v1/llm/chat` (a native route: its extractor also refuses a NUL anywhere in the body).
 pub fn llm_chat(body: &[u8]) -> Result<ChatRequest, Error> {
     let r =

@@ -18,6 +18,7 @@ use crate::dialect::{Dialect, render};
 use crate::llm::Native;
 use crate::messages::Anthropic;
 use crate::openai::OpenAi;
+use crate::responses::{Echo, Responses};
 
 fn chosen() -> ChatEvent {
     ChatEvent::ProviderChosen {
@@ -212,4 +213,16 @@ fn golden_anthropic_messages() {
 #[test]
 fn golden_native_llm_chat() {
     pin("native", || Native::new("llm_golden".into()));
+}
+
+#[test]
+fn golden_openai_responses() {
+    pin("responses", || {
+        Responses::new(
+            "resp_golden".into(),
+            1_700_000_000,
+            Echo::plain("mini", false),
+            None,
+        )
+    });
 }

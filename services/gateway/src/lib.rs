@@ -21,6 +21,7 @@ mod messages;
 mod openai;
 mod openapi;
 mod plans;
+mod responses;
 pub mod runs;
 pub mod tokens;
 pub mod ui;
@@ -121,6 +122,10 @@ pub struct State {
     pub ui_cookie_secure: bool,
     /// The MCP server face's settings (`/mcp`).
     pub mcp: weft_config::McpServerFaceConfig,
+    /// The Responses API's stored responses.
+    pub responses: weft_store::ResponseStore,
+    /// How long a stored response lives.
+    pub responses_ttl: Duration,
     /// Cancelled when the gateway stops (ends open MCP sessions).
     pub shutdown: CancellationToken,
 }
@@ -168,7 +173,6 @@ impl AppState {
                 Duration::from_millis(config.gateway.token_cache_ttl_ms),
             ),
             tokens,
-            pool,
             jwt: jwt.clone(),
             router: weft_proto::transport::router_client(router),
             direct_router: None,
@@ -197,6 +201,9 @@ impl AppState {
             ui_session_ttl: Duration::from_secs(config.gateway.ui_session_ttl_secs),
             ui_cookie_secure: config.gateway.ui_cookie_secure,
             mcp: config.mcp.clone(),
+            pool: pool.clone(),
+            responses: weft_store::ResponseStore::new(pool.clone()),
+            responses_ttl: Duration::from_secs(config.gateway.responses_ttl_secs),
             shutdown: CancellationToken::new(),
         }))
     }
@@ -411,6 +418,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
+        .merge(responses::routes())
         .route_layer(middleware::from_fn(openai::require_llm_call))
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::OpenAi),
@@ -672,6 +680,9 @@ pub async fn connect_on(
 /// announce (NATS down at that moment) goes unseen.
 pub const AGENT_CACHE_TTL: Duration = Duration::from_secs(30);
 
+/// How often a replica deletes expired stored responses (reads never see them anyway).
+const RESPONSES_SWEEP_EVERY: Duration = Duration::from_secs(600);
+
 /// Serves HTTP on `listener` until `shutdown`, then drains in-flight requests.
 pub async fn serve(
     listener: TcpListener,
@@ -688,6 +699,12 @@ pub async fn serve(
     let writer = tokio::spawn(usage::run_usage_writer(
         state.bus.clone(),
         weft_store::UsageStore::new(state.pool.clone()),
+        writer_stop.clone(),
+    ));
+    // And sweeps expired stored responses.
+    tokio::spawn(responses::sweep_until(
+        state.responses.clone(),
+        RESPONSES_SWEEP_EVERY,
         writer_stop.clone(),
     ));
     tracing::info!("gateway serving");

@@ -389,7 +389,7 @@ pub(crate) fn to_chat(
     Ok((req, r.stream, include_usage))
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

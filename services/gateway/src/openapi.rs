@@ -98,6 +98,11 @@ mod tests {
                 "post",
                 reads::<crate::openai::EmbeddingsRequest>,
             ),
+            (
+                "/v1/responses",
+                "post",
+                reads::<crate::responses::ResponsesRequest>,
+            ),
             ("/v1/tokens", "post", reads::<weft_api::base::CreateToken>),
             (
                 "/v1/runs/{id}/plan",

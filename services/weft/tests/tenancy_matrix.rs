@@ -156,12 +156,15 @@ struct Params {
     /// A change in, and a snapshot of, alice's run's own volume.
     run_change: String,
     run_snapshot: String,
+    /// alice's stored Responses API response.
+    response: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 17] {
+    fn named(&self) -> [(&str, &'static str); 18] {
         [
+            (&self.response, "<response>"),
             (&self.process_hash, "<process_hash>"),
             (&self.volume, "<volume>"),
             (&self.change, "<change>"),
@@ -417,6 +420,30 @@ fn expectations() -> Vec<Entry> {
             AnyOf(&["llm:call"]),
             OpenAi,
             OWN_DATA,
+        ),
+        entry(
+            post.clone(),
+            "/v1/responses",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_DATA,
+        )
+        .body(|_| Some(json!({"model": "mock-1", "input": "hi"}))),
+        // alice's stored response: hers alone, not even her tenant admin's (it is not listed
+        // anywhere; another subject and another tenant find nothing).
+        entry(
+            get.clone(),
+            "/v1/responses/{id}",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_RESOURCE,
+        ),
+        entry(
+            Method::DELETE,
+            "/v1/responses/{id}",
+            AnyOf(&["llm:call"]),
+            OpenAi,
+            OWN_RESOURCE,
         ),
         entry(
             post.clone(),
@@ -1470,6 +1497,7 @@ fn fill(template: &str, p: &Params) -> String {
         let value = match (&rest[start + 1..end], template) {
             ("id", t) if t.starts_with("/v1/runs/") => p.run.as_str(),
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
+            ("id", t) if t.starts_with("/v1/responses/") => p.response.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/processes/") => p.agent.as_str(),
@@ -1943,6 +1971,16 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         )
         .await;
     assert_eq!(s, 200);
+    // alice's stored response.
+    let (s, resp) = f
+        .post(
+            "/v1/responses",
+            &alice,
+            json!({"model": "mock-1", "input": format!("response-{canary}")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    let response = resp["id"].as_str().unwrap().to_owned();
 
     // A note in alice's run memory, written by A's admin (alice's token has no memory scope).
     let r = f
@@ -2101,6 +2139,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         snapshot: snapshot.clone(),
         run_change,
         run_snapshot: run_snapshot.clone(),
+        response: response.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -2126,6 +2165,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         snapshot: uuid::Uuid::now_v7().to_string(),
         run_change: uuid::Uuid::now_v7().to_string(),
         run_snapshot: uuid::Uuid::now_v7().to_string(),
+        response: format!("resp_{}", &ghost_hex[..32]),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
@@ -2195,6 +2235,8 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         secret("alice's run metadata", format!("metadata-{canary}"), &[]),
         secret("alice's run memory", format!("memory-{canary}"), &[]),
         secret("alice's prompt", format!("usage-{canary}"), &[]),
+        secret("alice's response", format!("response-{canary}"), &[]),
+        secret("alice's response id", response, &[]),
         // The scope-less tokens are alice's own, so `/v1/me` may name her to them.
         secret("alice's subject", alice_subject, &[MissingScope]),
         secret("A's admin subject", a_admin_subject, &[]),

@@ -33,6 +33,7 @@ pub mod op;
 pub mod plan_spec;
 pub mod plans;
 pub mod processes;
+pub mod responses;
 pub mod runs;
 pub mod skills;
 pub mod tools;
@@ -62,6 +63,7 @@ pub struct ErrorBody {
 /// The route families, in the order their paths appear in the document.
 pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     base::ops,
+    responses::ops,
     agents::ops,
     runs::ops,
     plans::ops,
@@ -82,7 +84,7 @@ pub fn ops() -> Vec<Op> {
     FAMILIES.iter().flat_map(|f| f()).collect()
 }
 
-const DESCRIPTION: &str = "weft's public HTTP API. OpenAI-compatible routes answer errors in OpenAI's shape; native routes in {\"error\":{\"code\",\"message\",\"param\"?}}; the Anthropic-compatible routes in Anthropic's. Request bodies are JSON objects (a struct is never read from an array of its fields). Native routes store what they are given and refuse U+0000 anywhere in a body, query or path with a 400 naming the field; the OpenAI- and Anthropic-compatible routes store nothing and forward such text to the provider. Every body is capped by gateway.max_body_bytes (413).";
+const DESCRIPTION: &str = "weft's public HTTP API. OpenAI-compatible routes answer errors in OpenAI's shape; native routes in {\"error\":{\"code\",\"message\",\"param\"?}}; the Anthropic-compatible routes in Anthropic's. Request bodies are JSON objects (a struct is never read from an array of its fields). Native routes store what they are given and refuse U+0000 anywhere in a body, query or path with a 400 naming the field; the OpenAI- and Anthropic-compatible routes forward such text to the provider (the Responses API keeps stored responses as JSON text, where it is escaped). Every body is capped by gateway.max_body_bytes (413).";
 
 /// The OpenAPI document, generated from [`ops`] and the types they name.
 pub fn document() -> Value {

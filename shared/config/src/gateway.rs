@@ -29,6 +29,9 @@ pub struct GatewayConfig {
     pub ui_session_ttl_secs: u64,
     /// Always mark the UI session cookie `Secure` (behind a proxy without `X-Forwarded-Proto`).
     pub ui_cookie_secure: bool,
+    /// How long a stored Responses API response (`store`, the default) can be read, deleted
+    /// and continued with `previous_response_id`, in seconds.
+    pub responses_ttl_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -45,6 +48,7 @@ impl Default for GatewayConfig {
             max_streams_per_principal: 64,
             ui_session_ttl_secs: 12 * 3600,
             ui_cookie_secure: false,
+            responses_ttl_secs: 30 * 86_400,
         }
     }
 }
@@ -71,6 +75,12 @@ impl GatewayConfig {
             return invalid(format!(
                 "gateway.ui_session_ttl_secs must be between 60 and 2592000 (30 days), got {}",
                 self.ui_session_ttl_secs
+            ));
+        }
+        if !(60..=365 * 86_400).contains(&self.responses_ttl_secs) {
+            return invalid(format!(
+                "gateway.responses_ttl_secs must be between 60 and 31536000 (365 days), got {}",
+                self.responses_ttl_secs
             ));
         }
         if self.tenant_max_concurrent_runs == 0 {

@@ -4,6 +4,7 @@
 mod evaluations;
 mod kept;
 mod plans;
+mod responses;
 mod runs;
 mod schedules;
 mod steps;
@@ -18,6 +19,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
 pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
+pub use responses::{Chain, MAX_CHAIN, NewResponse, ResponseStore};
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
     RunStore, RunStoreError, Swept, Transcript, storable,

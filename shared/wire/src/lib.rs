@@ -18,6 +18,7 @@ pub mod gemini;
 pub mod lenient;
 pub mod ollama;
 pub mod openai;
+pub mod responses;
 
 /// A caller's request fields that weft does not model, passed through into a provider's body
 /// beside the fields weft writes (`#[serde(flatten)]`). Weft's own fields win: a passed-through

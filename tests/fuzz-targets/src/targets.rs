@@ -7,6 +7,7 @@ pub mod auth_token;
 pub mod chat_anthropic;
 pub mod chat_llm;
 pub mod chat_openai;
+pub mod chat_responses;
 pub mod def_agent;
 pub mod def_mcp_server;
 pub mod def_schedule;
@@ -28,6 +29,7 @@ pub const ALL: &[(&str, Body)] = &[
     ("chat_anthropic", chat_anthropic::run),
     ("chat_llm", chat_llm::run),
     ("chat_openai", chat_openai::run),
+    ("chat_responses", chat_responses::run),
     ("def_agent", def_agent::run),
     ("def_mcp_server", def_mcp_server::run),
     ("def_schedule", def_schedule::run),

@@ -75,6 +75,7 @@ replay!(
     chat_anthropic,
     chat_llm,
     chat_openai,
+    chat_responses,
     def_agent,
     def_mcp_server,
     def_schedule,
