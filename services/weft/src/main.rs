@@ -1,5 +1,6 @@
 //! `weft`: the operator CLI — run the fleet, migrate, manage tokens, check the machine, test
-//! processes. This file only parses and dispatches; each subcommand lives in [`cmd`].
+//! processes, run agents and follow their runs. This file only parses and dispatches; each
+//! subcommand lives in [`cmd`].
 
 mod cmd;
 
@@ -15,6 +16,7 @@ use cmd::hash::HashCmd;
 use cmd::mcp::McpArgs;
 use cmd::process::ProcessCmd;
 use cmd::router::RouterArgs;
+use cmd::run::{AttachArgs, ChatArgs, RunArgs};
 use cmd::token::TokenCmd;
 use cmd::up::{ListenArgs, UpArgs};
 
@@ -78,6 +80,16 @@ enum Cmd {
     /// Work with processes (plan-run recipes) on a running fleet, over its HTTP API.
     #[command(subcommand)]
     Process(ProcessCmd),
+    /// Start a run of an agent on a fleet and stream it here: its text on standard output as
+    /// it comes, tool calls folded to one line each on standard error. Ctrl-C cancels the run.
+    /// The exit code says how the run ended.
+    Run(RunArgs),
+    /// Follow a run again: replay it from its first event (or --from-seq), then follow it live
+    /// until it ends, as `weft run` shows it.
+    Attach(AttachArgs),
+    /// Chat with an agent in an interactive run: each line typed is sent when the agent waits
+    /// for input; /exit or Ctrl-D ends the chat and cancels the run.
+    Chat(ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +110,9 @@ async fn program() -> ExitCode {
         Cmd::Hash(h) => return cmd::hash::run(h),
         Cmd::Mcp(a) => return cmd::mcp::run(a).await,
         Cmd::Process(c) => return cmd::process::run(c).await,
+        Cmd::Run(a) => return cmd::run::start(a).await,
+        Cmd::Attach(a) => return cmd::run::attach(a).await,
+        Cmd::Chat(a) => return cmd::run::chat(a).await,
         Cmd::Up(a) => {
             o.flags(&a.listen);
         }
@@ -126,7 +141,13 @@ async fn program() -> ExitCode {
             weft_telemetry::boot::run::<weft_ingress::IngressService>("weft", config, ()).await
         }
         Cmd::Router(_) => cmd::router::run(config).await,
-        Cmd::Doctor(_) | Cmd::Hash(_) | Cmd::Mcp(_) | Cmd::Process(_) => ExitCode::SUCCESS,
+        Cmd::Doctor(_)
+        | Cmd::Hash(_)
+        | Cmd::Mcp(_)
+        | Cmd::Process(_)
+        | Cmd::Run(_)
+        | Cmd::Attach(_)
+        | Cmd::Chat(_) => ExitCode::SUCCESS,
     }
 }
 

@@ -7,6 +7,7 @@ pub mod mcp;
 pub mod migrate;
 pub mod process;
 pub mod router;
+pub mod run;
 pub mod token;
 pub mod up;
 
