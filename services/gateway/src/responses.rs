@@ -114,7 +114,7 @@ pub struct ResponsesRequest {
     /// Extra output OpenAI can add (`reasoning.encrypted_content`, …); weft's output already
     /// carries what it has, so this is accepted and has no effect.
     #[serde(default)]
-    include: Option<Value>,
+    include: Option<Vec<String>>,
     #[serde(default)]
     stream_options: Option<Value>,
     /// A cap on built-in tool calls; weft has no built-in tools.
@@ -199,6 +199,10 @@ struct FunctionToolIn {
     description: Option<String>,
     #[serde(default)]
     parameters: Option<Value>,
+    /// Whether the model must follow the schema exactly; providers that have it get the schema
+    /// as it is (weft does not forward the flag, as on the Chat Completions door).
+    #[serde(default)]
+    strict: Option<bool>,
 }
 
 weft_core::objects_only!(
@@ -501,6 +505,14 @@ fn to_tools(tools: Vec<Value>) -> std::result::Result<Vec<ToolSpec>, Error> {
     let mut out = Vec::with_capacity(tools.len());
     for (i, t) in tools.into_iter().enumerate() {
         let p = format!("tools[{i}]");
+        if !t.is_object() {
+            return Err(invalid_at(
+                &p,
+                format!(
+                    "must be a tool, an object such as {{\"type\": \"function\", \"name\": \"…\", \"parameters\": {{…}}}}, got {t}"
+                ),
+            ));
+        }
         match type_of(&t) {
             Some("function") => {}
             Some(kind) => {
@@ -815,7 +827,7 @@ pub(crate) fn to_turn(
         }
     };
     if let Some(id) = &r.previous_response_id
-        && (id.is_empty() || id.len() > 100)
+        && (id.is_empty() || !storable_id(id))
     {
         return Err(invalid_at(
             "previous_response_id",
@@ -1643,6 +1655,24 @@ async fn continued(
     Ok(out)
 }
 
+/// Whether `id` could be a stored response's: ids are at most 100 bytes, and Postgres text
+/// holds no U+0000, so anything else is known missing without a query.
+fn storable_id(id: &str) -> bool {
+    id.len() <= 100 && !id.contains('\0')
+}
+
+/// The id of `GET`/`DELETE /v1/responses/{id}`; one that cannot be stored is missing (404 in
+/// OpenAI's shape, never axum's plain-text rejection).
+fn path_id(
+    id: std::result::Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> std::result::Result<String, ApiError> {
+    match id {
+        Ok(Path(id)) if storable_id(&id) => Ok(id),
+        Ok(Path(id)) => Err(not_found(&id)),
+        Err(_) => Err(not_found("")),
+    }
+}
+
 fn not_found(id: &str) -> ApiError {
     ApiError::openai(
         Error::new(
@@ -1658,8 +1688,9 @@ fn not_found(id: &str) -> ApiError {
 pub async fn get_response_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    id: std::result::Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response> {
+    let id = path_id(id)?;
     match st
         .responses
         .get(&p.tenant, &p.subject, &id)
@@ -1676,8 +1707,9 @@ pub async fn get_response_handler(
 pub async fn delete_response_handler(
     State(st): State<AppState>,
     Extension(p): Extension<Principal>,
-    Path(id): Path<String>,
+    id: std::result::Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response> {
+    let id = path_id(id)?;
     let deleted = st
         .responses
         .delete(&p.tenant, &p.subject, &id)

@@ -777,10 +777,27 @@ async fn an_upstream_429_is_a_rate_limit_error_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "7");
     let err: Value = r.json().await.unwrap();
     assert_eq!(err["error"]["code"], "rate_limited", "{err}");
+
+    // The Responses door: OpenAI's shape, stream or not, and nothing stored.
+    for stream in [false, true] {
+        let r = f
+            .http
+            .post(format!("{}/v1/responses", f.url))
+            .bearer_auth(&f.admin)
+            .json(&json!({"model": "fake/fake-model", "input": "hi", "stream": stream}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429, "stream={stream}");
+        assert_eq!(r.headers()["retry-after"], "7");
+        let err: Value = r.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "rate_limited", "{err}");
+        assert_eq!(err["error"]["type"], "rate_limit_error", "{err}");
+    }
 }
 
 #[tokio::test]
-async fn both_doors_copy_the_rate_limit_headers_streams_included() {
+async fn the_doors_copy_the_rate_limit_headers_streams_included() {
     let f = TestFleet::start_with(|c| {
         c.router.limits.subject.requests_per_minute = Some(100);
     })
@@ -792,6 +809,10 @@ async fn both_doors_copy_the_rate_limit_headers_streams_included() {
             json!({"model": "mock-1", "max_tokens": 16, "messages": user}),
         ),
         ("/v1/llm/chat", json!({"model": "mock-1", "messages": user})),
+        (
+            "/v1/responses",
+            json!({"model": "mock-1", "input": "hi", "store": false}),
+        ),
     ] {
         for stream in [false, true] {
             body["stream"] = json!(stream);
