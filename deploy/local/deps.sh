@@ -229,6 +229,18 @@ ensure_deps() {
     fi
 }
 
+# ensure_test_tools: what the test suites drive besides weft, installed with apt-get when missing:
+# tmux, the terminal `services/weft/tests/cli_run.rs` runs `weft run`/`attach`/`chat` in (a test
+# that cannot find it fails saying so).
+ensure_test_tools() {
+    command -v tmux >/dev/null 2>&1 && return 0
+    _deps_say "installing tmux (apt-get) for the CLI's terminal tests"
+    { _deps_root env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+        && _deps_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q tmux; } \
+        >/dev/null 2>&1 || _deps_say "warning: could not install tmux; the CLI's terminal tests will fail"
+    return 0
+}
+
 # use_fast_linker: link Rust binaries with mold (much faster than ld on the big test binaries),
 # installing it with apt-get when missing; when it cannot be had, the default linker stays.
 # Never fails.

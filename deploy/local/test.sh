@@ -237,6 +237,7 @@ else
     step "web UI: unit tests (vitest)" web_unit || true
     step "deploy files: Dockerfile, compose, Helm chart (deploy/check.sh)" deploy/check.sh || true
     use_fast_linker
+    ensure_test_tools
     step "cargo fmt --check" cargo fmt --all --check || true
     step "module import cycles (tests/harness/module_cycles.py)" python3 tests/harness/module_cycles.py || true
     step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || true
