@@ -1,5 +1,6 @@
 //! The `weft` subcommands, one module each; `main.rs` only parses and dispatches.
 
+pub mod api;
 pub mod doctor;
 pub mod executor;
 pub mod hash;

@@ -15,6 +15,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use weft_core::process::{ProcessContent, ProcessTest};
 
+use super::api::Api;
+
 /// `weft process`'s subcommands.
 #[derive(Subcommand, Debug)]
 pub enum ProcessCmd {
@@ -61,40 +63,6 @@ pub async fn run(cmd: &ProcessCmd) -> ExitCode {
     }
 }
 
-/// The fleet's API, with the caller's token.
-struct Api {
-    base: String,
-    token: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    /// One call: the status and the JSON body (`null` when the body is not JSON). A fleet that
-    /// cannot be reached is an error saying where it was looked for.
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<(u16, Value), String> {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| {
-            format!(
-                "cannot reach the fleet at {} ({e}); start it (`weft up`) or give its gateway's URL with --url",
-                self.base
-            )
-        })?;
-        let status = resp.status().as_u16();
-        Ok((status, resp.json().await.unwrap_or(Value::Null)))
-    }
-}
-
 /// The error message of an answer, or its status.
 fn message(status: u16, body: &Value) -> String {
     match body["error"]["message"].as_str() {
@@ -104,17 +72,9 @@ fn message(status: u16, body: &Value) -> String {
 }
 
 async fn test(a: &TestArgs) -> ExitCode {
-    let http = match reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-    {
-        Ok(c) => c,
+    let api = match Api::new(&a.url, &a.token) {
+        Ok(api) => api,
         Err(e) => return super::fail(e),
-    };
-    let api = Api {
-        base: a.url.trim_end_matches('/').to_owned(),
-        token: a.token.clone(),
-        http,
     };
     let process = match read_process(&api, &a.name).await {
         Ok(p) => p,

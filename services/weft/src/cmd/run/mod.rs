@@ -11,7 +11,6 @@
 //! `POST …/interrupts/{id}`). Ctrl-C cancels the run (`POST …/cancel`) and waits for it to end;
 //! a second Ctrl-C stops waiting. The exit code says how the run ended ([`EXIT_CODES`]).
 
-mod api;
 mod render;
 mod sse;
 
@@ -27,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use api::{Api, refused};
+use super::api::{Api, refused};
 use render::{Inputs, Render};
 use sse::{Frame, Parser};
 

@@ -1,5 +1,6 @@
-//! The fleet's run API as `weft run`, `attach` and `chat` call it: the caller's token, JSON
-//! bodies, and errors that say what to do (start the fleet, fix the token, …).
+//! The fleet's HTTP API as the subcommands that drive a running fleet call it (`weft run`,
+//! `attach`, `chat`, `process test`): the caller's token, JSON bodies, and errors that say what
+//! to do (start the fleet, fix the token, …).
 
 use std::time::Duration;
 
