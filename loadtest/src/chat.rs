@@ -74,6 +74,7 @@ pub async fn run(args: &ChatArgs) -> anyhow::Result<Report> {
         model: &args.model,
         prompt: &args.prompt,
         stream: args.stream,
+        door: args.door,
         timeout: args.timeout,
         connections: usize::try_from(connections).unwrap_or(usize::MAX),
     })?);

@@ -1,6 +1,7 @@
 //! One chat request, sent and checked: a pooled hyper client with `TCP_NODELAY`, the request
 //! body serialised once, and a body check that reads the whole response (through `data: [DONE]`
-//! for a stream) so a fast error or a truncated stream never passes for a fast success.
+//! for a stream, or `response.completed` on the Responses door) so a fast error or a truncated
+//! stream never passes for a fast success.
 
 use std::time::Duration;
 
@@ -21,6 +22,15 @@ use crate::report::{ErrorKind, Timing};
 /// `invalid` (the generator must not buffer without bound).
 const MAX_BODY: usize = 4 << 20;
 
+/// The door a run calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Door {
+    /// `POST /chat/completions`.
+    Chat,
+    /// `POST /responses` (OpenAI's Responses API), `store: false`.
+    Responses,
+}
+
 /// What the run sends, prepared once and shared by every worker.
 pub struct Target {
     client: Client<HttpConnector, Full<Bytes>>,
@@ -28,6 +38,7 @@ pub struct Target {
     body: Bytes,
     auth: Option<HeaderValue>,
     stream: bool,
+    door: Door,
     timeout: Duration,
 }
 
@@ -38,6 +49,7 @@ pub struct TargetSpec<'a> {
     pub model: &'a str,
     pub prompt: &'a str,
     pub stream: bool,
+    pub door: Door,
     pub timeout: Duration,
     /// Expected number of concurrent connections, so the pool keeps them all.
     pub connections: usize,
@@ -57,10 +69,19 @@ pub fn chat_body<'a>(model: &'a str, prompt: &'a str, stream: bool) -> ChatReque
     }
 }
 
+/// The `POST /responses` body: the prompt as `input`, nothing stored.
+pub fn responses_body(model: &str, prompt: &str, stream: bool) -> serde_json::Value {
+    serde_json::json!({"model": model, "input": prompt, "stream": stream, "store": false})
+}
+
 impl Target {
     pub fn new(spec: &TargetSpec<'_>) -> anyhow::Result<Self> {
         let url = spec.url.trim_end_matches('/');
-        let uri: Uri = format!("{url}/chat/completions").parse().with_context(|| {
+        let path = match spec.door {
+            Door::Chat => "chat/completions",
+            Door::Responses => "responses",
+        };
+        let uri: Uri = format!("{url}/{path}").parse().with_context(|| {
             format!("`{url}` is not a URL; write e.g. http://127.0.0.1:8080/v1")
         })?;
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
@@ -78,11 +99,12 @@ impl Target {
                 anyhow::Ok(v)
             })
             .transpose()?;
-        let body = Bytes::from(serde_json::to_vec(&chat_body(
-            spec.model,
-            spec.prompt,
-            spec.stream,
-        ))?);
+        let body = Bytes::from(match spec.door {
+            Door::Chat => serde_json::to_vec(&chat_body(spec.model, spec.prompt, spec.stream))?,
+            Door::Responses => {
+                serde_json::to_vec(&responses_body(spec.model, spec.prompt, spec.stream))?
+            }
+        });
 
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -98,6 +120,7 @@ impl Target {
             body,
             auth,
             stream: spec.stream,
+            door: spec.door,
             timeout: spec.timeout,
         })
     }
@@ -149,7 +172,7 @@ impl Target {
         })?;
         let status = resp.status();
         let mut body = resp.into_body();
-        let mut check = BodyCheck::new(self.stream);
+        let mut check = BodyCheck::new(self.stream, self.door);
         let mut ttfb = None;
         // Read even an error body to the end, so the connection goes back to the pool.
         while let Some(frame) = body.frame().await {
@@ -196,7 +219,7 @@ impl Target {
             if !status.is_success() {
                 bail!("POST {} answered {status}: {}", self.uri, snippet());
             }
-            let mut check = BodyCheck::new(self.stream);
+            let mut check = BodyCheck::new(self.stream, self.door);
             let verdict = check.feed(&body).and_then(|()| check.finish());
             if let Err(kind) = verdict {
                 bail!(
@@ -215,22 +238,25 @@ impl Target {
 
 /// Decides whether a 2xx body is a finished completion, fed chunk by chunk.
 enum BodyCheck {
-    Json(Vec<u8>),
+    Json(Vec<u8>, Door),
     Sse(SseCheck),
 }
 
 impl BodyCheck {
-    fn new(stream: bool) -> Self {
+    fn new(stream: bool, door: Door) -> Self {
         if stream {
-            Self::Sse(SseCheck::default())
+            Self::Sse(SseCheck {
+                door,
+                ..SseCheck::default()
+            })
         } else {
-            Self::Json(Vec::with_capacity(1024))
+            Self::Json(Vec::with_capacity(1024), door)
         }
     }
 
     fn feed(&mut self, data: &[u8]) -> Result<(), ErrorKind> {
         match self {
-            Self::Json(buf) => {
+            Self::Json(buf, _) => {
                 if buf.len() + data.len() > MAX_BODY {
                     return Err(ErrorKind::Invalid);
                 }
@@ -243,7 +269,8 @@ impl BodyCheck {
 
     fn finish(&self) -> Result<(), ErrorKind> {
         match self {
-            Self::Json(buf) => check_completion(buf),
+            Self::Json(buf, Door::Chat) => check_completion(buf),
+            Self::Json(buf, Door::Responses) => check_response(buf),
             Self::Sse(sse) => sse.finish(),
         }
     }
@@ -265,14 +292,38 @@ fn check_completion(body: &[u8]) -> Result<(), ErrorKind> {
     Ok(())
 }
 
+/// A Responses API body is a success when it is a response whose `status` is `completed` and
+/// that has output.
+fn check_response(body: &[u8]) -> Result<(), ErrorKind> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| ErrorKind::Invalid)?;
+    let has_output = v["output"].as_array().is_some_and(|o| !o.is_empty());
+    if v["status"] != "completed" || !has_output {
+        return Err(ErrorKind::Invalid);
+    }
+    Ok(())
+}
+
 /// Line-oriented SSE check: the stream must carry a chunk with a non-null `finish_reason`, no
-/// error event, and end with `data: [DONE]`.
-#[derive(Default)]
+/// error event, and end with `data: [DONE]`; on the Responses door, no `error` or
+/// `response.failed` event and a last `response.completed` (weft writes each event's `type`
+/// first, so the check reads the start of the data, without a parse).
 struct SseCheck {
+    door: Door,
     /// The current, unfinished line (events may be split across body frames anywhere).
     line: Vec<u8>,
     finished: bool,
     done: bool,
+}
+
+impl Default for SseCheck {
+    fn default() -> Self {
+        Self {
+            door: Door::Chat,
+            line: Vec::new(),
+            finished: false,
+            done: false,
+        }
+    }
 }
 
 /// An SSE line longer than this is not a chat chunk.
@@ -307,6 +358,9 @@ impl SseCheck {
             return Ok(());
         };
         let payload = payload.trim_ascii();
+        if self.door == Door::Responses {
+            return self.response_event(payload);
+        }
         if payload == b"[DONE]" {
             self.done = true;
             return Ok(());
@@ -323,6 +377,23 @@ impl SseCheck {
             return Err(ErrorKind::Invalid);
         }
         if !self.finished && has_finish_reason(payload) {
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    /// One data line of a Responses stream: `done` once `response.completed` came; anything
+    /// after it, an error or a failed response is a broken stream.
+    fn response_event(&mut self, payload: &[u8]) -> Result<(), ErrorKind> {
+        if self.done
+            || !(payload.starts_with(b"{") && payload.ends_with(b"}"))
+            || payload.starts_with(br#"{"type":"error""#)
+            || payload.starts_with(br#"{"type":"response.failed""#)
+        {
+            return Err(ErrorKind::Invalid);
+        }
+        if payload.starts_with(br#"{"type":"response.completed""#) {
+            self.done = true;
             self.finished = true;
         }
         Ok(())
@@ -412,6 +483,43 @@ mod tests {
         assert_eq!(
             sse(&[&format!("{LAST}\n\ndata: [DO")]),
             Err(ErrorKind::Incomplete)
+        );
+    }
+
+    #[test]
+    fn a_responses_stream_must_complete() {
+        let check = |text: &str| {
+            let mut c = SseCheck {
+                door: Door::Responses,
+                ..SseCheck::default()
+            };
+            c.feed(text.as_bytes())?;
+            c.finish()
+        };
+        let created = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0}\n\n";
+        let done = "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1}\n\n";
+        let failed = "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1}\n\n";
+        assert_eq!(check(&format!("{created}{done}")), Ok(()));
+        assert_eq!(check(created), Err(ErrorKind::Incomplete));
+        assert_eq!(
+            check(&format!("{created}{failed}")),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check(&format!("{created}{done}{created}")),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check_response(br#"{"status":"completed","output":[{}]}"#),
+            Ok(())
+        );
+        assert_eq!(
+            check_response(br#"{"status":"incomplete","output":[{}]}"#),
+            Err(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            check_response(br#"{"error":{"message":"x"}}"#),
+            Err(ErrorKind::Invalid)
         );
     }
 

@@ -488,6 +488,7 @@ fn target(args: &StreamsArgs, prompt: &str) -> anyhow::Result<Target> {
         model: &args.model,
         prompt,
         stream: true,
+        door: crate::client::Door::Chat,
         timeout: Duration::from_secs(10),
         connections: usize::try_from(args.concurrency).unwrap_or(usize::MAX),
     })
