@@ -255,6 +255,26 @@ fn missing_field(msg: &str) -> Option<String> {
     rest.split('`').next().map(str::to_owned)
 }
 
+/// A 400 naming the field at `path` (`input[0].content[1].text`), with what to fix.
+pub(crate) fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("`{path}` {msg}")).with_param(path)
+}
+
+/// `v` as a `T`, or a 400 naming the field at fault under `path` (`messages[0].content[1].text`):
+/// how the doors that read a body's parts one by one (the Messages and Responses APIs) check
+/// each part.
+pub(crate) fn typed<T: DeserializeOwned>(v: Value, path: &str) -> Result<T, Error> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let inner = e.path().to_string();
+        let at = if inner.is_empty() || inner == "." {
+            path.to_owned()
+        } else {
+            format!("{path}.{inner}")
+        };
+        Error::invalid(format!("`{at}`: {}", e.into_inner())).with_param(at)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

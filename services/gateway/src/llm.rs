@@ -27,7 +27,7 @@ use weft_core::{Error, ErrorCode, Principal, Scope};
 use weft_wire::openai::ToolChoice;
 
 use crate::error::{ApiError, Shape};
-use crate::extract::NativeJson;
+use crate::extract::{NativeJson, invalid_at};
 
 use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
@@ -104,10 +104,6 @@ pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-}
-
-fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("`{path}` {msg}")).with_param(path)
 }
 
 /// A 400 from the JSON extractor, reworded when it is about an unknown field: the field's full

@@ -32,7 +32,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use weft_core::chat::{
     Answer, Blocks, ChatEvent, ChatRequest, Delta, Sampling, Start, Step, ended_early,
@@ -46,7 +45,7 @@ use weft_wire::openai::ToolChoice;
 use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
 use crate::error::{ApiError, Shape, anthropic_type};
-use crate::extract::OpenAiJson;
+use crate::extract::{OpenAiJson, invalid_at, typed};
 use crate::llm::{header, named_tool_choice, range, tool_input};
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -205,23 +204,6 @@ weft_core::objects_only!(
     ToolIn,
     ToolChoiceIn,
 );
-
-fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("`{path}` {msg}")).with_param(path)
-}
-
-/// `v` as a `T`, or a 400 naming the field at fault under `path` (`messages[0].content[1].text`).
-fn typed<T: DeserializeOwned>(v: Value, path: &str) -> std::result::Result<T, Error> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let inner = e.path().to_string();
-        let at = if inner.is_empty() || inner == "." {
-            path.to_owned()
-        } else {
-            format!("{path}.{inner}")
-        };
-        Error::invalid(format!("`{at}`: {}", e.into_inner())).with_param(at)
-    })
-}
 
 /// A block's `type`.
 fn block_type(v: &Value, path: &str) -> std::result::Result<String, Error> {

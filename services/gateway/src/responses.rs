@@ -39,7 +39,6 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +51,7 @@ use weft_wire::responses::{self as wire, Event, Item, Part};
 use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, collect, json_response, sse_response, to_json};
 use crate::error::{ApiError, Shape};
-use crate::extract::{OpenAiJson, ValidJson};
+use crate::extract::{OpenAiJson, ValidJson, invalid_at, typed};
 use crate::llm::{header, named_tool_choice, range};
 use crate::openai::unix_now;
 
@@ -215,23 +214,6 @@ weft_core::objects_only!(
     ReasoningIn,
     FunctionToolIn,
 );
-
-fn invalid_at(path: &str, msg: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("`{path}` {msg}")).with_param(path)
-}
-
-/// `v` as a `T`, or a 400 naming the field at fault under `path` (`input[0].content[1].text`).
-fn typed<T: DeserializeOwned>(v: Value, path: &str) -> std::result::Result<T, Error> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let inner = e.path().to_string();
-        let at = if inner.is_empty() || inner == "." {
-            path.to_owned()
-        } else {
-            format!("{path}.{inner}")
-        };
-        Error::invalid(format!("`{at}`: {}", e.into_inner())).with_param(at)
-    })
-}
 
 /// An object's `type`, when it has a string one.
 fn type_of(v: &Value) -> Option<&str> {
