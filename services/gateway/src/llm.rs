@@ -98,6 +98,17 @@ pub(crate) fn range(
     }
 }
 
+/// A 400 for an empty `model`, pointing at the list of what may be named.
+pub(crate) fn require_model(model: &str) -> std::result::Result<(), Error> {
+    if model.trim().is_empty() {
+        return Err(Error::invalid(
+            "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
+        )
+        .with_param("model"));
+    }
+    Ok(())
+}
+
 /// A request header as a string.
 pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -293,12 +304,7 @@ pub(crate) fn to_chat(
     r: LlmChatRequest,
     headers: &HeaderMap,
 ) -> std::result::Result<ChatRequest, Error> {
-    if r.model.trim().is_empty() {
-        return Err(Error::invalid(
-            "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
-        )
-        .with_param("model"));
-    }
+    require_model(&r.model)?;
     if r.messages.is_empty() {
         return Err(
             Error::invalid("`messages` must contain at least one message").with_param("messages"),

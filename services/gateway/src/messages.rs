@@ -46,7 +46,7 @@ use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, serve, to_json};
 use crate::error::{ApiError, Shape, anthropic_type};
 use crate::extract::{OpenAiJson, invalid_at, typed};
-use crate::llm::{header, named_tool_choice, range, tool_input};
+use crate::llm::{header, named_tool_choice, range, require_model, tool_input};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -571,12 +571,7 @@ pub(crate) fn to_chat(
     r: MessagesRequest,
     headers: &HeaderMap,
 ) -> std::result::Result<ChatRequest, Error> {
-    if r.model.trim().is_empty() {
-        return Err(Error::invalid(
-            "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
-        )
-        .with_param("model"));
-    }
+    require_model(&r.model)?;
     let Some(max_tokens) = r.max_tokens else {
         return Err(Error::invalid(
             "`max_tokens` is required: the most tokens the answer may have (e.g. 1024), as in \

@@ -52,7 +52,7 @@ use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, collect, json_response, sse_response, to_json};
 use crate::error::{ApiError, Shape};
 use crate::extract::{OpenAiJson, ValidJson, invalid_at, typed};
-use crate::llm::{header, named_tool_choice, range};
+use crate::llm::{header, named_tool_choice, range, require_model};
 use crate::openai::unix_now;
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -762,12 +762,7 @@ pub(crate) fn to_turn(
     r: ResponsesRequest,
     headers: &HeaderMap,
 ) -> std::result::Result<Turn, Error> {
-    if r.model.trim().is_empty() {
-        return Err(Error::invalid(
-            "`model` must not be empty; GET /v1/models lists the models, aliases and tiers you can use",
-        )
-        .with_param("model"));
-    }
+    require_model(&r.model)?;
     if r.background == Some(true) {
         return Err(invalid_at(
             "background",
