@@ -18,3 +18,5 @@ CREATE TABLE responses (
     expires_at  timestamptz NOT NULL
 );
 CREATE INDEX responses_expires ON responses (expires_at);
+-- The sweeper keeps a response while another continues it.
+CREATE INDEX responses_previous ON responses (previous_id) WHERE previous_id IS NOT NULL;

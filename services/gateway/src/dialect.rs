@@ -201,8 +201,8 @@ impl Sse {
 enum Phase {
     Open,
     Events,
-    /// The router's stream ended: settle, then the end frames.
-    Ending,
+    /// The router's stream ended and the dialect has work to settle before the end frames.
+    Ending(futures::future::BoxFuture<'static, Result<(), Error>>),
     Done,
 }
 
@@ -235,7 +235,15 @@ impl<D: Dialect> Pipe<D> {
                 false
             }
             None => {
-                self.phase = Phase::Ending;
+                // The end frames go in the same write as the last events, unless the dialect
+                // has something to settle first.
+                match self.dialect.settle(self.finished) {
+                    Some(settle) => self.phase = Phase::Ending(settle),
+                    None => {
+                        self.dialect.end(self.finished, &mut self.out);
+                        self.phase = Phase::Done;
+                    }
+                }
                 false
             }
         }
@@ -245,17 +253,15 @@ impl<D: Dialect> Pipe<D> {
     /// waiting behind it.
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            match self.phase {
+            match &mut self.phase {
                 Phase::Done => return self.out.take(),
-                Phase::Ending => {
+                Phase::Ending(settle) => {
+                    let settled = settle.await;
                     self.phase = Phase::Done;
-                    if let Some(settle) = self.dialect.settle(self.finished)
-                        && let Err(e) = settle.await
-                    {
-                        self.dialect.error(&e, &mut self.out);
-                        continue;
+                    match settled {
+                        Ok(()) => self.dialect.end(self.finished, &mut self.out),
+                        Err(e) => self.dialect.error(&e, &mut self.out),
                     }
-                    self.dialect.end(self.finished, &mut self.out);
                 }
                 Phase::Open => {
                     self.dialect.open(&mut self.out);

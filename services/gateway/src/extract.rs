@@ -7,7 +7,8 @@
 //! Native routes store what they are given, and Postgres cannot store U+0000 in `text` or
 //! `jsonb`; so a NUL anywhere in a native body, query or path is a 400 naming where it is, before
 //! any work is done (the rule in docs/security.md). The OpenAI- and Anthropic-compatible doors
-//! store nothing and pass such text to the provider unchanged.
+//! pass such text to the provider unchanged; the one of them that stores (the Responses API)
+//! keeps JSON text, where U+0000 is an escape, and checks the ids it looks up itself.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};

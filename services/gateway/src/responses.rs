@@ -852,13 +852,18 @@ pub(crate) fn to_turn(
         .clone()
         .filter(|c| !c.is_null())
         .unwrap_or_else(|| Value::String("auto".into()));
-    let tool_choice = match r.tool_choice {
+    let mut tool_choice = match r.tool_choice {
         None => None,
         Some(c) => tool_choice(c, &mut tools)?,
     };
     let mut extra = r.extra;
     let parallel = r.parallel_tool_calls.unwrap_or(true);
-    if !parallel {
+    if tools.is_empty() {
+        // No tool to choose or to call in parallel (the Codex CLI compacts with `tools: []` and
+        // `tool_choice: "auto"`): Chat Completions-style providers refuse a `tool_choice` or
+        // `parallel_tool_calls` without tools, and "required" with none would be unanswerable.
+        tool_choice = None;
+    } else if !parallel {
         extra.insert("parallel_tool_calls".into(), Value::Bool(false));
     }
     let (text_format, response_format) = match r.text {
@@ -1561,10 +1566,11 @@ pub async fn create_response_handler(
         let at = usize::from(matches!(&echo.instructions, Some(Value::String(s)) if !s.is_empty()));
         chat.messages.splice(at..at, earlier);
     }
-    if chat.messages.is_empty() {
+    if chat.messages.iter().all(|m| m.role == Role::System) {
         return Err(ApiError::openai(invalid_at(
             "input",
-            "is empty; send at least one input item",
+            "holds no message to answer; send at least one input item (a user message, or a \
+             function call's output)",
         )));
     }
     let keep = echo.store.then(|| Keep {
@@ -1617,6 +1623,14 @@ async fn continued(
                 "the chain of responses ending at {id:?} is longer than {} responses; send the \
                  conversation as `input` to start a new one",
                 weft_store::MAX_CHAIN
+            ))
+            .with_param("previous_response_id"));
+        }
+        Chain::TooLarge => {
+            return Err(Error::invalid(format!(
+                "the conversation stored up to {id:?} is larger than {} MiB; send what the model \
+                 needs of it as `input` to start a new one",
+                weft_store::MAX_CHAIN_BYTES >> 20
             ))
             .with_param("previous_response_id"));
         }
@@ -1703,6 +1717,10 @@ pub async fn delete_response_handler(
     .into_response())
 }
 
+/// The most delete statements one sweep round makes (enough for a whole expired chain of
+/// [`weft_store::MAX_CHAIN`] responses).
+const SWEEP_STATEMENTS: i64 = 2 * weft_store::MAX_CHAIN;
+
 /// Deletes expired responses every `every` until `stop`.
 pub async fn sweep_until(store: ResponseStore, every: Duration, stop: CancellationToken) {
     let mut tick = tokio::time::interval(every);
@@ -1712,9 +1730,11 @@ pub async fn sweep_until(store: ResponseStore, every: Duration, stop: Cancellati
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        loop {
+        // Each statement takes the expired responses nothing continues (a conversation's
+        // newest first), so a round goes on while any went, up to a bound.
+        for _ in 0..SWEEP_STATEMENTS {
             match store.sweep_expired(1000).await {
-                Ok(n) if n == 1000 && !stop.is_cancelled() => {}
+                Ok(n) if n > 0 && !stop.is_cancelled() => {}
                 Ok(_) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "response sweep failed");

@@ -19,7 +19,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
 pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
-pub use responses::{Chain, MAX_CHAIN, NewResponse, ResponseStore};
+pub use responses::{Chain, MAX_CHAIN, MAX_CHAIN_BYTES, NewResponse, ResponseStore};
 pub use runs::{
     EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
     RunStore, RunStoreError, Swept, Transcript, storable,

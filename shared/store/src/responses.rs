@@ -8,9 +8,12 @@ use weft_core::TenantId;
 use crate::StoreError;
 
 /// The longest chain of `previous_response_id` links a continuation reads; a longer one is
-/// refused (every link is a row that was written by a request, so this is a bound, not a limit
-/// anyone meets in practice).
-pub const MAX_CHAIN: i64 = 10_000;
+/// refused (a client that resends its history, as most do, never builds one).
+pub const MAX_CHAIN: i64 = 1_000;
+
+/// The most bytes of stored messages a continuation reads (the request then goes to the router
+/// whole, under the internal message cap of 16 MiB, beside this turn's own input).
+pub const MAX_CHAIN_BYTES: i64 = 8 << 20;
 
 /// One response to keep.
 #[derive(Clone, Debug)]
@@ -35,6 +38,8 @@ pub enum Chain {
     Missing,
     /// Longer than [`MAX_CHAIN`].
     TooLong,
+    /// More than [`MAX_CHAIN_BYTES`] of messages.
+    TooLarge,
 }
 
 #[derive(Clone)]
@@ -104,51 +109,68 @@ impl ResponseStore {
     }
 
     /// The messages of the chain ending at `id`, oldest first, every link owned by the
-    /// principal and live. A link that is missing (deleted or expired part-way) makes the whole
-    /// chain missing: a continuation never runs on a conversation with a hole in it.
+    /// principal. The response named must be live; the ones it continued are read whatever
+    /// their own expiry (the sweeper keeps a response while a live one continues it, so a
+    /// conversation lives as long as its newest response). A link that is gone (deleted) makes
+    /// the whole chain missing: a continuation never runs on a conversation with a hole in it.
     pub async fn chain(
         &self,
         tenant: &TenantId,
         subject: &str,
         id: &str,
     ) -> Result<Chain, StoreError> {
-        // Each step follows `previous_id` within the principal's live rows; `broken` marks a
-        // link whose row is not there.
-        let rows: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
-            "WITH RECURSIVE chain (depth, id, items, previous_id) AS ( \
-                 SELECT 0::bigint, $1::text, r.items, r.previous_id FROM (SELECT 1) one \
+        // Each step follows `previous_id` within the principal's rows; a link whose row is not
+        // there has no items. `bytes` is the running size, which stops the walk past the cap.
+        let rows: Vec<(i64, Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "WITH RECURSIVE chain (depth, items, previous_id, bytes) AS ( \
+                 SELECT 0::bigint, r.items, r.previous_id, \
+                     coalesce(octet_length(r.items), 0)::bigint FROM (SELECT 1) one \
                  LEFT JOIN responses r ON r.id = $1 AND r.tenant_id = $2 AND r.subject = $3 \
                      AND r.expires_at > now() \
                UNION ALL \
-                 SELECT c.depth + 1, c.previous_id, r.items, r.previous_id FROM chain c \
+                 SELECT c.depth + 1, r.items, r.previous_id, \
+                     c.bytes + coalesce(octet_length(r.items), 0) FROM chain c \
                  LEFT JOIN responses r ON r.id = c.previous_id AND r.tenant_id = $2 \
-                     AND r.subject = $3 AND r.expires_at > now() \
-                 WHERE c.previous_id IS NOT NULL AND c.items IS NOT NULL AND c.depth <= $4 \
-             ) SELECT depth, items, previous_id FROM chain ORDER BY depth DESC",
+                     AND r.subject = $3 \
+                 WHERE c.previous_id IS NOT NULL AND c.items IS NOT NULL \
+                     AND c.depth + 1 < $4 AND c.bytes <= $5 \
+             ) SELECT depth, items, previous_id, bytes FROM chain ORDER BY depth DESC",
         )
         .bind(id)
         .bind(tenant.as_str())
         .bind(subject)
         .bind(MAX_CHAIN)
+        .bind(MAX_CHAIN_BYTES)
         .fetch_all(&self.pool)
         .await?;
-        if rows.iter().any(|(_, items, _)| items.is_none()) {
+        if rows.iter().any(|(_, items, _, _)| items.is_none()) {
             return Ok(Chain::Missing);
         }
-        // The walk stops at the first response (no previous id), or at the depth bound.
-        if rows.first().is_some_and(|(_, _, prev)| prev.is_some()) {
-            return Ok(Chain::TooLong);
+        // The walk stops at the first response (no previous id), or at a bound.
+        if let Some((_, _, prev, bytes)) = rows.first() {
+            if *bytes > MAX_CHAIN_BYTES {
+                return Ok(Chain::TooLarge);
+            }
+            if prev.is_some() {
+                return Ok(Chain::TooLong);
+            }
         }
         Ok(Chain::Found(
-            rows.into_iter().filter_map(|(_, items, _)| items).collect(),
+            rows.into_iter()
+                .filter_map(|(_, items, _, _)| items)
+                .collect(),
         ))
     }
 
-    /// Deletes up to `batch` expired responses; how many.
+    /// Deletes up to `batch` expired responses that no live response continues; how many. A
+    /// conversation's older responses go once its newest has expired, a link per round.
     pub async fn sweep_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let n = sqlx::query(
             "DELETE FROM responses WHERE id IN \
-             (SELECT id FROM responses WHERE expires_at < now() LIMIT $1)",
+             (SELECT r.id FROM responses r WHERE r.expires_at < now() AND NOT EXISTS \
+                 (SELECT 1 FROM responses c WHERE c.previous_id = r.id \
+                     AND c.tenant_id = r.tenant_id AND c.subject = r.subject) \
+              LIMIT $1)",
         )
         .bind(batch)
         .execute(&self.pool)

@@ -371,13 +371,7 @@ impl Session {
         } else {
             f.event.as_str()
         };
-        // A stream that fails on the fleet's side ends with an `error` frame whose data is the
-        // error itself, not an event.
-        let data = if v.get("seq").is_none() && kind == "error" {
-            &v
-        } else {
-            &v["data"]
-        };
+        let data = &v["data"];
         self.render.event(kind, data);
         match kind {
             "text_delta" | "interruption" => {}
@@ -759,9 +753,21 @@ impl Follower {
             };
             match body.next().await {
                 Some(Ok(chunk)) => {
-                    self.failures = 0;
-                    self.lost_since = None;
+                    let mut progress = false;
+                    let mut failed = None;
                     for f in self.parser.push(&chunk) {
+                        // A stream that fails on the fleet's side (not the run) ends with an
+                        // `error` frame without a seq: a lost stream, followed again.
+                        if f.event == "error" && f.id.is_none() {
+                            let v: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
+                            failed = Some(
+                                v["error"]["message"]
+                                    .as_str()
+                                    .unwrap_or("no reason given")
+                                    .to_owned(),
+                            );
+                            continue;
+                        }
                         // `text_delta` carries the seq of the event it follows; every other
                         // frame's seq is its own, and one already received is not shown twice.
                         if f.event != "text_delta"
@@ -772,7 +778,21 @@ impl Follower {
                             }
                             self.next_seq = seq + 1;
                         }
+                        progress = true;
                         self.queue.push_back(f);
+                    }
+                    // Only progress resets the give-up clock: a fleet that answers every
+                    // attempt with a failure (or with nothing new) is given up on after a while.
+                    if progress {
+                        self.failures = 0;
+                        self.lost_since = None;
+                    }
+                    if let Some(why) = failed {
+                        self.body = None;
+                        self.retry(
+                            None,
+                            format!("the fleet's stream of run {} failed: {why}", self.run),
+                        )?;
                     }
                 }
                 Some(Err(e)) => {
