@@ -1862,6 +1862,28 @@ mod tests {
     }
 
     #[test]
+    fn without_tools_there_is_no_tool_choice() {
+        // The Codex CLI's compaction request.
+        let t = turn(json!({
+            "model": "m", "input": "x", "tools": [], "tool_choice": "auto",
+            "parallel_tool_calls": false,
+        }))
+        .unwrap();
+        assert_eq!(t.chat.tool_choice, None);
+        assert!(t.chat.extra.is_empty(), "{:?}", t.chat.extra);
+        let t = turn(json!({
+            "model": "m", "input": "x", "tools": [{"type": "function", "name": "a"}],
+            "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": []},
+        }))
+        .unwrap();
+        assert!(t.chat.tools.is_empty());
+        assert_eq!(
+            t.chat.tool_choice, None,
+            "nothing allowed: nothing required"
+        );
+    }
+
+    #[test]
     fn bad_requests_name_the_field() {
         let cases = [
             (json!({"model": "m"}), "input"),
