@@ -491,8 +491,9 @@ pub struct ChatArgs {
     /// Ask for an SSE stream (`stream: true`, `stream_options.include_usage`).
     #[arg(long)]
     pub stream: bool,
-    /// The door: `chat` (`POST {url}/chat/completions`) or `responses` (`POST {url}/responses`,
-    /// OpenAI's Responses API, with `store: false`; a stream must end in `response.completed`).
+    /// The door: `chat` (`POST {url}/chat/completions`), `responses` (`POST {url}/responses`,
+    /// OpenAI's Responses API, with `store: false`; a stream must end in `response.completed`)
+    /// or `responses-stored` (the same with `store: true`, OpenAI's default: one insert each).
     #[arg(long, value_enum, default_value_t = crate::client::Door::Chat)]
     pub door: crate::client::Door,
     /// The user message.

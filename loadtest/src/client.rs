@@ -29,6 +29,8 @@ pub enum Door {
     Chat,
     /// `POST /responses` (OpenAI's Responses API), `store: false`.
     Responses,
+    /// `POST /responses` with `store: true` (OpenAI's default): each response is kept.
+    ResponsesStored,
 }
 
 /// What the run sends, prepared once and shared by every worker.
@@ -69,9 +71,9 @@ pub fn chat_body<'a>(model: &'a str, prompt: &'a str, stream: bool) -> ChatReque
     }
 }
 
-/// The `POST /responses` body: the prompt as `input`, nothing stored.
-pub fn responses_body(model: &str, prompt: &str, stream: bool) -> serde_json::Value {
-    serde_json::json!({"model": model, "input": prompt, "stream": stream, "store": false})
+/// The `POST /responses` body: the prompt as `input`, kept or not.
+pub fn responses_body(model: &str, prompt: &str, stream: bool, store: bool) -> serde_json::Value {
+    serde_json::json!({"model": model, "input": prompt, "stream": stream, "store": store})
 }
 
 impl Target {
@@ -79,7 +81,7 @@ impl Target {
         let url = spec.url.trim_end_matches('/');
         let path = match spec.door {
             Door::Chat => "chat/completions",
-            Door::Responses => "responses",
+            Door::Responses | Door::ResponsesStored => "responses",
         };
         let uri: Uri = format!("{url}/{path}").parse().with_context(|| {
             format!("`{url}` is not a URL; write e.g. http://127.0.0.1:8080/v1")
@@ -101,9 +103,12 @@ impl Target {
             .transpose()?;
         let body = Bytes::from(match spec.door {
             Door::Chat => serde_json::to_vec(&chat_body(spec.model, spec.prompt, spec.stream))?,
-            Door::Responses => {
-                serde_json::to_vec(&responses_body(spec.model, spec.prompt, spec.stream))?
-            }
+            Door::Responses | Door::ResponsesStored => serde_json::to_vec(&responses_body(
+                spec.model,
+                spec.prompt,
+                spec.stream,
+                spec.door == Door::ResponsesStored,
+            ))?,
         });
 
         let mut connector = HttpConnector::new();
@@ -270,7 +275,7 @@ impl BodyCheck {
     fn finish(&self) -> Result<(), ErrorKind> {
         match self {
             Self::Json(buf, Door::Chat) => check_completion(buf),
-            Self::Json(buf, Door::Responses) => check_response(buf),
+            Self::Json(buf, Door::Responses | Door::ResponsesStored) => check_response(buf),
             Self::Sse(sse) => sse.finish(),
         }
     }
@@ -358,7 +363,7 @@ impl SseCheck {
             return Ok(());
         };
         let payload = payload.trim_ascii();
-        if self.door == Door::Responses {
+        if self.door != Door::Chat {
             return self.response_event(payload);
         }
         if payload == b"[DONE]" {

@@ -28,7 +28,8 @@ def add_args(p):
                    help="streaming levels (default 1; empty '' for none)")
     p.add_argument("--doors", type=lambda v: [d for d in v.split(",") if d], default=["chat", "responses"],
                    help="weft's doors each run goes through: chat (/v1/chat/completions, always "
-                        "first) and responses (/v1/responses); default chat,responses")
+                        "first), responses (/v1/responses, store false) and responses-stored "
+                        "(store true, one insert per request); default chat,responses")
     p.add_argument("--arrangement", choices=["up", "split"], default="up",
                    help="`weft up`, or split (tests/harness/fleet.py: every service its own process; weft's CPU and memory are then the gateway's and the router's together)")
     p.add_argument("--no-proxy", action="store_true",
@@ -81,11 +82,11 @@ def run(s):
     def chat(target, name, *args):
         out = s.out / f"{name}.json"
         env = {}
-        if target in ("weft", "weft-responses"):
+        if target in ("weft", "weft-responses", "weft-responses-stored"):
             url, model, pids = weft_url, "bench", server_pids
             env["WEFT_LOADTEST_TOKEN"] = fleet.token
-            if target == "weft-responses":
-                args = (*args, "--door", "responses")
+            if target != "weft":
+                args = (*args, "--door", target.removeprefix("weft-"))
         elif target == "proxy":
             url, model, pids = proxy.ready["base_url"], "bench-model", [proxy.pid]
         else:
@@ -108,10 +109,11 @@ def run(s):
         chat("direct", f"direct-{name}", *args)
         chat("weft", f"weft-{name}", *args)
         s.loadtest_compare(f"direct-{name}", f"weft-{name}", f"compare-{name}")
-        if "responses" in a.doors:
-            chat("weft-responses", f"weft-responses-{name}", *args)
-            s.loadtest_compare(f"direct-{name}", f"weft-responses-{name}",
-                               f"compare-responses-{name}")
+        for door in ("responses", "responses-stored"):
+            if door in a.doors:
+                chat(f"weft-{door}", f"weft-{door}-{name}", *args)
+                s.loadtest_compare(f"direct-{name}", f"weft-{door}-{name}",
+                                   f"compare-{door}-{name}")
 
     if a.soak:
         return soak(s, chat, server_pids, idle_rss)
@@ -294,24 +296,27 @@ def summarise(s, idle_rss, searches):
     lines += [table(["run", "direct p50", "weft p50", "added p50", "direct p99", "weft p99",
                      "added p99", "direct rps", "weft rps", "weft errors", "upstream CPU µs/req",
                      "weft CPU µs/req", "weft RSS MiB"], rows)]
-    if "responses" in a.doors:
-        lines += ["", "The Responses door (`POST /v1/responses`, `store: false`), run right after "
-                  "each chat run above against the same upstream; *ratio* = its weft CPU per "
-                  "request ÷ the chat door's.", ""]
+    for door in ("responses", "responses-stored"):
+        if door not in a.doors:
+            continue
+        store = "true: one insert per request" if door == "responses-stored" else "false"
+        lines += ["", f"The Responses door (`POST /v1/responses`, `store: {store}`), run right "
+                  "after each chat run above against the same upstream; *ratio* = its weft CPU "
+                  "per request ÷ the chat door's.", ""]
         rows = []
         for name in names:
             c, w, base = (s.read_json(f"{k}-{name}.json")
-                          for k in ("compare-responses", "weft-responses", "weft"))
+                          for k in (f"compare-{door}", f"weft-{door}", "weft"))
             rc, cc = get(w, "server.cpu_us_per_request"), get(base, "server.cpu_us_per_request")
             ratio = rnd(rc / cc, 3) if rc and cc else None
             rows.append([name, c["through_latency_us"]["p50"], c["added_latency_us"]["p50"],
                          c["through_latency_us"]["p99"], c["added_latency_us"]["p99"], w["rps"],
                          w["errors"], rc, cc, ratio])
-            figures.update({f"{name} responses CPU µs/req": rc,
-                            f"{name} responses added p50 µs": c["added_latency_us"]["p50"],
-                            f"{name} responses ÷ chat CPU": ratio})
+            figures.update({f"{name} {door} CPU µs/req": rc,
+                            f"{name} {door} added p50 µs": c["added_latency_us"]["p50"],
+                            f"{name} {door} ÷ chat CPU": ratio})
         lines += [table(["run", "weft p50", "added p50", "weft p99", "added p99", "weft rps",
-                         "weft errors", "responses CPU µs/req", "chat CPU µs/req", "ratio"], rows)]
+                         "weft errors", f"{door} CPU µs/req", "chat CPU µs/req", "ratio"], rows)]
     if not a.no_proxy:
         lines += ["", "The floor: the same runs through `weft-loadtest proxy`, a bare axum + hyper "
                   "reverse proxy to the same upstream (no parsing, auth, routing or accounting); "
