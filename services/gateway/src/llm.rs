@@ -207,7 +207,8 @@ fn result_part(b: LlmBlock, path: &str) -> std::result::Result<ContentBlock, Err
     }
 }
 
-fn role_name(r: Role) -> &'static str {
+/// A role as the wire formats spell it.
+pub(crate) fn role_name(r: Role) -> &'static str {
     match r {
         Role::System => "system",
         Role::Developer => "developer",

@@ -52,7 +52,7 @@ use crate::AppState;
 use crate::dialect::{Dialect, KeepAlive, Sse, collect, json_response, sse_response, to_json};
 use crate::error::{ApiError, Shape};
 use crate::extract::{OpenAiJson, ValidJson, invalid_at, typed};
-use crate::llm::{header, named_tool_choice, range, require_model};
+use crate::llm::{header, named_tool_choice, range, require_model, role_name};
 use crate::openai::unix_now;
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -309,16 +309,6 @@ fn parts(content: Value, role: Role, path: &str) -> std::result::Result<Vec<Cont
         out.push(block);
     }
     Ok(out)
-}
-
-fn role_name(r: Role) -> &'static str {
-    match r {
-        Role::System => "system",
-        Role::Developer => "developer",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
 }
 
 /// A function call's output: text, or `input_text` / `input_image` parts.
