@@ -33,7 +33,8 @@ API:
     class RealLlm(run_dir=ROOT/"target/real-llm-run")  llama-server via deploy/local/real-llm.sh
         .start() -> self, .url, .ready_secs, .log, .stop() -> bool
     write_real_llm_config(path, url, model, first_byte_secs=180) -> None
-    write_compat_config(path, fake_upstream_url, python=sys.executable) -> None
+    write_compat_config(path, fake_upstream_url, python=sys.executable, oidc_ports=()) -> None
+    oidc_idp_ports(n) -> list[int]                   n free ports below the ephemeral range
         the compat TOML: one provider `fake-<kind>` (alias `via-<kind>`) per HTTP driver kind at
         the fake upstream, the stdio MCP fixture server (run by `python`), loopback MCP servers
     class Fleet(bin_dir, arrangement="up", name="compat", config=None, env=None, logs_dir=LOGS,
@@ -75,6 +76,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import secrets
 import shlex
@@ -129,6 +131,22 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def oidc_idp_ports(n: int) -> list[int]:
+    """n distinct free loopback ports for test identity providers, below Linux's ephemeral range
+    (32768+), so the fleet's own port-0 choices made before the providers listen never take them."""
+    rng, ports = random.Random(), []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def show_log(path, lines: int = 60) -> None:
@@ -295,9 +313,12 @@ class FakeUpstream:
         self.stop()
 
 
-def write_compat_config(path, fake_upstream_url: str, python: str = sys.executable) -> None:
+def write_compat_config(path, fake_upstream_url: str, python: str = sys.executable,
+                        oidc_ports=()) -> None:
     """The compat suites' config: the mock provider and its aliases stay; one provider per HTTP
-    driver kind (alias `via-<kind>`) at the fake upstream; the stdio MCP fixture server."""
+    driver kind (alias `via-<kind>`) at the fake upstream; the stdio MCP fixture server; and one
+    trusted OIDC issuer per port in `oidc_ports` (tenant `oidc-<i>`, audience `urn:weft:tenant-<i>`
+    for i = a, b, ...), which tests/compat/test_oidc.py starts there."""
     q = json.dumps  # a JSON string is a TOML basic string
     lines = ["# Written by tests/harness/fleet.py: one provider per driver kind, all served by",
              f"# weft-fake-upstream at {fake_upstream_url}. The mock provider and its aliases stay."]
@@ -312,6 +333,13 @@ def write_compat_config(path, fake_upstream_url: str, python: str = sys.executab
               f"args = [{q(str(ROOT / 'tests/mcp/fixture_server.py'))}, \"stdio\"]",
               "", "# The tests' HTTP MCP servers listen on loopback.", "[mcp_bridge]",
               'private_exempt = ["127.0.0.1/32"]']
+    if oidc_ports:
+        lines += ["", "# Test identity providers (tests/compat/readme-js/oidc-idp.mjs): a rotation is",
+                  "# picked up within a second.", "[auth]", "oidc_jwks_min_refresh_secs = 1"]
+    for i, port in zip("abcdefgh", oidc_ports):
+        lines += ["", f"[auth.oidc.idp-{i}]", f'tenant = "oidc-{i}"',
+                  f'issuer = "http://127.0.0.1:{port}"', f'audiences = ["urn:weft:tenant-{i}"]',
+                  'subject_prefix = "sso:"', "leeway_secs = 0"]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n")
 
@@ -398,6 +426,7 @@ class Fleet:
         self.url: str | None = None
         self.token: str | None = None
         self.gateway2_url: str | None = None
+        self.grpc_addr: str | None = None
         self.log_files: list[Path] = []
         self.procs: dict[str, Proc] = {}
         self._stop_order: list[str] = []
@@ -439,7 +468,8 @@ class Fleet:
         return self
 
     def _start_up(self) -> None:
-        gport, rport, sport = free_ports(3)
+        gport, rport, sport, grpc = free_ports(4)
+        self.grpc_addr = f"127.0.0.1:{grpc}"
         log, ready = self.logs / f"{self.label}.log", self.logs / f"{self.label}.ready.json"
         ready.unlink(missing_ok=True)
         db = ["--database-url", self.database_url] if self.database_url else []
@@ -450,6 +480,7 @@ class Fleet:
             "--router-listen", f"127.0.0.1:{rport}", "--substrate-listen", f"127.0.0.1:{sport}",
             *db, "--ready-file", ready], {
             "WEFT_BOOTSTRAP__TOKEN_FILE": self.logs / f"{self.label}.admin-token",
+            "WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr,
             "WEFT_NATS__PREFIX": self.prefix, "WEFT_REDIS__PREFIX": self.prefix})
         self._stop_order = [proc.name]
         self.url, self.token = proc.wait_ready(ready)
@@ -459,7 +490,8 @@ class Fleet:
     def _start_split(self) -> None:
         if not self.database_url:
             raise FleetError("the split arrangement needs a database")
-        gport, rport, sport, bport, g2port, iport = free_ports(6)
+        gport, rport, sport, bport, g2port, iport, grpc = free_ports(7)
+        self.grpc_addr = f"127.0.0.1:{grpc}"
         L = {p: self.logs / f"{self.label}-{p}.log" for p in (
             "router", "substrate", "mcp-bridge", "executor", "ingress", "gateway", "gateway2")}
         bins, cfg, url = self.bin_dir, self._cfg(), self.database_url
@@ -507,7 +539,9 @@ class Fleet:
             proc = self._spawn(name, L[key], [
                 bins / "weft-gateway", *cfg, "--listen", f"127.0.0.1:{port}", "--router-url",
                 at(rport), "--database-url", url, "--ready-file", ready],
-                {**secret, "WEFT_GATEWAY__SUBSTRATE_URL": at(sport), **prefixes})
+                {**secret, "WEFT_GATEWAY__SUBSTRATE_URL": at(sport), **prefixes,
+                 # The public gRPC API on the first replica only (one port each).
+                 **({"WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr} if key == "gateway" else {})})
             ready_url, _ = proc.wait_ready(ready)
             self.url = self.url or ready_url
         self.gateway2_url = at(g2port)
@@ -557,7 +591,8 @@ class Fleet:
                 "WEFT_TOKEN": self.token or "", "WEFT_ARRANGEMENT": self.label,
                 "WEFT_COMPAT_DATABASE": self.database or "",
                 "WEFT_COMPAT_LOGS": ":".join(map(str, self.log_files)),
-                "WEFT_GATEWAY2_URL": self.gateway2_url or ""}
+                "WEFT_GATEWAY2_URL": self.gateway2_url or "",
+                "WEFT_GRPC_ADDR": self.grpc_addr or ""}
 
     def __enter__(self):
         return self.start()
@@ -659,7 +694,8 @@ def cmd_run(args) -> int:
                 fleet.config.unlink(missing_ok=True)
                 fake = FakeUpstream(args.bin_dir, logs, log_name=f"fake-upstream-{label}.log")
                 fake.start()
-                write_compat_config(fleet.config, fake.url, args.python)
+                oidc_ports = oidc_idp_ports(2)
+                write_compat_config(fleet.config, fake.url, args.python, oidc_ports)
             if args.real_llm:
                 llm = RealLlm()
                 llm.start()
@@ -677,6 +713,7 @@ def cmd_run(args) -> int:
         env = {**os.environ, **fleet.suite_env()}
         if fake:
             env["WEFT_FAKE_UPSTREAM"] = fake.url
+            env["WEFT_OIDC_PORTS"] = ",".join(map(str, oidc_ports))
         if llm:
             env["WEFT_REAL_LLM"] = "1"
         if cmd:

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod fuzzing;
 #[cfg(test)]
 mod golden_tests;
+mod grpc;
 mod health;
 mod ingress;
 mod llm;
@@ -64,6 +65,10 @@ pub enum GatewayError {
     Coord(#[from] weft_coord::CoordError),
     #[error("gateway: serving failed: {0}")]
     Serve(#[from] std::io::Error),
+    #[error("gateway: {0}")]
+    Oidc(String),
+    #[error("gateway: cannot listen for the public gRPC API on gateway.grpc_listen {0}: {1}")]
+    GrpcListen(std::net::SocketAddr, std::io::Error),
 }
 
 /// Everything a handler needs. Cheap to clone (one reference count): axum clones the state for
@@ -128,6 +133,8 @@ pub struct State {
     pub responses_ttl: Duration,
     /// Cancelled when the gateway stops (ends open MCP sessions).
     pub shutdown: CancellationToken,
+    /// Where the public gRPC API listens, when it is on.
+    pub grpc_listen: Option<std::net::SocketAddr>,
 }
 
 /// How the gateway reaches the router (and the other services it calls).
@@ -205,6 +212,7 @@ impl AppState {
             responses: weft_store::ResponseStore::new(pool.clone()),
             responses_ttl: Duration::from_secs(config.gateway.responses_ttl_secs),
             shutdown: CancellationToken::new(),
+            grpc_listen: config.gateway.grpc_listen,
         }))
     }
 
@@ -671,6 +679,9 @@ pub async fn connect_on(
     #[expect(clippy::expect_used, reason = "the state was made just above")]
     let inner = Arc::get_mut(&mut state.0).expect("a new state");
     inner.launcher.agents = Some(agents);
+    // JWTs of the identity providers an operator trusts resolve beside weft tokens, on every door.
+    let oidc = weft_auth::OidcVerifier::from_config(&config.auth).map_err(GatewayError::Oidc)?;
+    inner.resolver = inner.resolver.clone().with_oidc(oidc);
     Ok(state)
 }
 
@@ -714,11 +725,37 @@ pub async fn serve(
         stop.cancelled().await;
         face_stop.cancel();
     });
-    let served = axum::serve(listener, router(state, max_body_bytes))
+    let grpc_listen = state.grpc_listen;
+    let app = router(state, max_body_bytes);
+    // The public gRPC API, when an operator turned it on: calls on the same router.
+    let grpc = match grpc_listen {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|e| GatewayError::GrpcListen(addr, e))?;
+            let stop = shutdown.clone();
+            let api = app.clone();
+            Some(tokio::spawn(async move {
+                if let Err(e) = grpc::serve(l, api, stop).await {
+                    tracing::error!(error = %e, "public gRPC API stopped");
+                }
+            }))
+        }
+        None => None,
+    };
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await;
     writer_stop.cancel();
     let _ = writer.await;
+    // Open gRPC streams get a moment to end with the HTTP ones; a long run stream is cut.
+    if let Some(mut g) = grpc
+        && tokio::time::timeout(Duration::from_secs(5), &mut g)
+            .await
+            .is_err()
+    {
+        g.abort();
+    }
     served?;
     Ok(())
 }

@@ -162,11 +162,17 @@ async fn login_handler(
         .resolve(body.token.trim())
         .await
         .map_err(ApiError::native)?;
+    // A session hangs off a token row (revoking the token ends it); an identity provider's JWT
+    // has none.
     let token_id = principal
         .token_id
         .as_deref()
         .and_then(|id| id.parse::<Uuid>().ok())
-        .ok_or_else(|| ApiError::native(Error::internal()))?;
+        .ok_or_else(|| {
+            ApiError::native(Error::invalid(
+                "the web UI signs in with a weft token (`wft_…`), not an identity provider's JWT; create one with `weft token create`",
+            ).with_param("token"))
+        })?;
     let new = session::new_session();
     let ttl = st.ui_session_ttl;
     let expires_at = OffsetDateTime::now_utc() + ttl;

@@ -15,6 +15,7 @@ use time::OffsetDateTime;
 use weft_core::{Error, Principal};
 use weft_store::{TokenRecord, TokenStore};
 
+use crate::OidcVerifier;
 use crate::token::{TOKEN_PREFIX, hash_token};
 
 /// Most entries kept; past this the cache is cleared rather than grown.
@@ -35,6 +36,8 @@ pub struct TokenResolver {
     store: TokenStore,
     ttl: Duration,
     cache: Arc<Mutex<HashMap<[u8; 32], Entry>>>,
+    /// Trusted identity providers, when an operator configured any: their JWTs resolve too.
+    oidc: Option<OidcVerifier>,
 }
 
 impl std::fmt::Debug for TokenResolver {
@@ -51,15 +54,30 @@ impl TokenResolver {
             store,
             ttl,
             cache: Arc::new(Mutex::new(HashMap::new())),
+            oidc: None,
         }
     }
 
-    /// The principal of `token`, or a 401 that says what to do.
+    /// Also accepts JWTs that `oidc`'s trusted issuers signed.
+    pub fn with_oidc(mut self, oidc: Option<OidcVerifier>) -> Self {
+        self.oidc = oidc;
+        self
+    }
+
+    /// The principal of `token` (a weft token, or a JWT of a trusted issuer), or a 401 that says
+    /// what to do.
     pub async fn resolve(&self, token: &str) -> Result<Principal, Error> {
         if !token.starts_with(TOKEN_PREFIX) {
-            return Err(Error::unauthenticated(
-                "the bearer token is not a weft token (they start with `wft_`); create one with `weft token create`",
-            ));
+            if let Some(oidc) = &self.oidc
+                && OidcVerifier::looks_like_jwt(token)
+            {
+                return oidc.verify(token).await;
+            }
+            return Err(Error::unauthenticated(if self.oidc.is_some() {
+                "the bearer token is neither a weft token (they start with `wft_`) nor a JWT; create a token with `weft token create`, or use one from a trusted identity provider"
+            } else {
+                "the bearer token is not a weft token (they start with `wft_`); create one with `weft token create`"
+            }));
         }
         let hash = hash_token(token);
         if let Some((e, refresh)) = self.cached(&hash, Instant::now()) {

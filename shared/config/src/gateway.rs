@@ -32,6 +32,8 @@ pub struct GatewayConfig {
     /// How long a stored Responses API response (`store`, the default) can be read, deleted
     /// and continued with `previous_response_id`, in seconds.
     pub responses_ttl_secs: u64,
+    /// Where the public gRPC API (`weft.public.v1`, with server reflection) listens; unset: off.
+    pub grpc_listen: Option<SocketAddr>,
 }
 
 impl Default for GatewayConfig {
@@ -48,6 +50,7 @@ impl Default for GatewayConfig {
             max_streams_per_principal: 64,
             ui_session_ttl_secs: 12 * 3600,
             ui_cookie_secure: false,
+            grpc_listen: None,
             responses_ttl_secs: 30 * 86_400,
         }
     }

@@ -30,7 +30,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-pub use auth::AuthConfig;
+pub use auth::{AuthConfig, OIDC_ALGORITHMS, OidcIssuerConfig};
 pub use bootstrap::BootstrapConfig;
 pub use check::Checked;
 pub use cli::{
@@ -138,6 +138,7 @@ impl Config {
     /// that does belongs here, after the sections' own.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.gateway.validate()?;
+        self.auth.validate()?;
         self.mcp_bridge.validate()?;
         self.executor.validate()?;
         self.nats.validate()?;

@@ -8,7 +8,7 @@
 // Clients (oidc-provider takes client_secret_post and client_secret_basic alike
 // for a client registered with either):
 //   svc   / svc-secret    access tokens live 600 s
-//   short / short-secret  access tokens live 1 s
+//   short / short-secret  access tokens live 5 s
 // A token request with `resource=urn:weft:...` gets a JWT whose `aud` is that
 // resource, `sub` and `client_id` are the client id, and `scope` is the subset of
 // "llm:call runs:create runs:read memory:read" the request asked for (other
@@ -58,7 +58,7 @@ if (alg !== 'ES256' && alg !== 'RS256') {
 const ISSUER = `http://127.0.0.1:${port}`;
 const RESOURCE_PREFIX = 'urn:weft:';
 const RESOURCE_SCOPE = 'llm:call runs:create runs:read memory:read';
-const TTL_SECONDS = { svc: 600, short: 1 };
+const TTL_SECONDS = { svc: 600, short: 5 };
 
 function newSigningJwk() {
   const { privateKey } = alg === 'ES256'
