@@ -251,20 +251,12 @@ fn list_query(r: &pb::ListRunsRequest) -> String {
 /// An id as one path segment, percent-encoded so it can never reach another route; an empty
 /// id or a dot segment is refused.
 fn segment(id: &str) -> Result<String, Status> {
-    if id.is_empty() || id == "." || id == ".." || id.len() > 1024 {
-        return Err(Status::invalid_argument(format!(
-            "{id:?} is not an id; give the run's (or the interruption's) id"
-        )));
+    if id.is_empty() {
+        return Err(Status::invalid_argument(
+            "the id is empty; give the run's (or the interruption's) id",
+        ));
     }
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    Ok(out)
+    weft_mcp_face::seg(id).map_err(Status::invalid_argument)
 }
 
 /// The `POST /v1/runs` body of a typed request: only what the caller set, so the REST defaults

@@ -29,6 +29,8 @@ use serde_json::Value;
 use weft_config::{AuthConfig, OidcIssuerConfig};
 use weft_core::{Error, Principal, Scope, Scopes, TenantId};
 
+use crate::jwt::unix_now;
+
 /// How long fetching a discovery document or a JWKS may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest discovery document or JWKS read.
@@ -605,13 +607,6 @@ fn unknown_key(kid: Option<&str>, iss: &str) -> String {
 
 fn refused(m: impl Into<String>) -> Error {
     Error::unauthenticated(m)
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

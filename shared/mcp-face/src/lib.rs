@@ -152,8 +152,8 @@ impl Face {
 
 /// Percent-encodes one path segment. `.` and `..` are refused: a URL parser folds them (and
 /// their `%2e` spellings) into the path around them, so `get_run` of `..` would call another
-/// route (`weft mcp` sends its calls through one).
-fn seg(s: &str) -> Result<String, String> {
+/// route (`weft mcp` sends its calls through one; the gateway's gRPC API too).
+pub fn seg(s: &str) -> Result<String, String> {
     if s == "." || s == ".." {
         return Err(format!(
             "`{s}` is not a name or id weft uses (it would change the path of the call)"
