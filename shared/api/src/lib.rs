@@ -17,6 +17,7 @@ use schemars::transform::SetSingleExample;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+pub mod a2a;
 pub mod agents;
 pub mod base;
 pub mod binding;
