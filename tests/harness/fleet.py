@@ -409,7 +409,7 @@ class Fleet:
 
     def __init__(self, bin_dir, arrangement: str = "up", name: str = "compat", config=None,
                  env: dict | None = None, logs_dir=LOGS, database: bool | str = True,
-                 label: str | None = None):
+                 label: str | None = None, grpc: bool = False):
         if arrangement not in ("up", "split", "none"):
             raise ValueError(f"arrangement must be up, split or none, got {arrangement!r}")
         self.bin_dir = Path(bin_dir).resolve()
@@ -417,6 +417,9 @@ class Fleet:
         self.label = label or ("split" if arrangement == "split" else name)
         self.config = Path(config) if config else None
         self.extra_env = dict(env or {})
+        # The public gRPC API (gateway.grpc_listen), off unless asked: binaries older than it
+        # refuse the key (A/B benchmarks start them through this class).
+        self.grpc = grpc
         self.logs = Path(logs_dir)
         self.want_database = database
         self.prefix = re.sub(r"[^a-z0-9]", "", name.lower()) + secrets.token_hex(4)
@@ -469,7 +472,7 @@ class Fleet:
 
     def _start_up(self) -> None:
         gport, rport, sport, grpc = free_ports(4)
-        self.grpc_addr = f"127.0.0.1:{grpc}"
+        self.grpc_addr = f"127.0.0.1:{grpc}" if self.grpc else None
         log, ready = self.logs / f"{self.label}.log", self.logs / f"{self.label}.ready.json"
         ready.unlink(missing_ok=True)
         db = ["--database-url", self.database_url] if self.database_url else []
@@ -480,7 +483,7 @@ class Fleet:
             "--router-listen", f"127.0.0.1:{rport}", "--substrate-listen", f"127.0.0.1:{sport}",
             *db, "--ready-file", ready], {
             "WEFT_BOOTSTRAP__TOKEN_FILE": self.logs / f"{self.label}.admin-token",
-            "WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr,
+            **({"WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr} if self.grpc_addr else {}),
             "WEFT_NATS__PREFIX": self.prefix, "WEFT_REDIS__PREFIX": self.prefix})
         self._stop_order = [proc.name]
         self.url, self.token = proc.wait_ready(ready)
@@ -491,7 +494,7 @@ class Fleet:
         if not self.database_url:
             raise FleetError("the split arrangement needs a database")
         gport, rport, sport, bport, g2port, iport, grpc = free_ports(7)
-        self.grpc_addr = f"127.0.0.1:{grpc}"
+        self.grpc_addr = f"127.0.0.1:{grpc}" if self.grpc else None
         L = {p: self.logs / f"{self.label}-{p}.log" for p in (
             "router", "substrate", "mcp-bridge", "executor", "ingress", "gateway", "gateway2")}
         bins, cfg, url = self.bin_dir, self._cfg(), self.database_url
@@ -541,7 +544,8 @@ class Fleet:
                 at(rport), "--database-url", url, "--ready-file", ready],
                 {**secret, "WEFT_GATEWAY__SUBSTRATE_URL": at(sport), **prefixes,
                  # The public gRPC API on the first replica only (one port each).
-                 **({"WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr} if key == "gateway" else {})})
+                 **({"WEFT_GATEWAY__GRPC_LISTEN": self.grpc_addr}
+                    if key == "gateway" and self.grpc_addr else {})})
             ready_url, _ = proc.wait_ready(ready)
             self.url = self.url or ready_url
         self.gateway2_url = at(g2port)
@@ -681,7 +685,8 @@ def cmd_run(args) -> int:
     results = Path(args.results) if args.results else None
     label = args.label or ("split" if args.arrangement == "split" else args.name)
     fleet = Fleet(args.bin_dir, args.arrangement, args.name, args.config,
-                  dict(kv.split("=", 1) for kv in args.env), logs, label=label)
+                  dict(kv.split("=", 1) for kv in args.env), logs, label=label,
+                  grpc=args.grpc or args.fake_upstream)
     fake = llm = None
     signal.signal(signal.SIGTERM, _on_signal)
     status, started, t0 = 0, False, time.monotonic()
@@ -773,7 +778,10 @@ def main(argv=None) -> int:
     r.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="extra environment for the fleet's processes")
     r.add_argument("--fake-upstream", action="store_true",
-                   help="start weft-fake-upstream and write the compat config to --config")
+                   help="start weft-fake-upstream and write the compat config to --config "
+                        "(and turn on the public gRPC API, as --grpc)")
+    r.add_argument("--grpc", action="store_true",
+                   help="turn on the gateway's public gRPC API (WEFT_GRPC_ADDR for CMD)")
     r.add_argument("--real-llm", action="store_true",
                    help="start llama-server (deploy/local/real-llm.sh), write its config to "
                         "--config (default <logs>/real-llm.toml), give CMD WEFT_REAL_LLM=1")
