@@ -61,6 +61,515 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/agent-card.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's tenant's A2A agent card
+         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the card */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AgentCard"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/.well-known/agent-card.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's tenant's A2A agent card
+         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the card */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AgentCard"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/message:send": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A REST: send a message
+         * @description Starts a task (a run of the skill in `message.metadata.skill`) or continues the one `message.taskId` names. Answers when the task ends or asks for input, or at once with `configuration.returnImmediately`. Scope: runs:create.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SendMessageRequest"];
+                };
+            };
+            responses: {
+                /** @description the task */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SendMessageResponse"];
+                    };
+                };
+                /** @description bad params, an unknown or unexposed skill, a file part, a message to a task that has ended */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks runs:create */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description no such task */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description the tenant is at its run cap (Retry-After) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/message:stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A REST: send a message and stream the task
+         * @description As message:send, answered with an SSE stream: the task, its status and artifact updates, closed when it ends or asks for input. Scope: runs:create.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SendMessageRequest"];
+                };
+            };
+            responses: {
+                /** @description the task's events */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": components["schemas"]["TaskEvents"];
+                    };
+                };
+                /** @description bad params, an unknown or unexposed skill, a file part, a message to a task that has ended */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks runs:create */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description no such task */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description the tenant is at its run cap (Retry-After) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/rpc": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A JSON-RPC: SendMessage, SendStreamingMessage, GetTask, CancelTask
+         * @description One JSON-RPC 2.0 request. Errors are answered in a 200 body with the A2A error code (docs/a2a.md). Scopes: runs:create to send or cancel, runs:read to get.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["JsonRpcRequest"];
+                };
+            };
+            responses: {
+                /** @description the result or the error, with the request's id; SendStreamingMessage answers with an SSE stream of responses */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["JsonRpcResponse"];
+                        "text/event-stream": components["schemas"]["TaskEvents"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/tasks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A2A REST: get a task
+         * @description The task's status, history and artifacts. Scope: runs:read.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description the last n history entries; 0 = none; unset = all */
+                    historyLength?: number;
+                };
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the task */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Task2"];
+                    };
+                };
+                /** @description a bad query */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks runs:read */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description no such task (another tenant's included) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/tasks/{id}:cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A REST: cancel a task
+         * @description Cancels the task's run and answers the task once it has ended. Scope: runs:create (and runs:read).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the task, cancelled */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Task2"];
+                    };
+                };
+                /** @description the task has ended */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks runs:create */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+                /** @description no such task */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RestError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -906,6 +1415,756 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the A2A peers of your tenant (retired ones included)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A2A peers by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummaryList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Whether a hash is a version of an A2A peer definition of your tenant
+         * @description Scope: runs:create, runs:read, tenant:admin or admin. Answers 200 with known=false for an unknown hash.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["VerifyDef"];
+                };
+            };
+            responses: {
+                /** @description the answer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VerifyDefResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The active version of an A2A peer definition, or ?version= (hash or number)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description `sha256:<hex>` or a version number
+                     * @example 1
+                     */
+                    version?: string;
+                };
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["A2aPeerVersion"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such A2A peer (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /**
+         * Put an A2A peer definition: a new version when the content changed
+         * @description Scope: tenant:admin or admin. The body is the content fields; `card_url` is required. The same content returns the existing version (200, created=false) and makes it active; new content becomes the next version (201) with the previously active version as parent. A retired name is un-retired.
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["A2aPeerContent"];
+                };
+            };
+            responses: {
+                /** @description the content already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutA2aPeerResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutA2aPeerResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/{name}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Point an A2A peer definition at one of its versions (and un-retire it)
+         * @description Scope: tenant:admin or admin
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ActivateDef"];
+                };
+            };
+            responses: {
+                /** @description the A2A peer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such A2A peer (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/{name}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new version derived from another with changes merged
+         * @description Scope: tenant:admin or admin. `changes` is merged as a JSON merge patch (RFC 7386) over `from_version` (default: the active version). `from_version` may be a version of another A2A peer of your tenant, which starts a new name. The new version becomes active; its parent is the source.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ForkDef"];
+                };
+            };
+            responses: {
+                /** @description the result already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutA2aPeerResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutA2aPeerResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such A2A peer (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/{name}/retire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retire an A2A peer (it stays readable; runs stop mounting its skills)
+         * @description Scope: tenant:admin or admin. No body. Idempotent.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the A2A peer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such A2A peer (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/a2a-peers/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every version of an A2A peer definition, oldest first
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example support */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description versions by number */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["A2aPeerVersionList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such A2A peer (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -13263,6 +14522,76 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
+         * @description An A2A peer definition's content (hashed into its version): an agent of another runtime,
+         *     found by its agent card, whose skills runs may call as tools `a2a__<peer>__<skill>` (an
+         *     agent lists them in `tools`, globs allowed). Header values may reference per-run credentials
+         *     as `${run.credentials.<name>}`. Calls go through the executor's egress guard.
+         * @example {
+         *       "card_url": "https://agents.example.com/.well-known/agent-card.json",
+         *       "description": "The support team's triage agent",
+         *       "headers": {
+         *         "Authorization": "Bearer ${run.credentials.support}"
+         *       },
+         *       "skills": [
+         *         "triage"
+         *       ],
+         *       "timeout_ms": 120000
+         *     }
+         */
+        A2aPeerContent: {
+            /**
+             * @description the peer's agent card (required)
+             * @default
+             */
+            card_url?: string;
+            /**
+             * @description what the peer offers
+             * @default
+             */
+            description?: string;
+            /**
+             * @description headers sent with every request to the peer (the card's too); `${run.credentials.<name>}` is replaced by the run's credential
+             * @default {}
+             */
+            headers?: {
+                [key: string]: string;
+            };
+            /**
+             * @description the peer's skills runs may see (ids or globs); empty = all
+             * @default []
+             */
+            skills?: string[];
+            /**
+             * Format: uint32
+             * @description the longest one call (a task, until it ends or asks for input) may take; unset = 300000
+             * @default null
+             */
+            timeout_ms?: number | null;
+        };
+        A2aPeerVersion: {
+            /** @description whether the name points to this version */
+            active: boolean;
+            content: components["schemas"]["A2aPeerContent"];
+            /** Format: date-time */
+            created_at: string;
+            name: string;
+            number: number;
+            parent_version?: string | null;
+            /** @description whether the name is retired */
+            retired: boolean;
+            /** @description sha256:<hex> of the canonical JSON of content */
+            version: string;
+        };
+        /** @description One page of a list: every item (lists of definitions have one page). */
+        A2aPeerVersionList: {
+            data: components["schemas"]["A2aPeerVersion"][];
+            /**
+             * @description where the next page starts (null: this is the last page; lists without pages always answer null)
+             * @default null
+             */
+            next_cursor?: string | number | null;
+        };
+        /**
          * @description The body of `POST /v1/channels/{name}/ack`.
          * @example {
          *       "cursor": "AQAAAAAAAAABAAAAAAAAAAEAAAAAAAAAAQ"
@@ -13301,6 +14630,30 @@ export interface components {
             /** @description sha256:<hex> or a version number (text or integer) */
             version: string | number;
         };
+        AgentCapabilities: {
+            extendedAgentCard?: boolean | null;
+            pushNotifications?: boolean | null;
+            streaming?: boolean | null;
+        };
+        /** @description What an agent (here: a tenant's exposed agents, each a skill) is and how to reach it. */
+        AgentCard: {
+            capabilities: components["schemas"]["AgentCapabilities"];
+            defaultInputModes: string[];
+            defaultOutputModes: string[];
+            description: string;
+            documentationUrl?: string | null;
+            name: string;
+            provider?: components["schemas"]["AgentProvider"] | null;
+            securityRequirements?: components["schemas"]["SecurityRequirement"][];
+            securitySchemes?: {
+                [key: string]: components["schemas"]["SecurityScheme"];
+            };
+            skills: components["schemas"]["AgentSkill"][];
+            /** @description in order of preference */
+            supportedInterfaces: components["schemas"]["AgentInterface"][];
+            /** @description the agent's version (not the protocol's) */
+            version: string;
+        };
         /**
          * @description The content fields of an agent. Hash: sha256 over the canonical JSON (every field present, keys sorted, no whitespace).
          * @example {
@@ -13328,6 +14681,24 @@ export interface components {
          *     }
          */
         AgentContent: {
+            /** @description whether A2A clients see the agent as a skill of its tenant's agent card; absent (hashed as absent) = not exposed */
+            a2a?: {
+                /**
+                 * @description example requests the card shows
+                 * @default []
+                 */
+                examples?: string[];
+                /**
+                 * @description the agent is a skill of its tenant's agent card, and A2A messages may start its runs
+                 * @default false
+                 */
+                expose?: boolean;
+                /**
+                 * @description the skill's tags on the card
+                 * @default []
+                 */
+                tags?: string[];
+            } | null;
             /**
              * @description host names or *.domain; unset = the operator's list; narrows, never widens
              * @default null
@@ -13392,6 +14763,18 @@ export interface components {
             /** @description the volumes the agent's file tools may use; absent (hashed as absent) = none */
             volumes?: components["schemas"]["VolumeBinding"][];
         };
+        /** @description One way to reach the agent. */
+        AgentInterface: {
+            /** @description `JSONRPC`, `HTTP+JSON` or `GRPC` */
+            protocolBinding: string;
+            protocolVersion: string;
+            tenant?: string | null;
+            url: string;
+        };
+        AgentProvider: {
+            organization: string;
+            url: string;
+        };
         /**
          * @description sampling settings; a JSON object (never an array)
          * @example {
@@ -13419,6 +14802,17 @@ export interface components {
              * @default null
              */
             top_p?: number | null;
+        };
+        /** @description Something the agent can do; weft makes each exposed agent one. */
+        AgentSkill: {
+            description: string;
+            examples?: string[];
+            id: string;
+            inputModes?: string[];
+            name: string;
+            outputModes?: string[];
+            /** @default [] */
+            tags?: string[];
         };
         AgentVersion: {
             /** @description whether the name points to this version */
@@ -13493,6 +14887,14 @@ export interface components {
                  */
                 output_tokens?: number;
             };
+        };
+        /** @description An output of a task. */
+        Artifact: {
+            artifactId: string;
+            description?: string | null;
+            metadata?: unknown;
+            name?: string | null;
+            parts: components["schemas"]["Part"][];
         };
         /** @description One attempt of a task. */
         AttemptView: {
@@ -14294,11 +15696,39 @@ export interface components {
             /** @constant */
             status: "ok";
         };
+        HttpAuthSecurityScheme: {
+            bearerFormat?: string | null;
+            description?: string | null;
+            /** @description `Bearer` */
+            scheme: string;
+        };
         /** @description One problem a verdict names. */
         Issue: {
             check?: string | null;
             message: string;
             path?: string | null;
+        };
+        JsonRpcError: {
+            /** Format: int64 */
+            code: number;
+            data?: unknown;
+            message: string;
+        };
+        /** @description A JSON-RPC 2.0 request. `id` is echoed verbatim (a string, a number or null). */
+        JsonRpcRequest: {
+            /** @default null */
+            id?: unknown;
+            jsonrpc: string;
+            method: string;
+            /** @default null */
+            params?: unknown;
+        };
+        /** @description A JSON-RPC 2.0 answer: `result` or `error`. */
+        JsonRpcResponse: {
+            error?: components["schemas"]["JsonRpcError"] | null;
+            id: unknown;
+            jsonrpc: string;
+            result?: unknown;
         };
         /**
          * @description `POST /v1/llm/chat`. Strict: an unknown field is a 400 naming it; provider-specific fields go
@@ -14711,6 +16141,15 @@ export interface components {
              */
             mode: "exact" | "pgvector";
         };
+        /** @description One turn of the conversation. */
+        Message: {
+            contextId?: string | null;
+            messageId: string;
+            metadata?: unknown;
+            parts: components["schemas"]["Part"][];
+            role: components["schemas"]["Role"];
+            taskId?: string | null;
+        };
         /**
          * @description Anthropic's Messages request. Fields not listed (e.g. service_tier) are forwarded to providers that have them.
          * @example {
@@ -14829,6 +16268,16 @@ export interface components {
             }[];
             /** @constant */
             object: "list";
+        };
+        /** @description A piece of content: exactly one of `text`, `raw` (base64), `url` or `data`. */
+        Part: {
+            data?: unknown;
+            filename?: string | null;
+            mediaType?: string | null;
+            metadata?: unknown;
+            raw?: string | null;
+            text?: string | null;
+            url?: string | null;
         };
         /** @description The answer of a peek: the newest messages, oldest first. */
         PeekResult: {
@@ -15322,6 +16771,9 @@ export interface components {
             /** Format: uint64 */
             seq: number;
         };
+        PutA2aPeerResult: components["schemas"]["A2aPeerVersion"] & {
+            created: boolean;
+        };
         PutAgentResult: components["schemas"]["AgentVersion"] & {
             created: boolean;
         };
@@ -15559,6 +17011,22 @@ export interface components {
             /** @default null */
             user?: string | null;
         };
+        /** @description A REST binding error: `{"error": {"code", "status", "message", "details"}}`. */
+        RestError: {
+            error: components["schemas"]["RestErrorBody"];
+        };
+        RestErrorBody: {
+            /**
+             * Format: uint16
+             * @description the HTTP status
+             */
+            code: number;
+            /** @description a `google.rpc.ErrorInfo` whose `reason` is the A2A error (`TASK_NOT_FOUND`) */
+            details: unknown[];
+            message: string;
+            /** @description its google.rpc.Code name (`NOT_FOUND`) */
+            status: string;
+        };
         /**
          * @description The body of `POST …/snapshots/{snapshot_id}/restore`; may be empty.
          * @example {}
@@ -15570,6 +17038,11 @@ export interface components {
              */
             if_tree?: string | null;
         };
+        /**
+         * @description Who sent a message.
+         * @enum {string}
+         */
+        Role: "ROLE_UNSPECIFIED" | "ROLE_USER" | "ROLE_AGENT";
         /** @description A run, as every run route answers it. */
         Run: {
             agent: string;
@@ -15873,6 +17346,40 @@ export interface components {
              */
             next_cursor?: string | number | null;
         };
+        /** @description Schemes that together satisfy the agent: scheme name → the scopes it needs. */
+        SecurityRequirement: {
+            schemes: {
+                [key: string]: components["schemas"]["StringList"];
+            };
+        };
+        /** @description A security scheme: one of its kinds, named by its key. weft uses the HTTP bearer one. */
+        SecurityScheme: {
+            httpAuthSecurityScheme?: components["schemas"]["HttpAuthSecurityScheme"] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        SendMessageConfiguration: {
+            acceptedOutputModes?: string[];
+            /** Format: int32 */
+            historyLength?: number | null;
+            /** @description answer at once (the task as it is) instead of when it ends or needs input */
+            returnImmediately?: boolean;
+        };
+        /**
+         * @description The params of `SendMessage` and `SendStreamingMessage` (the body of `message:send` and
+         *     `message:stream`).
+         */
+        SendMessageRequest: {
+            configuration?: components["schemas"]["SendMessageConfiguration"] | null;
+            message: components["schemas"]["Message"];
+            metadata?: unknown;
+            tenant?: string | null;
+        };
+        /** @description The answer of `SendMessage` (`message:send`): the task, or a message alone. */
+        SendMessageResponse: {
+            message?: components["schemas"]["Message"] | null;
+            task?: components["schemas"]["Task2"] | null;
+        };
         /**
          * @description A skill's content (hashed into its version): what it is for, its instructions, and optional supporting text files.
          * @example {
@@ -15955,6 +17462,10 @@ export interface components {
             id?: string;
             retry?: number;
         };
+        StringList: {
+            /** @default [] */
+            list?: string[];
+        };
         /**
          * @description One task of a plan.
          * @example {
@@ -16018,6 +17529,15 @@ export interface components {
             /** @description globs of the files it writes: tasks whose globs overlap never run at once */
             writes?: string[];
         };
+        /** @description A unit of work: in weft, one run. */
+        Task2: {
+            artifacts?: components["schemas"]["Artifact"][];
+            contextId: string;
+            history?: components["schemas"]["Message"][];
+            id: string;
+            metadata?: unknown;
+            status: components["schemas"]["TaskStatus"];
+        };
         /**
          * @description The answer of `POST /v1/runs/{id}/plan/tasks/{task}/retry` and `/skip`: the request is queued
          *     for the run's orchestrator, which applies it between batches.
@@ -16028,6 +17548,24 @@ export interface components {
             /** Format: uuid */
             run_id: string;
             task: string;
+        };
+        /**
+         * @description An SSE stream (`text/event-stream`): each `data:` a JSON-RPC response carrying a
+         *     [`StreamResponse`] (JSON-RPC binding) or the bare [`StreamResponse`] (REST binding), closed
+         *     after the task ends or asks for input.
+         */
+        TaskEvents: string;
+        /**
+         * @description Where a task is in its life.
+         * @enum {string}
+         */
+        TaskState: "TASK_STATE_UNSPECIFIED" | "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING" | "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_REJECTED" | "TASK_STATE_AUTH_REQUIRED";
+        TaskStatus: {
+            /** @description what the agent says with this status (the question of an input-required task) */
+            message?: components["schemas"]["Message"] | null;
+            state: components["schemas"]["TaskState"];
+            /** @description RFC 3339 */
+            timestamp?: string | null;
         };
         /**
          * @description A task with its state.

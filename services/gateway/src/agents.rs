@@ -80,6 +80,14 @@ impl DefRoute for Processes {
     const PATH: &'static str = "/v1/processes";
 }
 
+/// `/v1/a2a-peers`.
+pub struct A2aPeers;
+
+impl DefRoute for A2aPeers {
+    const KIND: v1::DefKind = v1::DefKind::A2aPeer;
+    const PATH: &'static str = "/v1/a2a-peers";
+}
+
 /// The routes of one kind.
 fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
     let at = |tail: &str| format!("{}{tail}", K::PATH);
@@ -102,6 +110,7 @@ pub fn routes() -> axum::Router<AppState> {
         .merge(def_routes::<Schedules>())
         .merge(def_routes::<Webhooks>())
         .merge(def_routes::<Processes>())
+        .merge(def_routes::<A2aPeers>())
 }
 
 /// A version as answered; its content is passed on as the substrate stored it.

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 
 use axum::body::Body;
-use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt as _};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -435,92 +434,35 @@ fn code_of_http(s: http::StatusCode) -> tonic::Code {
     }
 }
 
-/// The run stream's SSE frames (`data: {"seq","kind","data"}`) as events; comments are skipped.
+/// The run stream's SSE frames (`data: {"seq","kind","data"}`) as events.
 fn sse_events(body: Body) -> EventStream {
-    let frames = body.into_data_stream();
-    let state = (frames, BytesMut::new(), false);
-    Box::pin(futures::stream::unfold(
-        state,
-        |(mut frames, mut buf, mut done)| async move {
-            loop {
-                if let Some(end) = find_frame_end(&buf) {
-                    let frame = buf.split_to(end.0).freeze();
-                    let _ = buf.split_to(end.1);
-                    if let Some(ev) = event_of(&frame) {
-                        return Some((ev, (frames, buf, done)));
-                    }
-                    continue;
-                }
-                if done {
-                    return None;
-                }
-                match frames.next().await {
-                    Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
-                    Some(Err(e)) => {
-                        done = true;
-                        buf.clear();
-                        return Some((
-                            Err(Status::unavailable(format!("the run stream broke: {e}"))),
-                            (frames, buf, done),
-                        ));
-                    }
-                    None => {
-                        done = true;
-                        // A last frame without its blank line still counts.
-                        buf.extend_from_slice(b"\n\n");
-                    }
-                }
-            }
-        },
-    ))
+    Box::pin(
+        crate::sse_read::frames(body.into_data_stream()).map(|f| match f {
+            Ok(frame) => event_of(&frame),
+            Err(e) => Err(Status::unavailable(format!("the run stream broke: {e}"))),
+        }),
+    )
 }
 
-/// Where the first frame of `buf` ends: its length and the length of the blank line after it.
-fn find_frame_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
-/// One SSE frame's event, `None` for a comment or a frame without data. An `error` frame (the
-/// stream failed on the server) is the status of its code.
-fn event_of(frame: &Bytes) -> Option<Result<pb::RunEvent, Status>> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let is_error = text
-        .lines()
-        .any(|l| l.strip_prefix("event:").map(str::trim) == Some("error"));
-    let data: String = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-        .collect::<Vec<_>>()
-        .join("\n");
-    if data.is_empty() {
-        return None;
-    }
-    if is_error {
-        let body = json!({"error": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null)});
-        return Some(Err(status_of(
+/// One SSE frame's event. An `error` frame (the stream failed on the server) is the status of
+/// its code.
+fn event_of(frame: &crate::sse_read::Frame) -> Result<pb::RunEvent, Status> {
+    let data = &frame.data;
+    if frame.event.as_deref() == Some("error") {
+        let body = json!({"error": serde_json::from_str::<Value>(data).unwrap_or(Value::Null)});
+        return Err(status_of(
             http::StatusCode::INTERNAL_SERVER_ERROR,
             &http::HeaderMap::new(),
             body.to_string().as_bytes(),
-        )));
+        ));
     }
-    let v: Value = match serde_json::from_str(&data) {
-        Ok(v) => v,
-        Err(e) => return Some(Err(Status::internal(format!("a bad stream frame: {e}")))),
-    };
-    Some(Ok(pb::RunEvent {
+    let v: Value = serde_json::from_str(data)
+        .map_err(|e| Status::internal(format!("a bad stream frame: {e}")))?;
+    Ok(pb::RunEvent {
         seq: v.get("seq").and_then(Value::as_i64).unwrap_or(0),
         kind: str_of(&v, "kind").unwrap_or_default(),
         data: v.get("data").and_then(json_to_struct),
-    }))
+    })
 }
 
 /// A JSON object as a `google.protobuf.Struct`; `None` for anything else (null included).

@@ -3,6 +3,7 @@
 //! internal JWT carrying the caller's principal. It serves the OpenAI-compatible routes, the
 //! token routes, health, readiness, metrics and the OpenAPI document.
 
+mod a2a;
 mod agents;
 mod channels;
 mod dialect;
@@ -24,6 +25,7 @@ mod openapi;
 mod plans;
 mod responses;
 pub mod runs;
+mod sse_read;
 pub mod tokens;
 pub mod ui;
 pub mod usage;
@@ -135,6 +137,8 @@ pub struct State {
     pub shutdown: CancellationToken,
     /// Where the public gRPC API listens, when it is on.
     pub grpc_listen: Option<std::net::SocketAddr>,
+    /// The gateway's URL as clients reach it, for the A2A agent card (`gateway.public_url`).
+    pub public_url: Option<String>,
 }
 
 /// How the gateway reaches the router (and the other services it calls).
@@ -213,6 +217,7 @@ impl AppState {
             responses_ttl: Duration::from_secs(config.gateway.responses_ttl_secs),
             shutdown: CancellationToken::new(),
             grpc_listen: config.gateway.grpc_listen,
+            public_url: config.gateway.public_url.clone(),
         }))
     }
 
@@ -409,15 +414,17 @@ fn auth(state: &AppState, shape: Shape) -> BearerAuth {
     }
 }
 
-/// The HTTP routes: the API, and weft's MCP server face at `/mcp` (which calls the API).
-/// `max_body_bytes` caps every request body.
+/// The HTTP routes: the API, the A2A server (`/a2a/…` and the agent card) and weft's MCP
+/// server face at `/mcp`, both of which call the API in-process. `max_body_bytes` caps every
+/// request body.
 pub fn router(state: AppState, max_body_bytes: usize) -> axum::Router {
     let api = api_router(state.clone(), max_body_bytes);
+    let a2a = a2a::routes(&state, api.clone(), max_body_bytes);
     if !state.mcp.enabled {
-        return api;
+        return api.merge(a2a);
     }
     let face = mcp::routes(&state, api.clone(), max_body_bytes);
-    api.merge(face)
+    api.merge(a2a).merge(face)
 }
 
 /// The API routes (everything but `/mcp`).

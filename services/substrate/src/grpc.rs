@@ -10,6 +10,7 @@
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 use weft_auth::rpc::accept;
+use weft_core::a2a_peer::A2aPeerContent;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
 use weft_core::mcp::McpServerContent;
@@ -170,6 +171,7 @@ fn kind(k: i32) -> Result<DefKind, Status> {
         Ok(v1::DefKind::Webhook) => Ok(DefKind::Webhook),
         Ok(v1::DefKind::Volume) => Ok(DefKind::Volume),
         Ok(v1::DefKind::Process) => Ok(DefKind::Process),
+        Ok(v1::DefKind::A2aPeer) => Ok(DefKind::A2aPeer),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
             "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK, DEF_KIND_VOLUME or DEF_KIND_PROCESS",
         )
@@ -209,6 +211,9 @@ async fn put_kind(
         DefKind::Process => {
             defs::put_json::<ProcessContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::A2aPeer => {
+            defs::put_json::<A2aPeerContent>(store, tenant, name, content_json, by).await
+        }
     }
 }
 
@@ -244,6 +249,9 @@ async fn fork_kind(
         }
         DefKind::Process => {
             defs::fork::<ProcessContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::A2aPeer => {
+            defs::fork::<A2aPeerContent>(store, tenant, name, from_version, changes_json, by).await
         }
     }
 }

@@ -13,6 +13,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::defs::{DefContentSchema, def_ops};
+use crate::op::{Op, Security};
+
 /// The protocol version weft speaks, sent as `A2A-Version` and named by its interfaces.
 pub const PROTOCOL_VERSION: &str = "1.0";
 /// The header naming the protocol version of a request.
@@ -408,6 +411,7 @@ pub struct JsonRpcError {
 pub enum A2aError {
     TaskNotFound,
     TaskNotCancelable,
+    PushNotificationNotSupported,
     UnsupportedOperation,
     ContentTypeNotSupported,
     VersionNotSupported,
@@ -423,6 +427,7 @@ impl A2aError {
         match self {
             Self::TaskNotFound => -32001,
             Self::TaskNotCancelable => -32002,
+            Self::PushNotificationNotSupported => -32003,
             Self::UnsupportedOperation => -32004,
             Self::ContentTypeNotSupported => -32005,
             Self::VersionNotSupported => -32009,
@@ -439,6 +444,7 @@ impl A2aError {
         match self {
             Self::TaskNotFound => "TASK_NOT_FOUND",
             Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
+            Self::PushNotificationNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
             Self::UnsupportedOperation => "UNSUPPORTED_OPERATION",
             Self::ContentTypeNotSupported => "CONTENT_TYPE_NOT_SUPPORTED",
             Self::VersionNotSupported => "VERSION_NOT_SUPPORTED",
@@ -458,6 +464,149 @@ impl A2aError {
             _ => 400,
         }
     }
+}
+
+/// An A2A peer definition's content (hashed into its version): an agent of another runtime,
+/// found by its agent card, whose skills runs may call as tools `a2a__<peer>__<skill>` (an
+/// agent lists them in `tools`, globs allowed). Header values may reference per-run credentials
+/// as `${run.credentials.<name>}`. Calls go through the executor's egress guard.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+#[schemars(extend("example" = {
+    "description": "The support team's triage agent",
+    "card_url": "https://agents.example.com/.well-known/agent-card.json",
+    "headers": {"Authorization": "Bearer ${run.credentials.support}"},
+    "skills": ["triage"],
+    "timeout_ms": 120000
+}))]
+pub struct A2aPeerContent {
+    /// what the peer offers
+    #[schemars(length(max = 4096))]
+    pub description: String,
+    /// the peer's agent card (required)
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://[^\s/?#]+"))]
+    pub card_url: String,
+    /// headers sent with every request to the peer (the card's too); `${run.credentials.<name>}` is replaced by the run's credential
+    #[schemars(extend(
+        "maxProperties" = 32,
+        "propertyNames" = {"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"},
+        "additionalProperties" = {"type": "string", "maxLength": 8192}
+    ))]
+    pub headers: BTreeMap<String, String>,
+    /// the peer's skills runs may see (ids or globs); empty = all
+    #[schemars(length(max = 256), inner(regex(pattern = r"^[A-Za-z0-9_*-]{1,128}$")))]
+    pub skills: Vec<String>,
+    /// the longest one call (a task, until it ends or asks for input) may take; unset = 300000
+    #[schemars(range(min = 1, max = 3600000))]
+    pub timeout_ms: Option<u32>,
+}
+
+impl DefContentSchema for A2aPeerContent {
+    const NAME: &'static str = "A2aPeer";
+}
+
+/// The answer of `SendMessage` (`message:send`): the task, or a message alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SendMessageResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+}
+
+/// A REST binding error: `{"error": {"code", "status", "message", "details"}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RestError {
+    pub error: RestErrorBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RestErrorBody {
+    /// the HTTP status
+    pub code: u16,
+    /// its google.rpc.Code name (`NOT_FOUND`)
+    pub status: String,
+    pub message: String,
+    /// a `google.rpc.ErrorInfo` whose `reason` is the A2A error (`TASK_NOT_FOUND`)
+    pub details: Vec<Value>,
+}
+
+/// An SSE stream (`text/event-stream`): each `data:` a JSON-RPC response carrying a
+/// [`StreamResponse`] (JSON-RPC binding) or the bare [`StreamResponse`] (REST binding), closed
+/// after the task ends or asks for input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct TaskEvents(pub String);
+
+const UNAUTHORIZED: &str = "missing, invalid, expired or revoked token";
+
+/// The A2A peer definition routes and the A2A server's routes.
+pub fn ops() -> Vec<Op> {
+    let mut ops = def_ops::<A2aPeerContent>(&crate::def_texts!(
+        path: "/v1/a2a-peers", tag: "a2a-peers", example: "support",
+        plural: "A2A peers", a: "an A2A peer definition", noun: "A2A peer",
+        put_a: "an A2A peer definition",
+        put_description: "Scope: tenant:admin or admin. The body is the content fields; `card_url` is required. The same content returns the existing version (200, created=false) and makes it active; new content becomes the next version (201) with the previously active version as parent. A retired name is un-retired.",
+        retire: "Retire an A2A peer (it stays readable; runs stop mounting its skills)",
+    ));
+    let a2a = |op: Op| op.tag("a2a").security(Security::Bearer);
+    let card = |path| {
+        a2a(Op::get(path, "The caller's tenant's A2A agent card"))
+            .describe("Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.")
+            .ok::<AgentCard>("the card")
+            .error(401, UNAUTHORIZED)
+    };
+    ops.extend([
+        card("/.well-known/agent-card.json"),
+        card("/a2a/.well-known/agent-card.json"),
+        a2a(Op::post("/a2a/rpc", "A2A JSON-RPC: SendMessage, SendStreamingMessage, GetTask, CancelTask"))
+            .describe("One JSON-RPC 2.0 request. Errors are answered in a 200 body with the A2A error code (docs/a2a.md). Scopes: runs:create to send or cancel, runs:read to get.")
+            .body::<JsonRpcRequest>()
+            .ok::<JsonRpcResponse>("the result or the error, with the request's id; SendStreamingMessage answers with an SSE stream of responses")
+            .or_in::<TaskEvents>("text/event-stream")
+            .error(401, UNAUTHORIZED)
+            .error(413, "body larger than gateway.max_body_bytes"),
+        a2a(Op::post("/a2a/message:send", "A2A REST: send a message"))
+            .describe("Starts a task (a run of the skill in `message.metadata.skill`) or continues the one `message.taskId` names. Answers when the task ends or asks for input, or at once with `configuration.returnImmediately`. Scope: runs:create.")
+            .body::<SendMessageRequest>()
+            .ok::<SendMessageResponse>("the task")
+            .answer::<RestError>(400, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
+            .error(401, UNAUTHORIZED)
+            .answer::<RestError>(403, "the token lacks runs:create")
+            .answer::<RestError>(404, "no such task")
+            .answer::<RestError>(413, "body larger than gateway.max_body_bytes")
+            .answer::<RestError>(429, "the tenant is at its run cap (Retry-After)"),
+        a2a(Op::post("/a2a/message:stream", "A2A REST: send a message and stream the task"))
+            .describe("As message:send, answered with an SSE stream: the task, its status and artifact updates, closed when it ends or asks for input. Scope: runs:create.")
+            .body::<SendMessageRequest>()
+            .answer_in::<TaskEvents>(200, "text/event-stream", "the task's events")
+            .answer::<RestError>(400, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
+            .error(401, UNAUTHORIZED)
+            .answer::<RestError>(403, "the token lacks runs:create")
+            .answer::<RestError>(404, "no such task")
+            .answer::<RestError>(413, "body larger than gateway.max_body_bytes")
+            .answer::<RestError>(429, "the tenant is at its run cap (Retry-After)"),
+        a2a(Op::get("/a2a/tasks/{id}", "A2A REST: get a task"))
+            .describe("The task's status, history and artifacts. Scope: runs:read.")
+            .path::<String>("id", None)
+            .query::<i32>("historyLength", Some("the last n history entries; 0 = none; unset = all"), None)
+            .ok::<Task>("the task")
+            .answer::<RestError>(400, "a bad query")
+            .error(401, UNAUTHORIZED)
+            .answer::<RestError>(403, "the token lacks runs:read")
+            .answer::<RestError>(404, "no such task (another tenant's included)"),
+        a2a(Op::post("/a2a/tasks/{id}:cancel", "A2A REST: cancel a task"))
+            .describe("Cancels the task's run and answers the task once it has ended. Scope: runs:create (and runs:read).")
+            .path::<String>("id", None)
+            .optional_body("ignored (the SDKs send `{\"id\"}` or nothing)")
+            .ok::<Task>("the task, cancelled")
+            .answer::<RestError>(400, "the task has ended")
+            .error(401, UNAUTHORIZED)
+            .answer::<RestError>(403, "the token lacks runs:create")
+            .answer::<RestError>(404, "no such task"),
+    ]);
+    ops
 }
 
 #[cfg(test)]

@@ -67,6 +67,9 @@ pub struct AgentContent {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub volumes: Vec<crate::binding::VolumeBinding>,
+    /// whether A2A clients see the agent as a skill of its tenant's agent card; absent (hashed as absent) = not exposed
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<AgentA2a>,
 }
 
 impl Default for AgentContent {
@@ -88,6 +91,7 @@ impl Default for AgentContent {
             allowed_hosts: None,
             compaction: None,
             volumes: Vec::new(),
+            a2a: None,
         }
     }
 }
@@ -113,7 +117,22 @@ pub struct AgentChannels {
     pub subscribe: Vec<String>,
 }
 
-crate::objects_only!(AgentChannels);
+/// How an agent is offered over A2A (docs/a2a.md); off unless `expose` is true.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
+#[schemars(inline)]
+pub struct AgentA2a {
+    /// the agent is a skill of its tenant's agent card, and A2A messages may start its runs
+    pub expose: bool,
+    /// the skill's tags on the card
+    #[schemars(length(max = 32), inner(length(min = 1, max = 64)), extend("uniqueItems" = true))]
+    pub tags: Vec<String>,
+    /// example requests the card shows
+    #[schemars(length(max = 16), inner(length(min = 1, max = 1024)), extend("uniqueItems" = true))]
+    pub examples: Vec<String>,
+}
+
+crate::objects_only!(AgentChannels, AgentA2a);
 
 impl DefContentSchema for AgentContent {
     const NAME: &'static str = "Agent";

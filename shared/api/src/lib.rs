@@ -72,6 +72,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     usage::ops,
     skills::ops,
     processes::ops,
+    a2a::ops,
     memory::ops,
     channels::ops,
     volumes::ops,

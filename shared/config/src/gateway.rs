@@ -34,6 +34,9 @@ pub struct GatewayConfig {
     pub responses_ttl_secs: u64,
     /// Where the public gRPC API (`weft.public.v1`, with server reflection) listens; unset: off.
     pub grpc_listen: Option<SocketAddr>,
+    /// The gateway's URL as clients reach it (`https://weft.example.com`), which the A2A agent
+    /// card advertises; unset: `http://` + the `Host` the card was asked for with.
+    pub public_url: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -51,6 +54,7 @@ impl Default for GatewayConfig {
             ui_session_ttl_secs: 12 * 3600,
             ui_cookie_secure: false,
             grpc_listen: None,
+            public_url: None,
             responses_ttl_secs: 30 * 86_400,
         }
     }
@@ -70,6 +74,19 @@ impl GatewayConfig {
                 "gateway.max_body_bytes must be at least 1024, got {}",
                 self.max_body_bytes
             ));
+        }
+        if let Some(u) = &self.public_url {
+            let ok = url::Url::parse(u).is_ok_and(|p| {
+                matches!(p.scheme(), "http" | "https")
+                    && p.host().is_some()
+                    && p.query().is_none()
+                    && p.fragment().is_none()
+            });
+            if !ok {
+                return invalid(format!(
+                    "gateway.public_url must be an http(s) URL without a query, such as https://weft.example.com, got `{u}`"
+                ));
+            }
         }
         if self.max_streams_per_principal == 0 {
             return invalid("gateway.max_streams_per_principal must be at least 1, got 0");

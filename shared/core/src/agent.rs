@@ -56,6 +56,10 @@ pub struct AgentContent {
     /// so the content address of an agent without volumes is what it was before volumes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::volume::VolumeBinding>,
+    /// Whether A2A clients see the agent as a skill of its tenant's agent card, and how. Left
+    /// out of the canonical JSON when unset, like `volumes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<AgentA2a>,
 }
 
 impl Default for AgentContent {
@@ -77,6 +81,7 @@ impl Default for AgentContent {
             allowed_hosts: None,
             compaction: None,
             volumes: Vec::new(),
+            a2a: None,
         }
     }
 }
@@ -143,7 +148,20 @@ pub struct AgentChannels {
     pub subscribe: Vec<String>,
 }
 
-crate::objects_only!(AgentSampling, AgentChannels);
+/// How an agent is offered over A2A. Off unless `expose` is true: an agent is never reachable
+/// by A2A clients by default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
+pub struct AgentA2a {
+    /// The agent is a skill of its tenant's agent card and A2A messages may start its runs.
+    pub expose: bool,
+    /// The skill's tags on the card.
+    pub tags: Vec<String>,
+    /// Example requests the card shows for the skill.
+    pub examples: Vec<String>,
+}
+
+crate::objects_only!(AgentSampling, AgentChannels, AgentA2a);
 
 pub(crate) use crate::names::{is_def_name, json_kind};
 pub use crate::names::{normalize_hash, sha256_ref};
@@ -158,6 +176,12 @@ pub mod limits {
     pub const SYSTEM_PROMPT_BYTES: usize = 1024 * 1024;
     pub const LIST_ENTRIES: usize = 256;
     pub const STOP_SEQUENCES: usize = 16;
+    /// `a2a.tags` entries, and characters of each.
+    pub const A2A_TAGS: usize = 32;
+    pub const A2A_TAG_CHARS: usize = 64;
+    /// `a2a.examples` entries, and characters of each.
+    pub const A2A_EXAMPLES: usize = 16;
+    pub const A2A_EXAMPLE_CHARS: usize = 1024;
     pub const NAME_CHARS: usize = crate::names::NAME_CHARS;
 }
 
@@ -327,6 +351,43 @@ fn check_list(
                 format!("`{field}` lists `{item}` twice; list each entry once"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// `a2a`: bounded lists of non-blank tags and examples, each listed once.
+fn check_a2a(a: &AgentA2a) -> Result<(), Error> {
+    for (field, items, max, each) in [
+        ("a2a.tags", &a.tags, limits::A2A_TAGS, limits::A2A_TAG_CHARS),
+        (
+            "a2a.examples",
+            &a.examples,
+            limits::A2A_EXAMPLES,
+            limits::A2A_EXAMPLE_CHARS,
+        ),
+    ] {
+        if items.len() > max {
+            return Err(bad(
+                field,
+                format!(
+                    "`{field}` has {} entries; at most {max} are allowed",
+                    items.len()
+                ),
+            ));
+        }
+        check_list(field, items, |f, item| {
+            let len = item.chars().count();
+            if item.trim().is_empty() {
+                Err(bad(f, format!("`{f}` is blank; remove it or write one")))
+            } else if len > each {
+                Err(bad(
+                    f,
+                    format!("`{f}` must be at most {each} characters, got {len}"),
+                ))
+            } else {
+                Ok(())
+            }
+        })?;
     }
     Ok(())
 }
@@ -504,6 +565,9 @@ impl AgentContent {
         )?;
         if let Some(hosts) = &self.allowed_hosts {
             check_list("allowed_hosts", hosts, check_host)?;
+        }
+        if let Some(a) = &self.a2a {
+            check_a2a(a)?;
         }
         if let Some(c) = &self.compaction
             && !c.is_object()

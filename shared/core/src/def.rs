@@ -28,11 +28,13 @@ pub enum DefKind {
     Volume,
     /// A process: a recipe for plan runs ([`crate::process`]).
     Process,
+    /// An agent of another runtime reached over A2A ([`crate::a2a_peer`]).
+    A2aPeer,
 }
 
 impl DefKind {
     /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`, `volume`,
-    /// `process`.
+    /// `process`, `a2a_peer`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
@@ -42,6 +44,7 @@ impl DefKind {
             DefKind::Schedule => "schedule",
             DefKind::Volume => "volume",
             DefKind::Process => "process",
+            DefKind::A2aPeer => "a2a_peer",
         }
     }
 
@@ -55,6 +58,7 @@ impl DefKind {
             DefKind::Schedule => "schedules",
             DefKind::Volume => "volumes",
             DefKind::Process => "processes",
+            DefKind::A2aPeer => "a2a-peers",
         }
     }
 }
@@ -80,6 +84,12 @@ pub fn validate_def_name(kind: DefKind, name: &str) -> Result<(), Error> {
     if kind == DefKind::McpServer && name.contains("__") {
         return Err(Error::invalid(format!(
             "MCP server name `{name}` contains `__`, which separates the parts of `mcp__<server>__<tool>`; use single `_` or `-`"
+        ))
+        .with_param("name"));
+    }
+    if kind == DefKind::A2aPeer && name.contains("__") {
+        return Err(Error::invalid(format!(
+            "A2A peer name `{name}` contains `__`, which separates the parts of `a2a__<peer>__<skill>`; use single `_` or `-`"
         ))
         .with_param("name"));
     }

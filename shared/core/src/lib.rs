@@ -2,6 +2,7 @@
 //! to, the content-block message model, and the closed set of error codes with their mapping to
 //! HTTP, gRPC and the OpenAI error shape.
 
+pub mod a2a_peer;
 pub mod acl;
 pub mod agent;
 pub mod chat;

@@ -160,6 +160,89 @@ fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
     Error::invalid(message).with_param(param)
 }
 
+/// `field` as an http:// or https:// URL with a host that the client will parse, at most
+/// [`limits::URL_BYTES`]. An A2A peer's card URL is held to the same rule.
+pub(crate) fn check_http_url(field: &str, url: &str) -> Result<(), Error> {
+    let host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
+        .unwrap_or_default();
+    // What the client will parse: a URL it refuses (`http://[::1`, a bad port) is refused
+    // here, where the author sees it, not at the first connection (the length is checked
+    // below, and a URL over it is not parsed).
+    let parsed = (url.len() <= limits::URL_BYTES)
+        .then(|| ::url::Url::parse(url).ok())
+        .flatten()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if host.is_empty()
+        || (parsed.is_none() && url.len() <= limits::URL_BYTES)
+        || url.bytes().any(|b| b <= b' ' || b == 0x7f)
+    {
+        return Err(bad(
+            field,
+            format!("`{field}` must be an http:// or https:// URL with a host, got `{url}`"),
+        ));
+    }
+    if url.len() > limits::URL_BYTES {
+        return Err(bad(
+            field,
+            format!("`{field}` is longer than {} bytes", limits::URL_BYTES),
+        ));
+    }
+    Ok(())
+}
+
+/// `headers` of an outbound client: at most [`limits::HEADERS`], valid names, printable values
+/// of at most [`limits::HEADER_VALUE_BYTES`] whose `${...}` are credential references; none of
+/// the framing headers, nor `reserved` (lowercase), which `client` sets itself.
+pub(crate) fn check_headers(
+    headers: &BTreeMap<String, String>,
+    reserved: &[&str],
+    client: &str,
+) -> Result<(), Error> {
+    if headers.len() > limits::HEADERS {
+        return Err(bad(
+            "headers",
+            format!("`headers` has more than {} entries", limits::HEADERS),
+        ));
+    }
+    for (name, value) in headers {
+        let field = format!("headers.{name}");
+        if !is_header_name(name) {
+            return Err(bad(
+                field,
+                format!("`{name}` is not a valid HTTP header name"),
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "host" | "content-length" | "connection" | "transfer-encoding"
+        ) || reserved.contains(&lower.as_str())
+        {
+            return Err(bad(
+                field,
+                format!("header `{name}` is set by {client}; remove it"),
+            ));
+        }
+        if value.len() > limits::HEADER_VALUE_BYTES
+            || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
+        {
+            return Err(bad(
+                field,
+                format!(
+                    "header `{name}` must be printable text of at most {} bytes",
+                    limits::HEADER_VALUE_BYTES
+                ),
+            ));
+        }
+        credential_refs(value)
+            .map_err(|m| bad(format!("headers.{name}"), format!("header `{name}` {m}")))?;
+    }
+    Ok(())
+}
+
 fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
@@ -235,85 +318,23 @@ impl McpServerContent {
                 "`url` is required for an `http` MCP server (its streamable HTTP endpoint, e.g. https://mcp.example.com/mcp)",
             ));
         };
-        let host = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://"))
-            .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default())
-            .unwrap_or_default();
-        // What the client will parse: a URL it refuses (`http://[::1`, a bad port) is refused
-        // here, where the author sees it, not at the first connection (the length is checked
-        // below, and a URL over it is not parsed).
-        let parsed = (url.len() <= limits::URL_BYTES)
-            .then(|| ::url::Url::parse(url).ok())
-            .flatten()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if host.is_empty()
-            || (parsed.is_none() && url.len() <= limits::URL_BYTES)
-            || url.bytes().any(|b| b <= b' ' || b == 0x7f)
-        {
-            return Err(bad(
-                "url",
-                format!("`url` must be an http:// or https:// URL with a host, got `{url}`"),
-            ));
-        }
-        if url.len() > limits::URL_BYTES {
-            return Err(bad(
-                "url",
-                format!("`url` is longer than {} bytes", limits::URL_BYTES),
-            ));
-        }
+        check_http_url("url", url)?;
         if self.command.is_some() || !self.args.is_empty() || !self.env.is_empty() {
             return Err(bad(
                 "command",
                 "`command`, `args` and `env` belong to a `stdio` server; an `http` server has `url` and `headers`",
             ));
         }
-        if self.headers.len() > limits::HEADERS {
-            return Err(bad(
-                "headers",
-                format!("`headers` has more than {} entries", limits::HEADERS),
-            ));
-        }
-        for (name, value) in &self.headers {
-            let field = format!("headers.{name}");
-            if !is_header_name(name) {
-                return Err(bad(
-                    field,
-                    format!("`{name}` is not a valid HTTP header name"),
-                ));
-            }
-            let lower = name.to_ascii_lowercase();
-            if matches!(
-                lower.as_str(),
-                "host"
-                    | "content-length"
-                    | "content-type"
-                    | "accept"
-                    | "mcp-session-id"
-                    | "mcp-protocol-version"
-                    | "connection"
-                    | "transfer-encoding"
-            ) {
-                return Err(bad(
-                    field,
-                    format!("header `{name}` is set by weft's MCP client; remove it"),
-                ));
-            }
-            if value.len() > limits::HEADER_VALUE_BYTES
-                || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
-            {
-                return Err(bad(
-                    field,
-                    format!(
-                        "header `{name}` must be printable text of at most {} bytes",
-                        limits::HEADER_VALUE_BYTES
-                    ),
-                ));
-            }
-            credential_refs(value)
-                .map_err(|m| bad(format!("headers.{name}"), format!("header `{name}` {m}")))?;
-        }
-        Ok(())
+        check_headers(
+            &self.headers,
+            &[
+                "accept",
+                "content-type",
+                "mcp-session-id",
+                "mcp-protocol-version",
+            ],
+            "weft's MCP client",
+        )
     }
 
     fn validate_stdio(&self) -> Result<(), Error> {
