@@ -269,3 +269,163 @@ def test_a_skill_must_be_named_and_exposed(root_url, tenant_token, agents):
     r = httpx.post(f"{root_url}/a2a/rpc", timeout=TIMEOUT,
                    json={"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "x"}})
     assert r.status_code == 401
+
+
+# ---- weft as an A2A client: a peer built with a2a-sdk, mounted as tools ----
+
+PEER_SECRET = "peer-secret-0f3a"
+
+
+def _peer_app(base):
+    """An A2A 1.0 peer (a2a-sdk's server): skill `echo` echoes, `ask` asks for input, `whoami`
+    says which bearer token it got; every request needs `Bearer PEER_SECRET`."""
+    from a2a.helpers import new_task_from_user_message, new_text_part
+    from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import (create_agent_card_routes, create_jsonrpc_routes,
+                                   create_rest_routes)
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types import (AgentCapabilities, AgentCard, AgentInterface, AgentSkill,
+                           HTTPAuthSecurityScheme, SecurityRequirement, SecurityScheme,
+                           StringList)
+    from starlette.applications import Starlette
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.responses import JSONResponse
+
+    seen_auth = []
+
+    class Peer(AgentExecutor):
+        async def execute(self, ctx, q):
+            text = ctx.get_user_input()
+            md = ctx.message.metadata
+            skill = md["skill"] if "skill" in md else ""
+            task = ctx.current_task or new_task_from_user_message(ctx.message)
+            if ctx.current_task is None:
+                await q.enqueue_event(task)
+            up = TaskUpdater(q, task.id, task.context_id)
+            await up.start_work(up.new_agent_message([new_text_part(f"working on {skill}")]))
+            if skill == "ask" and ctx.current_task is None:
+                await up.requires_input(up.new_agent_message([new_text_part("which colour?")]))
+                return
+            if skill == "whoami":
+                reply = f"you sent {seen_auth[-1]}"
+            else:
+                reply = f"echo: {text}"
+            await up.add_artifact([new_text_part(reply)], name="result")
+            await up.complete()
+
+        async def cancel(self, ctx, q):
+            await TaskUpdater(q, ctx.task_id, ctx.context_id).cancel()
+
+    card = AgentCard(
+        name="echo peer", description="a test peer", version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=f"{base}/rpc", protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=f"{base}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True), default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id=s, name=s, description=f"the {s} skill", tags=["test"])
+                for s in ("echo", "ask", "whoami")],
+        security_schemes={"bearer": SecurityScheme(
+            http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer"))},
+        security_requirements=[SecurityRequirement(schemes={"bearer": StringList(list=[])})])
+    handler = DefaultRequestHandler(agent_executor=Peer(), task_store=InMemoryTaskStore(),
+                                    agent_card=card)
+
+    class Bearer(BaseHTTPMiddleware):
+        async def dispatch(self, request, call_next):
+            auth = request.headers.get("authorization", "")
+            seen_auth.append(auth)
+            if auth != f"Bearer {PEER_SECRET}":
+                return JSONResponse({"error": "unauthorized"}, status_code=401)
+            return await call_next(request)
+
+    app = Starlette(routes=create_agent_card_routes(card)
+                    + create_jsonrpc_routes(handler, rpc_url="/rpc")
+                    + create_rest_routes(handler, path_prefix="/rest"))
+    app.add_middleware(Bearer)
+    return app
+
+
+@pytest.fixture(scope="module")
+def peer():
+    """The peer on a loopback port, in a thread of its own."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    server = uvicorn.Server(uvicorn.Config(_peer_app(base), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if server.started:
+            break
+        thread.join(0.05)
+    assert server.started, "the A2A peer did not start"
+    yield base
+    server.should_exit = True
+    thread.join(10)
+
+
+def _run_events(root_url, tenant_token, body):
+    h = {"authorization": f"Bearer {tenant_token}"}
+    r = httpx.post(f"{root_url}/v1/runs", json=body, headers=h, timeout=TIMEOUT)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    events = []
+    with httpx.stream("GET", f"{root_url}/v1/runs/{run_id}/stream", headers=h,
+                      timeout=TIMEOUT) as s:
+        for line in s.iter_lines():
+            if line.startswith("data:"):
+                ev = json.loads(line[5:])
+                events.append(ev)
+                if ev["kind"] == "run_finished":
+                    break
+    return events
+
+
+def _calls(*calls):
+    return [[{"name": name, "input": args}] for name, args in calls]
+
+
+def test_a_weft_agent_calls_a_peer_as_a_tool(root_url, tenant_token, peer):
+    h = {"authorization": f"Bearer {tenant_token}"}
+    r = httpx.put(f"{root_url}/v1/a2a-peers/echo", headers=h, timeout=TIMEOUT, json={
+        "description": "the test's peer", "card_url": f"{peer}/.well-known/agent-card.json",
+        "headers": {"Authorization": "Bearer ${run.credentials.peer}"},
+        "skills": ["echo", "ask", "whoami"]})
+    assert r.status_code == 201, r.text
+    r = httpx.put(f"{root_url}/v1/a2a-peers/blocked", headers=h, timeout=TIMEOUT, json={
+        "card_url": "http://10.255.255.1/.well-known/agent-card.json"})
+    assert r.status_code == 201, r.text
+    _put_agent(root_url, tenant_token, "caller", tools=["a2a__echo__*", "a2a__blocked__*"])
+    script = _script(_calls(("a2a__echo__echo", {"message": "hello peer"}),
+                            ("a2a__echo__ask", {"message": "paint it"}),
+                            ("a2a__echo__whoami", {"message": "who?"}),
+                            ("a2a__blocked__x", {"message": "hi"})), "done")
+    events = _run_events(root_url, tenant_token, {
+        "agent": "caller", "input": script, "credentials": {"peer": PEER_SECRET}})
+    assert events[-1]["data"]["status"] == "succeeded", events[-1]
+    results = {e["data"]["name"]: e["data"] for e in events if e["kind"] == "tool_result"}
+    assert results["a2a__echo__echo"]["content"] == "echo: hello peer"
+    assert not results["a2a__echo__echo"]["is_error"]
+    asked = results["a2a__echo__ask"]["content"]
+    assert "which colour?" in asked and "task_id" in asked, asked
+    # The credential reached the peer, and its value never reaches the transcript.
+    assert results["a2a__echo__whoami"]["content"] == "you sent Bearer [redacted]"
+    assert PEER_SECRET not in json.dumps(events)
+    blocked = results["a2a__blocked__x"]
+    assert blocked["is_error"] and "refused" in blocked["content"], blocked
+    updates = [e["data"] for e in events if e["kind"] == "peer_update"]
+    assert {u["state"] for u in updates} >= {"TASK_STATE_WORKING", "artifact",
+                                             "TASK_STATE_COMPLETED",
+                                             "TASK_STATE_INPUT_REQUIRED"}, updates
+    assert all(u["peer"] == "echo" and u["task_id"] for u in updates)
+    working = next(u for u in updates if u["state"] == "TASK_STATE_WORKING")
+    assert working["text"] == "working on echo"

@@ -332,7 +332,9 @@ def write_compat_config(path, fake_upstream_url: str, python: str = sys.executab
               'description = "tests/mcp/fixture_server.py over stdio"', f"command = {q(str(python))}",
               f"args = [{q(str(ROOT / 'tests/mcp/fixture_server.py'))}, \"stdio\"]",
               "", "# The tests' HTTP MCP servers listen on loopback.", "[mcp_bridge]",
-              'private_exempt = ["127.0.0.1/32"]']
+              'private_exempt = ["127.0.0.1/32"]',
+              "", "# So do their A2A peers (tests/compat/test_a2a.py).", "[executor]",
+              'http_private_exempt = ["127.0.0.1/32"]']
     if oidc_ports:
         lines += ["", "# Test identity providers (tests/compat/readme-js/oidc-idp.mjs): a rotation is",
                   "# picked up within a second.", "[auth]", "oidc_jwks_min_refresh_secs = 1"]

@@ -67,7 +67,7 @@ pub(crate) struct Driver {
     /// Sub-runs live at once (`max_concurrent_children`).
     pub(crate) children: Arc<Semaphore>,
     /// The run's MCP tools, listed at the first turn of this lease.
-    pub(crate) mounted: tokio::sync::OnceCell<Arc<crate::tools::mcp::Mount>>,
+    pub(crate) mounted: tokio::sync::OnceCell<Arc<crate::tools::Mount>>,
     /// Calls the last model turn recorded in the ledger that have not started yet: forgotten if
     /// the run is handed back before they start, so the next executor runs them rather than
     /// calling their outcome unknown.
@@ -144,15 +144,15 @@ impl Driver {
     }
 
     /// The run's MCP tools (listed once per lease).
-    pub(crate) async fn mounted(&self, def: &AgentContent) -> Arc<crate::tools::mcp::Mount> {
+    pub(crate) async fn mounted(&self, def: &AgentContent) -> Arc<crate::tools::Mount> {
         self.mounted
-            .get_or_init(|| async { Arc::new(crate::tools::mcp::mount(self, def).await) })
+            .get_or_init(|| async { Arc::new(crate::tools::mount(self, def).await) })
             .await
             .clone()
     }
 
-    /// The tool `name` if this run may call it: a built-in one in its spec, or a mounted MCP
-    /// tool (or, for a server that could not be listed, one that says why).
+    /// The tool `name` if this run may call it: a built-in one in its spec, or a mounted MCP or
+    /// A2A tool (or, for a server or peer that could not be listed, one that says why).
     pub(crate) async fn tool_for(
         &self,
         def: &AgentContent,
@@ -160,6 +160,24 @@ impl Driver {
     ) -> Option<Arc<dyn crate::tools::Tool>> {
         if let Some(t) = self.inner.tools.allowed(name, &self.spec.tools) {
             return Some(t);
+        }
+        if let Some((peer, skill)) = weft_core::a2a_peer::split_tool(name) {
+            if !crate::tools::a2a::permitted(&self.spec.tools, peer, skill) {
+                return None;
+            }
+            let mount = self.mounted(def).await;
+            if let Some(t) = mount.get(name) {
+                return Some(t);
+            }
+            return mount
+                .failed
+                .get(&crate::tools::a2a::failure_key(peer))
+                .map(|why| {
+                    Arc::new(crate::tools::Unmounted {
+                        name: name.to_owned(),
+                        reason: format!("A2A peer `{peer}` is unavailable: {why}"),
+                    }) as Arc<dyn crate::tools::Tool>
+                });
         }
         let (server, tool) = crate::tools::mcp::split(name)?;
         if !def.mcp_servers.iter().any(|s| s == server)
@@ -172,14 +190,14 @@ impl Driver {
             return Some(t);
         }
         mount.failed.get(server).map(|why| {
-            Arc::new(crate::tools::mcp::Unmounted {
+            Arc::new(crate::tools::Unmounted {
                 name: name.to_owned(),
                 reason: format!("MCP server `{server}` is unavailable: {why}"),
             }) as Arc<dyn crate::tools::Tool>
         })
     }
 
-    /// The specs of every tool the run may call: built-in, then MCP.
+    /// The specs of every tool the run may call: built-in, then A2A and MCP.
     pub(crate) async fn tool_specs(&self, def: &AgentContent) -> Vec<weft_core::message::ToolSpec> {
         let mut specs = self.inner.tools.specs_for(&self.spec.tools);
         specs.extend(self.mounted(def).await.tools.iter().map(|t| t.spec()));

@@ -262,11 +262,25 @@ fn check_tool(field: &str, tool: &str) -> Result<(), Error> {
             ))
         };
     }
+    if let Some(rest) = tool.strip_prefix(crate::a2a_peer::TOOL_PREFIX) {
+        let parts = rest.split_once("__");
+        let ok = parts.is_some_and(|(peer, skill)| is_ident(peer, false) && is_ident(skill, true));
+        return if ok {
+            Ok(())
+        } else {
+            Err(bad(
+                field,
+                format!(
+                    "`{field}`: `{tool}` is not a valid A2A tool pattern; use `a2a__<peer>__<skill>`, where the skill part may be a glob such as `a2a__support__*`"
+                ),
+            ))
+        };
+    }
     if tool.contains('*') {
         return Err(bad(
             field,
             format!(
-                "`{field}`: `{tool}` is a glob; globs are allowed only in the tool part of `mcp__<server>__<tool>`, e.g. `mcp__github__*`"
+                "`{field}`: `{tool}` is a glob; globs are allowed only in the tool part of `mcp__<server>__<tool>` (e.g. `mcp__github__*`) and the skill part of `a2a__<peer>__<skill>`"
             ),
         ));
     }

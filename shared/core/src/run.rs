@@ -122,6 +122,7 @@ wire_enum!(
         PlanStalled => "plan_stalled",
         ReplanRequested => "replan_requested",
         BudgetExhausted => "budget_exhausted",
+        PeerUpdate => "peer_update",
     }
 );
 
@@ -235,6 +236,8 @@ run_events!(
     ReplanRequested(ReplanRequested),
     /// A plan run ran out of a budget.
     BudgetExhausted(BudgetExhausted),
+    /// An A2A peer's task, called as a tool, reported progress.
+    PeerUpdate(PeerUpdate),
 );
 
 impl RunEvent {
@@ -407,6 +410,23 @@ pub struct RunFinished {
     pub executor: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// `peer_update`: what an A2A peer said about its task while a tool call of this run waited
+/// on it (a status and its message, or an artifact). Written with the call's result (before
+/// it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeerUpdate {
+    pub tool_use_id: String,
+    /// The `a2a_peer` definition.
+    pub peer: String,
+    /// The peer's task id.
+    pub task_id: String,
+    /// The task's state (`TASK_STATE_WORKING`, …), or `artifact` for an artifact.
+    pub state: String,
+    /// The status message's (or the artifact's) text.
+    pub text: String,
 }
 
 /// `channel_publish`: a `Channel` call published `payload` to `channel` at `seq`.

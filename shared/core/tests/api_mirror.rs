@@ -50,8 +50,18 @@ fn agents() {
         "sampling": {"temperature": 0.2, "top_p": 1, "seed": -7, "stop": ["END"]},
         "memory_scopes": ["run", "tenant"], "channels": {"publish": ["a"], "subscribe": ["b.*"]},
         "max_concurrent_children": 64, "allowed_hosts": ["*.example.com"],
-        "compaction": {"threshold": 0.8}
+        "compaction": {"threshold": 0.8},
+        "a2a": {"expose": true, "tags": ["support"], "examples": ["how do I rotate a key?"]}
     }));
+    same::<Core, Api>(json!({"tools": ["a2a__support__*"], "a2a": {}}));
+}
+
+#[test]
+fn a2a_peers() {
+    use weft_api::a2a::A2aPeerContent as Api;
+    use weft_core::a2a_peer::A2aPeerContent as Core;
+    same::<Core, Api>(example(weft_api::json_schema::<Api>()));
+    same::<Core, Api>(json!({"card_url": "https://peer.example/.well-known/agent-card.json"}));
 }
 
 #[test]

@@ -15,7 +15,6 @@
 //! each request; the bridge substitutes them into headers and redacts their values from what it
 //! hands back, so they reach neither the transcript nor the model.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -26,7 +25,7 @@ use weft_core::message::ToolSpec;
 use weft_proto::v1;
 
 use super::RunHost;
-use super::{Abort, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
+use super::{Abort, Mount, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
 
 /// The longest the bridge may take to list a server's tools (it gives up on the server itself
 /// after `mcp_bridge.connect_timeout_ms`).
@@ -89,24 +88,8 @@ impl McpTool {
     }
 }
 
-/// What a run mounted: its MCP tools, and the servers that could not be listed (a call to one
-/// of their tools is answered with why).
-#[derive(Default)]
-pub struct Mount {
-    pub tools: Vec<Arc<dyn Tool>>,
-    pub failed: BTreeMap<String, String>,
-}
-
-impl Mount {
-    /// The mounted tool called `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name).cloned()
-    }
-}
-
-/// Lists the tools of the agent's MCP servers that the run may use.
-pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent) -> Mount {
-    let mut out = Mount::default();
+/// Mounts into `out` the tools of the agent's MCP servers that the run may use.
+pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent, out: &mut Mount) {
     let allowed = &run.spec().tools;
     let servers: Vec<&String> = def
         .mcp_servers
@@ -118,7 +101,7 @@ pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent) -> Mount {
         })
         .collect();
     if servers.is_empty() {
-        return out;
+        return;
     }
     let credentials = run.credentials().await;
     let client = weft_proto::transport::mcp_bridge_client(run.inner().mcp_bridge.clone());
@@ -152,40 +135,6 @@ pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent) -> Mount {
                 out.failed.insert(server.clone(), e.message);
             }
         }
-    }
-    out
-}
-
-/// A call to a tool of a server that could not be listed.
-pub struct Unmounted {
-    pub name: String,
-    pub reason: String,
-}
-
-impl Tool for Unmounted {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name.clone(),
-            description: String::new(),
-            parameters: serde_json::json!({"type": "object"}),
-        }
-    }
-
-    fn side_effect(&self, _input: &Value) -> SideEffect {
-        // Nothing is called: safe to repeat.
-        SideEffect::ReadOnly
-    }
-
-    fn call<'a>(
-        &'a self,
-        _ctx: &'a ToolCtx<'a>,
-        _input: &'a Value,
-    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
-        Box::pin(async move { Ok(ToolOutput::error(self.reason.clone()).into()) })
     }
 }
 

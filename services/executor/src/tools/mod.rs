@@ -12,6 +12,7 @@
 //! the fields each op takes; the schema the model sees is `weft_api::tools::input_schema` of
 //! that type.
 
+pub mod a2a;
 pub mod agent;
 pub mod channel;
 pub mod context;
@@ -24,6 +25,7 @@ pub mod mcp;
 pub mod memory;
 pub mod skill;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -293,11 +295,70 @@ impl<'a> ToolCtx<'a> {
     }
 }
 
+/// What a run mounted: its MCP and A2A tools, and the servers (and peers, as `a2a__<peer>`)
+/// that could not be listed (a call to one of their tools is answered with why).
+#[derive(Default)]
+pub struct Mount {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub failed: BTreeMap<String, String>,
+}
+
+impl Mount {
+    /// The mounted tool called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+}
+
+/// Lists the tools a run mounts: those of its agent's MCP servers ([`mcp::mount`]) and of the
+/// A2A peers its `tools` names ([`a2a::mount`]).
+pub(crate) async fn mount(run: &dyn RunHost, def: &AgentContent) -> Mount {
+    let mut out = Mount::default();
+    mcp::mount(run, def, &mut out).await;
+    a2a::mount(run, &mut out).await;
+    out
+}
+
+/// A call to a tool of a server or peer that could not be listed.
+pub struct Unmounted {
+    pub name: String,
+    pub reason: String,
+}
+
+impl Tool for Unmounted {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn side_effect(&self, _input: &Value) -> SideEffect {
+        // Nothing is called: safe to repeat.
+        SideEffect::ReadOnly
+    }
+
+    fn call<'a>(
+        &'a self,
+        _ctx: &'a ToolCtx<'a>,
+        _input: &'a Value,
+    ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
+        Box::pin(async move { Ok(ToolOutput::error(self.reason.clone()).into()) })
+    }
+}
+
 /// The tools this executor hosts, by name, built once at start-up.
 #[derive(Clone, Default)]
 pub struct Registry {
     /// In the order the model is shown them.
     tools: Vec<Arc<dyn Tool>>,
+    /// The client of the A2A peers' tools (mounted per run: [`a2a::mount`]).
+    pub a2a: Option<a2a::A2aClient>,
 }
 
 impl Registry {
@@ -325,6 +386,7 @@ impl Registry {
         r.add(files::delete::Delete);
         r.add(files::list::List);
         r.add(exec::Exec::new(volumes));
+        r.a2a = Some(a2a::A2aClient::new(cfg)?);
         Ok(r)
     }
 
@@ -348,8 +410,8 @@ impl Registry {
         }
     }
 
-    /// The specs of the built-in tools a run may call, in a stable order (MCP tools are
-    /// mounted per run: [`mcp::mount`]).
+    /// The specs of the built-in tools a run may call, in a stable order (MCP and A2A tools
+    /// are mounted per run: [`mount`]).
     pub fn specs_for(&self, allowed: &[String]) -> Vec<ToolSpec> {
         self.tools
             .iter()
