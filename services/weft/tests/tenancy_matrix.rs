@@ -26,7 +26,8 @@
 //! # Identities
 //!
 //! Tenant A (`acme`) owns the resources every path parameter points at: a parked run of subject
-//! `alice-…`, an agent definition, a token, and its usage. The identities act on those:
+//! `alice-…` (also A's A2A task), an agent definition (also the skill of A's A2A card), a
+//! token, and its usage. The identities act on those:
 //! no token, a well-formed `wft_…` never minted, a revoked `tenant:admin` token of A, a token of
 //! A's own run owner that lacks only the scopes that open the route (so its 403 can only come
 //! from the scope check), a `tenant:admin` of tenant B (`beta`; the strongest non-operator, so
@@ -124,6 +125,10 @@ enum Shape {
     OpenAi,
     Anthropic,
     Native,
+    /// The A2A REST binding's (`application/a2a+json`, `{"error": {"code": <status>, "status",
+    /// "message", "details": [ErrorInfo]}}`), except the bearer check's 401, which is weft's
+    /// native one (the check runs before any A2A code).
+    A2a,
 }
 
 // --- the expectations -------------------------------------------------------------------------
@@ -158,13 +163,16 @@ struct Params {
     run_snapshot: String,
     /// alice's stored Responses API response.
     response: String,
+    /// A's A2A peer definition is named like A's agent too.
+    a2a_peer_hash: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 18] {
+    fn named(&self) -> [(&str, &'static str); 19] {
         [
             (&self.response, "<response>"),
+            (&self.a2a_peer_hash, "<a2a_peer_hash>"),
             (&self.process_hash, "<process_hash>"),
             (&self.volume, "<volume>"),
             (&self.change, "<change>"),
@@ -223,6 +231,9 @@ struct Entry {
     /// (an opaque error) instead of A's answer. Only the webhook receiver, which answers an
     /// unsigned delivery to a webhook that exists 401 and one to a webhook that does not 404.
     existence_visible: Option<u16>,
+    /// The route answers its refusals in a 200 body (JSON-RPC errors), so every 200 is also
+    /// compared with the answer about a ghost, as every 404 is.
+    refuses_in_body: bool,
     check: Check,
 }
 
@@ -243,6 +254,7 @@ fn entry(
         body: |_| None,
         creates: false,
         existence_visible: None,
+        refuses_in_body: false,
         check: |_, _| Ok(()),
     }
 }
@@ -262,6 +274,10 @@ impl Entry {
     }
     fn existence_visible(mut self, ghost_status: u16) -> Self {
         self.existence_visible = Some(ghost_status);
+        self
+    }
+    fn refuses_in_body(mut self) -> Self {
+        self.refuses_in_body = true;
         self
     }
     fn check(mut self, c: Check) -> Self {
@@ -308,12 +324,52 @@ fn mint_body(p: &Params) -> Option<Value> {
     Some(json!({"name": "intruder", "tenant": p.tenant, "subject": "intruder", "scopes": scopes}))
 }
 
+/// A2A: the card is the caller's tenant's. B's lists none of A's agents (B exposes none); bob's
+/// lists A's one exposed agent.
+fn card_check(who: Identity, body: &Value) -> Result<(), String> {
+    let want = match who {
+        Identity::OtherTenant => ("weft: beta", 0),
+        Identity::OtherSubject => ("weft: acme", 1),
+        _ => return Ok(()),
+    };
+    let skills = body["skills"].as_array().map_or(usize::MAX, Vec::len);
+    (body["name"] == want.0 && skills == want.1)
+        .then_some(())
+        .ok_or(format!("the card should be {want:?} (name, skills)"))
+}
+
+/// A2A: a REST route weft does not serve answers `UNSUPPORTED_OPERATION` to every token.
+fn unsupported_check(who: Identity, body: &Value) -> Result<(), String> {
+    if matches!(
+        who,
+        Identity::NoToken | Identity::UnknownToken | Identity::RevokedToken
+    ) {
+        return Ok(());
+    }
+    (body["error"]["details"][0]["reason"] == "UNSUPPORTED_OPERATION")
+        .then_some(())
+        .ok_or("not an UNSUPPORTED_OPERATION error".into())
+}
+
+/// The A2A message bodies: `text` to A's task (its run id), or a new task of the skill
+/// `skill` (A's exposed agent).
+fn a2a_message(id: &str, text: &str, task: Option<&str>, skill: Option<&str>) -> Value {
+    let mut m = json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let Some(t) = task {
+        m["taskId"] = json!(t);
+    }
+    if let Some(s) = skill {
+        m["metadata"] = json!({"skill": s});
+    }
+    m
+}
+
 /// The matrix, keyed by (method, path template). It must cover exactly the routes the gateway
 /// serves; the order is the order of execution (writes that create something come last, so
 /// they cannot change what an earlier read finds).
 fn expectations() -> Vec<Entry> {
     use Access::{AnyOf, AnyToken, Public, Session, TenantAdmin};
-    use Shape::{Anthropic, Native, OpenAi};
+    use Shape::{A2a, Anthropic, Native, OpenAi};
     let get = Method::GET;
     let post = Method::POST;
     vec![
@@ -379,6 +435,106 @@ fn expectations() -> Vec<Entry> {
             Native,
             [401, 401, 401, 400, 400, 400],
         ),
+        // The A2A server (docs/a2a.md): the bearer check (weft's native 401) and then the A2A
+        // code, which calls the run and agent routes in-process as the caller, so their scopes
+        // and tenancy hold. A's task is alice's parked run (started with an A2A context);
+        // another tenant and bob find no such task (-32001, REST 404), like a task that never
+        // was. The card lists the agents the caller can read, so it needs runs:create or
+        // runs:read (the OpenAPI text says "any valid token").
+        entry(
+            get.clone(),
+            "/.well-known/agent-card.json",
+            AnyOf(&["runs:create", "runs:read"]),
+            A2a,
+            OWN_DATA,
+        )
+        .check(card_check),
+        entry(
+            get.clone(),
+            "/a2a/.well-known/agent-card.json",
+            AnyOf(&["runs:create", "runs:read"]),
+            A2a,
+            OWN_DATA,
+        )
+        .check(card_check),
+        // ListTasks and the extended card over REST: unsupported (400) for any valid token.
+        entry(
+            get.clone(),
+            "/a2a/tasks",
+            AnyToken,
+            A2a,
+            [401, 401, 401, 400, 400, 400],
+        )
+        .check(unsupported_check),
+        entry(
+            get.clone(),
+            "/a2a/extendedAgentCard",
+            AnyToken,
+            A2a,
+            [401, 401, 401, 400, 400, 400],
+        )
+        .check(unsupported_check),
+        // JSON-RPC: after the bearer check every refusal is a 200 with an error body, checked
+        // per identity: the scope refusal is -32603 carrying weft's `permission_denied`; B and
+        // bob get -32001 (no such task), the same as about a ghost.
+        entry(
+            post.clone(),
+            "/a2a/rpc",
+            AnyOf(&["runs:read"]),
+            A2a,
+            [401, 401, 401, 200, 200, 200],
+        )
+        .body(|p| {
+            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": p.run}}))
+        })
+        .refuses_in_body()
+        .check(|who, body| {
+            let (code, weft_code) = match who {
+                Identity::MissingScope => (-32603, Some("permission_denied")),
+                Identity::OtherTenant | Identity::OtherSubject => (-32001, None),
+                _ => return Ok(()),
+            };
+            let err = &body["error"];
+            let ok = body["jsonrpc"] == "2.0"
+                && body["id"] == 1
+                && body.get("result").is_none()
+                && err["code"] == code
+                && err["message"].is_string()
+                && weft_code.is_none_or(|c| err["data"][0]["metadata"]["weft_code"] == c);
+            ok.then_some(())
+                .ok_or(format!("not a JSON-RPC error {code} ({weft_code:?})"))
+        }),
+        entry(
+            get.clone(),
+            "/a2a/tasks/{id}",
+            AnyOf(&["runs:read"]),
+            A2a,
+            OWN_RESOURCE,
+        ),
+        // A message to A's task (its input): the scope-less token is alice's, so it finds her
+        // task (runs:read) and is refused the input (runs:create).
+        entry(
+            post.clone(),
+            "/a2a/message:send",
+            AnyOf(&["runs:create"]),
+            A2a,
+            OWN_RESOURCE,
+        )
+        .body(|p| {
+            let message = a2a_message("intruder-answer", "an intruder's answer", Some(&p.run), None);
+            Some(json!({"message": message, "configuration": {"returnImmediately": true}}))
+        }),
+        // `POST /a2a/tasks/{id}:cancel` (one axum route with GET's path; the action follows
+        // the id). Cancelling reads the task first: the scope-less token finds alice's task
+        // and is refused the cancel (runs:create).
+        entry(
+            post.clone(),
+            "/a2a/tasks/{id}",
+            AnyOf(&["runs:create"]),
+            A2a,
+            OWN_RESOURCE,
+        )
+        .query(|_| ":cancel".into()),
         // The caller's own principal: any valid token.
         entry(
             get.clone(),
@@ -962,6 +1118,30 @@ fn expectations() -> Vec<Entry> {
         )
         .body(|p| Some(json!({"agent": p.agent, "interactive": true})))
         .creates(),
+        // A new A2A task of A's exposed agent (streamed): bob starts his own; B finds no such
+        // skill on its card (-32602, REST 400: an agent it has not is not on its card), the same
+        // as a ghost skill; the scope-less token finds the skill (runs:read) and is refused the
+        // run (runs:create).
+        entry(
+            Method::POST,
+            "/a2a/message:stream",
+            AnyOf(&["runs:create"]),
+            A2a,
+            [401, 401, 401, 403, 400, 200],
+        )
+        .body(|p| {
+            let message = a2a_message("intruder-task", "an intruder's task", None, Some(&p.agent));
+            Some(json!({"message": message}))
+        })
+        .creates()
+        .check(|who, body| {
+            if who != Identity::OtherTenant {
+                return Ok(());
+            }
+            (body["error"]["details"][0]["reason"] == "INVALID_PARAMS")
+                .then_some(())
+                .ok_or("not an INVALID_PARAMS error".into())
+        }),
         // A's agent is checked unchanged afterwards.
         entry(
             Method::PUT,
@@ -1193,6 +1373,80 @@ fn expectations() -> Vec<Entry> {
         )
         .body(|_| {
             Some(json!({"description": "an intruder's server", "url": "https://intruder.example/mcp"}))
+        })
+        .creates(),
+        // A2A peer definitions: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/a2a-peers",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/a2a-peers/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/a2a-peers/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/a2a-peers/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.a2a_peer_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's A2A peer hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own A2A peer hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/a2a-peers/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"description": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/a2a-peers/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/a2a-peers/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.a2a_peer_hash}))),
+        // B may define a peer of A's peer's name in its own tenant; A's is checked unchanged.
+        entry(
+            Method::PUT,
+            "/v1/a2a-peers/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| {
+            Some(json!({"description": "an intruder's peer", "card_url": "https://intruder.example/.well-known/agent-card.json"}))
         })
         .creates(),
         // Schedule definitions: the same routes and rules again.
@@ -1498,10 +1752,13 @@ fn fill(template: &str, p: &Params) -> String {
             ("id", t) if t.starts_with("/v1/runs/") => p.run.as_str(),
             ("id", t) if t.starts_with("/v1/tokens/") => p.token.as_str(),
             ("id", t) if t.starts_with("/v1/responses/") => p.response.as_str(),
+            // A2A tasks are runs: A's task is alice's run (started with an A2A context).
+            ("id", t) if t.starts_with("/a2a/tasks/") => p.run.as_str(),
             ("name", t) if t.starts_with("/v1/agents/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/skills/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/processes/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/mcp-servers/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/a2a-peers/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/schedules/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/webhooks/") => p.agent.as_str(),
             // The receiver: A's webhook.
@@ -1639,6 +1896,17 @@ async fn gateway_router(f: &TestFleet) -> String {
     )
 }
 
+/// How the OpenAPI document names a served (method, path template): it has no catch-all
+/// parameter (axum's `{*path}` is `{path}` there), and A2A's `POST /a2a/tasks/{id}:cancel`
+/// is one axum route `/a2a/tasks/{id}` (a parameter is a whole segment in axum) whose handler
+/// splits the action off the id.
+fn as_documented(method: &str, path: &str) -> String {
+    match (method, path) {
+        ("POST", "/a2a/tasks/{id}") => "/a2a/tasks/{id}:cancel".to_owned(),
+        _ => path.replace("{*", "{"),
+    }
+}
+
 /// (method, path) pairs served but without an entry, and entries for nothing served.
 fn compare(served: &BTreeSet<(String, String)>, keys: &BTreeSet<(String, String)>) -> Vec<String> {
     let mut out: Vec<String> = served
@@ -1722,6 +1990,9 @@ async fn send(
 
 /// Whether `body` is an error in `shape`, with the code `status` implies.
 fn check_shape(shape: Shape, status: u16, a: &Answer) -> Result<(), String> {
+    if matches!(shape, Shape::A2a) && status != 401 {
+        return check_a2a_shape(status, a);
+    }
     if !a.content_type.starts_with("application/json") {
         return Err(format!("content-type {:?}, not JSON", a.content_type));
     }
@@ -1739,7 +2010,7 @@ fn check_shape(shape: Shape, status: u16, a: &Answer) -> Result<(), String> {
     };
     let err = &body["error"];
     let ok = match shape {
-        Shape::Native => {
+        Shape::Native | Shape::A2a => {
             keys(body) == BTreeSet::from(["error".to_owned()])
                 && err["code"] == code
                 && err["message"].is_string()
@@ -1765,6 +2036,43 @@ fn check_shape(shape: Shape, status: u16, a: &Answer) -> Result<(), String> {
     };
     ok.then_some(())
         .ok_or_else(|| format!("not a {shape:?} `{code}` error body"))
+}
+
+/// Whether `a` is an error of the A2A REST binding with the status `status`: a 403 says it is
+/// weft's scope refusal (`weft_code` in its ErrorInfo), a 404 that no such task is visible.
+fn check_a2a_shape(status: u16, a: &Answer) -> Result<(), String> {
+    if !a.content_type.starts_with("application/a2a+json") {
+        return Err(format!(
+            "content-type {:?}, not application/a2a+json",
+            a.content_type
+        ));
+    }
+    let (name, reason, weft_code) = match status {
+        400 => ("INVALID_ARGUMENT", None, None),
+        403 => ("PERMISSION_DENIED", None, Some("permission_denied")),
+        404 => ("NOT_FOUND", Some("TASK_NOT_FOUND"), None),
+        _ => return Ok(()),
+    };
+    let body = &a.json;
+    let err = &body["error"];
+    let info = &err["details"][0];
+    let keys: BTreeSet<&str> = err
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let ok = body.as_object().is_some_and(|o| o.len() == 1)
+        && keys == BTreeSet::from(["code", "status", "message", "details"])
+        && err["code"] == status
+        && err["status"] == name
+        && err["message"].is_string()
+        && err["details"].as_array().is_some_and(|d| d.len() == 1)
+        && info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+        && info["domain"] == "a2a-protocol.org"
+        && reason.is_none_or(|r| info["reason"] == r)
+        && info["reason"].is_string()
+        && weft_code.is_none_or(|c| info["metadata"]["weft_code"] == c);
+    ok.then_some(())
+        .ok_or_else(|| format!("not an A2A REST `{name}` error body"))
 }
 
 // --- tenant A and the intruders ---------------------------------------------------------------
@@ -1858,6 +2166,8 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
             "model": "mock-1",
             "system_prompt": format!("prompt-{canary}"),
             "description": format!("description-{canary}"),
+            // The one skill of A's A2A agent card.
+            "a2a": {"expose": true, "tags": [format!("a2a-tag-{canary}")]},
         }))
         .send()
         .await
@@ -1908,6 +2218,21 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     let process_hash = v["version"].as_str().unwrap().to_owned();
+    let r = f
+        .http
+        .put(format!("{}/v1/a2a-peers/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("peer-description-{canary}"),
+            "card_url": format!("https://peer-{canary}.example/.well-known/agent-card.json"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    let s = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(s, 201, "PUT /v1/a2a-peers/{agent}: {v}");
+    let a2a_peer_hash = v["version"].as_str().unwrap().to_owned();
     // A schedule of A's agent that fires only on 1 January, so never during the matrix, and a
     // webhook starting A's agent. The webhook's secret is never set: no delivery can verify.
     let r = f
@@ -1943,7 +2268,9 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     let v: Value = r.json().await.unwrap();
     let webhook_hash = v["version"].as_str().unwrap().to_owned();
 
-    // alice's run waits for input: no executor touches it, so any change is an intruder's.
+    // alice's run waits for input: no executor touches it, so any change is an intruder's. Its
+    // A2A context makes it an A2A task too (the task id is the run id), A's task.
+    let context = format!("context-{canary}");
     let (s, run) = f
         .post(
             "/v1/runs",
@@ -1951,13 +2278,32 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
             json!({
                 "agent": agent,
                 "interactive": true,
-                "metadata": {"note": format!("metadata-{canary}")},
+                "metadata": {"note": format!("metadata-{canary}"), "a2a_context_id": context},
             }),
         )
         .await;
     assert_eq!(s, 201, "{run}");
     assert_eq!(run["status"], "awaiting_input", "{run}");
     let run_id = run["run_id"].as_str().unwrap().to_owned();
+    // alice gets her task, over both bindings, so the matrix's refusals are about a task that
+    // exists.
+    let (s, task) = via.get(&format!("/a2a/tasks/{run_id}"), &alice).await;
+    assert_eq!(s, 200, "{task}");
+    assert_eq!(task["id"], run_id.as_str(), "{task}");
+    assert_eq!(task["contextId"], context.as_str(), "{task}");
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{task}"
+    );
+    let (s, rpc) = via
+        .post(
+            "/a2a/rpc",
+            &alice,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": run_id}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{rpc}");
+    assert_eq!(rpc["result"]["id"], run_id.as_str(), "{rpc}");
     let (s, events) = f.get(&format!("/v1/runs/{run_id}/events"), &alice).await;
     assert_eq!(s, 200);
     let run_events = events["events"].as_array().unwrap().len();
@@ -2140,6 +2486,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         run_change,
         run_snapshot: run_snapshot.clone(),
         response: response.clone(),
+        a2a_peer_hash: a2a_peer_hash.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -2166,6 +2513,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         run_change: uuid::Uuid::now_v7().to_string(),
         run_snapshot: uuid::Uuid::now_v7().to_string(),
         response: format!("resp_{}", &ghost_hex[..32]),
+        a2a_peer_hash: format!("sha256:{}{}", &ghost_hex[56..], &ghost_hex[..56]),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
@@ -2183,6 +2531,22 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         secret(
             "A's process phase",
             format!("process-phase-{canary}"),
+            &[OtherSubject],
+        ),
+        secret("A's A2A peer hash", a2a_peer_hash, &[OtherSubject]),
+        secret(
+            "A's A2A peer description",
+            format!("peer-description-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's A2A peer card URL",
+            format!("https://peer-{canary}.example/.well-known/agent-card.json"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's agent's A2A tag",
+            format!("a2a-tag-{canary}"),
             &[OtherSubject],
         ),
         secret("A's schedule hash", schedule_hash, &[OtherSubject]),
@@ -2233,6 +2597,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         secret("alice's run volume snapshot", run_snapshot, &[]),
         secret("alice's run id", run_id, &[]),
         secret("alice's run metadata", format!("metadata-{canary}"), &[]),
+        secret("alice's A2A task's context id", context, &[]),
         secret("alice's run memory", format!("memory-{canary}"), &[]),
         secret("alice's prompt", format!("usage-{canary}"), &[]),
         secret("alice's response", format!("response-{canary}"), &[]),
@@ -2374,11 +2739,9 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
             }
         }
     }
-    // OpenAPI has no catch-all parameter: axum's `{*path}` is `{path}` there.
-    let as_documented = |p: &str| p.replace("{*", "{");
     let served_doc: BTreeSet<(String, String)> = served
         .iter()
-        .map(|(m, p)| (m.clone(), as_documented(p)))
+        .map(|(m, p)| (m.clone(), as_documented(m, p)))
         .collect();
     for (m, p) in served_doc.difference(&documented) {
         failures.push(format!("OpenAPI: {m} {p} is served but not documented"));
@@ -2389,7 +2752,12 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
     let public_in_matrix: BTreeSet<_> = entries
         .iter()
         .filter(|e| matches!(e.access, Access::Public))
-        .map(|e| (e.method.to_string(), as_documented(e.path)))
+        .map(|e| {
+            (
+                e.method.to_string(),
+                as_documented(e.method.as_str(), e.path),
+            )
+        })
         .collect();
     if public_in_doc != public_in_matrix {
         failures.push(format!(
@@ -2460,10 +2828,13 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
             {
                 failures.push(format!("{case}: {why}: {}", a.text));
             }
-            // No existence oracle: to tenant B, and wherever the answer is "not found", A's
-            // resources answer like ones that never were.
+            // No existence oracle: to tenant B, and wherever the answer is "not found" (or, on
+            // a route that refuses in a 200 body, any 200), A's resources answer like ones that
+            // never were.
             let (ghost_url, ghost_body) = (target(&w.ghost), (e.body)(&w.ghost));
-            if (who == Identity::OtherTenant || expect == 404)
+            if (who == Identity::OtherTenant
+                || expect == 404
+                || (e.refuses_in_body && expect == 200))
                 && (ghost_url != url || ghost_body != body)
             {
                 oracle_checks += 1;
@@ -2584,6 +2955,7 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
     for (kind, hash) in [
         ("schedules", &w.a.schedule_hash),
         ("webhooks", &w.a.webhook_hash),
+        ("a2a-peers", &w.a.a2a_peer_hash),
     ] {
         let (s, def) = f
             .get(&format!("/v1/{kind}/{}", w.a.agent), &w.a_admin)
