@@ -28,11 +28,18 @@ and each branch of a `oneOf`), and the answer is checked:
 
 "Naming the field" is `error.param` equal to its path (`sampling.temperature`,
 `messages[0].content`), or the path in backticks in the message (Anthropic's shape has no
-`param`). Path parameters only get the NUL case: a path segment is always a string.
+`param`; nor has the A2A REST binding's). Path parameters only get the NUL case: a path segment
+is always a string.
+
+A JSON-RPC route (`POST /a2a/rpc`) answers its refusals in a 200 carrying a JSON-RPC `error`, as
+its document says: such an answer is judged as the status its code stands for (-32600/-32602
+a 400, -32001 a 404, -32603 a 500: see `judged`), and must name the field all the same.
 
 Prerequisites are made to exist first (weft_api.Prerequisites): the agent the examples name,
-a finished run, a disposable token; routes that change a run get a fresh parked interactive run
-for each case, so one case cannot change what the next one meets.
+a finished run, a disposable token, an agent offered over A2A and a finished A2A task; routes
+that change a run get a fresh parked interactive run for each case (an A2A task's cancel a
+fresh parked A2A task), so one case cannot change what the next one meets. The A2A bodies, for
+which the document has no example, start from valid ones (`Prerequisites.base_body`).
 """
 
 from __future__ import annotations
@@ -79,6 +86,12 @@ def json_type(v: Any) -> str:
     return "object"
 
 
+def as_schema(schema: dict[str, Any] | bool) -> dict[str, Any]:
+    """`schema` as an object: the boolean schema `true` (any value, as schemars writes a
+    `serde_json::Value` field: A2A's `metadata`, a part's `data`) is `{}`."""
+    return {} if schema is True else schema
+
+
 def allowed_types(schema: dict[str, Any]) -> set[str] | None:
     """The JSON types `schema` allows; None when it allows any."""
     if not isinstance(schema, dict):
@@ -106,11 +119,13 @@ def allowed_types(schema: dict[str, Any]) -> set[str] | None:
 
 
 def branches(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = as_schema(schema)
     return schema.get("oneOf") or schema.get("anyOf") or []
 
 
 def synth(schema: dict[str, Any]) -> Any:
     """The simplest value `schema` allows (its example when it has one)."""
+    schema = as_schema(schema)
     if "example" in schema:
         return copy.deepcopy(schema["example"])
     if "const" in schema:
@@ -143,6 +158,7 @@ def synth(schema: dict[str, Any]) -> Any:
 def fits(value: Any, schema: dict[str, Any]) -> bool:
     """Whether `value` could be of `schema`, as far as choosing a `oneOf` branch needs: its JSON
     type, and for an object the properties the branch fixes (`"type": {"const": "tool"}`)."""
+    schema = as_schema(schema)
     types = allowed_types(schema)
     if types is not None and json_type(value) not in types:
         return False
@@ -269,6 +285,7 @@ def body_cases(op: weft_api.Operation, base: Any, schema: dict[str, Any]) -> lis
         """`unions`: the paths of the `oneOf`s above, which an error may name instead.
         `union_types`: inside a `oneOf` branch, the types the whole union allows (a wrong type
         for one branch may be another branch's right one); None elsewhere."""
+        schema = as_schema(schema)
         here = dotted(tokens)
         names = unions + ((here,) if here else ())
         types = allowed_types(schema)
@@ -376,9 +393,12 @@ def base_query(op: weft_api.Operation) -> dict[str, Any]:
     return {p["name"]: p["example"] for p in op.parameters("query") if "example" in p}
 
 
-def base_body(op: weft_api.Operation) -> Any:
+def base_body(op: weft_api.Operation, pre: weft_api.Prerequisites) -> Any:
     schema = op.body_schema()
-    return None if schema is None else synth(schema)
+    if schema is None:
+        return None
+    given = pre.base_body(op)
+    return synth(schema) if given is None else given
 
 
 @dataclass
@@ -447,6 +467,32 @@ def send(http: requests.Session, op: weft_api.Operation, path: dict[str, str], q
     return Answer(resp.status_code, resp.text)
 
 
+# The HTTP statuses of the refusals a JSON-RPC route answers in a 200 (docs/a2a.md's table):
+# parse, request, method and params errors are 400s, no such task a 404, an internal error a 500;
+# A2A's other codes (-32002 … -32009: not cancelable, unsupported, …) are 400s.
+JSONRPC_STATUS = {-32700: 400, -32600: 400, -32601: 400, -32602: 400, -32001: 404, -32603: 500}
+
+
+def judged(op: weft_api.Operation, resp: Answer) -> Answer:
+    """`resp` as the suite judges it. On a JSON-RPC route a 200 carrying an `error` is the
+    refusal its code stands for, with that error as an error body; -32601 (no such method) names
+    `method` by its code. Every other answer is itself."""
+    if not op.answers_jsonrpc or resp.status_code != 200:
+        return resp
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp  # an SSE stream (SendStreamingMessage): an answer, not a refusal
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return resp
+    code = err.get("code")
+    a2a_code = isinstance(code, int) and -32099 <= code <= -32000
+    status = JSONRPC_STATUS.get(code, 400 if a2a_code else 500)
+    param = "method" if code == -32601 else None
+    return Answer(status, json.dumps({"error": {"message": err.get("message", ""), "param": param}}))
+
+
 def named(resp: Answer, names: tuple[str, ...]) -> bool:
     """Whether the error names one of `names`; for the body itself (no names), whether it is the
     parser's refusal of the whole body (no `param`), not a later check of one field."""
@@ -482,11 +528,12 @@ def test_nul_oversize_wrong_type(operation: weft_api.Operation, http, prereqs):
     prereqs.setup_agent()
     fresh_run: Callable[[], str | None] = (
         prereqs.parked_plan_run if op.method == "put" and op.path == "/v1/runs/{id}/plan"
+        else prereqs.parked_a2a_task if op.method == "post" and op.path == "/a2a/tasks/{id}:cancel"
         else prereqs.parked_run if changes_a_run(op) else (lambda: None)
     )
     path = weft_api.path_values(op, prereqs)
     query = base_query(op)
-    body = base_body(op)
+    body = base_body(op, prereqs)
 
     cases = []
     schema = op.body_schema()
@@ -498,13 +545,13 @@ def test_nul_oversize_wrong_type(operation: weft_api.Operation, http, prereqs):
     failures = []
     for case in cases:
         case_path = case.path or weft_api.path_values(op, prereqs, fresh_run())
-        resp = send(
+        resp = judged(op, send(
             http,
             op,
             case_path,
             query if case.query is None else case.query,
             body if case.where != "body" else case.body,
-        )
+        ))
         ok = resp.status_code in case.expect
         if ok and case.must_name and resp.status_code == 400:
             ok = named(resp, case.names)
@@ -512,7 +559,7 @@ def test_nul_oversize_wrong_type(operation: weft_api.Operation, http, prereqs):
             failures.append(f"  {case.label}: {resp.status_code} {resp.text[:300]}")
 
     # The base request last: it may change what it acts on (revoke the token, retire the agent).
-    base = send(http, op, weft_api.path_values(op, prereqs, fresh_run()), query, body)
+    base = judged(op, send(http, op, weft_api.path_values(op, prereqs, fresh_run()), query, body))
     base_ok = base.status_code < 500 and base.status_code not in (400, 413, 415, 422)
 
     sizes = weft_api.SIZES.setdefault("nul_pass", {"operations": 0, "cases": 0, "failed": 0, "by_operation": {}})

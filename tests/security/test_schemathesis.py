@@ -18,7 +18,11 @@ What is steered, and why (nothing is excluded):
   - U+0000 is not generated (`allow-x00 = false`): native routes refuse it by design with a 400
     naming the field, which test_nul_oversize_types.py checks field by field.
   - Path parameters are sometimes the real things the document's examples name (the agent, a
-    finished run, a parked interactive run, a disposable token), so operations get past 404.
+    finished run, a parked interactive run, a disposable token; an A2A task, finished or
+    waiting for input), so operations get past 404.
+  - A JSON-RPC route (`POST /a2a/rpc`) answers a request it refuses with a 200 carrying a
+    JSON-RPC `error`, as its document says and JSON-RPC clients need: for negative data that
+    is the refusal negative_data_rejection asks for; a `result` is not.
   - `DELETE /v1/tokens/{id}` never gets the id of a token that existed before the suite started
     (the admin token it runs with among them): revoking it would end the run, not test anything.
   - `GET /v1/runs/{id}/stream` only ever sees the finished run or ids that do not exist: a stream
@@ -55,13 +59,41 @@ SEED = int(os.environ.get("WEFT_SCHEMATHESIS_SEED", "20261123"))
 MAX_EXAMPLES = int(os.environ.get("WEFT_SCHEMATHESIS_EXAMPLES", "40"))
 REQUEST_TIMEOUT_SECS = 30
 
+# The operations that answer JSON-RPC (refusals in a 200 body), from the document.
+JSONRPC_PATHS = frozenset(
+    op.path for op in weft_api.operations(weft_api.fetch_document())
+    if op.method == "post" and op.answers_jsonrpc
+)
+
+
+def _jsonrpc_error(response) -> bool:
+    """Whether `response` is a 200 carrying one JSON-RPC error object (and no result)."""
+    if response.status_code != 200:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict) and "result" not in body
+
+
+def negative_data_rejection_jsonrpc(ctx, response, case):
+    """negative_data_rejection, where a JSON-RPC route's refusal is what JSON-RPC makes it: a
+    200 carrying an `error` object (the document says so; JSON-RPC clients read typed errors
+    only from those). Every other answer is judged by negative_data_rejection itself."""
+    op = case.operation
+    if op.method.lower() == "post" and op.path in JSONRPC_PATHS and _jsonrpc_error(response):
+        return None
+    return negative_data_rejection(ctx, response, case)
+
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
     response_headers_conformance,
-    negative_data_rejection,
+    negative_data_rejection_jsonrpc,
 ]
 
 # Real values for path parameters, filled by the `weft_schema` fixture before any generation.
@@ -104,6 +136,8 @@ def real_values(prereqs):
         parked_run=prereqs.parked_run(),
         token=prereqs.token_id,
         protected_tokens=frozenset(prereqs.protected_token_ids),
+        a2a_task=prereqs.a2a_task,
+        parked_a2a_task=prereqs.parked_a2a_task(),
     )
     weft_api.SIZES["schemathesis"] = {"seed": SEED, "max_examples_per_operation": MAX_EXAMPLES}
     return REAL
@@ -134,6 +168,11 @@ def flatmap_path_parameters(ctx, path_parameters):
         return st.sampled_from([path_parameters] + [{**real, "id": c} for c in choices])
     if "id" in real and op.path.startswith("/v1/tokens/"):
         real["id"] = REAL["token"]
+    if "id" in real and op.path.startswith("/a2a/tasks/"):
+        choices = [REAL["a2a_task"]]
+        if op.method.lower() == "post":
+            choices.append(REAL["parked_a2a_task"])
+        return st.sampled_from([path_parameters] + [{**real, "id": c} for c in choices])
     return st.sampled_from([path_parameters, real])
 
 

@@ -1,6 +1,7 @@
 """What both security suites share: the live `weft up` they run against, its OpenAPI document
 with `$ref`s resolved, and the prerequisites the document's examples name (an agent, runs, a
-token), created before any generated request is sent.
+token) or the A2A routes need (an agent offered over A2A, an A2A task), created before any
+generated request is sent.
 
 The deployment comes from the environment, as deploy/local/test.sh sets it:
   WEFT_URL    the gateway's base URL (http://127.0.0.1:PORT, no /v1)
@@ -107,6 +108,15 @@ class Operation:
     def body_required(self) -> bool:
         return bool(self.raw.get("requestBody", {}).get("required"))
 
+    @property
+    def answers_jsonrpc(self) -> bool:
+        """A JSON-RPC route (`POST /a2a/rpc`): its 200 is a JSON-RPC response, and it answers its
+        refusals in that 200 (an `error` object), as the document says and JSON-RPC clients
+        expect, not with a 4xx."""
+        ok = self.raw.get("responses", {}).get("200", {}).get("content", {}).get("application/json")
+        props = resolve(self.doc, ok["schema"]).get("properties", {}) if ok else {}
+        return {"jsonrpc", "error"} <= set(props)
+
 
 def operations(doc: dict[str, Any]) -> list[Operation]:
     out = []
@@ -129,6 +139,9 @@ class Prerequisites:
     finished_run: str = ""
     token_id: str = ""
     protected_token_ids: set[str] = field(default_factory=set)
+    # The examples' agent offered over A2A under its own name, and a finished A2A task of it.
+    a2a_agent: str = ""
+    a2a_task: str = ""
 
     def example(self, schema_name: str) -> Any:
         return copy.deepcopy(self.doc["components"]["schemas"][schema_name]["example"])
@@ -144,7 +157,54 @@ class Prerequisites:
         self.token_id = r.json()["id"]
         me = self.http.get(f"{url}/v1/tokens", timeout=30).json()["data"]
         self.protected_token_ids = {t["id"] for t in me if t["id"] != self.token_id}
+        self.setup_a2a()
         return self
+
+    def setup_a2a(self) -> None:
+        """The A2A routes' prerequisites, which the document's examples do not name: an agent
+        offered over A2A (AgentContent's example with `a2a.expose`, as `<agent>-a2a`: the
+        examples' agent itself is put back as its example before each operation) and a finished
+        task of it, started over A2A as a client would."""
+        self.a2a_agent = f"{self.agent}-a2a"
+        content = {**self.example("AgentContent"), "a2a": {"expose": True}}
+        r = self.http.put(f"{base_url()}/v1/agents/{self.a2a_agent}", json=content, timeout=30)
+        assert r.status_code in (200, 201), f"PUT /v1/agents/{self.a2a_agent}: {r.status_code} {r.text}"
+        r = self.http.post(f"{base_url()}/a2a/message:send", json=self.a2a_message(), timeout=RUN_SETTLE_SECS)
+        assert r.status_code == 200, f"POST /a2a/message:send: {r.status_code} {r.text}"
+        task = r.json()["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+        self.a2a_task = task["id"]
+
+    def a2a_message(self) -> dict[str, Any]:
+        """A `SendMessageRequest` starting a task of the A2A agent. Its message id is the run's
+        idempotency key, so sending it again is the same (finished) task, not a new run."""
+        return {"message": {"messageId": "weft-security-suite", "role": "ROLE_USER",
+                            "parts": [{"text": "Say hi"}], "metadata": {"skill": self.a2a_agent}}}
+
+    def a2a_rpc(self) -> dict[str, Any]:
+        """A JSON-RPC request answered with a result: `GetTask` of the finished A2A task."""
+        return {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": self.a2a_task}}
+
+    def base_body(self, op: Operation) -> Any:
+        """A valid body for an operation whose schema has no example to build one from (the A2A
+        bodies are the protocol's types, without weft examples); None for every other one."""
+        schema = op.raw.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+        name = schema.get("$ref", "").rsplit("/", 1)[-1]
+        if name == "SendMessageRequest":
+            return self.a2a_message()
+        if name == "JsonRpcRequest":
+            return self.a2a_rpc()
+        return None
+
+    def parked_a2a_task(self) -> str:
+        """A fresh A2A task waiting for input: a parked interactive run with an A2A context (a
+        task is a run whose metadata has one), for routes that change a task's state."""
+        r = self.http.post(f"{base_url()}/v1/runs", json={
+            "agent": self.agent, "interactive": True, "metadata": {"a2a_context_id": str(uuid.uuid4())},
+        }, timeout=30)
+        assert r.status_code == 201, f"POST /v1/runs: {r.status_code} {r.text}"
+        assert r.json()["status"] == "awaiting_input", r.text
+        return r.json()["run_id"]
 
     def setup_agent(self) -> None:
         """The agent the examples name (CreateRun's example runs it), as AgentContent's example
@@ -205,7 +265,8 @@ class Prerequisites:
 
 def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> dict[str, str]:
     """Real values for an operation's path parameters: the examples' agent, `run` (or the
-    finished run) for run routes, the disposable token, the document's example otherwise."""
+    finished run) for run routes, `run` (or the finished A2A task) for A2A task routes, the
+    disposable token, the document's example otherwise."""
     out = {}
     for p in op.parameters("path"):
         name = p["name"]
@@ -215,6 +276,8 @@ def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> di
             out[name] = run or pre.finished_run
         elif name == "id" and op.path.startswith("/v1/tokens/"):
             out[name] = pre.token_id
+        elif name == "id" and op.path.startswith("/a2a/tasks/"):
+            out[name] = run or pre.a2a_task
         elif "example" in p:
             out[name] = str(p["example"])
         else:
