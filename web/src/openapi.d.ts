@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * The caller's tenant's A2A agent card
-         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.
+         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Scope: runs:create or runs:read (it lists the tenant's agents).
          */
         get: {
             parameters: {
@@ -90,13 +90,22 @@ export interface paths {
                         "application/json": components["schemas"]["AgentCard"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token has neither runs:create nor runs:read */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -118,7 +127,7 @@ export interface paths {
         };
         /**
          * The caller's tenant's A2A agent card
-         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.
+         * @description Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Scope: runs:create or runs:read (it lists the tenant's agents).
          */
         get: {
             parameters: {
@@ -138,13 +147,22 @@ export interface paths {
                         "application/json": components["schemas"]["AgentCard"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
                         "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token has neither runs:create nor runs:read */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -189,7 +207,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["SendMessageResponse"];
+                        "application/a2a+json": components["schemas"]["SendMessageResponse"];
                     };
                 };
                 /** @description bad params, an unknown or unexposed skill, a file part, a message to a task that has ended */
@@ -198,10 +216,10 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -216,7 +234,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description no such task */
@@ -225,7 +243,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description body larger than gateway.max_body_bytes */
@@ -234,7 +252,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description the tenant is at its run cap (Retry-After) */
@@ -243,7 +261,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -280,13 +298,13 @@ export interface paths {
                 };
             };
             responses: {
-                /** @description the task's events */
+                /** @description the task's events: each `data` a stream response (`task`, `statusUpdate`, `artifactUpdate`), closed once the task ends or asks for input */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
-                        "text/event-stream": components["schemas"]["TaskEvents"];
+                        "text/event-stream": components["schemas"]["SseEvent"];
                     };
                 };
                 /** @description bad params, an unknown or unexposed skill, a file part, a message to a task that has ended */
@@ -295,10 +313,10 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -313,7 +331,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description no such task */
@@ -322,7 +340,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description body larger than gateway.max_body_bytes */
@@ -331,7 +349,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description the tenant is at its run cap (Retry-After) */
@@ -340,7 +358,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -384,10 +402,10 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["JsonRpcResponse"];
-                        "text/event-stream": components["schemas"]["TaskEvents"];
+                        "text/event-stream": components["schemas"]["SseEvent"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -444,7 +462,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["Task2"];
+                        "application/a2a+json": components["schemas"]["Task2"];
                     };
                 };
                 /** @description a bad query */
@@ -453,10 +471,10 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -471,7 +489,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description no such task (another tenant's included) */
@@ -480,7 +498,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -523,7 +541,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["Task2"];
+                        "application/a2a+json": components["schemas"]["Task2"];
                     };
                 };
                 /** @description the task has ended */
@@ -532,10 +550,10 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
-                /** @description missing, invalid, expired or revoked token */
+                /** @description missing, invalid, expired or revoked token (weft's native error shape) */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -550,7 +568,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
                 /** @description no such task */
@@ -559,7 +577,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["RestError"];
+                        "application/a2a+json": components["schemas"]["RestError"];
                     };
                 };
             };
@@ -17549,12 +17567,6 @@ export interface components {
             run_id: string;
             task: string;
         };
-        /**
-         * @description An SSE stream (`text/event-stream`): each `data:` a JSON-RPC response carrying a
-         *     [`StreamResponse`] (JSON-RPC binding) or the bare [`StreamResponse`] (REST binding), closed
-         *     after the task ends or asks for input.
-         */
-        TaskEvents: string;
         /**
          * @description Where a task is in its life.
          * @enum {string}

@@ -75,7 +75,7 @@ fn unsupported_media_type() -> Error {
     )
 }
 
-fn body_error(r: &axum::extract::rejection::BytesRejection) -> Error {
+pub(crate) fn body_error(r: &axum::extract::rejection::BytesRejection) -> Error {
     if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         Error::new(
             ErrorCode::PayloadTooLarge,

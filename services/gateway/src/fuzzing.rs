@@ -26,6 +26,13 @@ pub fn openai_responses(body: &[u8]) -> Result<ChatRequest, Error> {
     crate::responses::to_turn(r, &HeaderMap::new()).map(|t| t.chat)
 }
 
+/// `POST /a2a/rpc`: the JSON-RPC body decoded as the handler does before any call (envelope,
+/// id, method, params, a message's parts): the method and the run input (or the task id), or
+/// the JSON-RPC error answer.
+pub fn a2a_rpc(body: &[u8]) -> Result<(String, Option<String>), serde_json::Value> {
+    crate::a2a::fuzz_decode(body)
+}
+
 /// `POST /v1/llm/chat` (a native route: its extractor also refuses a NUL anywhere in the body).
 pub fn llm_chat(body: &[u8]) -> Result<ChatRequest, Error> {
     let r =

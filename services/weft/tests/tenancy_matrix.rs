@@ -338,19 +338,6 @@ fn card_check(who: Identity, body: &Value) -> Result<(), String> {
         .ok_or(format!("the card should be {want:?} (name, skills)"))
 }
 
-/// A2A: a REST route weft does not serve answers `UNSUPPORTED_OPERATION` to every token.
-fn unsupported_check(who: Identity, body: &Value) -> Result<(), String> {
-    if matches!(
-        who,
-        Identity::NoToken | Identity::UnknownToken | Identity::RevokedToken
-    ) {
-        return Ok(());
-    }
-    (body["error"]["details"][0]["reason"] == "UNSUPPORTED_OPERATION")
-        .then_some(())
-        .ok_or("not an UNSUPPORTED_OPERATION error".into())
-}
-
 /// The A2A message bodies: `text` to A's task (its run id), or a new task of the skill
 /// `skill` (A's exposed agent).
 fn a2a_message(id: &str, text: &str, task: Option<&str>, skill: Option<&str>) -> Value {
@@ -457,23 +444,6 @@ fn expectations() -> Vec<Entry> {
             OWN_DATA,
         )
         .check(card_check),
-        // ListTasks and the extended card over REST: unsupported (400) for any valid token.
-        entry(
-            get.clone(),
-            "/a2a/tasks",
-            AnyToken,
-            A2a,
-            [401, 401, 401, 400, 400, 400],
-        )
-        .check(unsupported_check),
-        entry(
-            get.clone(),
-            "/a2a/extendedAgentCard",
-            AnyToken,
-            A2a,
-            [401, 401, 401, 400, 400, 400],
-        )
-        .check(unsupported_check),
         // JSON-RPC: after the bearer check every refusal is a 200 with an error body, checked
         // per identity: the scope refusal is -32603 carrying weft's `permission_denied`; B and
         // bob get -32001 (no such task), the same as about a ghost.

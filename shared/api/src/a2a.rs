@@ -145,7 +145,7 @@ pub enum Role {
 
 /// One turn of the conversation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct Message {
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,7 +160,7 @@ pub struct Message {
 
 /// A piece of content: exactly one of `text`, `raw` (base64), `url` or `data`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct Part {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
@@ -323,7 +323,7 @@ pub enum StreamResponse {
 /// The params of `SendMessage` and `SendStreamingMessage` (the body of `message:send` and
 /// `message:stream`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct SendMessageRequest {
     pub message: Message,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -335,7 +335,7 @@ pub struct SendMessageRequest {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct SendMessageConfiguration {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepted_output_modes: Vec<String>,
@@ -348,7 +348,7 @@ pub struct SendMessageConfiguration {
 
 /// The params of `GetTask` (and the query of `GET tasks/{id}`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct GetTaskRequest {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -359,7 +359,7 @@ pub struct GetTaskRequest {
 
 /// The params of `CancelTask`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct CancelTaskRequest {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,6 +367,16 @@ pub struct CancelTaskRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
 }
+
+// A request is read only from a JSON object (serde's derive also takes an array of the fields).
+crate::objects_only!(
+    Message,
+    Part,
+    SendMessageRequest,
+    SendMessageConfiguration,
+    GetTaskRequest,
+    CancelTaskRequest
+);
 
 /// The JSON-RPC methods of A2A v1.0.
 pub mod method {
@@ -532,14 +542,10 @@ pub struct RestErrorBody {
     pub details: Vec<Value>,
 }
 
-/// An SSE stream (`text/event-stream`): each `data:` a JSON-RPC response carrying a
-/// [`StreamResponse`] (JSON-RPC binding) or the bare [`StreamResponse`] (REST binding), closed
-/// after the task ends or asks for input.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct TaskEvents(pub String);
+const UNAUTHORIZED: &str = "missing, invalid, expired or revoked token (weft's native error shape)";
 
-const UNAUTHORIZED: &str = "missing, invalid, expired or revoked token";
+/// The media type of the REST binding's answers.
+pub const A2A_JSON: &str = "application/a2a+json";
 
 /// The A2A peer definition routes and the A2A server's routes.
 pub fn ops() -> Vec<Op> {
@@ -553,7 +559,8 @@ pub fn ops() -> Vec<Op> {
     let a2a = |op: Op| op.tag("a2a").security(Security::Bearer);
     let card = |path| {
         a2a(Op::get(path, "The caller's tenant's A2A agent card"))
-            .describe("Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Any valid token.")
+            .describe("Its exposed agents (`a2a.expose`) as skills, the JSON-RPC and REST interfaces and a bearer security scheme (docs/a2a.md). Scope: runs:create or runs:read (it lists the tenant's agents).")
+            .answer_in::<RestError>(403, A2A_JSON, "the token has neither runs:create nor runs:read")
             .ok::<AgentCard>("the card")
             .error(401, UNAUTHORIZED)
     };
@@ -564,47 +571,47 @@ pub fn ops() -> Vec<Op> {
             .describe("One JSON-RPC 2.0 request. Errors are answered in a 200 body with the A2A error code (docs/a2a.md). Scopes: runs:create to send or cancel, runs:read to get.")
             .body::<JsonRpcRequest>()
             .ok::<JsonRpcResponse>("the result or the error, with the request's id; SendStreamingMessage answers with an SSE stream of responses")
-            .or_in::<TaskEvents>("text/event-stream")
+            .or_in::<crate::common::SseEvent>("text/event-stream")
             .error(401, UNAUTHORIZED)
             .error(413, "body larger than gateway.max_body_bytes"),
         a2a(Op::post("/a2a/message:send", "A2A REST: send a message"))
             .describe("Starts a task (a run of the skill in `message.metadata.skill`) or continues the one `message.taskId` names. Answers when the task ends or asks for input, or at once with `configuration.returnImmediately`. Scope: runs:create.")
             .body::<SendMessageRequest>()
-            .ok::<SendMessageResponse>("the task")
-            .answer::<RestError>(400, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
+            .answer_in::<SendMessageResponse>(200, A2A_JSON, "the task")
+            .answer_in::<RestError>(400, A2A_JSON, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
             .error(401, UNAUTHORIZED)
-            .answer::<RestError>(403, "the token lacks runs:create")
-            .answer::<RestError>(404, "no such task")
-            .answer::<RestError>(413, "body larger than gateway.max_body_bytes")
-            .answer::<RestError>(429, "the tenant is at its run cap (Retry-After)"),
+            .answer_in::<RestError>(403, A2A_JSON, "the token lacks runs:create")
+            .answer_in::<RestError>(404, A2A_JSON, "no such task")
+            .answer_in::<RestError>(413, A2A_JSON, "body larger than gateway.max_body_bytes")
+            .answer_in::<RestError>(429, A2A_JSON, "the tenant is at its run cap (Retry-After)"),
         a2a(Op::post("/a2a/message:stream", "A2A REST: send a message and stream the task"))
             .describe("As message:send, answered with an SSE stream: the task, its status and artifact updates, closed when it ends or asks for input. Scope: runs:create.")
             .body::<SendMessageRequest>()
-            .answer_in::<TaskEvents>(200, "text/event-stream", "the task's events")
-            .answer::<RestError>(400, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
+            .answer_in::<crate::common::SseEvent>(200, "text/event-stream", "the task's events: each `data` a stream response (`task`, `statusUpdate`, `artifactUpdate`), closed once the task ends or asks for input")
+            .answer_in::<RestError>(400, A2A_JSON, "bad params, an unknown or unexposed skill, a file part, a message to a task that has ended")
             .error(401, UNAUTHORIZED)
-            .answer::<RestError>(403, "the token lacks runs:create")
-            .answer::<RestError>(404, "no such task")
-            .answer::<RestError>(413, "body larger than gateway.max_body_bytes")
-            .answer::<RestError>(429, "the tenant is at its run cap (Retry-After)"),
+            .answer_in::<RestError>(403, A2A_JSON, "the token lacks runs:create")
+            .answer_in::<RestError>(404, A2A_JSON, "no such task")
+            .answer_in::<RestError>(413, A2A_JSON, "body larger than gateway.max_body_bytes")
+            .answer_in::<RestError>(429, A2A_JSON, "the tenant is at its run cap (Retry-After)"),
         a2a(Op::get("/a2a/tasks/{id}", "A2A REST: get a task"))
             .describe("The task's status, history and artifacts. Scope: runs:read.")
             .path::<String>("id", None)
             .query::<i32>("historyLength", Some("the last n history entries; 0 = none; unset = all"), None)
-            .ok::<Task>("the task")
-            .answer::<RestError>(400, "a bad query")
+            .answer_in::<Task>(200, A2A_JSON, "the task")
+            .answer_in::<RestError>(400, A2A_JSON, "a bad query")
             .error(401, UNAUTHORIZED)
-            .answer::<RestError>(403, "the token lacks runs:read")
-            .answer::<RestError>(404, "no such task (another tenant's included)"),
+            .answer_in::<RestError>(403, A2A_JSON, "the token lacks runs:read")
+            .answer_in::<RestError>(404, A2A_JSON, "no such task (another tenant's included)"),
         a2a(Op::post("/a2a/tasks/{id}:cancel", "A2A REST: cancel a task"))
             .describe("Cancels the task's run and answers the task once it has ended. Scope: runs:create (and runs:read).")
             .path::<String>("id", None)
             .optional_body("ignored (the SDKs send `{\"id\"}` or nothing)")
-            .ok::<Task>("the task, cancelled")
-            .answer::<RestError>(400, "the task has ended")
+            .answer_in::<Task>(200, A2A_JSON, "the task, cancelled")
+            .answer_in::<RestError>(400, A2A_JSON, "the task has ended")
             .error(401, UNAUTHORIZED)
-            .answer::<RestError>(403, "the token lacks runs:create")
-            .answer::<RestError>(404, "no such task"),
+            .answer_in::<RestError>(403, A2A_JSON, "the token lacks runs:create")
+            .answer_in::<RestError>(404, A2A_JSON, "no such task"),
     ]);
     ops
 }

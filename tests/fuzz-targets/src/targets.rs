@@ -2,6 +2,7 @@
 //! input to `<name>::run`, and `tests/replay.rs` runs every committed seed and corpus input through
 //! the same function in the ordinary test build.
 
+pub mod a2a_rpc;
 pub mod auth_jwt;
 pub mod auth_token;
 pub mod chat_anthropic;
@@ -24,6 +25,7 @@ pub type Body = fn(&[u8]);
 
 /// Every target by its cargo-fuzz name.
 pub const ALL: &[(&str, Body)] = &[
+    ("a2a_rpc", a2a_rpc::run),
     ("auth_jwt", auth_jwt::run),
     ("auth_token", auth_token::run),
     ("chat_anthropic", chat_anthropic::run),

@@ -70,6 +70,7 @@ macro_rules! replay {
 }
 
 replay!(
+    a2a_rpc,
     auth_jwt,
     auth_token,
     chat_anthropic,

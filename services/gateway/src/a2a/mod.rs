@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -64,13 +65,14 @@ pub fn routes(st: &AppState, api: axum::Router, max_body: usize) -> axum::Router
         .route("/a2a/rpc", post(rpc))
         .route("/a2a/message:send", post(rest_send))
         .route("/a2a/message:stream", post(rest_stream))
-        .route("/a2a/tasks", get(rest_unsupported))
         .route("/a2a/tasks/{id}", get(rest_get).post(rest_action))
-        .route("/a2a/extendedAgentCard", get(rest_unsupported))
         .route_layer(axum::middleware::from_fn_with_state(
             auth,
             BearerAuth::middleware,
         ))
+        // After the bearer check's layer, so that an unknown method is a 405 in weft's shape
+        // before any token is looked at, as on every other route.
+        .method_not_allowed_fallback(crate::method_not_allowed)
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn(crate::settle_body))
@@ -185,46 +187,27 @@ fn check_version(headers: &HeaderMap) -> Result<(), Fail> {
 
 /// `POST /a2a/rpc`: one JSON-RPC 2.0 request. Errors are answered in a 200 body, as the SDK
 /// servers do (their clients read typed errors only from those).
-async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response {
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            let f = Fail::new(A2aError::Parse, format!("the body is not JSON: {e}"));
-            return rpc_error(&Value::Null, &f);
-        }
+async fn rpc(
+    State(a2a): State<A2a>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return render(&crate::extract::body_error(&r), Shape::Native),
     };
-    let id = match v.get("id") {
-        None => Value::Null,
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
-        Some(_) => {
-            let f = Fail::new(
-                A2aError::InvalidRequest,
-                "`id` must be a string, a number or null",
-            );
-            return rpc_error(&Value::Null, &f);
-        }
-    };
-    let req = match envelope(v) {
-        Ok(r) => r,
+    let (id, call) = decode(&body);
+    let call = match call.and_then(|c| check_version(&headers).map(|()| c)) {
+        Ok(c) => c,
         Err(f) => return rpc_error(&id, &f),
     };
-    if let Err(f) = check_version(&headers) {
-        return rpc_error(&id, &f);
-    }
     let caller = match Caller::new(&a2a.api, &headers) {
         Ok(c) => c,
         Err(f) => return rpc_error(&id, &f),
     };
-    let answer = match req.method.as_str() {
-        method::SEND_MESSAGE => match params::<SendMessageRequest>(req.params) {
-            Ok(p) => caller.send(p).await,
-            Err(f) => Err(f),
-        },
-        method::SEND_STREAMING_MESSAGE => {
-            let p = match params::<SendMessageRequest>(req.params) {
-                Ok(p) => p,
-                Err(f) => return rpc_error(&id, &f),
-            };
+    let answer = match call {
+        Call::Send(p) => caller.send(p).await,
+        Call::Stream(p) => {
             return match caller.stream(p).await {
                 Ok(events) => sse(events.map(move |ev| match ev {
                     Ok(ev) => Event::default().data(rpc_result(&id, &ev).to_string()),
@@ -235,30 +218,90 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Bytes) -> Respons
                 Err(f) => rpc_error(&id, &f),
             };
         }
-        method::GET_TASK => match params::<GetTaskRequest>(req.params) {
-            Ok(p) => caller.get(&p.id, p.history_length).await.map(to_value),
-            Err(f) => Err(f),
-        },
-        method::CANCEL_TASK => match params::<CancelTaskRequest>(req.params) {
-            Ok(p) => caller.cancel(&p.id).await.map(to_value),
-            Err(f) => Err(f),
-        },
-        "ListTasks" | "SubscribeToTask" | "GetExtendedAgentCard" => Err(unsupported(&req.method)),
-        m if m.contains("PushNotificationConfig") => Err(Fail::new(
-            A2aError::PushNotificationNotSupported,
-            "weft does not send push notifications; stream the task (SendStreamingMessage) or poll GetTask",
-        )),
-        m => Err(Fail::new(
-            A2aError::MethodNotFound,
-            format!(
-                "no method `{m}`; weft serves SendMessage, SendStreamingMessage, GetTask and CancelTask (A2A {})",
-                wire::PROTOCOL_VERSION
-            ),
-        )),
+        Call::Get(p) => caller.get(&p.id, p.history_length).await.map(to_value),
+        Call::Cancel(p) => caller.cancel(&p.id).await.map(to_value),
     };
     match answer {
         Ok(result) => axum::Json(rpc_result(&id, &result)).into_response(),
         Err(f) => rpc_error(&id, &f),
+    }
+}
+
+/// A JSON-RPC call weft serves, decoded.
+enum Call {
+    Send(SendMessageRequest),
+    Stream(SendMessageRequest),
+    Get(GetTaskRequest),
+    Cancel(CancelTaskRequest),
+}
+
+/// One JSON-RPC body: the id to answer with (null until it is read) and the call, or the error
+/// to answer: not JSON, a bad envelope, an unknown or unserved method, bad params (for a message,
+/// its parts too). No I/O.
+fn decode(body: &[u8]) -> (Value, Result<Call, Fail>) {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            let f = Fail::new(A2aError::Parse, format!("the body is not JSON: {e}"));
+            return (Value::Null, Err(f));
+        }
+    };
+    let id = match v.get("id") {
+        None => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        Some(_) => {
+            let f = Fail::new(
+                A2aError::InvalidRequest,
+                "`id` must be a string, a number or null",
+            );
+            return (Value::Null, Err(f));
+        }
+    };
+    let call = envelope(v).and_then(|req| {
+        let message = |p: Value| {
+            let p = params::<SendMessageRequest>(p)?;
+            task::input_text(&p.message)?;
+            Ok(p)
+        };
+        match req.method.as_str() {
+            method::SEND_MESSAGE => message(req.params).map(Call::Send),
+            method::SEND_STREAMING_MESSAGE => message(req.params).map(Call::Stream),
+            method::GET_TASK => params(req.params).map(Call::Get),
+            method::CANCEL_TASK => params(req.params).map(Call::Cancel),
+            "ListTasks" | "SubscribeToTask" | "GetExtendedAgentCard" => {
+                Err(unsupported(&req.method))
+            }
+            m if m.contains("PushNotificationConfig") => Err(Fail::new(
+                A2aError::PushNotificationNotSupported,
+                "weft does not send push notifications; stream the task (SendStreamingMessage) or poll GetTask",
+            )),
+            m => Err(Fail::new(
+                A2aError::MethodNotFound,
+                format!(
+                    "no method `{m}`; weft serves SendMessage, SendStreamingMessage, GetTask and CancelTask (A2A {})",
+                    wire::PROTOCOL_VERSION
+                ),
+            )),
+        }
+    });
+    (id, call)
+}
+
+/// [`decode`] for the fuzz target: the method and input text of a call, or the JSON-RPC error
+/// answer.
+pub(crate) fn fuzz_decode(body: &[u8]) -> Result<(String, Option<String>), Value> {
+    match decode(body) {
+        (_, Ok(Call::Send(p))) => Ok((
+            method::SEND_MESSAGE.into(),
+            task::input_text(&p.message).ok(),
+        )),
+        (_, Ok(Call::Stream(p))) => Ok((
+            method::SEND_STREAMING_MESSAGE.into(),
+            task::input_text(&p.message).ok(),
+        )),
+        (_, Ok(Call::Get(p))) => Ok((method::GET_TASK.into(), Some(p.id))),
+        (_, Ok(Call::Cancel(p))) => Ok((method::CANCEL_TASK.into(), Some(p.id))),
+        (id, Err(f)) => Err(rpc_error_body(&id, &f)),
     }
 }
 
@@ -295,6 +338,8 @@ fn envelope(v: Value) -> Result<Envelope, Fail> {
     })
 }
 
+/// `v` read as `T`: an object, without a NUL anywhere (weft stores what it is given), every
+/// error naming the field by its path (`message.parts[0].text`).
 fn params<T: DeserializeOwned>(v: Value) -> Result<T, Fail> {
     if !v.is_object() {
         return Err(Fail::new(
@@ -302,8 +347,16 @@ fn params<T: DeserializeOwned>(v: Value) -> Result<T, Fail> {
             "`params` must be an object",
         ));
     }
-    serde_json::from_value(v)
-        .map_err(|e| Fail::new(A2aError::InvalidParams, format!("bad params: {e}")))
+    if let Some(path) = weft_core::storable::nul_path(&v) {
+        return Err(Fail::new(
+            A2aError::InvalidParams,
+            weft_core::storable::nul_error(&path).message,
+        ));
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        Fail::new(A2aError::InvalidParams, format!("`{path}`: {}", e.inner()))
+    })
 }
 
 fn to_value<T: serde::Serialize>(t: T) -> Value {
@@ -353,18 +406,27 @@ fn rest_json<T: serde::Serialize>(t: &T) -> Response {
 }
 
 /// The body of a REST request, read as `T`.
-fn rest_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Fail> {
-    let v: Value = serde_json::from_slice(body)
+fn rest_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Fail> {
+    let body = body.map_err(|r| {
+        let e = crate::extract::body_error(&r);
+        Fail::with_status(A2aError::InvalidRequest, e.message, r.status())
+    })?;
+    let v: Value = serde_json::from_slice(&body)
         .map_err(|e| Fail::new(A2aError::Parse, format!("the body is not JSON: {e}")))?;
     params(v)
 }
 
 /// `POST /a2a/message:send`.
-async fn rest_send(State(a2a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response {
+async fn rest_send(
+    State(a2a): State<A2a>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let go = async {
         check_version(&headers)?;
+        let req = rest_body(body)?;
         let caller = Caller::new(&a2a.api, &headers)?;
-        caller.send(rest_body(&body)?).await
+        caller.send(req).await
     };
     match go.await {
         Ok(v) => rest_json(&v),
@@ -373,11 +435,16 @@ async fn rest_send(State(a2a): State<A2a>, headers: HeaderMap, body: Bytes) -> R
 }
 
 /// `POST /a2a/message:stream`: SSE of bare stream responses.
-async fn rest_stream(State(a2a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response {
+async fn rest_stream(
+    State(a2a): State<A2a>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let go = async {
         check_version(&headers)?;
+        let req = rest_body(body)?;
         let caller = Caller::new(&a2a.api, &headers)?;
-        caller.stream(rest_body(&body)?).await
+        caller.stream(req).await
     };
     match go.await {
         Ok(events) => sse(events.map(|ev: Result<StreamResponse, Fail>| match ev {
@@ -405,8 +472,12 @@ async fn rest_get(
 ) -> Response {
     let go = async {
         check_version(&headers)?;
-        let Query(q) =
-            query.map_err(|e| Fail::new(A2aError::InvalidParams, format!("bad query: {e}")))?;
+        let Query(q) = query.map_err(|e| {
+            Fail::new(
+                A2aError::InvalidParams,
+                format!("`historyLength` must be an integer (the last n history entries): {e}"),
+            )
+        })?;
         let caller = Caller::new(&a2a.api, &headers)?;
         caller.get(&id, q.history_length).await
     };
@@ -441,10 +512,6 @@ async fn rest_action(
         Ok(t) => rest_json(&t),
         Err(f) => f.rest(),
     }
-}
-
-async fn rest_unsupported(uri: axum::http::Uri) -> Response {
-    unsupported(uri.path()).rest()
 }
 
 #[cfg(test)]

@@ -62,6 +62,19 @@ impl Fail {
         }
     }
 
+    /// An error the REST binding answers with `status` (weft's own, more precise than the A2A
+    /// error's).
+    pub(super) fn with_status(
+        kind: A2aError,
+        message: impl Into<String>,
+        status: StatusCode,
+    ) -> Self {
+        Self {
+            http: Some(status),
+            ..Self::new(kind, message)
+        }
+    }
+
     fn internal(message: impl Into<String>) -> Self {
         Self::new(A2aError::Internal, message)
     }
@@ -192,10 +205,20 @@ pub(super) struct Caller {
     bearer: String,
 }
 
-/// A path segment of an id; one that cannot be (`.`, `..`) names nothing.
+/// Longest id (of a task, or a skill's agent name) looked up.
+const MAX_LOOKUP_CHARS: usize = 200;
+
+/// A path segment of an id; one that cannot be (`.`, `..`), or is too long to be one, names
+/// nothing.
 fn seg(id: &str, missing: A2aError) -> Result<String, Fail> {
     if id.is_empty() {
         return Err(Fail::new(missing, "the id is empty"));
+    }
+    if id.chars().count() > MAX_LOOKUP_CHARS {
+        return Err(Fail::new(
+            missing,
+            format!("no such id: ids are at most {MAX_LOOKUP_CHARS} characters"),
+        ));
     }
     weft_mcp_face::seg(id).map_err(|e| Fail::new(missing, e))
 }
@@ -344,6 +367,10 @@ impl Caller {
             .flatten()
             .find_map(|m| m.get("skill"));
         match named {
+            Some(Value::String(s)) if s.chars().count() > 64 => Err(Fail::new(
+                A2aError::InvalidParams,
+                "`metadata.skill` is longer than 64 characters; give the id of a skill on the agent card",
+            )),
             Some(Value::String(s)) => match self.exposed_agent(s).await? {
                 Some(e) => Ok(e.name),
                 None => Err(Fail::new(
@@ -663,7 +690,7 @@ fn context_of(run: &Value) -> Option<String> {
 
 /// The text a message gives a run: its text parts, and its data parts as JSON, joined by
 /// blank lines. Files (`raw`, `url`) are refused: runs take text.
-fn input_text(m: &Message) -> Result<String, Fail> {
+pub(super) fn input_text(m: &Message) -> Result<String, Fail> {
     let mut out = Vec::new();
     for (i, p) in m.parts.iter().enumerate() {
         if p.contents() != 1 {
