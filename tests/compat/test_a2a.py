@@ -418,7 +418,7 @@ def test_a_weft_agent_calls_a_peer_as_a_tool(root_url, tenant_token, peer):
     asked = results["a2a__echo__ask"]["content"]
     assert "which colour?" in asked and "task_id" in asked, asked
     # The credential reached the peer, and its value never reaches the transcript.
-    assert results["a2a__echo__whoami"]["content"] == "you sent Bearer [redacted]"
+    assert results["a2a__echo__whoami"]["content"] == "you sent Bearer [redacted: credential peer]"
     assert PEER_SECRET not in json.dumps(events)
     blocked = results["a2a__blocked__x"]
     assert blocked["is_error"] and "refused" in blocked["content"], blocked

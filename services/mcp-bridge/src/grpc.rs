@@ -161,57 +161,7 @@ fn tool_info(t: &Tool, credentials: &BTreeMap<String, String>) -> v1::McpToolInf
     }
 }
 
-/// Replaces every credential value in `text` by a marker naming it: longest first (so a secret
-/// that extends another is not left half-replaced), and also as it appears JSON-escaped (inside
-/// a non-text block or structured content rendered as JSON).
-pub fn redact(text: &str, credentials: &BTreeMap<String, String>) -> String {
-    let mut secrets: Vec<(&String, &String)> =
-        credentials.iter().filter(|(_, v)| !v.is_empty()).collect();
-    secrets.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
-    let mut out = text.to_owned();
-    for (name, secret) in secrets {
-        let marker = format!("[redacted: credential {name}]");
-        let escaped = serde_json::to_string(secret.as_str()).unwrap_or_default();
-        let escaped = escaped.trim_matches('"');
-        for form in [secret.as_str(), escaped] {
-            if !form.is_empty() && out.contains(form) {
-                out = out.replace(form, &marker);
-            }
-        }
-    }
-    out
-}
-
-/// [`redact`] over every string and object key of a JSON value, so the value stays valid JSON
-/// whatever the credential holds.
-pub fn redact_value(v: &mut serde_json::Value, credentials: &BTreeMap<String, String>) {
-    use serde_json::Value;
-    match v {
-        Value::String(s) => {
-            let r = redact(s, credentials);
-            if r != *s {
-                *s = r;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|i| redact_value(i, credentials)),
-        Value::Object(map) => {
-            let entries = std::mem::take(map);
-            for (k, mut item) in entries {
-                redact_value(&mut item, credentials);
-                map.insert(redact(&k, credentials), item);
-            }
-        }
-        // A number that spells a credential (`"default": 12345678`) becomes the marker.
-        Value::Number(n) => {
-            let text = n.to_string();
-            let r = redact(&text, credentials);
-            if r != text {
-                *v = Value::String(r);
-            }
-        }
-        Value::Null | Value::Bool(_) => {}
-    }
-}
+pub use weft_core::mcp::{redact, redact_value};
 
 /// Whether `text` holds a credential value (as it is, or JSON-escaped).
 fn holds_credential(text: &str, credentials: &BTreeMap<String, String>) -> bool {

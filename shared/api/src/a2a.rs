@@ -232,6 +232,21 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// The wire name (`TASK_STATE_COMPLETED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unspecified => "TASK_STATE_UNSPECIFIED",
+            Self::Submitted => "TASK_STATE_SUBMITTED",
+            Self::Working => "TASK_STATE_WORKING",
+            Self::Completed => "TASK_STATE_COMPLETED",
+            Self::Failed => "TASK_STATE_FAILED",
+            Self::Canceled => "TASK_STATE_CANCELED",
+            Self::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            Self::Rejected => "TASK_STATE_REJECTED",
+            Self::AuthRequired => "TASK_STATE_AUTH_REQUIRED",
+        }
+    }
+
     /// Completed, failed, canceled or rejected: nothing more will happen.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -713,6 +728,13 @@ mod tests {
         };
         assert!(t.status.state.is_terminal() && !t.status.state.is_interrupted());
         assert!(serde_json::from_value::<TaskState>(json!("completed")).is_err());
+        for s in [
+            TaskState::Unspecified,
+            TaskState::InputRequired,
+            TaskState::AuthRequired,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), json!(s.as_str()));
+        }
         let req: SendMessageRequest = serde_json::from_value(json!({
             "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
             "configuration": {}

@@ -70,37 +70,14 @@ impl A2aPeerContent {
             &["accept", "content-type", "a2a-version"],
             "weft's A2A client",
         )?;
-        if self.skills.len() > limits::SKILLS {
-            return Err(bad(
-                "skills",
-                format!(
-                    "`skills` has {} entries; at most {}",
-                    self.skills.len(),
-                    limits::SKILLS
-                ),
-            ));
-        }
-        for (i, s) in self.skills.iter().enumerate() {
-            if !is_skill_pattern(s) {
-                return Err(bad(
-                    format!("skills[{i}]"),
-                    format!(
-                        "`skills[{i}]` is `{s}`; name a skill of the peer by its id (`triage`) or a glob (`triage_*`): 1-128 characters of A-Z, a-z, 0-9, '_', '-' and '*'"
-                    ),
-                ));
-            }
-        }
-        if let Some(t) = self.timeout_ms
-            && !(1..=limits::TIMEOUT_MS).contains(&t)
-        {
-            return Err(bad(
-                "timeout_ms",
-                format!(
-                    "`timeout_ms` must be between 1 and {}, got {t}",
-                    limits::TIMEOUT_MS
-                ),
-            ));
-        }
+        crate::mcp::check_patterns(
+            "skills",
+            &self.skills,
+            limits::SKILLS,
+            |b| matches!(b, b'_' | b'-' | b'*'),
+            "name a skill of the peer by its id (`triage`) or a glob (`triage_*`): 1-128 characters of A-Z, a-z, 0-9, '_', '-' and '*'",
+        )?;
+        crate::mcp::check_timeout_ms(self.timeout_ms, limits::TIMEOUT_MS)?;
         crate::storable::refuse_nul(self)?;
         Ok(())
     }
@@ -109,13 +86,6 @@ impl A2aPeerContent {
     pub fn offers(&self, id: &str) -> bool {
         self.skills.is_empty() || self.skills.iter().any(|p| crate::mcp::glob_matches(p, id))
     }
-}
-
-fn is_skill_pattern(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'*'))
 }
 
 /// A peer skill's id as the part of a tool name (`[A-Za-z0-9_-]`, at most 64 characters): kept

@@ -67,6 +67,58 @@ pub struct McpServerContent {
     pub timeout_ms: Option<u32>,
 }
 
+/// Replaces every credential value in `text` by a marker naming it: longest first (so a secret
+/// that extends another is not left half-replaced), and also as it appears JSON-escaped (inside
+/// a non-text block or structured content rendered as JSON).
+pub fn redact(text: &str, credentials: &BTreeMap<String, String>) -> String {
+    let mut secrets: Vec<(&String, &String)> =
+        credentials.iter().filter(|(_, v)| !v.is_empty()).collect();
+    secrets.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+    let mut out = text.to_owned();
+    for (name, secret) in secrets {
+        let marker = format!("[redacted: credential {name}]");
+        let escaped = serde_json::to_string(secret.as_str()).unwrap_or_default();
+        let escaped = escaped.trim_matches('"');
+        for form in [secret.as_str(), escaped] {
+            if !form.is_empty() && out.contains(form) {
+                out = out.replace(form, &marker);
+            }
+        }
+    }
+    out
+}
+
+/// [`redact`] over every string and object key of a JSON value, so the value stays valid JSON
+/// whatever the credential holds.
+pub fn redact_value(v: &mut serde_json::Value, credentials: &BTreeMap<String, String>) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            let r = redact(s, credentials);
+            if r != *s {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| redact_value(i, credentials)),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (k, mut item) in entries {
+                redact_value(&mut item, credentials);
+                map.insert(redact(&k, credentials), item);
+            }
+        }
+        // A number that spells a credential (`"default": 12345678`) becomes the marker.
+        Value::Number(n) => {
+            let text = n.to_string();
+            let r = redact(&text, credentials);
+            if r != text {
+                *v = Value::String(r);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
+    }
+}
+
 /// The credential names a header value references, in order (`${run.credentials.<name>}`), or
 /// an error naming the first malformed reference.
 pub fn credential_refs(value: &str) -> Result<Vec<&str>, String> {
@@ -158,6 +210,46 @@ pub fn glob_matches(pattern: &str, tool: &str) -> bool {
 
 fn bad(param: impl Into<String>, message: impl Into<String>) -> Error {
     Error::invalid(message).with_param(param)
+}
+
+/// `items` (of `field`): at most `max` names or globs of 1-128 bytes, each ASCII alphanumeric or
+/// `extra`; `hint` says what to write instead.
+pub(crate) fn check_patterns(
+    field: &str,
+    items: &[String],
+    max: usize,
+    extra: fn(u8) -> bool,
+    hint: &str,
+) -> Result<(), Error> {
+    if items.len() > max {
+        return Err(bad(
+            field,
+            format!("`{field}` has {} entries; at most {max}", items.len()),
+        ));
+    }
+    for (i, t) in items.iter().enumerate() {
+        let ok = !t.is_empty()
+            && t.len() <= 128
+            && t.bytes().all(|b| b.is_ascii_alphanumeric() || extra(b));
+        if !ok {
+            return Err(bad(
+                format!("{field}[{i}]"),
+                format!("`{field}[{i}]` is `{t}`; {hint}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `timeout_ms`, when set: 1 to `max`.
+pub(crate) fn check_timeout_ms(value: Option<u32>, max: u32) -> Result<(), Error> {
+    match value {
+        Some(t) if !(1..=max).contains(&t) => Err(bad(
+            "timeout_ms",
+            format!("`timeout_ms` must be between 1 and {max}, got {t}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `field` as an http:// or https:// URL with a host that the client will parse, at most
@@ -269,42 +361,14 @@ impl McpServerContent {
             McpTransport::Http => self.validate_http()?,
             McpTransport::Stdio => self.validate_stdio()?,
         }
-        if self.tools.len() > limits::TOOLS {
-            return Err(bad(
-                "tools",
-                format!(
-                    "`tools` has {} entries; at most {}",
-                    self.tools.len(),
-                    limits::TOOLS
-                ),
-            ));
-        }
-        for (i, t) in self.tools.iter().enumerate() {
-            let ok = !t.is_empty()
-                && t.len() <= 128
-                && t.bytes().all(|b| {
-                    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*' | b'/')
-                });
-            if !ok {
-                return Err(bad(
-                    format!("tools[{i}]"),
-                    format!(
-                        "`tools[{i}]` is `{t}`; name a tool of the server (`get_issue`) or a glob (`get_*`)"
-                    ),
-                ));
-            }
-        }
-        if let Some(t) = self.timeout_ms
-            && !(1..=limits::TIMEOUT_MS).contains(&t)
-        {
-            return Err(bad(
-                "timeout_ms",
-                format!(
-                    "`timeout_ms` must be between 1 and {}, got {t}",
-                    limits::TIMEOUT_MS
-                ),
-            ));
-        }
+        check_patterns(
+            "tools",
+            &self.tools,
+            limits::TOOLS,
+            |b| matches!(b, b'_' | b'-' | b'.' | b'*' | b'/'),
+            "name a tool of the server (`get_issue`) or a glob (`get_*`)",
+        )?;
+        check_timeout_ms(self.timeout_ms, limits::TIMEOUT_MS)?;
         // A NUL anywhere (as for agents and skills; a definition from the config file does
         // not pass the gateway's check).
         crate::storable::refuse_nul(self)?;

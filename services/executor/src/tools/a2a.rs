@@ -35,18 +35,22 @@ use weft_api::a2a::{
 use weft_config::ExecutorConfig;
 use weft_core::a2a_peer::{self, A2aPeerContent, TOOL_PREFIX, split_tool, tool_part};
 use weft_core::def::DefContent as _;
-use weft_core::mcp::{glob_matches, substitute_credentials};
+use weft_core::mcp::{glob_matches, redact, substitute_credentials};
 use weft_core::message::ToolSpec;
 use weft_core::run::{PeerUpdate, RunEvent};
 use weft_proto::v1;
 
-use super::http::{AddressPolicy, HttpToolError, guarded_resolver_over};
+use super::http::{AddressPolicy, HttpToolError, guarded_client};
 use super::{Abort, RunHost, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput};
 
 /// The longest fetching a peer's card may take.
 const CARD_DEADLINE: Duration = Duration::from_secs(30);
-/// The largest card or unary answer read.
+/// The largest card, unary answer or whole stream read from a peer.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// `peer_update` events kept of one call (the first ones, and the last).
+const MAX_UPDATES: usize = 200;
+/// Characters of one `peer_update`'s text kept.
+const MAX_UPDATE_CHARS: usize = 4096;
 /// The longest result text handed to the model (the whole answer stays in `peer_update`s up to
 /// this too).
 const MAX_RESULT_CHARS: usize = 64 * 1024;
@@ -61,18 +65,7 @@ pub struct A2aClient {
 impl A2aClient {
     pub fn new(cfg: &ExecutorConfig) -> Result<Self, HttpToolError> {
         let addresses = Arc::new(AddressPolicy::new(&cfg.http_private_exempt)?);
-        let client = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
-            .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(guarded_resolver_over(
-                Arc::clone(&addresses),
-                Arc::new(super::http::SystemLookup),
-            ))
-            .build()?;
+        let client = guarded_client(&addresses, Arc::new(super::http::SystemLookup))?;
         Ok(Self { client, addresses })
     }
 
@@ -209,10 +202,13 @@ pub(crate) async fn mount(run: &dyn RunHost, out: &mut super::Mount) {
         }
         return;
     };
+    let credentials = run.credentials().await;
     for peer in peers {
-        match mount_peer(run, &client, peer).await {
+        match mount_peer(run, &client, peer, &credentials).await {
             Ok(tools) => out.tools.extend(tools),
             Err(why) => {
+                // A peer's error page may echo the headers it was sent.
+                let why = redact(&why, &credentials);
                 tracing::warn!(peer = %peer, error = %why, "A2A peer could not be mounted");
                 out.failed.insert(failure_key(peer), why);
             }
@@ -224,6 +220,7 @@ async fn mount_peer(
     run: &dyn RunHost,
     client: &A2aClient,
     peer: &str,
+    credentials: &BTreeMap<String, String>,
 ) -> Result<Vec<Arc<dyn Tool>>, String> {
     let msg = v1::GetDefRequest {
         kind: v1::DefKind::A2aPeer.into(),
@@ -246,8 +243,7 @@ async fn mount_peer(
         })?
         .into_inner();
     let content = A2aPeerContent::from_json_str(&v.content_json).map_err(|e| e.message)?;
-    let credentials = run.credentials().await;
-    let headers = headers_of(&content, &credentials)?;
+    let headers = headers_of(&content, credentials)?;
     let card = client.card(&content.card_url, &headers).await?;
     let (url, jsonrpc) = interface(&card).ok_or_else(|| {
         format!(
@@ -255,6 +251,13 @@ async fn mount_peer(
             content.card_url
         )
     })?;
+    // The definition's headers (credentials) go only where its author pointed them.
+    if !same_origin(&url, &content.card_url) {
+        return Err(format!(
+            "the agent card at {} names an interface on another origin ({url}); weft sends the peer's headers only to the card's origin: point card_url at a card served there",
+            content.card_url
+        ));
+    }
     let peer_ref = Arc::new(Peer {
         name: peer.to_owned(),
         url,
@@ -275,7 +278,7 @@ async fn mount_peer(
         {
             continue;
         }
-        let name = format!("{TOOL_PREFIX}{peer}__{part}");
+        let name = tool_name(peer, &part, &skill.id);
         let mut description = format!(
             "Ask the A2A agent `{}` (peer `{peer}`{}) to do its skill `{}`: {}",
             card.name,
@@ -314,6 +317,31 @@ async fn mount_peer(
         }));
     }
     Ok(tools)
+}
+
+/// Whether `a` and `b` are URLs of one origin (scheme, host and port).
+fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
+/// Longest tool name providers take (OpenAI's and Anthropic's limit).
+const MAX_TOOL_NAME: usize = 64;
+
+/// `a2a__<peer>__<part>`, cut to [`MAX_TOOL_NAME`] where it is longer: the part shortened and
+/// ended with 8 hex digits of the skill id's hash, so two long ids stay apart.
+fn tool_name(peer: &str, part: &str, id: &str) -> String {
+    let name = format!("{TOOL_PREFIX}{peer}__{part}");
+    if name.len() <= MAX_TOOL_NAME {
+        return name;
+    }
+    let hash = weft_core::agent::sha256_ref(id);
+    let tag = hash.trim_start_matches("sha256:").get(..8).unwrap_or("0");
+    let room = MAX_TOOL_NAME.saturating_sub(TOOL_PREFIX.len() + peer.len() + 2 + 1 + tag.len());
+    let kept: String = part.chars().take(room.max(1)).collect();
+    format!("{TOOL_PREFIX}{peer}__{kept}_{tag}")
 }
 
 /// The card's interface weft calls: the first JSON-RPC one of version 1.x, else the first
@@ -356,16 +384,6 @@ fn headers_of(
         out.insert(n, v);
     }
     Ok(out)
-}
-
-/// `text` with every credential value replaced by `[redacted]`.
-fn redact(mut text: String, credentials: &BTreeMap<String, String>) -> String {
-    for secret in credentials.values().filter(|s| s.len() >= 4) {
-        if text.contains(secret.as_str()) {
-            text = text.replace(secret.as_str(), "[redacted]");
-        }
-    }
-    text
 }
 
 impl Tool for A2aTool {
@@ -432,7 +450,7 @@ impl Tool for A2aTool {
                 ctx.emit(RunEvent::PeerUpdate(PeerUpdate {
                     tool_use_id: ctx.tool_use_id().to_owned(),
                     peer: self.peer.name.clone(),
-                    text: redact(ev.text, &credentials),
+                    text: redact(&ev.text, &credentials),
                     ..ev
                 }));
             }
@@ -450,7 +468,7 @@ impl Tool for A2aTool {
                 Ok(Ok(())) => seen.outcome(&self.peer.name),
             };
             Ok(ToolOutput {
-                text: redact(out.text, &credentials),
+                text: redact(&out.text, &credentials),
                 is_error: out.is_error,
             }
             .into())
@@ -468,11 +486,8 @@ struct Seen {
     updates: Vec<PeerUpdate>,
 }
 
-fn state_name(s: TaskState) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
+fn state_name(s: TaskState) -> &'static str {
+    s.as_str()
 }
 
 fn parts_text(parts: &[wire::Part]) -> String {
@@ -501,6 +516,19 @@ impl Seen {
         }
     }
 
+    /// Keeps `u` as a `peer_update`: its text cut to [`MAX_UPDATE_CHARS`], and past
+    /// [`MAX_UPDATES`] only the newest in the last place (the end state stays visible).
+    fn update(&mut self, mut u: PeerUpdate) {
+        if u.text.chars().count() > MAX_UPDATE_CHARS {
+            u.text = u.text.chars().take(MAX_UPDATE_CHARS).collect();
+            u.text.push_str(" [cut]");
+        }
+        if self.updates.len() >= MAX_UPDATES {
+            self.updates.pop();
+        }
+        self.updates.push(u);
+    }
+
     /// Takes one event of the answer.
     fn on(&mut self, ev: StreamResponse) {
         match ev {
@@ -518,9 +546,9 @@ impl Seen {
                     .as_ref()
                     .map(|m| parts_text(&m.parts))
                     .unwrap_or_default();
-                self.updates.push(PeerUpdate {
+                self.update(PeerUpdate {
                     task_id: s.task_id.clone(),
-                    state: state_name(s.status.state),
+                    state: state_name(s.status.state).into(),
                     text,
                     ..PeerUpdate::default()
                 });
@@ -533,7 +561,7 @@ impl Seen {
             }
             StreamResponse::ArtifactUpdate(a) => {
                 let text = parts_text(&a.artifact.parts);
-                self.updates.push(PeerUpdate {
+                self.update(PeerUpdate {
                     task_id: a.task_id.clone(),
                     state: "artifact".into(),
                     text: text.clone(),
@@ -671,7 +699,20 @@ impl A2aTool {
                 .map_err(|e| format!("{url} answered with something that is not JSON: {e}"))?;
             return take_result(v, p.jsonrpc, seen);
         }
-        let mut events = resp.bytes_stream().eventsource();
+        // At most MAX_ANSWER_BYTES of stream in all: a peer cannot grow this call's memory
+        // (nor the transcript) without bound.
+        let mut read = 0usize;
+        let bytes = resp.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(|e| root(&e))?;
+            read += chunk.len();
+            if read > MAX_ANSWER_BYTES {
+                return Err(format!(
+                    "the peer streamed more than {MAX_ANSWER_BYTES} bytes"
+                ));
+            }
+            Ok(chunk)
+        });
+        let mut events = bytes.eventsource();
         while let Some(ev) = events.next().await {
             let ev = ev.map_err(|e| format!("the stream from {url} broke: {e}"))?;
             if ev.data.trim().is_empty() {

@@ -101,6 +101,25 @@ pub struct HttpTool {
     max_bytes: usize,
 }
 
+/// The client of outbound calls under the egress guard (the `HTTP` tool's, the A2A tools'):
+/// every name resolved through `lookup` and refused when any of its addresses is non-public under
+/// `addresses`; no proxy, no redirects followed (the caller follows them, checking each hop), no
+/// referer.
+pub(crate) fn guarded_client(
+    addresses: &Arc<AddressPolicy>,
+    lookup: Arc<dyn Lookup>,
+) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .tls_backend_rustls()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(guarded_resolver_over(Arc::clone(addresses), lookup))
+        .build()
+}
+
 /// One validated call.
 #[derive(Debug)]
 struct HttpRequest {
@@ -123,15 +142,7 @@ impl HttpTool {
         lookup: Arc<dyn Lookup>,
     ) -> Result<Self, HttpToolError> {
         let addresses = Arc::new(AddressPolicy::new(&cfg.http_private_exempt)?);
-        let client = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
-            .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(guarded_resolver_over(Arc::clone(&addresses), lookup))
-            .build()?;
+        let client = guarded_client(&addresses, lookup)?;
         Ok(Self {
             client,
             addresses,

@@ -100,7 +100,13 @@ async fn card(
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or("127.0.0.1");
-            format!("http://{host}")
+            // Behind a TLS-terminating proxy, as the UI's session cookie reads it.
+            let https = headers
+                .get("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
+            format!("{}://{host}", if https { "https" } else { "http" })
         }
     };
     let skills = agents

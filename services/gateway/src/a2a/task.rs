@@ -551,11 +551,12 @@ impl Caller {
                     "/v1/runs/{id}/interrupts/{}",
                     seg(iid, A2aError::TaskNotFound)?
                 );
+                // A 404 here is an interruption answered meanwhile (by a racing message).
                 self.json(
                     Method::POST,
                     path,
                     Some(json!({"answer": text})),
-                    A2aError::TaskNotFound,
+                    A2aError::UnsupportedOperation,
                 )
                 .await?
             }
@@ -738,11 +739,8 @@ fn state_of(run: &Value) -> TaskState {
     }
 }
 
-fn state_name(s: TaskState) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
+fn state_name(s: TaskState) -> &'static str {
+    s.as_str()
 }
 
 fn now() -> String {

@@ -57,8 +57,8 @@ fn credentials_fill_headers_and_are_redacted() {
     let e = headers_of(&content, &BTreeMap::new()).unwrap_err();
     assert!(e.contains("credential `k`"), "{e}");
     assert_eq!(
-        redact("echo: s3cret-value!".into(), &creds),
-        "echo: [redacted]!"
+        redact("echo: s3cret-value!", &creds),
+        "echo: [redacted: credential k]!"
     );
 }
 
@@ -157,4 +157,58 @@ fn ip_literals_are_checked_against_the_address_policy() {
             .check("http://127.0.0.1:9/card")
             .is_ok()
     );
+}
+
+#[test]
+fn long_tool_names_fit_providers_and_stay_apart() {
+    assert_eq!(tool_name("echo", "echo", "echo"), "a2a__echo__echo");
+    let peer = "p".repeat(40);
+    let a = tool_name(&peer, &"s".repeat(60), "a");
+    let b = tool_name(&peer, &"s".repeat(60), "b");
+    assert!(
+        a.len() <= MAX_TOOL_NAME && b.len() <= MAX_TOOL_NAME,
+        "{a} {b}"
+    );
+    assert_ne!(a, b);
+    assert_eq!(split_tool(&a).map(|(p, _)| p), Some(peer.as_str()));
+}
+
+#[test]
+fn headers_go_only_to_the_cards_origin() {
+    assert!(same_origin(
+        "https://p.example/a2a/rpc",
+        "https://p.example/.well-known/agent-card.json"
+    ));
+    assert!(!same_origin(
+        "https://evil.example/rpc",
+        "https://p.example/card"
+    ));
+    assert!(!same_origin(
+        "http://p.example/rpc",
+        "https://p.example/card"
+    ));
+    assert!(!same_origin(
+        "https://p.example:8443/rpc",
+        "https://p.example/card"
+    ));
+}
+
+#[test]
+fn updates_are_bounded() {
+    let mut s = Seen::default();
+    for i in 0..(MAX_UPDATES + 50) {
+        s.update(PeerUpdate {
+            text: format!("{i}{}", "x".repeat(MAX_UPDATE_CHARS + 10)),
+            ..PeerUpdate::default()
+        });
+    }
+    assert_eq!(s.updates.len(), MAX_UPDATES);
+    assert!(
+        s.updates
+            .last()
+            .unwrap()
+            .text
+            .starts_with(&(MAX_UPDATES + 49).to_string())
+    );
+    assert!(s.updates[0].text.ends_with(" [cut]"));
 }

@@ -19,7 +19,7 @@ fn states(evs: &[StreamResponse]) -> Vec<String> {
     evs.iter()
         .map(|e| match e {
             StreamResponse::Task(t) => format!("task:{}", state_name(t.status.state)),
-            StreamResponse::StatusUpdate(s) => state_name(s.status.state),
+            StreamResponse::StatusUpdate(s) => state_name(s.status.state).to_owned(),
             StreamResponse::ArtifactUpdate(a) => format!(
                 "artifact:{}",
                 a.artifact.parts[0].text.clone().unwrap_or_default()
