@@ -14,6 +14,7 @@ export const KINDS = [
   { kind: 'schedules', title: 'Schedules', one: 'schedule' },
   { kind: 'webhooks', title: 'Webhooks', one: 'webhook' },
   { kind: 'processes', title: 'Processes', one: 'process' },
+  { kind: 'a2a-peers', title: 'A2A peers', one: 'A2A peer' },
 ] as const;
 type Kind = (typeof KINDS)[number]['kind'];
 
@@ -24,7 +25,8 @@ type DefContent =
   | Schemas['McpServerContent']
   | Schemas['ScheduleContent']
   | Schemas['WebhookContent']
-  | Schemas['ProcessContent'];
+  | Schemas['ProcessContent']
+  | Schemas['A2aPeerContent'];
 
 /** A version of a definition of any kind (`content` is the kind's). */
 type Version =
@@ -33,7 +35,8 @@ type Version =
   | Schemas['McpServerVersion']
   | Schemas['ScheduleVersion']
   | Schemas['WebhookVersion']
-  | Schemas['ProcessVersion'];
+  | Schemas['ProcessVersion']
+  | Schemas['A2aPeerVersion'];
 
 function kindOf(k: string | undefined): (typeof KINDS)[number] {
   return KINDS.find((x) => x.kind === k) ?? KINDS[0];
