@@ -169,6 +169,18 @@ impl<O: Write, E: Write> Render<O, E> {
                     Style::Dim,
                 );
             }
+            RunEvent::PeerUpdate(u) => {
+                let state = u.state.strip_prefix("TASK_STATE_").unwrap_or(&u.state);
+                self.line(
+                    &format!(
+                        "  ⇄ {} {}: {}",
+                        fold(&u.peer, FOLD),
+                        state.to_ascii_lowercase(),
+                        fold(&u.text, FOLD)
+                    ),
+                    Style::Dim,
+                );
+            }
             RunEvent::Error(e) => {
                 self.line(
                     &format!(
@@ -345,6 +357,20 @@ mod tests {
             ("assistant_message", message("echo: hi")),
         ];
         assert_eq!(render(Inputs::Hide, &cut).0, "echo: hi\n");
+    }
+
+    #[test]
+    fn a_peers_progress_is_one_dim_line() {
+        let (out, err) = render(
+            Inputs::Hide,
+            &[(
+                "peer_update",
+                json!({"tool_use_id": "c1", "peer": "echo", "task_id": "t",
+                       "state": "TASK_STATE_WORKING", "text": "working on\necho"}),
+            )],
+        );
+        assert_eq!(out, "");
+        assert!(err.contains("⇄ echo working: working on"), "{err:?}");
     }
 
     #[test]
