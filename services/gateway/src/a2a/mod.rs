@@ -422,6 +422,17 @@ fn rest_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
     params(v)
 }
 
+/// A REST message's caller and request, once the version and the body are checked.
+fn rest_message(
+    a2a: &A2a,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Caller, SendMessageRequest), Fail> {
+    check_version(headers)?;
+    let req = rest_body(body)?;
+    Ok((Caller::new(&a2a.api, headers)?, req))
+}
+
 /// `POST /a2a/message:send`.
 async fn rest_send(
     State(a2a): State<A2a>,
@@ -429,9 +440,7 @@ async fn rest_send(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let go = async {
-        check_version(&headers)?;
-        let req = rest_body(body)?;
-        let caller = Caller::new(&a2a.api, &headers)?;
+        let (caller, req) = rest_message(&a2a, &headers, body)?;
         caller.send(req).await
     };
     match go.await {
@@ -447,9 +456,7 @@ async fn rest_stream(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let go = async {
-        check_version(&headers)?;
-        let req = rest_body(body)?;
-        let caller = Caller::new(&a2a.api, &headers)?;
+        let (caller, req) = rest_message(&a2a, &headers, body)?;
         caller.stream(req).await
     };
     match go.await {
