@@ -249,11 +249,7 @@ impl Caller {
             .call(method, path, self.bearer.clone(), body)
             .await
             .map_err(|e| Fail::internal(format!("calling the run API failed: {e}")))?;
-        let mut bytes = Vec::new();
-        let mut chunks = r.body;
-        while let Some(c) = chunks.next().await {
-            bytes.extend_from_slice(&c.map_err(Fail::internal)?);
-        }
+        let bytes = body_of(r.body).await?;
         if !(200..300).contains(&r.status) {
             return Err(Fail::of_rest(r.status, &r.headers, &bytes, missing));
         }
@@ -279,11 +275,7 @@ impl Caller {
             .await
             .map_err(|e| Fail::internal(format!("calling the run API failed: {e}")))?;
         if !(200..300).contains(&r.status) {
-            let mut bytes = Vec::new();
-            let mut chunks = r.body;
-            while let Some(Ok(c)) = chunks.next().await {
-                bytes.extend_from_slice(&c);
-            }
+            let bytes = body_of(r.body).await.unwrap_or_default();
             return Err(Fail::of_rest(
                 r.status,
                 &r.headers,
@@ -672,6 +664,17 @@ impl Caller {
         let _ = tokio::time::timeout(CANCEL_WAIT, ended).await;
         self.get(id, None).await
     }
+}
+
+/// A whole answer body of the API router.
+async fn body_of(
+    mut chunks: futures::stream::BoxStream<'static, Result<bytes::Bytes, String>>,
+) -> Result<Vec<u8>, Fail> {
+    let mut bytes = Vec::new();
+    while let Some(c) = chunks.next().await {
+        bytes.extend_from_slice(&c.map_err(Fail::internal)?);
+    }
+    Ok(bytes)
 }
 
 fn str_of(v: &Value, k: &str) -> String {
