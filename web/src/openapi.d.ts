@@ -4087,6 +4087,756 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the hooks of your tenant (retired ones included)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description hooks by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummaryList"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Whether a hash is a version of a hook definition of your tenant
+         * @description Scope: runs:create, runs:read, tenant:admin or admin. Answers 200 with known=false for an unknown hash.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["VerifyDef"];
+                };
+            };
+            responses: {
+                /** @description the answer */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["VerifyDefResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The active version of a hook definition, or ?version= (hash or number)
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description `sha256:<hex>` or a version number
+                     * @example 1
+                     */
+                    version?: string;
+                };
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["HookVersion"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such hook (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        /**
+         * Put a hook definition: a new version when the content changed
+         * @description Scope: tenant:admin or admin. The body is the content fields: `phase`, `agents`, `tools` and `url` are required. `secret_env` names the environment variable on the executors holding the signing secret, in the tenant's namespace `WEFT_HOOK_<TENANT>__<NAME>` under the operator's executor.hook_secret_env_prefix (any other name is a 400); the secret itself is never stored. `warnings` says when the URL names an address the egress guard refuses unless the operator exempts it (loopback, private, link-local such as 169.254.169.254). The same content returns the existing version (200, created=false) and makes it active; new content becomes the next version (201) with the previously active version as parent. A new or changed hook applies to tool calls made once the executors' cache of the tenant's hooks is refreshed (executor.hooks_cache_ms).
+         */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["HookContent"];
+                };
+            };
+            responses: {
+                /** @description the content already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutHookResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutHookResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{name}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Point a hook definition at one of its versions (and un-retire it)
+         * @description Scope: tenant:admin or admin
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ActivateDef"];
+                };
+            };
+            responses: {
+                /** @description the hook */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such hook (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{name}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new version derived from another with changes merged
+         * @description Scope: tenant:admin or admin. `changes` is merged as a JSON merge patch (RFC 7386) over `from_version` (default: the active version). `from_version` may be a version of another hook of your tenant, which starts a new name. The new version becomes active; its parent is the source.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ForkDef"];
+                };
+            };
+            responses: {
+                /** @description the result already was a version */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutHookResult"];
+                    };
+                };
+                /** @description a new version */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PutHookResult"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such hook (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body larger than gateway.max_body_bytes */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description body is not JSON */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{name}/retire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retire a hook (it stays readable; tool calls stop calling it)
+         * @description Scope: tenant:admin or admin. No body. Idempotent.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the hook */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DefSummary"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such hook (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every version of a hook definition, oldest first
+         * @description Scope: runs:create, runs:read, tenant:admin or admin
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example policy */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description versions by number */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["HookVersionList"];
+                    };
+                };
+                /** @description invalid request: the message and `param` name the field */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope this route needs */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such hook (or version) in your tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the substrate or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/llm/chat": {
         parameters: {
             query?: never;
@@ -15659,6 +16409,11 @@ export interface components {
         EvaluationList: {
             data: components["schemas"]["EvaluationAggregate"][];
         };
+        /**
+         * @description What a call that gets no usable answer (receiver down, timeout, non-2xx, unreadable
+         *     answer) decides.
+         */
+        FailMode: "open" | "closed";
         /** @description What one change (or a diff) did to one file. */
         FileChange: {
             /** @description null where the file does not exist after */
@@ -15713,6 +16468,82 @@ export interface components {
         Health: {
             /** @constant */
             status: "ok";
+        };
+        /**
+         * @description A hook definition's content (hashed into its version).
+         * @example {
+         *       "agents": [
+         *         "*"
+         *       ],
+         *       "description": "Refuse HTTP calls to hosts the compliance list does not know",
+         *       "fail_mode": "closed",
+         *       "phase": "pre",
+         *       "secret_env": "WEFT_HOOK_DEFAULT__POLICY",
+         *       "timeout_ms": 2000,
+         *       "tools": [
+         *         "HTTP",
+         *         "mcp__github__*"
+         *       ],
+         *       "url": "https://policy.example.com/weft/pre"
+         *     }
+         */
+        HookContent: {
+            /** @description the agents whose runs it applies to, by name, or `*` for every agent */
+            agents: string[];
+            /**
+             * @description what the hook is for, shown in listings
+             * @default
+             */
+            description?: string;
+            /**
+             * @description what a call without a usable answer decides; default `closed` (deny)
+             * @default closed
+             */
+            fail_mode?: components["schemas"]["FailMode"];
+            /** @description `pre`: called before the tool runs; `post`: after */
+            phase: components["schemas"]["HookPhase"];
+            /**
+             * @description the name of the environment variable (on every executor) holding the Standard Webhooks signing secret (`whsec_` + base64); it must lie in the tenant's namespace `<executor.hook_secret_env_prefix><TENANT>__<NAME>`, e.g. `WEFT_HOOK_ACME__POLICY`. Unset: calls are not signed
+             * @default null
+             */
+            secret_env?: string | null;
+            /**
+             * Format: uint32
+             * @description how long one call may take, in milliseconds; unset = 5000
+             * @default null
+             */
+            timeout_ms?: number | null;
+            /** @description the tools it applies to: exact names (`HTTP`, `mcp__github__create_issue`) or a prefix followed by `*` (`mcp__github__*`; `*` alone: every tool) */
+            tools: string[];
+            /** @description where weft POSTs each call (http or https; dialled through the executor's egress guard, so a private, loopback or link-local address is refused unless the operator exempts it) */
+            url: string;
+        };
+        /** @description When a hook is called. */
+        HookPhase: "pre" | "post";
+        HookVersion: {
+            /** @description whether the name points to this version */
+            active: boolean;
+            content: components["schemas"]["HookContent"];
+            /** Format: date-time */
+            created_at: string;
+            name: string;
+            number: number;
+            parent_version?: string | null;
+            /** @description whether the name is retired */
+            retired: boolean;
+            /** @description sha256:<hex> of the canonical JSON of content */
+            version: string;
+            /** @description what the definition points at that is not there yet (an agent not defined, a secret variable not set on this gateway): saved all the same, but deliveries or fires fail until it is. On a PUT and on a GET of the active version */
+            warnings?: string[];
+        };
+        /** @description One page of a list: every item (lists of definitions have one page). */
+        HookVersionList: {
+            data: components["schemas"]["HookVersion"][];
+            /**
+             * @description where the next page starts (null: this is the last page; lists without pages always answer null)
+             * @default null
+             */
+            next_cursor?: string | number | null;
         };
         HttpAuthSecurityScheme: {
             bearerFormat?: string | null;
@@ -16823,6 +17654,9 @@ export interface components {
             ttl_seconds?: number | null;
         };
         PutChannelResult: components["schemas"]["Channel"] & {
+            created: boolean;
+        };
+        PutHookResult: components["schemas"]["HookVersion"] & {
             created: boolean;
         };
         PutMcpServerResult: components["schemas"]["McpServerVersion"] & {

@@ -12,11 +12,13 @@
 //! Module layout: `dispatch` (a dispatch message → lease + heartbeat), `sweep` (runs nothing
 //! works on, dispatched again or ended), `driver` (the run loop
 //! around [`machine`]), `turn` (one model turn), `orchestrate` (tool calls: default-deny and the
-//! ledger rules), `subruns` (the `Agent` tool's children) and [`tools`] (the [`tools::Tool`]
-//! trait, the registry, one file per tool).
+//! ledger rules), `hooks` (the tenant's tool-use hooks around each call), `subruns` (the
+//! `Agent` tool's children) and [`tools`] (the [`tools::Tool`] trait, the registry, one file
+//! per tool).
 
 mod dispatch;
 mod driver;
+mod hooks;
 pub mod machine;
 mod orchestrate;
 mod plan;
@@ -91,6 +93,8 @@ pub(crate) struct Inner {
     pub owner: String,
     /// The tools this executor hosts.
     pub tools: tools::Registry,
+    /// The tenants' tool-use hooks and their client.
+    pub hooks: hooks::Hooks,
     held: Mutex<HashMap<RunId, Held>>,
     /// Agent definitions by content hash: immutable, so cached forever.
     defs: Mutex<HashMap<String, Arc<AgentContent>>>,
@@ -191,6 +195,8 @@ impl Executor {
         let coord = Coord::new(config.redis.url.expose(), &config.redis.prefix)?;
         let tools = tools::Registry::builtin(&config.executor, &config.volumes)
             .map_err(|e| ExecutorError::Config(e.to_string()))?;
+        let hooks = hooks::Hooks::new(&config.executor)
+            .map_err(|e| ExecutorError::Config(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 writer: StepWriter::spawn(RunStore::new(pool.clone()), STEP_WRITERS),
@@ -207,6 +213,7 @@ impl Executor {
                 tenant_max_runs: config.gateway.tenant_max_concurrent_runs,
                 owner: format!("executor-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
                 tools,
+                hooks,
                 held: Mutex::new(HashMap::new()),
                 defs: Mutex::new(HashMap::new()),
                 hub: LiveHub::new(),

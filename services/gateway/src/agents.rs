@@ -88,6 +88,14 @@ impl DefRoute for A2aPeers {
     const PATH: &'static str = "/v1/a2a-peers";
 }
 
+/// `/v1/hooks`.
+pub struct Hooks;
+
+impl DefRoute for Hooks {
+    const KIND: v1::DefKind = v1::DefKind::Hook;
+    const PATH: &'static str = "/v1/hooks";
+}
+
 /// The routes of one kind.
 fn def_routes<K: DefRoute>() -> axum::Router<AppState> {
     let at = |tail: &str| format!("{}{tail}", K::PATH);
@@ -111,6 +119,7 @@ pub fn routes() -> axum::Router<AppState> {
         .merge(def_routes::<Webhooks>())
         .merge(def_routes::<Processes>())
         .merge(def_routes::<A2aPeers>())
+        .merge(def_routes::<Hooks>())
 }
 
 /// A version as answered; its content is passed on as the substrate stored it.
@@ -132,7 +141,7 @@ fn version(v: v1::AgentVersion) -> DefVersion {
     }
 }
 
-/// A put's answer; `warnings` for the kinds that have them (webhooks, schedules).
+/// A put's answer; `warnings` for the kinds that have them (webhooks, schedules, hooks).
 fn put_answer(r: v1::PutAgentResponse, warnings: Option<Vec<String>>) -> Response {
     let status = if r.created {
         StatusCode::CREATED
@@ -194,12 +203,49 @@ pub async fn put_handler<K: DefRoute>(
         .await
         .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
-    let warnings = if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
+    let warnings = if has_warnings::<K>() {
         Some(warnings::<K>(&st, &p, &body).await)
     } else {
         None
     };
     Ok(put_answer(r, warnings))
+}
+
+/// Whether puts and gets of the kind answer with `warnings`.
+fn has_warnings<K: DefRoute>() -> bool {
+    matches!(
+        K::KIND,
+        v1::DefKind::Webhook | v1::DefKind::Schedule | v1::DefKind::Hook
+    )
+}
+
+/// What a hook's URL names that the executors' egress guard refuses unless the operator
+/// exempts it (`executor.http_private_exempt`): an IP literal of a non-public range (loopback,
+/// private, link-local such as the cloud metadata address 169.254.169.254), or `localhost`.
+/// The gateway does not know the executors' exemptions, so this is a warning, not a 400; the
+/// call itself is refused at the executor.
+fn hook_warnings(content: &Value) -> Vec<String> {
+    let Some(url) = content.get("url").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let Ok(u) = url.parse::<Uri>() else {
+        return Vec::new();
+    };
+    let host = u.host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let class = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => weft_egress::non_public_class(ip.to_canonical()),
+        Err(_) => {
+            let h = host.trim_end_matches('.').to_ascii_lowercase();
+            (h == "localhost" || h.ends_with(".localhost")).then_some("loopback")
+        }
+    };
+    match class {
+        Some(class) => vec![format!(
+            "`url` names a {class} address ({host}): the executors refuse to call it unless the operator exempts it in executor.http_private_exempt, so every call of this hook fails and its fail_mode decides"
+        )],
+        None => Vec::new(),
+    }
 }
 
 /// What a webhook or schedule definition points at that is not there yet: an agent not
@@ -209,6 +255,9 @@ pub async fn put_handler<K: DefRoute>(
 /// in the caller's own namespace (the substrate refused any other), so this tells nothing of
 /// the operator's environment beyond it.
 async fn warnings<K: DefRoute>(st: &AppState, p: &Principal, content: &Value) -> Vec<String> {
+    if K::KIND == v1::DefKind::Hook {
+        return hook_warnings(content);
+    }
     let mut out = Vec::new();
     if let Some(agent) = content.get("agent").and_then(Value::as_str) {
         let req = st.internal(
@@ -289,7 +338,7 @@ pub async fn get_handler<K: DefRoute>(
         .await
         .map_err(ApiError::native)?;
     let mut body = version(v);
-    if body.active && matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) {
+    if body.active && has_warnings::<K>() {
         body.warnings = Some(warnings::<K>(&st, &p, &body.content).await);
     }
     Ok(Json(body).into_response())
@@ -377,7 +426,7 @@ pub async fn fork_handler<K: DefRoute>(
         .map_err(ApiError::native)?;
     changed::<K>(&st, &p, &name);
     let warnings = match &r.version {
-        Some(v) if matches!(K::KIND, v1::DefKind::Webhook | v1::DefKind::Schedule) => {
+        Some(v) if has_warnings::<K>() => {
             let content = serde_json::from_str::<Value>(&v.content_json).unwrap_or(Value::Null);
             Some(warnings::<K>(&st, &p, &content).await)
         }

@@ -203,6 +203,18 @@ pub async fn list(
         .map_err(db("listing definitions"))
 }
 
+/// The active version of every name of `kind` that is not retired, oldest name first.
+pub async fn list_active(
+    store: &DefStore,
+    kind: DefKind,
+    tenant: &TenantId,
+) -> Result<Vec<VersionRecord>, Error> {
+    store
+        .active_all(kind, tenant)
+        .await
+        .map_err(db("listing definitions"))
+}
+
 /// Every version of `name`, oldest first.
 pub async fn list_versions(
     store: &DefStore,

@@ -13,6 +13,7 @@ use weft_auth::rpc::accept;
 use weft_core::a2a_peer::A2aPeerContent;
 use weft_core::agent::AgentContent;
 use weft_core::def::{DefContent, DefKind};
+use weft_core::hook::HookContent;
 use weft_core::mcp::McpServerContent;
 use weft_core::process::ProcessContent;
 use weft_core::rfc3339;
@@ -35,6 +36,8 @@ pub struct SubstrateService {
     /// `ingress.secret_env_prefix`: a webhook's `secret_env` must lie in its tenant's
     /// namespace under it.
     webhook_secret_prefix: String,
+    /// `executor.hook_secret_env_prefix`: the same for a hook's `secret_env`.
+    hook_secret_prefix: String,
 }
 
 impl SubstrateService {
@@ -43,7 +46,15 @@ impl SubstrateService {
             store,
             changes: None,
             webhook_secret_prefix: weft_config::IngressConfig::default().secret_env_prefix,
+            hook_secret_prefix: weft_config::ExecutorConfig::default().hook_secret_env_prefix,
         }
+    }
+
+    /// The operator's prefix of hook secret variables (`executor.hook_secret_env_prefix`).
+    #[must_use]
+    pub fn hook_secret_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.hook_secret_prefix = prefix.into();
+        self
     }
 
     /// The operator's prefix of webhook secret variables (`ingress.secret_env_prefix`).
@@ -53,22 +64,25 @@ impl SubstrateService {
         self
     }
 
-    /// A webhook's `secret_env`, when `content_json` (a whole content, or a fork's changes)
-    /// names one, must lie in the tenant's namespace: 400 otherwise. Content that does not
-    /// parse is left to the kind's own validation.
+    /// A webhook's or a hook's `secret_env`, when `content_json` (a whole content, or a
+    /// fork's changes) names one, must lie in the tenant's namespace: 400 otherwise. Content
+    /// that does not parse is left to the kind's own validation.
     fn check_secret_env(
         &self,
         kind: DefKind,
         tenant: &TenantId,
         content_json: &str,
     ) -> Result<(), Error> {
-        if kind != DefKind::Webhook {
+        if !matches!(kind, DefKind::Webhook | DefKind::Hook) {
             return Ok(());
         }
         let Ok(serde_json::Value::Object(m)) = serde_json::from_str(content_json) else {
             return Ok(());
         };
         match m.get("secret_env").and_then(serde_json::Value::as_str) {
+            Some(env) if kind == DefKind::Hook => {
+                weft_core::hook::check_secret_env(&self.hook_secret_prefix, tenant, env)
+            }
             Some(env) => {
                 weft_core::webhook::check_secret_env(&self.webhook_secret_prefix, tenant, env)
             }
@@ -172,8 +186,9 @@ fn kind(k: i32) -> Result<DefKind, Status> {
         Ok(v1::DefKind::Volume) => Ok(DefKind::Volume),
         Ok(v1::DefKind::Process) => Ok(DefKind::Process),
         Ok(v1::DefKind::A2aPeer) => Ok(DefKind::A2aPeer),
+        Ok(v1::DefKind::Hook) => Ok(DefKind::Hook),
         Ok(v1::DefKind::Unspecified) | Err(_) => Err(Error::invalid(
-            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK, DEF_KIND_VOLUME or DEF_KIND_PROCESS",
+            "`kind` is required: DEF_KIND_AGENT, DEF_KIND_SKILL, DEF_KIND_MCP_SERVER, DEF_KIND_SCHEDULE, DEF_KIND_WEBHOOK, DEF_KIND_VOLUME, DEF_KIND_PROCESS, DEF_KIND_A2A_PEER or DEF_KIND_HOOK",
         )
         .with_param("kind")
         .into()),
@@ -214,6 +229,7 @@ async fn put_kind(
         DefKind::A2aPeer => {
             defs::put_json::<A2aPeerContent>(store, tenant, name, content_json, by).await
         }
+        DefKind::Hook => defs::put_json::<HookContent>(store, tenant, name, content_json, by).await,
     }
 }
 
@@ -252,6 +268,9 @@ async fn fork_kind(
         }
         DefKind::A2aPeer => {
             defs::fork::<A2aPeerContent>(store, tenant, name, from_version, changes_json, by).await
+        }
+        DefKind::Hook => {
+            defs::fork::<HookContent>(store, tenant, name, from_version, changes_json, by).await
         }
     }
 }
@@ -563,6 +582,20 @@ impl v1::substrate_server::Substrate for SubstrateService {
                 .map(|list| v1::ListDefsResponse {
                     defs: list.into_iter().map(summary_to_proto).collect(),
                 })
+        })
+        .await
+    }
+
+    async fn list_active_defs(
+        &self,
+        request: Request<v1::ListDefsRequest>,
+    ) -> Result<Response<v1::ListAgentVersionsResponse>, Status> {
+        rpc("list_active_defs", false, request, |p, r| async move {
+            let kind = kind(r.kind)?;
+            let versions = defs::list_active(&self.store, kind, &p.tenant).await?;
+            Ok(v1::ListAgentVersionsResponse {
+                versions: versions.into_iter().map(version_to_proto).collect(),
+            })
         })
         .await
     }

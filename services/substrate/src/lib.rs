@@ -75,6 +75,9 @@ pub struct Parts {
     pub volumes_sweep_every: Duration,
     /// `ingress.secret_env_prefix` (webhook secrets are named in a tenant's namespace under it).
     pub webhook_secret_prefix: String,
+    /// `executor.hook_secret_env_prefix` (hook secrets are named in a tenant's namespace under
+    /// it).
+    pub hook_secret_prefix: String,
 }
 
 /// The substrate's gRPC services (`weft.v1.Substrate`, `weft.v1.Memory`, `weft.v1.Channels`,
@@ -86,7 +89,8 @@ pub fn grpc_service(parts: &Parts, jwt: InternalJwt) -> Routes {
         weft_proto::v1::substrate_server::SubstrateServer::with_interceptor(
             SubstrateService::new(parts.defs.clone())
                 .announcing(parts.channels.bus().clone())
-                .webhook_secret_prefix(parts.webhook_secret_prefix.clone()),
+                .webhook_secret_prefix(parts.webhook_secret_prefix.clone())
+                .hook_secret_prefix(parts.hook_secret_prefix.clone()),
             check.clone(),
         ),
     )
@@ -240,6 +244,7 @@ pub async fn connect_parts(
         memory_sweep_every: Duration::from_millis(config.substrate.memory_sweep_interval_ms),
         volumes_sweep_every: Duration::from_millis(config.volumes.sweep_interval_ms),
         webhook_secret_prefix: config.ingress.secret_env_prefix.clone(),
+        hook_secret_prefix: config.executor.hook_secret_env_prefix.clone(),
     })
 }
 

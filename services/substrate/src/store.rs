@@ -517,6 +517,25 @@ impl DefStore {
         rows.into_iter().map(SummaryRow::into_record).collect()
     }
 
+    /// The active version of every name of this kind in the tenant that is not retired, in
+    /// the order the names were first put (then by name).
+    pub async fn active_all(
+        &self,
+        kind: DefKind,
+        tenant: &TenantId,
+    ) -> Result<Vec<VersionRecord>, StoreError> {
+        let rows: Vec<VersionRow> = sqlx::query_as(concat!(
+            version_select!(),
+            "WHERE v.tenant_id = $1 AND v.kind = $2 AND v.hash = d.active_version \
+             AND NOT d.retired ORDER BY d.created_at, d.name LIMIT 10000"
+        ))
+        .bind(tenant.as_str())
+        .bind(kind.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(VersionRow::into_record).collect()
+    }
+
     /// Marks the name retired (idempotent). `None` when the name is unknown.
     pub async fn retire(
         &self,

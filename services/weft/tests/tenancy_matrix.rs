@@ -165,13 +165,16 @@ struct Params {
     response: String,
     /// A's A2A peer definition is named like A's agent too.
     a2a_peer_hash: String,
+    /// A's hook definition is named like A's agent too.
+    hook_hash: String,
 }
 
 impl Params {
     /// (value, placeholder) pairs, to compare an answer about A with one about a ghost.
-    fn named(&self) -> [(&str, &'static str); 19] {
+    fn named(&self) -> [(&str, &'static str); 20] {
         [
             (&self.response, "<response>"),
+            (&self.hook_hash, "<hook_hash>"),
             (&self.a2a_peer_hash, "<a2a_peer_hash>"),
             (&self.process_hash, "<process_hash>"),
             (&self.volume, "<volume>"),
@@ -1419,6 +1422,82 @@ fn expectations() -> Vec<Entry> {
             Some(json!({"description": "an intruder's peer", "card_url": "https://intruder.example/.well-known/agent-card.json"}))
         })
         .creates(),
+        // Hook definitions: the same routes and rules again.
+        entry(
+            Method::GET,
+            "/v1/hooks",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        ),
+        entry(
+            Method::GET,
+            "/v1/hooks/{name}",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::GET,
+            "/v1/hooks/{name}/versions",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            TENANT_READ,
+        ),
+        entry(
+            Method::POST,
+            "/v1/hooks/verify",
+            AnyOf(&["runs:create", "runs:read"]),
+            Native,
+            OWN_DATA,
+        )
+        .body(|p| Some(json!({"sha256": p.hook_hash})))
+        .check(|who, body| match who {
+            Identity::OtherTenant if body["known"] != false => {
+                Err("tenant B was told that A's hook hash is known".into())
+            }
+            Identity::OtherSubject if body["known"] != true => {
+                Err("a reader of tenant A was told A's own hook hash is unknown".into())
+            }
+            _ => Ok(()),
+        }),
+        entry(
+            Method::POST,
+            "/v1/hooks/{name}/fork",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|_| Some(json!({"changes": {"description": "forked by an intruder"}}))),
+        entry(
+            Method::POST,
+            "/v1/hooks/{name}/retire",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            Method::POST,
+            "/v1/hooks/{name}/activate",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        )
+        .body(|p| Some(json!({"version": p.hook_hash}))),
+        // B may define a hook of A's hook's name in its own tenant (it applies to B's runs
+        // only); A's is checked unchanged.
+        entry(
+            Method::PUT,
+            "/v1/hooks/{name}",
+            TenantAdmin,
+            Native,
+            [401, 401, 401, 403, 201, 403],
+        )
+        .body(|_| {
+            Some(json!({"description": "an intruder's hook", "phase": "pre", "agents": ["*"],
+                        "tools": ["*"], "url": "https://intruder.example/hook"}))
+        })
+        .creates(),
         // Schedule definitions: the same routes and rules again.
         entry(
             Method::GET,
@@ -1729,6 +1808,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("name", t) if t.starts_with("/v1/processes/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/mcp-servers/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/a2a-peers/") => p.agent.as_str(),
+            ("name", t) if t.starts_with("/v1/hooks/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/schedules/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/webhooks/") => p.agent.as_str(),
             // The receiver: A's webhook.
@@ -2203,6 +2283,25 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
     let v: Value = r.json().await.unwrap();
     assert_eq!(s, 201, "PUT /v1/a2a-peers/{agent}: {v}");
     let a2a_peer_hash = v["version"].as_str().unwrap().to_owned();
+    // A hook of A's, for an agent A never runs: never called.
+    let r = f
+        .http
+        .put(format!("{}/v1/hooks/{agent}", f.url))
+        .bearer_auth(&a_admin)
+        .json(&json!({
+            "description": format!("hook-description-{canary}"),
+            "phase": "pre",
+            "agents": ["nobody"],
+            "tools": ["*"],
+            "url": format!("https://hook-{canary}.example/pre"),
+        }))
+        .send()
+        .await
+        .unwrap();
+    let s = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(s, 201, "PUT /v1/hooks/{agent}: {v}");
+    let hook_hash = v["version"].as_str().unwrap().to_owned();
     // A schedule of A's agent that fires only on 1 January, so never during the matrix, and a
     // webhook starting A's agent. The webhook's secret is never set: no delivery can verify.
     let r = f
@@ -2457,6 +2556,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         run_snapshot: run_snapshot.clone(),
         response: response.clone(),
         a2a_peer_hash: a2a_peer_hash.clone(),
+        hook_hash: hook_hash.clone(),
     };
     let ghost_hex = format!("{}{}", random_hex(), random_hex());
     let ghost = Params {
@@ -2484,6 +2584,7 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
         run_snapshot: uuid::Uuid::now_v7().to_string(),
         response: format!("resp_{}", &ghost_hex[..32]),
         a2a_peer_hash: format!("sha256:{}{}", &ghost_hex[56..], &ghost_hex[..56]),
+        hook_hash: format!("sha256:{}{}", &ghost_hex[8..], &ghost_hex[..8]),
     };
     let victim_secret = bearer(&victim);
     use Identity::{MissingScope, OtherSubject};
@@ -2504,6 +2605,17 @@ async fn set_up(f: &TestFleet, via: &TestFleet) -> World {
             &[OtherSubject],
         ),
         secret("A's A2A peer hash", a2a_peer_hash, &[OtherSubject]),
+        secret("A's hook hash", hook_hash, &[OtherSubject]),
+        secret(
+            "A's hook description",
+            format!("hook-description-{canary}"),
+            &[OtherSubject],
+        ),
+        secret(
+            "A's hook URL",
+            format!("https://hook-{canary}.example/pre"),
+            &[OtherSubject],
+        ),
         secret(
             "A's A2A peer description",
             format!("peer-description-{canary}"),
@@ -2926,6 +3038,7 @@ async fn matrix(f: &TestFleet, via: &TestFleet) {
         ("schedules", &w.a.schedule_hash),
         ("webhooks", &w.a.webhook_hash),
         ("a2a-peers", &w.a.a2a_peer_hash),
+        ("hooks", &w.a.hook_hash),
     ] {
         let (s, def) = f
             .get(&format!("/v1/{kind}/{}", w.a.agent), &w.a_admin)

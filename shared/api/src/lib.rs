@@ -25,6 +25,7 @@ pub mod channels;
 pub mod common;
 pub mod defs;
 pub mod face;
+pub mod hooks;
 pub mod ingress;
 pub mod llm;
 pub mod mcp;
@@ -73,6 +74,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     skills::ops,
     processes::ops,
     a2a::ops,
+    hooks::ops,
     memory::ops,
     channels::ops,
     volumes::ops,

@@ -48,7 +48,15 @@ pub struct ExecutorConfig {
     pub http_max_bytes: usize,
     pub http_timeout_ms: u64,
     /// CIDRs the HTTP tool may reach although non-public; the host allowlist still applies.
+    /// A2A peers and hook receivers are dialled under the same exemptions.
     pub http_private_exempt: Vec<String>,
+    /// Required prefix of a hook's `secret_env` (a tenant cannot name other secrets): a tenant's
+    /// hook secrets are `<prefix><TENANT>__<NAME>`, set on every executor.
+    pub hook_secret_env_prefix: String,
+    /// How long an executor keeps a tenant's list of hooks before reading it again, ms; a new
+    /// or changed hook applies to tool calls made at most this much later. 0 = read it for
+    /// every turn's tool calls.
+    pub hooks_cache_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -73,6 +81,8 @@ impl Default for ExecutorConfig {
             http_max_bytes: 1024 * 1024,
             http_timeout_ms: 10_000,
             http_private_exempt: Vec::new(),
+            hook_secret_env_prefix: "WEFT_HOOK_".into(),
+            hooks_cache_ms: 1_000,
         }
     }
 }
@@ -109,6 +119,25 @@ impl ExecutorConfig {
             return invalid(format!(
                 "executor.step_hold_ms must be at most 10000 (a watcher learns the provider of a turn, or a tool's result, this late at worst), got {}",
                 self.step_hold_ms
+            ));
+        }
+        if self.hooks_cache_ms > 60_000 {
+            return invalid(format!(
+                "executor.hooks_cache_ms must be at most 60000 (a changed hook applies this late at worst), got {}",
+                self.hooks_cache_ms
+            ));
+        }
+        let p = self.hook_secret_env_prefix.as_bytes();
+        if p.is_empty()
+            || p.len() > 64
+            || !p[0].is_ascii_uppercase()
+            || !p
+                .iter()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+        {
+            return invalid(format!(
+                "executor.hook_secret_env_prefix must be 1-64 characters of A-Z, 0-9 and '_', starting with a letter (e.g. WEFT_HOOK_), got `{}`",
+                self.hook_secret_env_prefix.escape_default()
             ));
         }
         cidrs("executor", "http_private_exempt", &self.http_private_exempt)

@@ -112,12 +112,13 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(path));
         }
-        // Only `WEFT_<SECTION>__<KEY>` is config; webhook secrets and CLI variables are not.
+        // Only `WEFT_<SECTION>__<KEY>` is config; webhook and hook secrets and CLI variables
+        // are not.
         fig = fig.merge(
             Env::prefixed("WEFT_")
                 .filter(|k| {
-                    k.as_str().contains("__")
-                        && !k.as_str().to_ascii_uppercase().starts_with("WEBHOOK_")
+                    let k = k.as_str().to_ascii_uppercase();
+                    k.contains("__") && !k.starts_with("WEBHOOK_") && !k.starts_with("HOOK_")
                 })
                 .split("__"),
         );

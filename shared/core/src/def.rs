@@ -30,11 +30,13 @@ pub enum DefKind {
     Process,
     /// An agent of another runtime reached over A2A ([`crate::a2a_peer`]).
     A2aPeer,
+    /// A tool-use hook ([`crate::hook`]).
+    Hook,
 }
 
 impl DefKind {
     /// The stored form: `agent`, `skill`, `mcp_server`, `webhook`, `schedule`, `volume`,
-    /// `process`, `a2a_peer`.
+    /// `process`, `a2a_peer`, `hook`.
     pub fn as_str(self) -> &'static str {
         match self {
             DefKind::Agent => "agent",
@@ -45,6 +47,7 @@ impl DefKind {
             DefKind::Volume => "volume",
             DefKind::Process => "process",
             DefKind::A2aPeer => "a2a_peer",
+            DefKind::Hook => "hook",
         }
     }
 
@@ -59,6 +62,7 @@ impl DefKind {
             DefKind::Volume => "volumes",
             DefKind::Process => "processes",
             DefKind::A2aPeer => "a2a-peers",
+            DefKind::Hook => "hooks",
         }
     }
 }

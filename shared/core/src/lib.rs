@@ -8,6 +8,7 @@ pub mod agent;
 pub mod chat;
 pub mod def;
 pub mod error;
+pub mod hook;
 pub mod ids;
 pub mod limits;
 pub mod mcp;

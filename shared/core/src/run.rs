@@ -123,6 +123,7 @@ wire_enum!(
         ReplanRequested => "replan_requested",
         BudgetExhausted => "budget_exhausted",
         PeerUpdate => "peer_update",
+        HookDecision => "hook_decision",
     }
 );
 
@@ -238,6 +239,8 @@ run_events!(
     BudgetExhausted(BudgetExhausted),
     /// An A2A peer's task, called as a tool, reported progress.
     PeerUpdate(PeerUpdate),
+    /// A tool-use hook decided about a call (docs/hooks.md).
+    HookDecision(HookDecision),
 );
 
 impl RunEvent {
@@ -427,6 +430,26 @@ pub struct PeerUpdate {
     pub state: String,
     /// The status message's (or the artifact's) text.
     pub text: String,
+}
+
+/// `hook_decision`: what one tool-use hook decided about a call (docs/hooks.md). A pre hook's
+/// is written before the tool runs, with the decision's record in the tool ledger; a post
+/// hook's with the call's result (before it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HookDecision {
+    pub tool_use_id: String,
+    pub tool: String,
+    /// The `hook` definition.
+    pub hook: String,
+    pub phase: weft_api::hooks::HookPhase,
+    pub decision: weft_api::hooks::HookVerdict,
+    /// The receiver's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Why no usable answer came (the receiver down, a timeout, a non-2xx, an unreadable
+    /// answer): the hook's `fail_mode` decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// `channel_publish`: a `Channel` call published `payload` to `channel` at `seq`.

@@ -70,15 +70,10 @@ pub fn secret_namespace(prefix: &str, tenant: &TenantId) -> String {
 /// Checks that variable `env` lies in `tenant`'s secret namespace ([`secret_namespace`]); the
 /// error (param `secret_env`) says how to name it.
 pub fn check_secret_env(prefix: &str, tenant: &TenantId, env: &str) -> Result<(), Error> {
-    let ns = secret_namespace(prefix, tenant);
-    let ok = env.strip_prefix(&ns).is_some_and(|r| {
-        r.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && !r.contains("__")
-            && is_env_name(env)
-    });
-    if ok {
+    if in_secret_namespace(prefix, tenant, env) {
         return Ok(());
     }
+    let ns = secret_namespace(prefix, tenant);
     Err(bad(
         "secret_env",
         format!(
@@ -86,6 +81,19 @@ pub fn check_secret_env(prefix: &str, tenant: &TenantId, env: &str) -> Result<()
             env.escape_default()
         ),
     ))
+}
+
+/// Whether variable `env` lies in `tenant`'s secret namespace under `prefix`
+/// ([`secret_namespace`]): the namespace, then a name of `A-Z 0-9 _` starting with a letter or
+/// digit, without `__`. Hooks' secrets (`weft_core::hook`) follow the same rule under their own
+/// prefix.
+pub fn in_secret_namespace(prefix: &str, tenant: &TenantId, env: &str) -> bool {
+    let ns = secret_namespace(prefix, tenant);
+    env.strip_prefix(&ns).is_some_and(|r| {
+        r.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && !r.contains("__")
+            && is_env_name(env)
+    })
 }
 
 /// How a delivery is signed. Every scheme is HMAC-SHA256 over the raw body (and, where the

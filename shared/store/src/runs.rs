@@ -255,6 +255,8 @@ pub struct LedgerEntry {
     pub result: Option<String>,
     pub is_error: Option<bool>,
     pub state: Option<Value>,
+    /// What the call's tool-use hooks decided (`{"pre": …, "post": …}`), when any applied.
+    pub hooks: Option<Value>,
 }
 
 /// A run as an executor resumes it ([`RunStore::transcript`]).
@@ -279,6 +281,7 @@ fn ledger_entry(v: &Value) -> Option<LedgerEntry> {
         result: text("result"),
         is_error: v.get("is_error").and_then(Value::as_bool),
         state: v.get("state").filter(|s| !s.is_null()).cloned(),
+        hooks: v.get("hooks").filter(|s| !s.is_null()).cloned(),
     })
 }
 
@@ -831,7 +834,7 @@ impl RunStore {
                  (SELECT COALESCE(jsonb_agg(jsonb_build_object(
                       'tool_use_id', tool_use_id, 'tool', tool, 'input', input,
                       'idempotent', idempotent, 'status', status, 'result', result,
-                      'is_error', is_error, 'state', state)), '[]'::jsonb)
+                      'is_error', is_error, 'state', state, 'hooks', hooks)), '[]'::jsonb)
                   FROM tool_ledger WHERE run_id = $1),
                  EXISTS (SELECT 1 FROM run_inputs WHERE run_id = $1 AND NOT consumed)
              ORDER BY 1",
@@ -1009,6 +1012,29 @@ impl Fenced {
             .bind(state)
             .execute(&mut *self.tx)
             .await?;
+        Ok(())
+    }
+
+    /// Records what a started call's pre hooks decided (`{"pre": …}`), before its tool runs;
+    /// `idempotent` is cleared when the input the tool runs with is not safe to repeat. Nothing
+    /// changes for a call already finished.
+    pub async fn ledger_pre_hooks(
+        &mut self,
+        tool_use_id: &str,
+        pre: &Value,
+        idempotent: bool,
+    ) -> Result<(), RunStoreError> {
+        sqlx::query(
+            "UPDATE tool_ledger SET hooks = jsonb_build_object('pre', $3::jsonb),
+                 idempotent = idempotent AND $4
+             WHERE run_id = $1 AND tool_use_id = $2 AND status = 'started'",
+        )
+        .bind(self.run.0)
+        .bind(tool_use_id)
+        .bind(pre)
+        .bind(idempotent)
+        .execute(&mut *self.tx)
+        .await?;
         Ok(())
     }
 

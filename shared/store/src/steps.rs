@@ -68,6 +68,9 @@ pub struct LedgerDone {
     pub input: Value,
     pub result: String,
     pub is_error: bool,
+    /// What the call's post hooks decided, kept beside its pre hooks' decision (`"post"` of
+    /// the ledger's `hooks`); `None` when no post hook applied.
+    pub post_hooks: Option<Value>,
 }
 
 /// A tool call about to run.
@@ -124,6 +127,7 @@ struct Columns {
     done_input: Vec<Value>,
     done_result: Vec<String>,
     done_error: Vec<bool>,
+    done_hooks: Vec<Option<Value>>,
 }
 
 impl Columns {
@@ -217,6 +221,11 @@ impl Columns {
             self.done_result
                 .push(weft_core::storable::text(&d.result).into_owned());
             self.done_error.push(d.is_error);
+            self.done_hooks.push(
+                d.post_hooks
+                    .clone()
+                    .map(|p| weft_core::storable::json_owned(serde_json::json!({"post": p}))),
+            );
         }
     }
 }
@@ -292,7 +301,7 @@ impl StepShape {
     }
 
     /// The statement and its parameter types. Parameters are numbered in the order of the
-    /// parts: the steps (9), then the events (5), the calls started (6), the results (7).
+    /// parts: the steps (9), then the events (5), the calls started (6), the results (8).
     fn build(self) -> (String, Vec<&'static str>) {
         let mut types: Vec<&'static str> = Vec::new();
         let mut p = |ty: &'static str| {
@@ -386,15 +395,17 @@ impl StepShape {
                 ",
     finished AS (
         INSERT INTO tool_ledger (run_id, tool_use_id, tenant_id, tool, input, idempotent, status,
-                                 result, is_error, epoch, finished_at)
+                                 result, is_error, epoch, finished_at, hooks)
         SELECT c.run_id, c.id, f.tenant_id, c.tool, c.input, false, 'finished', c.result,
-               c.is_error, f.lease_epoch, now()
-        FROM UNNEST({}, {}, {}, {}, {}, {}, {})
-            AS c(run_id, epoch, id, tool, input, result, is_error)
+               c.is_error, f.lease_epoch, now(), c.hooks
+        FROM UNNEST({}, {}, {}, {}, {}, {}, {}, {})
+            AS c(run_id, epoch, id, tool, input, result, is_error, hooks)
         JOIN fence f ON f.id = c.run_id AND f.lease_epoch = c.epoch
         ON CONFLICT (run_id, tool_use_id) DO UPDATE SET status = 'finished',
             result = EXCLUDED.result, is_error = EXCLUDED.is_error,
-            finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch)",
+            finished_at = EXCLUDED.finished_at, epoch = EXCLUDED.epoch,
+            hooks = CASE WHEN EXCLUDED.hooks IS NULL THEN tool_ledger.hooks
+                         ELSE COALESCE(tool_ledger.hooks, '{{}}'::jsonb) || EXCLUDED.hooks END)",
                 p("uuid[]"),
                 p("bigint[]"),
                 p("text[]"),
@@ -402,6 +413,7 @@ impl StepShape {
                 p("jsonb[]"),
                 p("text[]"),
                 p("bool[]"),
+                p("jsonb[]"),
             ));
         }
         sql.push_str("\n    SELECT id, lease_epoch FROM fence");
@@ -471,7 +483,8 @@ async fn write_steps_on<'e>(
             .bind(c.done_tool)
             .bind(c.done_input)
             .bind(c.done_result)
-            .bind(c.done_error);
+            .bind(c.done_error)
+            .bind(c.done_hooks);
     }
     let rows = q.fetch_all(ex).await?;
     let held: std::collections::HashSet<(Uuid, i64)> =

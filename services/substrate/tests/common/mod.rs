@@ -64,6 +64,7 @@ pub fn assemble(defs: DefStore, memory: Memory, channels: ChannelHub) -> Parts {
         memory_sweep_every: Duration::from_secs(30),
         volumes_sweep_every: Duration::from_secs(60),
         webhook_secret_prefix: "WEFT_WEBHOOK_".into(),
+        hook_secret_prefix: "WEFT_HOOK_".into(),
     }
 }
 
