@@ -8176,6 +8176,101 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/compact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Compact a parked run's context now
+         * @description Takes a request to compact the run's model view (docs/runs.md "Long runs"): the run wakes, writes `context_compacted` after `after_seq`, and parks again. A run working on a turn answers 409: ask the agent to call Context {op: compact}, or set `compaction.auto_percent`. No body.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description taken; watch the stream for context_compacted */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CompactAccepted"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description a turn is in flight, the run waits for an interruption answer, or it has ended */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description tenant_concurrency_exhausted */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Redis, NATS or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/events": {
         parameters: {
             query?: never;
@@ -8874,6 +8969,101 @@ export interface paths {
                 };
                 /** @description no such run in this tenant */
                 404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Full-text search over the run's history (and, by scope, its user's earlier runs)
+         * @description Postgres full-text search (websearch syntax, no stemming) over the text of the conversation's events: inputs, model turns, tool calls and results, whole as in the transcript (compaction and result budgets change only what the model is sent). `scope=agent|user` also searches the newest 50 runs of the run's user in its tenant, of its agent or of any.
+         */
+        get: {
+            parameters: {
+                query: {
+                    /**
+                     * @description the words to find (1 to 1000 bytes)
+                     * @example invoice 4711
+                     */
+                    q: string;
+                    /** @description run (default), agent or user */
+                    scope?: components["schemas"]["RecallScope"];
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description hits, best first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SearchHits"];
+                    };
+                };
+                /** @description no `q`, or a bad scope or limit */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database is unreachable */
+                503: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -15479,8 +15669,11 @@ export interface components {
                 /** @default [] */
                 subscribe?: string[];
             };
-            /** @default null */
-            compaction?: Record<string, unknown> | null;
+            /**
+             * @description how runs keep their model view inside the window (docs/runs.md "Long runs"); null = no automatic compaction, default tool-result budgets
+             * @default null
+             */
+            compaction?: components["schemas"]["Compaction"] | null;
             /**
              * @description at most 4096 bytes (of UTF-8)
              * @default
@@ -16065,6 +16258,65 @@ export interface components {
             passed: boolean;
         };
         /**
+         * @description The answer of `POST /v1/runs/{id}/compact`: the request is taken; the run wakes, compacts and
+         *     parks again, and the `context_compacted` event says what it did.
+         */
+        CompactAccepted: {
+            /**
+             * Format: int64
+             * @description the seq after which to wait for `context_compacted` on the run's stream
+             */
+            after_seq: number;
+            run: components["schemas"]["Run"];
+        };
+        /**
+         * @description How a run keeps its model view inside the model's window. Every field is optional; `null`
+         *     (or the field left out) takes the default. Compaction never removes anything from the
+         *     transcript: it changes what the model is sent.
+         * @example {
+         *       "auto_percent": 75,
+         *       "keep_turns": 4,
+         *       "model": "tier:cheap"
+         *     }
+         */
+        Compaction: {
+            /**
+             * Format: uint8
+             * @description compact automatically before a model turn whose prompt would reach this percentage of the model's window; unset = never automatically (manual and self-requested compaction still work)
+             * @default null
+             */
+            auto_percent?: number | null;
+            /**
+             * Format: uint32
+             * @description model turns kept verbatim after the summary (default 4); fewer are kept when they alone would not fit
+             * @default null
+             */
+            keep_turns?: number | null;
+            /**
+             * @description the model, alias or tier:<name> that writes the summary; unset = the executor's `compaction_model`, else the run's model
+             * @default null
+             */
+            model?: string | null;
+            /**
+             * Format: uint32
+             * @description bytes of one tool result the model sees (default 32768); a longer result is cut with a marker saying how to read the rest, and stays whole in the transcript
+             * @default null
+             */
+            result_max_bytes?: number | null;
+            /**
+             * Format: uint32
+             * @description bytes of all the tool results of one turn the model sees (default 131072)
+             * @default null
+             */
+            turn_result_max_bytes?: number | null;
+            /**
+             * Format: uint32
+             * @description the model's window in tokens, for a model the router has no window for (router.context_windows)
+             * @default null
+             */
+            window_tokens?: number | null;
+        };
+        /**
          * @description A Messages request; max_tokens may be left out.
          * @example {
          *       "messages": [
@@ -16183,6 +16435,8 @@ export interface components {
             agent: string;
             /** @description narrows the agent's hosts; [] = no network */
             allowed_hosts?: string[] | null;
+            /** @description replaces the agent's compaction settings for this run (docs/runs.md "Long runs") */
+            compaction?: components["schemas"]["Compaction"] | null;
             /** @description never stored */
             credentials?: {
                 [key: string]: string;
@@ -17730,6 +17984,13 @@ export interface components {
             /** @enum {unknown} */
             status: "ready" | "not_ready";
         };
+        /**
+         * @description Where `Recall` and `GET /v1/runs/{id}/search` look: this run, or the earlier runs (the newest
+         *     [`RECALL_RUNS`]) the same user started in the same tenant — of the same agent (`agent`) or of
+         *     any (`user`). Another user's or tenant's runs are never searched.
+         * @enum {string}
+         */
+        RecallScope: "run" | "agent" | "user";
         /** @description A response object: the answer, and what `GET /v1/responses/{id}` returns. */
         ResponseObject: {
             /** Format: uint64 */
@@ -18197,6 +18458,33 @@ export interface components {
              * @default null
              */
             next_cursor?: string | number | null;
+        };
+        /** @description One search hit. */
+        SearchHit: {
+            /** @description the event's kind (user_input, assistant_message, tool_call, tool_result) */
+            kind: string;
+            /**
+             * Format: float
+             * @description ts_rank of the hit; higher is better
+             */
+            rank: number;
+            run_id: string;
+            /** Format: int64 */
+            seq: number;
+            /** @description the words around the match */
+            snippet: string;
+        };
+        /** @description The answer of `GET /v1/runs/{id}/search` and of `Recall {"op": "search"}`. */
+        SearchHits: {
+            /** @description best first */
+            hits: components["schemas"]["SearchHit"][];
+            query: string;
+            /**
+             * Format: uint
+             * @description the runs searched
+             */
+            runs: number;
+            scope: components["schemas"]["RecallScope"];
         };
         /** @description Schemes that together satisfy the agent: scheme name → the scopes it needs. */
         SecurityRequirement: {

@@ -41,6 +41,17 @@ describe('the live terminal', () => {
     expect(t.lines[1]).toMatchObject({ answered: true });
   });
 
+  it('shows a notice and a compaction, each on its own line', () => {
+    const t = run([
+      ev(1, 'notice', { tool_use_id: 'tu_1', message: 'halfway there' }),
+      ev(2, 'context_compacted', { summary: 'did A', before_tokens: 900, after_tokens: 300, first_kept_seq: 2, trigger: 'auto', folded_turns: 3 }),
+    ]);
+    expect(t.lines).toEqual([
+      { type: 'notice', seq: 1, text: 'halfway there' },
+      { type: 'compacted', seq: 2, trigger: 'auto', before: 900, after: 300, turns: 3, summary: 'did A' },
+    ]);
+  });
+
   it('links sub-runs and follows their status', () => {
     const t = run([
       ev(1, 'sub_run_started', { run_id: 'r2', agent: 'helper', tool_use_id: 'tu', index: 0 }),

@@ -25,6 +25,10 @@ export type Line =
       question: string;
       answered: boolean;
     }
+  /** `Interruption {op: notify}`: a notice from the run; it goes on. */
+  | { type: 'notice'; seq: number; text: string }
+  /** `context_compacted`: earlier turns became a summary (the transcript keeps them whole). */
+  | { type: 'compacted'; seq: number; trigger: string; before: number; after: number; turns: number; summary: string }
   | { type: 'awaiting'; seq: number; reason: string }
   | { type: 'error'; seq: number; text: string }
   | { type: 'finished'; seq: number; status: string; stopReason: string };
@@ -140,6 +144,20 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
         toolUseId: str(d.tool_use_id),
         question: str(d.question),
         answered: false,
+      });
+      break;
+    case 'notice':
+      lines.push({ type: 'notice', seq: e.seq, text: str(d.message) });
+      break;
+    case 'context_compacted':
+      lines.push({
+        type: 'compacted',
+        seq: e.seq,
+        trigger: str(d.trigger),
+        before: typeof d.before_tokens === 'number' ? d.before_tokens : 0,
+        after: typeof d.after_tokens === 'number' ? d.after_tokens : 0,
+        turns: typeof d.folded_turns === 'number' ? d.folded_turns : 0,
+        summary: str(d.summary),
       });
       break;
     case 'awaiting_input':

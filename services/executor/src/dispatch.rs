@@ -176,6 +176,8 @@ async fn work(
         credentials: tokio::sync::OnceCell::new(),
         unstarted: std::sync::Mutex::default(),
         deferred: std::sync::Mutex::default(),
+        window: tokio::sync::OnceCell::new(),
+        gauge: std::sync::Mutex::default(),
     };
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();

@@ -77,6 +77,10 @@ pub(crate) struct Driver {
     /// What [`Driver::defer`] folded into the loop state without writing it: it goes first in
     /// the run's next step.
     pub(crate) deferred: std::sync::Mutex<Deferred>,
+    /// The model's context window, asked of the router once per lease (when needed).
+    pub(crate) window: tokio::sync::OnceCell<Option<u32>>,
+    /// What `Context {op: self}` reports of the run's context.
+    pub(crate) gauge: std::sync::Mutex<crate::tools::Gauge>,
 }
 
 /// Events already folded into the loop state at the seqs that follow the last committed one,
@@ -261,7 +265,7 @@ impl Driver {
             }
             return self.drive_plan(&plan, fresh).await;
         }
-        let mut state = LoopState::default();
+        let mut state = LoopState::with_budget(machine::Budget::of(self.spec.compaction.as_ref()));
         let def = match self.agent().await {
             Ok(d) => d,
             Err(e) => {
@@ -291,6 +295,15 @@ impl Driver {
                 cancelled: self.cancel.is_cancelled(),
                 input_waiting,
             };
+            // A compaction asked for (manual or self) happens at the first step boundary, before
+            // the run parks or calls the model again.
+            if let Some(trigger) = state.compact_pending
+                && !state.finished
+                && machine::pending_calls(&state).is_empty()
+            {
+                Box::pin(self.compact(&def, &mut state, trigger)).await?;
+                continue;
+            }
             match machine::next_action(&state, facts) {
                 Action::Done => return Ok(()),
                 Action::Finish(reason) => return self.finish(&state, reason, None).await,
@@ -301,6 +314,17 @@ impl Driver {
                 }
                 // Boxed: a model turn's future (several KiB, the stream it reads included) would
                 // otherwise be laid out inside every run's task, parked or not, all its life.
+                // Automatic compaction first, when the prompt has grown to its share of the window
+                // (and something can be folded): then the loop asks again.
+                Action::CallModel
+                    if self.spec.compaction.is_some()
+                        && self.auto_compaction_due(&def, &state).await
+                        && Box::pin(self.compact(
+                            &def,
+                            &mut state,
+                            weft_api::context::CompactTrigger::Auto,
+                        ))
+                        .await? => {}
                 Action::CallModel => match Box::pin(self.model_turn(&def, &mut state)).await? {
                     Ok(ids) => {
                         ids.clone_into(
@@ -652,10 +676,17 @@ impl Driver {
 
     async fn take_input(&self, state: &mut LoopState) -> Result<(), Stop> {
         self.commit(Some(state), async |f| {
-            let texts = f.take_inputs().await?;
-            Ok(texts
+            let inputs = f.take_inputs().await?;
+            Ok(inputs
                 .into_iter()
-                .map(|t| RunEvent::UserInput(UserInput::text(t)))
+                .map(|(kind, t)| match kind {
+                    weft_store::InputKind::Text => RunEvent::UserInput(UserInput::text(t)),
+                    weft_store::InputKind::Compact => {
+                        RunEvent::CompactionRequested(weft_core::run::CompactionRequested {
+                            trigger: "manual".to_owned(),
+                        })
+                    }
+                })
                 .collect())
         })
         .await
@@ -901,6 +932,15 @@ impl crate::tools::RunHost for Driver {
         &self,
     ) -> futures::future::BoxFuture<'_, Arc<std::collections::BTreeMap<String, String>>> {
         Box::pin(Driver::credentials(self))
+    }
+
+    fn context_gauge(&self) -> futures::future::BoxFuture<'_, crate::tools::Gauge> {
+        Box::pin(async move {
+            let window = self.window().await;
+            let mut g = self.gauge.lock().map(|g| *g).unwrap_or_default();
+            g.window_tokens = window;
+            g
+        })
     }
 
     fn spawn_children<'a>(

@@ -167,6 +167,8 @@ impl Driver {
                     .read_only
                     .then(|| READ_ONLY_TOOLS.iter().map(|t| (*t).to_owned()).collect()),
                 metadata: Value::Object(Map::new()),
+                // Sub-runs inherit the parent's compaction settings unless their agent has its own.
+                inherited_compaction: self.spec.compaction.clone(),
                 ..Narrowing::default()
             },
         );

@@ -21,21 +21,17 @@ impl Driver {
     /// The router request of a model turn: the system prompt, the transcript as it can be
     /// replayed, the run's tools and sampling.
     async fn chat_request(&self, def: &AgentContent, state: &LoopState) -> ChatRequest {
-        let mut messages = Vec::with_capacity(state.messages.len() + 1);
-        if !def.system_prompt.is_empty() {
-            messages.push(Message {
-                role: Role::System,
-                content: vec![ContentBlock::text(def.system_prompt.clone())],
-                name: None,
-            });
-        }
-        messages.extend(
-            state
-                .messages
-                .iter()
-                .map(|m| replayable(m).unwrap_or_else(|| m.clone())),
-        );
+        // The model's view: the first task, the summary of what compaction folded away, the
+        // rest (tool results cut to their budget by the fold).
+        let view = state.view();
+        let mut messages = Vec::with_capacity(view.len() + 1);
+        messages.extend(Self::system_message(def));
+        messages.extend(view.into_iter().map(|m| replayable(&m).unwrap_or(m)));
         let tools = self.tool_specs(def).await;
+        if let Ok(mut g) = self.gauge.lock() {
+            g.estimated_tokens = weft_core::message::estimate_tokens(&messages, &tools);
+            g.compactions = state.compactions;
+        }
         let s = &self.spec.sampling;
         ChatRequest {
             model: self.spec.model.clone(),
@@ -143,6 +139,9 @@ impl Driver {
                 }
             }
         };
+        if let Ok(mut g) = self.gauge.lock() {
+            g.last_prompt_tokens = turn.usage.prompt_tokens;
+        }
         // The answer's blocks in the order the model produced them: reasoning (kept, with its
         // signature, for providers that want it back), text, tool calls.
         let calls: Vec<ToolCallEvent> = turn

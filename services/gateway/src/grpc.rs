@@ -315,6 +315,9 @@ fn create_body(r: &pb::CreateRunRequest) -> Value {
     if let Some(m) = &r.mode {
         b.insert("mode".into(), json!(m));
     }
+    if let Some(c) = &r.compaction {
+        b.insert("compaction".into(), struct_to_json(c));
+    }
     if let Some(p) = &r.plan {
         b.insert("plan".into(), struct_to_json(p));
     }

@@ -363,7 +363,7 @@ impl AppState {
     }
 
     pub async fn router_models(&self, p: &Principal) -> Result<Vec<v1::ModelInfo>, Error> {
-        let req = self.internal(p, v1::ListModelsRequest {})?;
+        let req = self.internal(p, v1::ListModelsRequest::default())?;
         let mut client = self.router.clone();
         self.deadline(client.list_models(req))
             .await

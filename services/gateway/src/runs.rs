@@ -22,11 +22,12 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::mpsc;
 use weft_api::common::{Nullable, Timestamp};
-use weft_api::runs::{Run, RunEvent, RunEventPage, RunList};
+use weft_api::context::{RecallScope, SearchHits};
+use weft_api::runs::{CompactAccepted, Run, RunEvent, RunEventPage, RunList};
 use weft_bus::Dispatch;
 use weft_core::run::{EventKind, RunStatus, StopReason};
 use weft_core::{Error, ErrorCode, Principal, RunId, Scope};
-use weft_store::{EventRecord, RunFilter, RunRecord};
+use weft_store::{EventRecord, InputKind, RecallFrom, RunFilter, RunRecord};
 
 // `POST /v1/runs` is read by the launcher (shared with the ingress's doors); weft-api's
 // `CreateRun` mirrors it for the document (a test below holds the two together).
@@ -127,6 +128,8 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/v1/runs/{id}/stream", get(stream_run_handler))
         .route("/v1/runs/{id}/cancel", post(cancel_run_handler))
         .route("/v1/runs/{id}/input", post(input_handler))
+        .route("/v1/runs/{id}/compact", post(compact_handler))
+        .route("/v1/runs/{id}/search", get(search_handler))
         .route(
             "/v1/runs/{id}/interrupts/{interrupt_id}",
             post(answer_interrupt_handler),
@@ -803,16 +806,35 @@ pub async fn input_handler(
             "the run is waiting for an answer to an interruption; answer it with POST /v1/runs/{id}/interrupts/{interrupt_id}",
         )));
     }
+    queue(&st, &p, &run, InputKind::Text, &body.text).await?;
+    let now = st
+        .runs
+        .get(&p.tenant, run.id)
+        .await
+        .map_err(store_err)?
+        .unwrap_or(run);
+    Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
+}
+
+/// Queues a pending input of `kind` for `run`: a parked run is admitted again (it takes one of
+/// its tenant's slots) and dispatched; a running one is told input is waiting.
+async fn queue(
+    st: &AppState,
+    p: &Principal,
+    run: &RunRecord,
+    kind: InputKind,
+    text: &str,
+) -> Result<()> {
     // Waking a parked run admits it again; steering a running one takes no slot.
     let took = if run.status == RunStatus::AwaitingInput {
         st.launcher
-            .admit(&p, run.id)
+            .admit(p, run.id)
             .await
             .map_err(ApiError::native)?
     } else {
         false
     };
-    let added = st.runs.add_input(&p.tenant, run.id, &body.text).await;
+    let added = st.runs.add_pending(&p.tenant, run.id, kind, text).await;
     let woke = match added {
         Ok(Ok(true)) => true,
         Ok(Ok(false)) => {
@@ -850,13 +872,99 @@ pub async fn input_handler(
     } else {
         let _ = st.coord.notify_input(run.id).await;
     }
+    Ok(())
+}
+
+/// `POST /v1/runs/{id}/compact`: compacts a parked run's context. The run wakes, compacts and
+/// parks again; `context_compacted` (after `after_seq`) says what it did. A run working on a
+/// turn is not stopped for it (409): the agent can ask with `Context {op: compact}`, and
+/// `compaction.auto_percent` compacts before a turn that would not fit.
+pub async fn compact_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(id): NativePath<String>,
+) -> Result<(StatusCode, Json<CompactAccepted>)> {
+    let run = visible_run(&st, &p, &id).await?;
+    let conflict = |m: String| Err(ApiError::native(Error::new(ErrorCode::Conflict, m)));
+    if run.status.is_terminal() {
+        return conflict(format!(
+            "the run has ended ({}); a finished run's transcript is kept whole and GET /v1/runs/{{id}}/search reads it",
+            run.status
+        ));
+    }
+    if run.status != RunStatus::AwaitingInput {
+        return conflict(format!(
+            "the run is {}: a turn is in flight. Compact a run while it waits for input, have its agent call Context {{\"op\": \"compact\"}}, or set `compaction.auto_percent` on the agent or the run",
+            run.status
+        ));
+    }
+    if run.pending_interrupt.is_some() {
+        return conflict(
+            "the run waits for an answer to an interruption; answer it first with POST /v1/runs/{id}/interrupts/{interrupt_id}".to_owned(),
+        );
+    }
+    let after_seq = st.runs.last_seq(run.id).await.map_err(store_err)?;
+    queue(&st, &p, &run, InputKind::Compact, "").await?;
     let now = st
         .runs
         .get(&p.tenant, run.id)
         .await
         .map_err(store_err)?
         .unwrap_or(run);
-    Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(CompactAccepted {
+            run: run_view(&now),
+            after_seq,
+        }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchQuery {
+    q: Option<String>,
+    scope: Option<RecallScope>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/runs/{id}/search?q=&scope=&limit=`: full-text search over the run's history, and by
+/// scope its user's earlier runs (never another user's or tenant's).
+pub async fn search_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(id): NativePath<String>,
+    NativeQuery(q): NativeQuery<SearchQuery>,
+) -> Result<Json<SearchHits>> {
+    let run = visible_run(&st, &p, &id).await?;
+    let query = q.q.unwrap_or_default();
+    if query.trim().is_empty() || query.len() > 1000 || query.contains('\0') {
+        return Err(ApiError::native(
+            Error::invalid(
+                "`q` is 1 to 1000 bytes of words to find (no NUL), e.g. ?q=invoice+4711",
+            )
+            .with_param("q"),
+        ));
+    }
+    let limit = q.limit.unwrap_or(10);
+    if !(1..=50).contains(&limit) {
+        return Err(ApiError::native(
+            Error::invalid(format!("`limit` must be between 1 and 50, got {limit}"))
+                .with_param("limit"),
+        ));
+    }
+    let from = RecallFrom {
+        tenant: &run.tenant,
+        run: run.id,
+        subject: &run.subject,
+        agent: &run.agent_name,
+    };
+    let hits = st
+        .runs
+        .recall_search(&from, q.scope.unwrap_or_default(), &query, limit)
+        .await
+        .map_err(store_err)?;
+    Ok(Json(hits))
 }
 
 /// `POST /v1/runs/{id}/interrupts/{interrupt_id}`: answers an `Interruption.ask`.
@@ -959,6 +1067,14 @@ mod tests {
                 default: true,
             }]),
             mode: weft_api::plans::RunMode::Plan,
+            compaction: Some(weft_api::context::Compaction {
+                auto_percent: Some(70),
+                keep_turns: Some(2),
+                model: Some("tier:cheap".into()),
+                window_tokens: Some(4096),
+                result_max_bytes: Some(1024),
+                turn_result_max_bytes: Some(4096),
+            }),
             plan: Some(weft_api::plans::PlanSpec {
                 planner: Some("planner".into()),
                 verifier: Some("checker".into()),

@@ -127,6 +127,26 @@ impl v1::router_server::Router for RouterService {
         request: Request<v1::ListModelsRequest>,
     ) -> Result<Response<v1::ListModelsResponse>, Status> {
         let p = caller(&request)?;
+        let asked = request.get_ref().model.clone();
+        if !asked.is_empty() {
+            let window = self
+                .routing
+                .context_window(Some(p.tenant.as_str()), &asked)
+                .map_err(Status::from)?;
+            let kind = if asked.starts_with("tier:") {
+                "tier"
+            } else {
+                "model"
+            };
+            return Ok(Response::new(v1::ListModelsResponse {
+                models: vec![v1::ModelInfo {
+                    id: asked,
+                    kind: kind.to_owned(),
+                    owned_by: String::new(),
+                    context_window: window.unwrap_or(0),
+                }],
+            }));
+        }
         let models = self
             .routing
             .list_models_for(p.tenant.as_str())
@@ -135,6 +155,7 @@ impl v1::router_server::Router for RouterService {
                 id: m.id,
                 kind: m.kind.to_owned(),
                 owned_by: m.owned_by,
+                context_window: 0,
             })
             .collect();
         Ok(Response::new(v1::ListModelsResponse { models }))

@@ -596,6 +596,28 @@ impl Routing {
         out
     }
 
+    /// The context window of what `model` names for `tenant`: the smallest known among its
+    /// candidates (a fallback may answer with any), `None` when none is known.
+    pub fn context_window(&self, tenant: Option<&str>, model: &str) -> Result<Option<u32>, Error> {
+        let candidates = self.resolve_for(tenant, model, None, None)?;
+        Ok(candidates
+            .iter()
+            .filter_map(|c| {
+                self.cfg
+                    .context_windows
+                    .get(&format!("{}/{}", c.provider, c.model))
+                    .copied()
+                    .or_else(|| {
+                        self.cfg
+                            .providers
+                            .get(&c.provider)
+                            .and_then(|p| p.http())
+                            .and_then(|h| h.num_ctx)
+                    })
+            })
+            .min())
+    }
+
     /// Everything a caller may address: model names, aliases and tiers.
     pub fn list_models(&self) -> Vec<ModelEntry> {
         let mut out: Vec<ModelEntry> = self

@@ -54,7 +54,7 @@ async fn calls_without_a_valid_internal_token_are_refused() {
     let mut client = RouterClient::connect(url).await.unwrap();
 
     let err = client
-        .list_models(v1::ListModelsRequest {})
+        .list_models(v1::ListModelsRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
@@ -66,7 +66,7 @@ async fn calls_without_a_valid_internal_token_are_refused() {
     .sign(&principal())
     .unwrap();
     let err = client
-        .list_models(with_token(v1::ListModelsRequest {}, &forged))
+        .list_models(with_token(v1::ListModelsRequest::default(), &forged))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
@@ -78,7 +78,7 @@ async fn calls_without_a_valid_internal_token_are_refused() {
     .sign(&principal())
     .unwrap();
     let models = client
-        .list_models(with_token(v1::ListModelsRequest {}, &good))
+        .list_models(with_token(v1::ListModelsRequest::default(), &good))
         .await
         .unwrap()
         .into_inner()

@@ -702,6 +702,21 @@ fn expectations() -> Vec<Entry> {
             OWN_RESOURCE,
         )
         .body(|_| Some(json!({"answer": "intruder"}))),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/compact",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/runs/{id}/search",
+            AnyOf(&["runs:read"]),
+            Native,
+            OWN_RESOURCE,
+        )
+        .query(|_| "?q=intruder".to_owned()),
         // A plan run's plan is its run's: the same 404 for another tenant and another user.
         entry(
             get.clone(),

@@ -7,7 +7,6 @@
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::common::AgentSampling;
 use crate::defs::{DefContentSchema, def_ops};
@@ -61,8 +60,8 @@ pub struct AgentContent {
     /// host names or *.domain; unset = the operator's list; narrows, never widens
     #[schemars(length(max = 256), inner(length(min = 1, max = 253)), extend("uniqueItems" = true))]
     pub allowed_hosts: Option<Vec<String>>,
-    #[schemars(schema_with = "crate::defs::object_or_null")]
-    pub compaction: Option<Value>,
+    /// how runs keep their model view inside the window (docs/runs.md "Long runs"); null = no automatic compaction, default tool-result budgets
+    pub compaction: Option<crate::context::Compaction>,
     /// the volumes the agent's file tools may use; absent (hashed as absent) = none
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]

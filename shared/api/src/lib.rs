@@ -23,6 +23,7 @@ pub mod base;
 pub mod binding;
 pub mod channels;
 pub mod common;
+pub mod context;
 pub mod defs;
 pub mod face;
 pub mod hooks;

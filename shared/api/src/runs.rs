@@ -251,6 +251,18 @@ pub struct CreateRun {
     /// the plan harness's roles, plan and budgets (with `mode: "plan"` only)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<crate::plan_spec::PlanSpec>,
+    /// replaces the agent's compaction settings for this run (docs/runs.md "Long runs")
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<crate::context::Compaction>,
+}
+
+/// The answer of `POST /v1/runs/{id}/compact`: the request is taken; the run wakes, compacts and
+/// parks again, and the `context_compacted` event says what it did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactAccepted {
+    pub run: Run,
+    /// the seq after which to wait for `context_compacted` on the run's stream
+    pub after_seq: i64,
 }
 
 /// The body of `POST /v1/runs/{id}/cancel` (optional).
@@ -419,6 +431,28 @@ pub fn ops() -> Vec<Op> {
                 (429, "tenant_concurrency_exhausted"),
                 ALL_DOWN,
             ],
+        ),
+        errors(
+            on_run(Op::post("/v1/runs/{id}/compact", "Compact a parked run's context now"))
+                .describe("Takes a request to compact the run's model view (docs/runs.md \"Long runs\"): the run wakes, writes `context_compacted` after `after_seq`, and parks again. A run working on a turn answers 409: ask the agent to call Context {op: compact}, or set `compaction.auto_percent`. No body.")
+                .answer::<CompactAccepted>(202, "taken; watch the stream for context_compacted"),
+            &[
+                E401,
+                E403,
+                E404,
+                (409, "a turn is in flight, the run waits for an interruption answer, or it has ended"),
+                (429, "tenant_concurrency_exhausted"),
+                ALL_DOWN,
+            ],
+        ),
+        errors(
+            on_run(Op::get("/v1/runs/{id}/search", "Full-text search over the run's history (and, by scope, its user's earlier runs)"))
+                .describe("Postgres full-text search (websearch syntax, no stemming) over the text of the conversation's events: inputs, model turns, tool calls and results, whole as in the transcript (compaction and result budgets change only what the model is sent). `scope=agent|user` also searches the newest 50 runs of the run's user in its tenant, of its agent or of any.")
+                .param::<String>(crate::In::Query, "q", true, Some("the words to find (1 to 1000 bytes)"), Some("invoice 4711".into()))
+                .query::<crate::context::RecallScope>("scope", Some("run (default), agent or user"), None)
+                .query::<crate::context::SearchLimit>("limit", None, None)
+                .ok::<crate::context::SearchHits>("hits, best first"),
+            &[(400, "no `q`, or a bad scope or limit"), E401, E403, E404, DB_DOWN],
         ),
         errors(
             on_run(Op::post("/v1/runs/{id}/interrupts/{interrupt_id}", "Answer an Interruption.ask"))

@@ -91,6 +91,7 @@ impl ToolOp for AgentOp {}
 impl ToolOp for MemoryOp {}
 impl ToolOp for ChannelOp {}
 impl ToolOp for SkillOp {}
+impl ToolOp for crate::context::RecallOp {}
 
 /// Reads a present field as `Some`, `null` included (`Option<Value>` alone reads `null` as
 /// absent).
@@ -110,6 +111,7 @@ pub enum ContextOp {
     Time,
     #[serde(rename = "self")]
     Own,
+    Compact,
 }
 
 /// `Context`: facts about the run.
@@ -118,22 +120,26 @@ pub struct ContextInput {
     pub op: ContextOp,
 }
 
-/// `Interruption`'s one op.
+/// `Interruption`'s ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterruptionOp {
     Ask,
+    Notify,
 }
 
-/// `Interruption`: a question for the user.
+/// `Interruption`: a question for the user (`ask`, the run waits for the answer) or a notice
+/// for whoever watches the run (`notify`, the run goes on).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct InterruptionInput {
-    // Only `ask`; an input without it is read as an ask, as before it was typed.
+    // An input without it is read as an ask, as before it was typed.
     #[schemars(required)]
     pub op: Option<InterruptionOp>,
     // Read as optional so that a missing question and an empty one get the same answer.
-    #[schemars(required)]
+    /// ask: the question
     pub question: Option<String>,
+    /// notify: the notice (at most 4096 characters)
+    pub message: Option<String>,
 }
 
 /// `Agent`'s ops.

@@ -36,6 +36,9 @@ pub struct ExecutorConfig {
     pub step_hold_ms: u64,
     /// Deepest sub-run nesting allowed (a top-level run has depth 0).
     pub max_depth: u32,
+    /// The model, alias or `tier:<name>` that writes compaction summaries when a run's
+    /// `compaction.model` is unset (a cheap tier is a good choice); empty = the run's own model.
+    pub compaction_model: String,
     /// Deliveries of a dispatch message, and executor losses of a run, before it is given up.
     pub max_deliver: i64,
     /// How often this executor looks for runs nothing is working on, in milliseconds.
@@ -74,6 +77,7 @@ impl Default for ExecutorConfig {
             max_parallel_tools: 8,
             step_hold_ms: 50,
             max_depth: 4,
+            compaction_model: String::new(),
             max_deliver: 20,
             sweep_interval_ms: 5_000,
             sweep_after_ms: 30_000,

@@ -26,6 +26,9 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Price table, keyed `provider/model`, in USD per million tokens.
     pub prices: BTreeMap<String, Price>,
+    /// Context windows in tokens, keyed `provider/model`: what a run's automatic compaction
+    /// measures its prompt against (an `ollama` provider's `num_ctx` counts when unset here).
+    pub context_windows: BTreeMap<String, u32>,
     /// Seconds a (provider, model) is skipped after a retryable failure; 0 disables it.
     pub cooldown_secs: u64,
     /// Directory of usage records JetStream has not stored yet, appended before a call's end
@@ -132,6 +135,7 @@ impl Default for RouterConfig {
             tenants: BTreeMap::new(),
             limits: Limits::default(),
             prices: BTreeMap::new(),
+            context_windows: BTreeMap::new(),
             cooldown_secs: 30,
             usage_spool_dir: PathBuf::from(".weft/usage-spool"),
         }
@@ -152,6 +156,21 @@ impl RouterConfig {
             {
                 return invalid(format!(
                     "router.prices.{key:?} must be `provider/model` with a configured provider"
+                ));
+            }
+        }
+        for (key, window) in &self.context_windows {
+            if key
+                .split_once('/')
+                .is_none_or(|(p, _)| !self.providers.contains_key(p))
+            {
+                return invalid(format!(
+                    "router.context_windows.{key:?} must be `provider/model` with a configured provider"
+                ));
+            }
+            if *window < 256 {
+                return invalid(format!(
+                    "router.context_windows.{key:?} is {window} tokens; a window is at least 256"
                 ));
             }
         }

@@ -50,8 +50,8 @@ pub struct AgentContent {
     pub max_concurrent_children: u32,
     /// Outbound hosts for the HTTP tool; unset = the operator's list. Narrows, never widens.
     pub allowed_hosts: Option<Vec<String>>,
-    /// Context compaction settings (opaque until compaction is built).
-    pub compaction: Option<serde_json::Value>,
+    /// How runs keep their model view inside the window (compaction, tool-result budgets).
+    pub compaction: Option<weft_api::context::Compaction>,
     /// The volumes the agent's file tools may use. Left out of the canonical JSON when empty,
     /// so the content address of an agent without volumes is what it was before volumes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -583,16 +583,9 @@ impl AgentContent {
         if let Some(a) = &self.a2a {
             check_a2a(a)?;
         }
-        if let Some(c) = &self.compaction
-            && !c.is_object()
-        {
-            return Err(bad(
-                "compaction",
-                format!(
-                    "`compaction` must be an object of settings (or omitted), got {}",
-                    json_kind(c)
-                ),
-            ));
+        if let Some(c) = &self.compaction {
+            c.check()
+                .map_err(|(field, msg)| bad(format!("compaction.{field}"), msg))?;
         }
         Ok(())
     }
@@ -746,11 +739,11 @@ mod tests {
     #[test]
     fn key_order_does_not_matter_at_any_depth() {
         let a: Value = serde_json::from_str(
-            r#"{"tier":"fast","sampling":{"top_p":0.5,"temperature":0.2},"compaction":{"b":1,"a":{"y":2,"x":1}}}"#,
+            r#"{"tier":"fast","sampling":{"top_p":0.5,"temperature":0.2},"compaction":{"model":"m","auto_percent":50}}"#,
         )
         .unwrap();
         let b: Value = serde_json::from_str(
-            r#"{"compaction":{"a":{"x":1,"y":2},"b":1},"sampling":{"temperature":0.2,"top_p":0.5},"tier":"fast"}"#,
+            r#"{"compaction":{"auto_percent":50,"model":"m"},"sampling":{"temperature":0.2,"top_p":0.5},"tier":"fast"}"#,
         )
         .unwrap();
         assert_eq!(content(a).hash(), content(b).hash());
@@ -758,10 +751,10 @@ mod tests {
 
     #[test]
     fn canonical_json_is_sorted_compact_and_complete() {
-        let c = content(json!({"compaction": {"z": 1, "a": 2}}));
+        let c = content(json!({"compaction": {"keep_turns": 2, "auto_percent": 50}}));
         let text = c.canonical_json();
         assert!(!text.contains(' '), "{text}");
-        assert!(text.starts_with(r#"{"allowed_hosts":null,"channels":{"publish":[],"subscribe":[]},"compaction":{"a":2,"z":1},"description":"""#), "{text}");
+        assert!(text.starts_with(r#"{"allowed_hosts":null,"channels":{"publish":[],"subscribe":[]},"compaction":{"auto_percent":50,"keep_turns":2,"model":null,"result_max_bytes":null,"turn_result_max_bytes":null,"window_tokens":null},"description":"""#), "{text}");
         assert!(text.contains(r#""max_iterations":16"#), "{text}");
         // Round trip: the canonical text parses back to the same content and hash.
         let back = AgentContent::from_json_str(&text).unwrap();
@@ -884,8 +877,10 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("sampling.temperature"));
         let e = invalid(json!({"allowed_hosts": ["https://x.com"]}));
         assert!(e.message.contains("is a URL"), "{}", e.message);
-        let e = invalid(json!({"compaction": 3}));
+        let e = AgentContent::from_json(json!({"compaction": 3})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("compaction"));
+        let e = invalid(json!({"compaction": {"auto_percent": 99}}));
+        assert_eq!(e.param.as_deref(), Some("compaction.auto_percent"));
         let e = invalid(json!({"tier": "tier:fast"}));
         assert!(
             e.message.contains("without the `tier:` prefix"),
@@ -905,7 +900,7 @@ mod tests {
             "max_tokens": 4096, "sampling": {"temperature": 0.2, "top_p": 1, "seed": 7, "stop": ["END"]},
             "memory_scopes": ["run", "tenant"], "channels": {"publish": ["alerts"], "subscribe": ["jobs.*"]},
             "max_concurrent_children": 64, "allowed_hosts": ["api.github.com", "*.example.com"],
-            "compaction": {"threshold": 0.8}
+            "compaction": {"auto_percent": 80, "keep_turns": 2, "model": "tier:cheap"}
         }))
         .validate()
         .unwrap();

@@ -78,6 +78,42 @@ impl Message {
     }
 }
 
+/// Bytes that count as one token in [`estimate_tokens`]: fewer than English prose needs (about
+/// four), because JSON, code and ids split into more tokens, so that the estimate errs high.
+pub const BYTES_PER_TOKEN: u64 = 3;
+
+/// An estimate of the prompt tokens `messages` and `tools` take: their text's bytes over
+/// [`BYTES_PER_TOKEN`], plus a few per message for its role and framing. A tokenizer-free
+/// estimate, the same on every executor for the same request: what automatic compaction
+/// compares with the model's window.
+pub fn estimate_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    fn block(b: &ContentBlock) -> usize {
+        match b {
+            ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } => text.len(),
+            // An image's cost depends on its size and the provider; a fixed guess.
+            ContentBlock::Image { .. } => 3 * 1000,
+            ContentBlock::ToolUse {
+                id,
+                name,
+                input_json,
+            } => id.len() + name.len() + input_json.len(),
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => tool_use_id.len() + content.iter().map(block).sum::<usize>(),
+        }
+    }
+    let mut bytes: usize = 0;
+    for m in messages {
+        bytes += 12 + m.content.iter().map(block).sum::<usize>();
+    }
+    for t in tools {
+        bytes += t.name.len() + t.description.len() + t.parameters.to_string().len();
+    }
+    (bytes as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {

@@ -100,7 +100,9 @@ wire_enum!(
         Interruption => "interruption",
         SubRunStarted => "sub_run_started",
         SubRunFinished => "sub_run_finished",
-        ContextCompaction => "context_compaction",
+        ContextCompacted => "context_compacted",
+        CompactionRequested => "compaction_requested",
+        Notice => "notice",
         Error => "error",
         RunFinished => "run_finished",
         ChannelPublish => "channel_publish",
@@ -193,8 +195,13 @@ run_events!(
     SubRunStarted(SubRunStarted),
     /// A sub-run ended.
     SubRunFinished(SubRunFinished),
-    /// The context was compacted (shape not fixed yet).
-    ContextCompaction(Value),
+    /// The model's view was compacted: what it is sent from here on.
+    ContextCompacted(ContextCompacted),
+    /// A compaction was asked for (`POST /v1/runs/{id}/compact`, `Context {op: compact}`); it
+    /// happens before the next model turn.
+    CompactionRequested(CompactionRequested),
+    /// An `Interruption {op: notify}`: a notice for the run's watchers; the run goes on.
+    Notice(Notice),
     /// The run failed with this error.
     Error(ErrorEvent),
     /// The run ended (last event of a finished transcript).
@@ -266,6 +273,45 @@ pub struct RunStarted {
     pub parent_run_id: Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub depth: Option<i32>,
+}
+
+/// `context_compacted`: from here on the model is sent the first task (the messages of the
+/// first `user_input`) verbatim, then `summary`, then the transcript's messages from
+/// `first_kept_seq` on. Any executor folding the transcript rebuilds the same view.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContextCompacted {
+    /// What the turns folded away said (it replaces any earlier summary).
+    pub summary: String,
+    /// The estimated tokens of the prompt before and after.
+    pub before_tokens: u64,
+    pub after_tokens: u64,
+    /// The seq of the first message kept verbatim after the summary (a model turn's
+    /// `assistant_message`), or the seq after the last event when none is kept.
+    pub first_kept_seq: i64,
+    /// `manual`, `auto` or `self`.
+    pub trigger: String,
+    /// Model turns folded into the summary by this compaction.
+    pub folded_turns: u32,
+    /// The model that wrote the summary.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub model: String,
+}
+
+/// `compaction_requested`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompactionRequested {
+    /// `manual` or `self`.
+    pub trigger: String,
+}
+
+/// `notice`: a non-blocking message from the run to whoever watches it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Notice {
+    pub tool_use_id: String,
+    pub message: String,
 }
 
 /// `provider_chosen`.
@@ -763,6 +809,11 @@ pub struct RunSpec {
     /// constrains generation: set for a plan run's verifier without tools (its verdict).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_format: Option<Value>,
+    /// How the run keeps its model view inside the window: the caller's settings, else the
+    /// agent's, else (a sub-run) its parent's. `None` = no automatic compaction and the default
+    /// tool-result budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<weft_api::context::Compaction>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -785,6 +836,11 @@ pub struct Narrowing {
     /// An outer list of volume bindings (a caller's, or a parent run's effective ones): the
     /// run's are the agent's narrowed by it ([`crate::volume::narrow_volumes`]).
     pub volumes: Option<Vec<crate::volume::VolumeBinding>>,
+    /// Compaction settings that replace the agent's (a caller's); for a sub-run whose agent
+    /// has none, its parent's are passed as `inherited`.
+    pub compaction: Option<weft_api::context::Compaction>,
+    /// The parent's settings, taken when neither the caller nor the agent set any.
+    pub inherited_compaction: Option<weft_api::context::Compaction>,
 }
 
 impl RunSpec {
@@ -833,6 +889,10 @@ impl RunSpec {
             volumes: crate::volume::narrow_volumes(&def.volumes, n.volumes.as_deref()),
             plan: None,
             response_format: None,
+            compaction: n
+                .compaction
+                .or_else(|| def.compaction.clone())
+                .or(n.inherited_compaction),
         }
     }
 }

@@ -50,7 +50,7 @@ fn agents() {
         "sampling": {"temperature": 0.2, "top_p": 1, "seed": -7, "stop": ["END"]},
         "memory_scopes": ["run", "tenant"], "channels": {"publish": ["a"], "subscribe": ["b.*"]},
         "max_concurrent_children": 64, "allowed_hosts": ["*.example.com"],
-        "compaction": {"threshold": 0.8},
+        "compaction": {"auto_percent": 80, "model": "tier:cheap"},
         "a2a": {"expose": true, "tags": ["support"], "examples": ["how do I rotate a key?"]}
     }));
     same::<Core, Api>(json!({"tools": ["a2a__support__*"], "a2a": {}}));

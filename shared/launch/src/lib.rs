@@ -93,6 +93,9 @@ pub struct CreateRun {
     /// The plan harness's roles, plan and budgets (`mode: "plan"` only).
     #[serde(default)]
     pub plan: Option<weft_core::plan::PlanSpec>,
+    /// Replaces the agent's compaction settings for this run.
+    #[serde(default)]
+    pub compaction: Option<weft_api::context::Compaction>,
 }
 
 /// The text of `input`: parts joined by blank lines, untrusted parts fenced.
@@ -512,6 +515,11 @@ impl Launcher {
         if let Some(v) = &body.volumes {
             weft_core::volume::validate_bindings("volumes", v)?;
         }
+        if let Some(c) = &body.compaction {
+            c.check().map_err(|(field, msg)| {
+                Error::invalid(msg).with_param(format!("compaction.{field}"))
+            })?;
+        }
         let spec = RunSpec::resolve(
             &def,
             Narrowing {
@@ -522,6 +530,8 @@ impl Launcher {
                 max_iterations: body.max_iterations,
                 metadata: body.metadata.unwrap_or(Value::Null),
                 volumes: body.volumes,
+                compaction: body.compaction,
+                inherited_compaction: None,
             },
         );
         let mut spec = spec;

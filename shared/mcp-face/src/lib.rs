@@ -1134,11 +1134,16 @@ impl Face {
                 && let Some(t) = &token
             {
                 progress += 1.0;
+                // A notice from the run (`Interruption {op: notify}`) is its own message; any
+                // other event is named.
+                let message = match (event.as_str(), data["message"].as_str()) {
+                    ("notice", Some(m)) => m.to_owned(),
+                    _ => event.clone(),
+                };
                 let _ = ctx
                     .peer
                     .notify_progress(
-                        ProgressNotificationParam::new(t.clone(), progress)
-                            .with_message(event.clone()),
+                        ProgressNotificationParam::new(t.clone(), progress).with_message(message),
                     )
                     .await;
             }

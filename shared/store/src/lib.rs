@@ -4,6 +4,7 @@
 mod evaluations;
 mod kept;
 mod plans;
+mod recall;
 mod responses;
 mod runs;
 mod schedules;
@@ -19,10 +20,11 @@ use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
 pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
+pub use recall::{RecallFrom, RecalledEvent, SEARCHED_BYTES, event_text};
 pub use responses::{Chain, MAX_CHAIN, MAX_CHAIN_BYTES, NewResponse, ResponseStore};
 pub use runs::{
-    EventRecord, Fenced, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter, RunRecord,
-    RunStore, RunStoreError, Swept, Transcript, storable,
+    EventRecord, Fenced, InputKind, Lease, LeaseRefused, LedgerEntry, NewLease, NewRun, RunFilter,
+    RunRecord, RunStore, RunStoreError, Swept, Transcript, storable,
 };
 pub use schedules::{
     Accepted, ClaimedFire, Decision, DeliveryStore, DueSchedule, FinishedFire, FireRow,

@@ -259,6 +259,24 @@ pub struct LedgerEntry {
     pub hooks: Option<Value>,
 }
 
+/// What a pending input of a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// Text from the caller (`POST /v1/runs/{id}/input`).
+    Text,
+    /// A request to compact the run's context (`POST /v1/runs/{id}/compact`).
+    Compact,
+}
+
+impl InputKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Compact => "compact",
+        }
+    }
+}
+
 /// A run as an executor resumes it ([`RunStore::transcript`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Transcript {
@@ -331,7 +349,7 @@ pub struct RunFilter {
 /// Runs, events, ledger and inputs in Postgres.
 #[derive(Clone, Debug)]
 pub struct RunStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
     /// Connections kept for the single statements made for every run (insert, read, page of
     /// events, live sub-runs), which would otherwise each pay the pool's test on release.
     kept: Arc<Kept>,
@@ -526,6 +544,18 @@ impl RunStore {
         id: RunId,
         text: &str,
     ) -> Result<Result<bool, RunStatus>, RunStoreError> {
+        self.add_pending(tenant, id, InputKind::Text, text).await
+    }
+
+    /// Queues a pending input of `kind` (text, or a request to compact the run's context), as
+    /// [`RunStore::add_input`].
+    pub async fn add_pending(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        kind: InputKind,
+        text: &str,
+    ) -> Result<Result<bool, RunStatus>, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
         let Some(status) = lock_status(&mut tx, tenant, id).await? else {
             return Err(RunStoreError::Store(StoreError::Db(
@@ -535,13 +565,16 @@ impl RunStore {
         if status.is_terminal() {
             return Ok(Err(status));
         }
-        sqlx::query("INSERT INTO run_inputs (id, run_id, tenant_id, text) VALUES ($1, $2, $3, $4)")
-            .bind(Uuid::now_v7())
-            .bind(id.0)
-            .bind(tenant.as_str())
-            .bind(text)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO run_inputs (id, run_id, tenant_id, text, kind) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(id.0)
+        .bind(tenant.as_str())
+        .bind(text)
+        .bind(kind.as_str())
+        .execute(&mut *tx)
+        .await?;
         let wake = status == RunStatus::AwaitingInput;
         if wake {
             sqlx::query("UPDATE runs SET status = 'queued', updated_at = now() WHERE id = $1")
@@ -1066,18 +1099,28 @@ impl Fenced {
         Ok((r.try_into()?, false))
     }
 
-    /// Takes the pending inputs of the run (marking them consumed).
-    pub async fn take_inputs(&mut self) -> Result<Vec<String>, RunStoreError> {
-        let mut out: Vec<(Uuid, String)> = sqlx::query_as(
+    /// Takes the pending inputs of the run (marking them consumed), oldest first.
+    pub async fn take_inputs(&mut self) -> Result<Vec<(InputKind, String)>, RunStoreError> {
+        let mut out: Vec<(Uuid, String, String)> = sqlx::query_as(
             "UPDATE run_inputs SET consumed = true WHERE id IN (
                  SELECT id FROM run_inputs WHERE run_id = $1 AND NOT consumed ORDER BY id FOR UPDATE)
-             RETURNING id, text",
+             RETURNING id, text, kind",
         )
         .bind(self.run.0)
         .fetch_all(&mut *self.tx)
         .await?;
-        out.sort_by_key(|(id, _)| *id);
-        Ok(out.into_iter().map(|(_, t)| t).collect())
+        out.sort_by_key(|(id, _, _)| *id);
+        Ok(out
+            .into_iter()
+            .map(|(_, t, k)| {
+                let kind = if k == "compact" {
+                    InputKind::Compact
+                } else {
+                    InputKind::Text
+                };
+                (kind, t)
+            })
+            .collect())
     }
 
     /// Forgets ledger rows this lease recorded as `started` for calls that never started (the

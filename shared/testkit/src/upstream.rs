@@ -35,6 +35,9 @@ pub enum Behavior {
     ToolCall { name: String, arguments: String },
     /// Call several tools in one turn.
     ParallelToolCalls(Vec<(String, String)>),
+    /// Call tools with these ids: `(id, name, JSON arguments)` (the others number their calls
+    /// `call_<i>` in every answer).
+    ToolCallsWithIds(Vec<(String, String, String)>),
     /// Answer with this status and an OpenAI error body, and `Retry-After` when given.
     Fail {
         status: u16,
@@ -57,10 +60,16 @@ pub enum Behavior {
 pub struct Recorded {
     pub path: String,
     pub body: Value,
+    /// The body's bytes as they arrived.
+    pub raw: Bytes,
     pub authorization: Option<String>,
 }
 
+/// Decides a call's behaviour from its request body; `None` leaves it to the script.
+pub type Responder = Arc<dyn Fn(&Value) -> Option<Behavior> + Send + Sync>;
+
 struct Inner {
+    responder: Mutex<Option<Responder>>,
     calls: AtomicUsize,
     script: Mutex<VecDeque<Behavior>>,
     default: Mutex<Behavior>,
@@ -76,7 +85,7 @@ pub struct FakeUpstream {
     inner: Arc<Inner>,
 }
 
-const RECORD_LIMIT: usize = 256;
+const RECORD_LIMIT: usize = 1024;
 
 impl FakeUpstream {
     /// Starts on `127.0.0.1:0`.
@@ -87,6 +96,7 @@ impl FakeUpstream {
     /// Starts on `addr` (the load generator picks a fixed port).
     pub async fn start_on(addr: SocketAddr) -> Self {
         let inner = Arc::new(Inner {
+            responder: Mutex::new(None),
             calls: AtomicUsize::new(0),
             script: Mutex::new(VecDeque::new()),
             default: Mutex::new(Behavior::Echo),
@@ -127,6 +137,13 @@ impl FakeUpstream {
         self
     }
 
+    /// Decides each call's behaviour from its request (before the script and the default).
+    pub fn set_responder(&self, r: Responder) {
+        if let Ok(mut x) = self.inner.responder.lock() {
+            *x = Some(r);
+        }
+    }
+
     /// What calls do once the script is empty.
     pub fn set_default(&self, b: Behavior) {
         if let Ok(mut d) = self.inner.default.lock() {
@@ -161,7 +178,7 @@ impl Drop for FakeUpstream {
 }
 
 impl Inner {
-    fn next(&self, path: &str, headers: &HeaderMap, body: &Value) -> Behavior {
+    fn next(&self, path: &str, headers: &HeaderMap, body: &Value, raw: &Bytes) -> Behavior {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut r) = self.recorded.lock() {
             if r.len() >= RECORD_LIMIT {
@@ -170,11 +187,16 @@ impl Inner {
             r.push_back(Recorded {
                 path: path.to_owned(),
                 body: body.clone(),
+                raw: raw.clone(),
                 authorization: headers
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned),
             });
+        }
+        let responder = self.responder.lock().ok().and_then(|r| r.clone());
+        if let Some(b) = responder.and_then(|r| r(body)) {
+            return b;
         }
         let scripted = self.script.lock().ok().and_then(|mut s| s.pop_front());
         scripted.unwrap_or_else(|| {
@@ -269,7 +291,7 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return fail(400, None);
     };
-    let behavior = inner.next("/v1/chat/completions", &headers, &req);
+    let behavior = inner.next("/v1/chat/completions", &headers, &req, &body);
     let model = req["model"].as_str().unwrap_or("fake").to_owned();
     let stream = req["stream"].as_bool().unwrap_or(false);
     let include_usage = req["stream_options"]["include_usage"]
@@ -302,6 +324,7 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
         }
         Behavior::ToolCall { name, arguments } => vec![(name.clone(), arguments.clone())],
         Behavior::ParallelToolCalls(v) => v.clone(),
+        Behavior::ToolCallsWithIds(v) => v.iter().map(|(_, n, a)| (n.clone(), a.clone())).collect(),
         _ => vec![],
     };
     let text = match &behavior {
@@ -325,7 +348,10 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
         "tool_calls"
     };
     let id = "chatcmpl-fake";
-    let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
+    let ids: Vec<String> = match &behavior {
+        Behavior::ToolCallsWithIds(v) => v.iter().map(|(id, _, _)| id.clone()).collect(),
+        _ => (0..calls.len()).map(|i| format!("call_{i}")).collect(),
+    };
     if !stream {
         let tool_calls = calls
             .iter()
@@ -455,7 +481,7 @@ async fn embeddings(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: B
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return fail(400, None);
     };
-    match inner.next("/v1/embeddings", &headers, &req) {
+    match inner.next("/v1/embeddings", &headers, &req, &body) {
         Behavior::Fail {
             status,
             retry_after,

@@ -308,6 +308,23 @@ function TerminalLine({
           )}
         </li>
       );
+    case 'notice':
+      return (
+        <li className="t-notice" role="status">
+          ℹ {line.text}
+        </li>
+      );
+    case 'compacted':
+      return (
+        <li className="t-muted">
+          <details>
+            <summary>
+              ⇣ context compacted ({line.trigger}): ~{line.before} → ~{line.after} tokens, {line.turns} turns summarized
+            </summary>
+            <pre aria-label="Summary">{line.summary}</pre>
+          </details>
+        </li>
+      );
     case 'awaiting':
       return <li className="t-muted">waiting for input ({line.reason})</li>;
     case 'error':

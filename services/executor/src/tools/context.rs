@@ -1,4 +1,5 @@
-//! The `Context` tool: facts about the run itself (the time, the agent, its limits). Read-only.
+//! The `Context` tool: facts about the run itself (the time, the agent, its limits, how full
+//! its context is), and asking for the context to be compacted before the next step.
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -6,9 +7,10 @@ use serde_json::Value;
 use weft_api::tools::{ContextInput, ContextOp, input_schema};
 use weft_core::RunId;
 use weft_core::message::ToolSpec;
+use weft_core::run::{CompactionRequested, RunEvent};
 
 use super::{
-    Abort, Field, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, common_words,
+    Abort, Field, Gauge, Reading, SideEffect, Tool, ToolCtx, ToolOutcome, ToolOutput, common_words,
     read_op,
 };
 
@@ -23,7 +25,7 @@ impl Tool for Context {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: self.name().into(),
-            description: "Facts about this run. op=time: the current time (RFC 3339). op=self: this agent, its version hash, model, limits and the current iteration.".into(),
+            description: "Facts about this run. op=time: the current time (RFC 3339). op=self: this agent, its version hash, model, limits, the current iteration and how full the context is (estimated tokens of the prompt against the model's window). op=compact: compact the context before your next step (earlier turns become a summary; Recall reads them back exactly).".into(),
             parameters: input_schema::<ContextInput>(),
         }
     }
@@ -37,7 +39,10 @@ impl Tool for Context {
         ctx: &'a ToolCtx<'a>,
         input: &'a Value,
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>> {
-        Box::pin(async move { Ok(ToolOutcome::Done(context(ctx, input))) })
+        Box::pin(async move {
+            let gauge = ctx.host().context_gauge().await;
+            Ok(ToolOutcome::Done(context(ctx, input, gauge)))
+        })
     }
 }
 
@@ -59,6 +64,7 @@ struct Myself<'a> {
     depth: i32,
     limits: Limits,
     tools: &'a [String],
+    context: Gauge,
 }
 
 #[derive(Serialize)]
@@ -69,7 +75,7 @@ struct Limits {
     max_depth: u32,
 }
 
-fn context(ctx: &ToolCtx<'_>, input: &Value) -> ToolOutput {
+fn context(ctx: &ToolCtx<'_>, input: &Value, gauge: Gauge) -> ToolOutput {
     if let Err(msg) = read_op::<ContextOp>(input, common_words) {
         return ToolOutput::error(msg);
     }
@@ -101,7 +107,22 @@ fn context(ctx: &ToolCtx<'_>, input: &Value) -> ToolOutput {
                     max_depth: ctx.inner().cfg.max_depth,
                 },
                 tools: &spec.tools,
+                context: gauge,
             })
+        }
+        ContextOp::Compact => {
+            // Folded by the loop: the compaction happens before the run's next step.
+            ctx.emit(RunEvent::CompactionRequested(CompactionRequested {
+                trigger: "self".to_owned(),
+            }));
+            ToolOutput::ok(format!(
+                "The context will be compacted before your next step: earlier turns become a summary (about {} tokens now{}). Recall reads the exact text back by words or by seq.",
+                gauge.estimated_tokens,
+                gauge
+                    .window_tokens
+                    .map(|w| format!(" of a {w}-token window"))
+                    .unwrap_or_default()
+            ))
         }
     }
 }

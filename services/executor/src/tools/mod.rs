@@ -23,6 +23,7 @@ pub mod http;
 pub mod interruption;
 pub mod mcp;
 pub mod memory;
+pub mod recall;
 pub mod skill;
 
 use std::collections::BTreeMap;
@@ -153,6 +154,18 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, Result<ToolOutcome, Abort>>;
 }
 
+/// What `Context {op: self}` reports of the run's context.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Gauge {
+    /// The estimated prompt tokens of the last model turn's request.
+    pub estimated_tokens: u64,
+    /// The model's window, when known.
+    pub window_tokens: Option<u32>,
+    /// The prompt tokens the provider counted for the last turn.
+    pub last_prompt_tokens: u64,
+    pub compactions: u32,
+}
+
 /// What a call may use of the run it belongs to. The run's driver implements it; the tools see
 /// only this, so they do not depend on the driver (which depends on them).
 pub(crate) trait RunHost: Send + Sync {
@@ -166,6 +179,8 @@ pub(crate) trait RunHost: Send + Sync {
     fn spec(&self) -> &RunSpec;
     /// The run's credentials (read once per lease).
     fn credentials(&self) -> BoxFuture<'_, Arc<std::collections::BTreeMap<String, String>>>;
+    /// How full the run's context is (as of its last model turn) and the model's window.
+    fn context_gauge(&self) -> BoxFuture<'_, Gauge>;
     /// Starts sub-runs of this run for the call `tool_use_id` and waits for their results.
     fn spawn_children<'a>(
         &'a self,
@@ -377,6 +392,7 @@ impl Registry {
         r.add(channel::Channel);
         r.add(skill::Skill);
         r.add(evaluation::Evaluation);
+        r.add(recall::Recall);
         r.add(files::read::Read);
         r.add(files::write::Write);
         r.add(files::edit::Edit);
@@ -1065,14 +1081,17 @@ mod tests {
         check_messages(
             |input| read_op::<ContextOp>(input, common_words).map(drop),
             &[
-                (json!({}), "`op` must be \"time\" or \"self\", got nothing"),
+                (
+                    json!({}),
+                    "`op` must be one of time, self, compact, got nothing",
+                ),
                 (
                     json!({"op": 1}),
-                    "`op` must be \"time\" or \"self\", got nothing",
+                    "`op` must be one of time, self, compact, got nothing",
                 ),
                 (
                     json!({"op": "now"}),
-                    "`op` must be \"time\" or \"self\", got \"now\"",
+                    "`op` must be one of time, self, compact, got \"now\"",
                 ),
             ],
         );
@@ -1132,6 +1151,7 @@ mod tests {
             "List": input_schema::<ListInput>(),
             "Exec": input_schema::<weft_api::tools::ExecInput>(),
             "Evaluation": input_schema::<weft_api::tools::EvaluationInput>(),
+            "Recall": input_schema::<weft_api::context::RecallInput>(),
         });
         // Every hosted tool is pinned.
         let hosted = Registry::builtin(
@@ -1164,10 +1184,11 @@ mod tests {
             json!({
                 "type": "object",
                 "properties": {
-                    "op": {"type": "string", "enum": ["ask"]},
-                    "question": {"type": "string"}
+                    "op": {"type": "string", "enum": ["ask", "notify"]},
+                    "question": {"type": "string", "description": "ask: the question"},
+                    "message": {"type": "string", "description": "notify: the notice (at most 4096 characters)"}
                 },
-                "required": ["op", "question"]
+                "required": ["op"]
             })
         );
         assert_eq!(

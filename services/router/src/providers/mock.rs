@@ -107,11 +107,7 @@ impl MockProvider {
             }
             Turn::ToolCalls(calls) => {
                 completion_tokens = 8 * calls.len() as u64;
-                let turn = req
-                    .messages
-                    .iter()
-                    .filter(|m| m.role == Role::Assistant)
-                    .count();
+                let turn = turn_number(req);
                 for (i, (name, arguments)) in (0u32..).zip(calls) {
                     events.push(ChatEvent::ToolCallStart {
                         index: i,
@@ -241,7 +237,39 @@ fn find_script(req: &ChatRequest) -> Option<(Script, usize)> {
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .count();
-    Some((script, after))
+    // Turns a compaction folded out of the view still count.
+    let shown = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
+    Some((script, after + (turn_number(req) - shown)))
+}
+
+/// The number of this turn: the assistant messages before it, or — when a compaction folded
+/// some of them away — one more than the highest turn named by a tool-call id it made
+/// (`call_<turn>_<i>`), so ids never repeat within a run.
+fn turn_number(req: &ChatRequest) -> usize {
+    let shown = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
+    let named = req
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            weft_core::message::ContentBlock::ToolUse { id, .. } => id
+                .strip_prefix("call_")
+                .and_then(|r| r.split('_').next())
+                .and_then(|t| t.parse::<usize>().ok())
+                .map(|t| t + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    shown.max(named)
 }
 
 fn plan_turn(cfg: &MockModelConfig, req: &ChatRequest) -> Turn {

@@ -181,6 +181,18 @@ impl<O: Write, E: Write> Render<O, E> {
                     Style::Dim,
                 );
             }
+            RunEvent::Notice(n) => {
+                self.line(&format!("  ℹ {}", fold(&n.message, FOLD)), Style::Dim);
+            }
+            RunEvent::ContextCompacted(c) => {
+                self.line(
+                    &format!(
+                        "  ⇣ context compacted ({}): ~{} → ~{} tokens, {} turns summarized",
+                        c.trigger, c.before_tokens, c.after_tokens, c.folded_turns
+                    ),
+                    Style::Dim,
+                );
+            }
             RunEvent::Error(e) => {
                 self.line(
                     &format!(
@@ -357,6 +369,30 @@ mod tests {
             ("assistant_message", message("echo: hi")),
         ];
         assert_eq!(render(Inputs::Hide, &cut).0, "echo: hi\n");
+    }
+
+    #[test]
+    fn notices_and_compactions_are_dim_lines() {
+        let (out, err) = render(
+            Inputs::Hide,
+            &[
+                (
+                    "notice",
+                    json!({"tool_use_id": "c1", "message": "halfway\nthere"}),
+                ),
+                (
+                    "context_compacted",
+                    json!({"summary": "s", "before_tokens": 900, "after_tokens": 300,
+                           "first_kept_seq": 7, "trigger": "auto", "folded_turns": 3}),
+                ),
+            ],
+        );
+        assert_eq!(out, "");
+        assert!(err.contains("ℹ halfway"), "{err:?}");
+        assert!(
+            err.contains("context compacted (auto): ~900 → ~300 tokens, 3 turns"),
+            "{err:?}"
+        );
     }
 
     #[test]
