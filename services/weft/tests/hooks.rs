@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,9 +42,11 @@ struct Seen {
     /// Query strings of the `HTTP` tool's requests to `/slow`.
     slow: Mutex<Vec<String>>,
     /// Set once `/slow` has been asked for the first time.
-    slow_reached: AtomicBool,
+    slow_reached: tokio::sync::Notify,
     /// While false, `/slow` does not answer.
-    slow_released: AtomicBool,
+    slow_released: tokio::sync::Notify,
+    /// Set with `slow_released`: every call after the release passes at once.
+    released: std::sync::atomic::AtomicBool,
 }
 
 impl Seen {
@@ -77,9 +79,16 @@ async fn receiver() -> (String, Arc<Seen>) {
                 .lock()
                 .unwrap()
                 .push(uri.query().unwrap_or_default().to_owned());
-            seen.slow_reached.store(true, Ordering::SeqCst);
-            while !seen.slow_released.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            // `notify_one` keeps a permit when nobody waits yet, so neither side can miss it.
+            seen.slow_reached.notify_one();
+            loop {
+                let woken = seen.slow_released.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                if seen.released.load(Ordering::SeqCst) {
+                    break;
+                }
+                woken.await;
             }
             return "slow answer".into_response();
         }
@@ -485,13 +494,9 @@ async fn a_replay_after_the_holder_is_killed_reuses_the_recorded_decision() {
     .await;
     // The pre hook answered (its decision committed), and the tool is under way: kill whoever
     // holds the run.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !seen.slow_reached.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the HTTP call reached the receiver");
+    tokio::time::timeout(Duration::from_secs(30), seen.slow_reached.notified())
+        .await
+        .expect("the HTTP call reached the receiver");
     let pool = sqlx::PgPool::connect(f.config.database.url.expose())
         .await
         .unwrap();
@@ -508,7 +513,8 @@ async fn a_replay_after_the_holder_is_killed_reuses_the_recorded_decision() {
     };
     victim.0.kill().unwrap();
     victim.0.wait().unwrap();
-    seen.slow_released.store(true, Ordering::SeqCst);
+    seen.released.store(true, Ordering::SeqCst);
+    seen.slow_released.notify_waiters();
 
     let frames = stream(&f, &f.admin, &run, "", None).await;
     let done = &frames.last().unwrap().2;

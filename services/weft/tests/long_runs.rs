@@ -101,10 +101,11 @@ async fn a_long_run_compacts_survives_a_kill_byte_for_byte_and_recalls_what_it_f
     let up = FakeUpstream::start().await;
     // 0: answer; 1: hold the next request of the run's model (and note it); 2: answer again.
     let phase = Arc::new(AtomicU8::new(0));
+    let holding = Arc::new(tokio::sync::Notify::new());
     let held: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
     let summaries = Arc::new(AtomicUsize::new(0));
     {
-        let (phase, summaries) = (phase.clone(), summaries.clone());
+        let (phase, summaries, holding) = (phase.clone(), summaries.clone(), holding.clone());
         up.set_responder(Arc::new(move |body: &Value| {
             if body["model"] == "summ" {
                 let n = summaries.fetch_add(1, Ordering::SeqCst) + 1;
@@ -116,6 +117,7 @@ async fn a_long_run_compacts_survives_a_kill_byte_for_byte_and_recalls_what_it_f
                 .compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
+                holding.notify_one();
                 return Some(Behavior::Stall);
             }
             Some(next_turn(body))
@@ -174,23 +176,15 @@ async fn a_long_run_compacts_survives_a_kill_byte_for_byte_and_recalls_what_it_f
     let compacted = common::wait_event(&f, &f.admin, &run, 1, "context_compacted").await;
     assert_eq!(compacted["status"], "running", "{compacted}");
     phase.store(1, Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let held_at = loop {
-        let recorded = up.recorded();
-        if phase.load(Ordering::SeqCst) == 2 {
-            let at = recorded
-                .iter()
-                .rposition(|r| r.body["model"] == "long")
-                .unwrap();
-            *held.lock().unwrap() = Some(recorded[at].raw.to_vec());
-            break recorded.len() - 1;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no request was held"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    tokio::time::timeout(Duration::from_secs(60), holding.notified())
+        .await
+        .expect("a request was held");
+    let recorded = up.recorded();
+    let held_at = recorded
+        .iter()
+        .rposition(|r| r.body["model"] == "long")
+        .unwrap();
+    *held.lock().unwrap() = Some(recorded[held_at].raw.to_vec());
     let (victim, _survivor) = kill_holder(&f, &run, a, b).await;
 
     let done = finished(&f, &run).await;
@@ -521,18 +515,27 @@ async fn finished(f: &TestFleet, run: &str) -> Value {
 
 /// [`finished`], read with `token`.
 async fn finished_as(f: &TestFleet, token: &str, run: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    loop {
-        let (_, r) = f.get(&format!("/v1/runs/{run}"), token).await;
-        if matches!(
-            r["status"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        ) {
-            return r;
+    // The run's stream ends at its `run_finished`, wherever it finished.
+    let r = f
+        .http
+        .get(format!("{}/v1/runs/{run}/stream", f.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    tokio::time::timeout(Duration::from_secs(240), async {
+        while let Some(ev) = futures::StreamExt::next(&mut events).await {
+            if ev.unwrap().event == "run_finished" {
+                return;
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "{r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        panic!("the stream of {run} ended before run_finished");
+    })
+    .await
+    .expect("the run finished in time");
+    f.get(&format!("/v1/runs/{run}"), token).await.1
 }
 
 /// Every event of the run, in seq order.

@@ -82,8 +82,8 @@ async fn receiver() -> (String, Arc<AtomicUsize>) {
             }))
             .into_response(),
             "/slow" => {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                Json(json!({"decision": "allow"})).into_response()
+                // Never answers: the call's timeout is what ends it.
+                std::future::pending::<axum::response::Response>().await
             }
             "/garbage" => "yes".into_response(),
             _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
