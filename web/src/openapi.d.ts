@@ -15669,6 +15669,8 @@ export interface components {
                 /** @default [] */
                 subscribe?: string[];
             };
+            /** @description a code agent: a script takes the run's turns instead of a model, spending no tokens (docs/code-agents.md); absent (hashed as absent) = a model agent */
+            code?: components["schemas"]["CodeAgent"] | null;
             /**
              * @description how runs keep their model view inside the window (docs/runs.md "Long runs"); null = no automatic compaction, default tool-result budgets
              * @default null
@@ -16257,6 +16259,35 @@ export interface components {
             message?: string;
             passed: boolean;
         };
+        /**
+         * @description A code agent: its turns are a script's, not a model's, and spend no tokens. The script
+         *     defines `main(input)`; the agent's tools are bound as `tools.<Name>(input)` and
+         *     `call(name, input)`, each call one turn of the run; what `main` returns is the run's answer.
+         * @example {
+         *       "max_wall_s": 600,
+         *       "source": "function main(input) {\n  const draft = tools.Agent({op: 'spawn', agent: 'writer', input});\n  tools.Memory({op: 'set', scope: 'agent', key: 'last', value: draft.output});\n  return draft.output;\n}"
+         *     }
+         */
+        CodeAgent: {
+            /**
+             * @description the script's language (only javascript)
+             * @default javascript
+             */
+            language?: components["schemas"]["CodeLanguage"];
+            /**
+             * Format: uint32
+             * @description the whole run's wall clock in seconds, from its creation, time waiting for sub-runs included (default 300)
+             * @default null
+             */
+            max_wall_s?: number | null;
+            /**
+             * @description the script: it defines `function main(input)` (or `async function main`), 1 to 262144 bytes
+             * @default
+             */
+            source?: string;
+        };
+        /** @description The language a code agent's script is written in. */
+        CodeLanguage: "javascript";
         /**
          * @description The answer of `POST /v1/runs/{id}/compact`: the request is taken; the run wakes, compacts and
          *     parks again, and the `context_compacted` event says what it did.

@@ -273,6 +273,10 @@ impl Driver {
                 return self.fail(&state, &e).await;
             }
         };
+        // A code agent's script is replayed whole each turn: it is sent every result in full.
+        if def.code.is_some() {
+            state.budget = machine::Budget::UNLIMITED;
+        }
         self.children = Arc::new(Semaphore::new(
             usize::try_from(self.spec.max_concurrent_children.max(1)).unwrap_or(1),
         ));
@@ -291,13 +295,16 @@ impl Driver {
             }
             let facts = Facts {
                 max_iterations: self.spec.max_iterations.max(1),
-                interactive: self.lease.run.interactive,
+                // A code agent's run ends when its script returns.
+                interactive: self.lease.run.interactive && def.code.is_none(),
                 cancelled: self.cancel.is_cancelled(),
                 input_waiting,
             };
             // A compaction asked for (manual or self) happens at the first step boundary, before
             // the run parks or calls the model again.
+            // A code agent has no model view to compact.
             if let Some(trigger) = state.compact_pending
+                && def.code.is_none()
                 && !state.finished
                 && machine::pending_calls(&state).is_empty()
             {
@@ -314,6 +321,21 @@ impl Driver {
                 }
                 // Boxed: a model turn's future (several KiB, the stream it reads included) would
                 // otherwise be laid out inside every run's task, parked or not, all its life.
+                // A code agent's turn is its script's.
+                Action::CallModel if let Some(code) = &def.code => {
+                    match Box::pin(self.code_turn(&def, code, &mut state)).await? {
+                        Some(ids) => {
+                            ids.clone_into(
+                                &mut self
+                                    .unstarted
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                            );
+                            recorded = ids;
+                        }
+                        None => return Ok(()),
+                    }
+                }
                 // Automatic compaction first, when the prompt has grown to its share of the window
                 // (and something can be folded): then the loop asks again.
                 Action::CallModel
@@ -741,7 +763,17 @@ impl Driver {
         Ok(())
     }
 
-    async fn fail(&self, state: &LoopState, e: &Error) -> Result<(), Stop> {
+    pub(crate) async fn fail(&self, state: &LoopState, e: &Error) -> Result<(), Stop> {
+        self.fail_as(state, StopReason::Error, e).await
+    }
+
+    /// Ends the run `failed` for `reason` (`error`, `timeout`), with `e` as its error.
+    pub(crate) async fn fail_as(
+        &self,
+        state: &LoopState,
+        reason: StopReason,
+        e: &Error,
+    ) -> Result<(), Stop> {
         self.persist(
             None,
             vec![RunEvent::Error(ErrorEvent {
@@ -752,7 +784,7 @@ impl Driver {
         .await?;
         self.finish(
             state,
-            StopReason::Error,
+            reason,
             Some(json!({"code": e.code.as_str(), "message": e.message})),
         )
         .await

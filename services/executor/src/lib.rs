@@ -16,6 +16,7 @@
 //! `Agent` tool's children) and [`tools`] (the [`tools::Tool`] trait, the registry, one file
 //! per tool).
 
+mod code;
 mod compact;
 mod dispatch;
 mod driver;

@@ -32,6 +32,12 @@ impl Default for Budget {
 }
 
 impl Budget {
+    /// No budget: every result whole (a code agent's replay).
+    pub const UNLIMITED: Self = Self {
+        result: usize::MAX,
+        turn: usize::MAX,
+    };
+
     /// The budget a run's compaction settings give.
     pub fn of(c: Option<&Compaction>) -> Self {
         let d = Compaction::default();

@@ -342,8 +342,12 @@ impl Driver {
             // that parked, or just runs long) cannot hold the run past its budget.
             let left = self.wall_time_left();
             if left == Some(Duration::ZERO) {
-                self.stop_child(record.id, "the plan run's wall-time budget ran out")
-                    .await;
+                let why = if self.spec.plan.is_some() {
+                    "the plan run's wall-time budget ran out"
+                } else {
+                    "the code agent's wall clock (code.max_wall_s) ran out"
+                };
+                self.stop_child(record.id, why).await;
                 return Ok(None);
             }
             let deadline = async {
@@ -387,11 +391,14 @@ impl Driver {
         u64::try_from(elapsed.whole_seconds()).unwrap_or(0)
     }
 
-    /// What is left of a plan run's wall-time budget (`max_wall_s` since it was created; zero
-    /// once it ran out, as the step function reckons it from [`Driver::elapsed_s`]); `None`
-    /// for a run without one.
+    /// What is left of a plan run's wall-time budget or a code agent's wall clock (`max_wall_s`
+    /// since it was created; zero once it ran out, as the step function reckons it from
+    /// [`Driver::elapsed_s`]); `None` for a run without one.
     pub(crate) fn wall_time_left(&self) -> Option<Duration> {
-        let max = self.spec.plan.as_ref()?.limits.max_wall_s;
+        let max = match &self.spec.plan {
+            Some(plan) => plan.limits.max_wall_s,
+            None => u64::from(self.spec.max_wall_s?),
+        };
         if max == 0 {
             return None;
         }

@@ -49,9 +49,11 @@ pub fn anthropic_type(code: ErrorCode) -> &'static str {
         ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable | ErrorCode::UiNotBuilt => {
             "overloaded_error"
         }
-        ErrorCode::UpstreamError | ErrorCode::ModelOutputInvalid | ErrorCode::Internal => {
-            "api_error"
-        }
+        ErrorCode::UpstreamError
+        | ErrorCode::ModelOutputInvalid
+        | ErrorCode::CodeAgentError
+        | ErrorCode::CodeAgentReplayDivergence
+        | ErrorCode::Internal => "api_error",
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::panic,
     reason = "integration tests: a panic is how a test fails"
 )]
 #![allow(dead_code, reason = "each test binary uses a different subset")]
@@ -433,4 +434,89 @@ pub async fn wait_for_port(port: u16) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits for the run's `run_finished` and returns the run.
+pub async fn finished(f: &TestFleet, run: &str) -> Value {
+    finished_as(f, &f.admin, run).await
+}
+
+/// [`finished`], read with `token`.
+pub async fn finished_as(f: &TestFleet, token: &str, run: &str) -> Value {
+    // The run's stream ends at its `run_finished`, wherever it finished.
+    let r = f
+        .http
+        .get(format!("{}/v1/runs/{run}/stream", f.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
+    tokio::time::timeout(Duration::from_secs(240), async {
+        while let Some(ev) = futures::StreamExt::next(&mut events).await {
+            if ev.unwrap().event == "run_finished" {
+                return;
+            }
+        }
+        panic!("the stream of {run} ended before run_finished");
+    })
+    .await
+    .expect("the run finished in time");
+    f.get(&format!("/v1/runs/{run}"), token).await.1
+}
+
+/// Every event of the run, in seq order.
+pub async fn all_events(f: &TestFleet, run: &str) -> Vec<Value> {
+    all_events_as(f, &f.admin, run).await
+}
+
+/// [`all_events`], read with `token`.
+pub async fn all_events_as(f: &TestFleet, token: &str, run: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut from = 1;
+    loop {
+        let (s, page) = f
+            .get(
+                &format!("/v1/runs/{run}/events?from_seq={from}&limit=1000"),
+                token,
+            )
+            .await;
+        assert_eq!(s, 200, "{page}");
+        let data = page["data"].as_array().unwrap().clone();
+        if data.is_empty() {
+            return out;
+        }
+        from = data.last().unwrap()["seq"].as_i64().unwrap() + 1;
+        out.extend(data);
+    }
+}
+
+/// The lease owners the run's events were written under (one per lease).
+pub async fn owners(f: &TestFleet, run: &str) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(f.config.database.url.expose())
+        .await
+        .unwrap();
+    let owner: Option<String> = sqlx::query_scalar("SELECT lease_owner FROM runs WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(run).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    owner.into_iter().collect()
+}
+
+/// SIGKILLs whichever of `a` and `b` holds `run`; the victim's pid and the survivor.
+pub async fn kill_holder(f: &TestFleet, run: &str, a: Proc, b: Proc) -> (u32, Proc) {
+    let holder = owners(f, run).await;
+    let owner = holder.first().expect("an executor holds the run");
+    let (mut victim, survivor) = if owner.starts_with(&format!("executor-{}-", a.0.id())) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let pid = victim.0.id();
+    assert!(owner.starts_with(&format!("executor-{pid}-")), "{owner}");
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+    (pid, survivor)
 }

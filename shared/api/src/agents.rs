@@ -69,6 +69,9 @@ pub struct AgentContent {
     /// whether A2A clients see the agent as a skill of its tenant's agent card; absent (hashed as absent) = not exposed
     #[serde(skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2a>,
+    /// a code agent: a script takes the run's turns instead of a model, spending no tokens (docs/code-agents.md); absent (hashed as absent) = a model agent
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::code::CodeAgent>,
 }
 
 impl Default for AgentContent {
@@ -91,6 +94,7 @@ impl Default for AgentContent {
             compaction: None,
             volumes: Vec::new(),
             a2a: None,
+            code: None,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod agents;
 pub mod base;
 pub mod binding;
 pub mod channels;
+pub mod code;
 pub mod common;
 pub mod context;
 pub mod defs;

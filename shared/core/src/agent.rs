@@ -60,6 +60,10 @@ pub struct AgentContent {
     /// out of the canonical JSON when unset, like `volumes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2a>,
+    /// A code agent's script (docs/code-agents.md): it takes the run's turns instead of a model.
+    /// Left out of the canonical JSON when unset, like `a2a`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<weft_api::code::CodeAgent>,
 }
 
 impl Default for AgentContent {
@@ -82,6 +86,7 @@ impl Default for AgentContent {
             compaction: None,
             volumes: Vec::new(),
             a2a: None,
+            code: None,
         }
     }
 }
@@ -586,6 +591,10 @@ impl AgentContent {
         if let Some(c) = &self.compaction {
             c.check()
                 .map_err(|(field, msg)| bad(format!("compaction.{field}"), msg))?;
+        }
+        if let Some(c) = &self.code {
+            c.check()
+                .map_err(|(field, msg)| bad(format!("code.{field}"), msg))?;
         }
         Ok(())
     }

@@ -55,12 +55,19 @@ pub enum ErrorCode {
     Unavailable,
     /// The gateway was built without the web UI (`web/dist` was missing at compile time).
     UiNotBuilt,
+    /// A code agent's script failed: it threw, did not parse, defines no `main`, ran out of
+    /// memory, or ran past its wall clock (docs/code-agents.md). A run error only.
+    CodeAgentError,
+    /// A code agent's script, replayed from the transcript, made a call other than the one it
+    /// recorded (another tool or input), or returned before making every recorded call. A run
+    /// error only.
+    CodeAgentReplayDivergence,
     /// A bug or an unexpected failure; details are logged, never returned.
     Internal,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 19] = [
         Self::InvalidRequest,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -77,6 +84,8 @@ impl ErrorCode {
         Self::UpstreamTimeout,
         Self::Unavailable,
         Self::UiNotBuilt,
+        Self::CodeAgentError,
+        Self::CodeAgentReplayDivergence,
         Self::Internal,
     ];
 
@@ -99,6 +108,8 @@ impl ErrorCode {
             Self::ModelOutputInvalid => "model_output_invalid",
             Self::Unavailable => "unavailable",
             Self::UiNotBuilt => "ui_not_built",
+            Self::CodeAgentError => "code_agent_error",
+            Self::CodeAgentReplayDivergence => "code_agent_replay_divergence",
             Self::Internal => "internal",
         }
     }
@@ -118,7 +129,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::RateLimited | Self::TenantConcurrencyExhausted => 429,
-            Self::Internal => 500,
+            Self::Internal | Self::CodeAgentError | Self::CodeAgentReplayDivergence => 500,
             Self::UpstreamError | Self::ModelOutputInvalid => 502,
             Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => 503,
             Self::UpstreamTimeout => 504,
@@ -140,6 +151,8 @@ impl ErrorCode {
             Self::UpstreamError | Self::ModelOutputInvalid => Code::Unknown,
             Self::UpstreamTimeout => Code::DeadlineExceeded,
             Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => Code::Unavailable,
+            Self::CodeAgentError => Code::Unknown,
+            Self::CodeAgentReplayDivergence => Code::Aborted,
             Self::Internal => Code::Internal,
         }
     }
@@ -178,6 +191,8 @@ impl ErrorCode {
             | Self::Unavailable
             | Self::AdmissionUnavailable
             | Self::UiNotBuilt
+            | Self::CodeAgentError
+            | Self::CodeAgentReplayDivergence
             | Self::Internal => "server_error",
         }
     }

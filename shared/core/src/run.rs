@@ -814,6 +814,10 @@ pub struct RunSpec {
     /// tool-result budgets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<weft_api::context::Compaction>,
+    /// A code agent's whole-run wall clock in seconds (its `code.max_wall_s`); `None` for a model
+    /// agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_s: Option<u32>,
 }
 
 /// A caller's narrowing of an agent definition, for [`RunSpec::resolve`]. `None` everywhere (the
@@ -893,6 +897,7 @@ impl RunSpec {
                 .compaction
                 .or_else(|| def.compaction.clone())
                 .or(n.inherited_compaction),
+            max_wall_s: def.code.as_ref().map(weft_api::code::CodeAgent::max_wall_s),
         }
     }
 }

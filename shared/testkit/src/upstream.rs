@@ -45,6 +45,11 @@ pub enum Behavior {
     },
     /// Never answer (until the server stops).
     Stall,
+    /// Wait until `open` is cancelled (or the server stops), then behave as `then`.
+    Gated {
+        open: CancellationToken,
+        then: Box<Behavior>,
+    },
     /// Start a stream, send one chunk, then break the connection.
     BreakMidStream,
     /// Answer 200 with a body that is not valid JSON (or SSE whose data is not JSON).
@@ -291,7 +296,14 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) 
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return fail(400, None);
     };
-    let behavior = inner.next("/v1/chat/completions", &headers, &req, &body);
+    let mut behavior = inner.next("/v1/chat/completions", &headers, &req, &body);
+    while let Behavior::Gated { open, then } = behavior {
+        tokio::select! {
+            () = open.cancelled() => {}
+            () = inner.stop.cancelled() => return fail(503, None),
+        }
+        behavior = *then;
+    }
     let model = req["model"].as_str().unwrap_or("fake").to_owned();
     let stream = req["stream"].as_bool().unwrap_or(false);
     let include_usage = req["stream_options"]["include_usage"]
