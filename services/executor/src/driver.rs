@@ -319,23 +319,15 @@ impl Driver {
                     self.take_input(&mut state).await?;
                     input_waiting = false;
                 }
-                // Boxed: a model turn's future (several KiB, the stream it reads included) would
-                // otherwise be laid out inside every run's task, parked or not, all its life.
                 // A code agent's turn is its script's.
                 Action::CallModel if let Some(code) = &def.code => {
                     match Box::pin(self.code_turn(&def, code, &mut state)).await? {
-                        Some(ids) => {
-                            ids.clone_into(
-                                &mut self
-                                    .unstarted
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-                            );
-                            recorded = ids;
-                        }
+                        Some(ids) => recorded = self.not_started(ids),
                         None => return Ok(()),
                     }
                 }
+                // Boxed: a model turn's future (several KiB, the stream it reads included) would
+                // otherwise be laid out inside every run's task, parked or not, all its life.
                 // Automatic compaction first, when the prompt has grown to its share of the window
                 // (and something can be folded): then the loop asks again.
                 Action::CallModel
@@ -348,15 +340,7 @@ impl Driver {
                         ))
                         .await? => {}
                 Action::CallModel => match Box::pin(self.model_turn(&def, &mut state)).await? {
-                    Ok(ids) => {
-                        ids.clone_into(
-                            &mut self
-                                .unstarted
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner),
-                        );
-                        recorded = ids;
-                    }
+                    Ok(ids) => recorded = self.not_started(ids),
                     Err(e) => {
                         if self.cancel.is_cancelled() {
                             continue;
@@ -378,6 +362,18 @@ impl Driver {
                 input_waiting = true;
             }
         }
+    }
+
+    /// Notes the calls a turn just recorded in the ledger as not started yet (see
+    /// [`Driver::unstarted`]), and gives them back.
+    fn not_started(&self, ids: Vec<String>) -> Vec<String> {
+        ids.clone_into(
+            &mut self
+                .unstarted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        ids
     }
 
     /// Reads the run's cancel flag (cancelling it when set); false when Redis did not answer.
