@@ -455,3 +455,113 @@ def test_agent_writes_a_file_and_then_edits_it(http, model):
     assert after.content != before.content, "the edit changed nothing"
     changes = http.get(f"volumes/{volume}/changes").json()["data"]
     assert {"Write", "Edit"} <= {c["source"] for c in changes}, changes
+
+
+# --- a long conversation on the real model: compaction, then Recall (runs API) ---------------
+
+# Documents long enough that three of them pass half of a 2k-token window.
+FILLER = (
+    "The committee met to discuss the harbour, the tides, the lighthouse keepers' rota and the "
+    "repainting of the fishing boats. Nothing was decided and everyone went home for tea. "
+) * 7
+
+
+def _wait_parked(http, run_id, after):
+    """Waits, on the run's stream from `after`, for it to park or finish; the last seq seen."""
+    last = after
+    with http.stream("GET", f"runs/{run_id}/stream", params={"from_seq": after + 1}) as s:
+        assert s.status_code == 200
+        kind = None
+        for line in s.iter_lines():
+            if line.startswith("id:"):
+                last = int(line[3:].strip())
+            elif line.startswith("event:"):
+                kind = line[6:].strip()
+            elif not line and kind in ("awaiting_input", "run_finished"):
+                return last, kind
+    return last, None
+
+
+def test_a_long_conversation_compacts_and_recalls_what_it_folded(http):
+    """Structure, not wording: on the real model with a 2k-token window (`window_tokens`), a
+    conversation of long documents is compacted automatically (a `context_compacted` event with
+    a summary the model wrote), and asked for a fact of the folded part, the model calls Recall,
+    whose result holds it. The run then answers and parks, or (this 0.5B model repeats calls)
+    reaches max_iterations; either way it does not fail."""
+    model = "real-openai"
+    agent = "compactor"
+    r = http.put(
+        f"agents/{agent}",
+        json={
+            "model": model,
+            "tools": ["Recall"],
+            # Six turns before the question, three after it.
+            "max_iterations": 9,
+            "max_tokens": 2 * TOOL_MAX_TOKENS,
+            "sampling": {"temperature": 0},
+            "system_prompt": (
+                "You read documents and answer briefly. Earlier parts of this conversation may "
+                "have been summarised; to read them again call Recall with "
+                '{"op": "search", "query": "<a word to find>"}.'
+            ),
+            "compaction": {
+                "auto_percent": 50,
+                "keep_turns": 1,
+                "window_tokens": 2048,
+                "model": model,
+            },
+        },
+    )
+    assert r.status_code in (200, 201), r.text
+    r = http.post(
+        "runs",
+        json={
+            "agent": agent,
+            "interactive": True,
+            "input": "I will send you some documents. Reply OK to each one.",
+        },
+    )
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    last, kind = _wait_parked(http, run_id, 0)
+    assert kind == "awaiting_input", kind
+    documents = [
+        f"Document A. The password of the harbour gate is PELICAN. {FILLER} Reply OK.",
+        f"Document B. {FILLER} Reply OK.",
+        f"Document C. {FILLER} Reply OK.",
+        f"Document D. {FILLER} Reply OK.",
+        "What is the password of the harbour gate? Search for PELICAN with the Recall tool.",
+    ]
+    for i, text in enumerate(documents):
+        r = http.post(f"runs/{run_id}/input", json={"text": text})
+        assert r.status_code in (200, 202), r.text
+        last, kind = _wait_parked(http, run_id, last)
+        # After the question this small model may call Recall again until max_iterations.
+        if i < len(documents) - 1 or kind != "run_finished":
+            assert kind == "awaiting_input", f"the run ended: {kind}"
+    run = http.get(f"runs/{run_id}").json()
+    assert run["status"] in ("awaiting_input", "succeeded"), run
+
+    page = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()
+    events = page["data"]
+    compactions = [e["data"] for e in events if e["kind"] == "context_compacted"]
+    assert compactions, f"nothing was compacted: {_kinds(events)}"
+    assert all(c["trigger"] == "auto" for c in compactions), compactions
+    assert all(c["after_tokens"] < c["before_tokens"] for c in compactions), compactions
+    assert any(c["summary"].strip() for c in compactions), compactions
+    recalls = _calls(events, "Recall")
+    assert recalls, f"the model never called Recall: {_kinds(events)}"
+    ids = {
+        e["data"]["id"]
+        for e in events
+        if e["kind"] == "tool_call" and e["data"]["name"] == "Recall"
+    }
+    results = [
+        e["data"] for e in events if e["kind"] == "tool_result" and e["data"]["tool_use_id"] in ids
+    ]
+    assert any("PELICAN" in r["content"] for r in results), results
+    if run["status"] == "awaiting_input":
+        answers = [e for e in events if e["kind"] == "assistant_message"]
+        last_answer = answers[-1]["data"]["message"]["content"]
+        assert any(b.get("text", "").strip() for b in last_answer), last_answer
+        http.post(f"runs/{run_id}/cancel")
