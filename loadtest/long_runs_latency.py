@@ -92,7 +92,8 @@ def main() -> int:
     with fleet.Fleet(args.bin, name="long-runs", logs_dir=logs) as f:
         pid = next(iter(f.procs.values())).popen.pid
         call(f.url, f.token, "PUT", "/v1/agents/compacting", {
-            "model": "mock-1", "compaction": {"keep_turns": 1, "window_tokens": 100000}})
+            "model": "mock-1", "max_iterations": 1000,
+            "compaction": {"keep_turns": 1, "window_tokens": 100000}})
         _, run = call(f.url, f.token, "POST", "/v1/runs", {
             "agent": "compacting", "interactive": True, "input": "hello"})
         run = run["run_id"]

@@ -178,6 +178,7 @@ async fn work(
         deferred: std::sync::Mutex::default(),
         window: tokio::sync::OnceCell::new(),
         gauge: std::sync::Mutex::default(),
+        tools_tokens: std::sync::OnceLock::new(),
     };
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
     beat_stop.cancel();

@@ -81,6 +81,10 @@ pub(crate) struct Driver {
     pub(crate) window: tokio::sync::OnceCell<Option<u32>>,
     /// What `Context {op: self}` reports of the run's context.
     pub(crate) gauge: std::sync::Mutex<crate::tools::Gauge>,
+    /// The tool specs' share of the gauge's estimate, counted at the lease's first model turn:
+    /// a run's tools do not change within a lease, and counting them means serializing every
+    /// schema.
+    pub(crate) tools_tokens: std::sync::OnceLock<u64>,
 }
 
 /// Events already folded into the loop state at the seqs that follow the last committed one,

@@ -28,8 +28,11 @@ impl Driver {
         messages.extend(Self::system_message(def));
         messages.extend(view.into_iter().map(|m| replayable(&m).unwrap_or(m)));
         let tools = self.tool_specs(def).await;
+        let tools_tokens = *self
+            .tools_tokens
+            .get_or_init(|| weft_core::message::estimate_tokens(&[], &tools));
         if let Ok(mut g) = self.gauge.lock() {
-            g.estimated_tokens = weft_core::message::estimate_tokens(&messages, &tools);
+            g.estimated_tokens = weft_core::message::estimate_tokens(&messages, &[]) + tools_tokens;
             g.compactions = state.compactions;
         }
         let s = &self.spec.sampling;
