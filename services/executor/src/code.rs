@@ -78,7 +78,15 @@ impl Driver {
                 return Err(Stop::Shutdown);
             }
         };
-        let outcome = outcome.map_err(|e| Stop::Infra(format!("the script's task failed: {e}")))?;
+        let outcome = match outcome {
+            Ok(o) => o,
+            // A panic would panic again on every retry, on every executor: the run fails.
+            Err(e) if e.is_panic() => engine::Outcome::Failed(
+                "the interpreter failed on this script (a bug in weft; the executor's log has it)"
+                    .into(),
+            ),
+            Err(e) => return Err(Stop::Infra(format!("the script's task failed: {e}"))),
+        };
         let iterations = i32::try_from(state.iterations + 1).unwrap_or(i32::MAX);
         let usage = serde_json::to_value(state.usage).unwrap_or_default();
         match outcome {

@@ -302,7 +302,8 @@ impl Driver {
                 // A code agent's run ends when its script returns.
                 interactive: self.lease.run.interactive && def.code.is_none(),
                 cancelled: self.cancel.is_cancelled(),
-                input_waiting,
+                // A code agent reads only its first message: input sent later is not taken.
+                input_waiting: input_waiting && def.code.is_none(),
             };
             // A compaction asked for (manual or self) happens at the first step boundary, before
             // the run parks or calls the model again.

@@ -169,15 +169,23 @@ const PRELUDE: &str = r"
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+  // Nothing that reads the host's clock or its garbage collector's timing.
+  delete globalThis.performance;
+  delete globalThis.WeakRef;
+  delete globalThis.FinalizationRegistry;
   const RealDate = Date;
   const now = () => start + made;
+  // A date-time without an offset is read as UTC, not in the executor's zone.
+  const utc = (s) => (typeof s === 'string' && /^\d{4}-\d{2}-\d{2}T[\d:.]+$/.test(s.trim()) ? s.trim() + 'Z' : s);
   function SeededDate(...args) {
     if (!new.target) return new RealDate(now()).toString();
-    return args.length ? new RealDate(...args) : new RealDate(now());
+    if (args.length === 0) return new RealDate(now());
+    if (args.length === 1) return new RealDate(utc(args[0]));
+    return new RealDate(RealDate.UTC(...args));
   }
   SeededDate.prototype = RealDate.prototype;
   SeededDate.now = now;
-  SeededDate.parse = RealDate.parse;
+  SeededDate.parse = (s) => RealDate.parse(utc(s));
   SeededDate.UTC = RealDate.UTC;
   Object.defineProperty(RealDate.prototype, 'constructor', { value: SeededDate });
   // Local time is UTC whatever the executor's zone, so a replay elsewhere reads the same.
@@ -187,6 +195,8 @@ const PRELUDE: &str = r"
     if (f !== 'Day') proto['set' + f] = proto['setUTC' + f];
   }
   proto.getTimezoneOffset = function getTimezoneOffset() { return 0; };
+  proto.getYear = function getYear() { return this.getUTCFullYear() - 1900; };
+  proto.setYear = function setYear(y) { return this.setUTCFullYear(y < 100 && y >= 0 ? 1900 + y : y); };
   proto.toString = function toString() { return this.toUTCString(); };
   proto.toDateString = function toDateString() { return this.toISOString().slice(0, 10); };
   proto.toTimeString = function toTimeString() { return this.toISOString().slice(11, 23) + 'Z'; };
@@ -522,12 +532,22 @@ mod tests {
     #[test]
     fn the_script_has_no_host_and_a_utc_seeded_clock() {
         let s = script(
-            "function main(i) { return [typeof console, typeof require, typeof setTimeout, typeof fetch, typeof std, typeof os, typeof tools.mcp__x__y].join(','); }",
+            "function main(i) { return [typeof console, typeof require, typeof setTimeout, typeof fetch, typeof std, typeof os, typeof performance, typeof WeakRef, typeof tools.mcp__x__y].join(','); }",
         );
         assert_eq!(
             s.run(&[]),
             Outcome::Return(
-                "undefined,undefined,undefined,undefined,undefined,undefined,function".into()
+                "undefined,undefined,undefined,undefined,undefined,undefined,undefined,undefined,function".into()
+            )
+        );
+        // Local forms are UTC whatever the executor's zone.
+        let s = script(
+            "function main(i) { return [new Date(2024, 0, 1, 10).toISOString(), new Date('2024-01-01T10:00').toISOString(), Date.parse('2024-01-01T10:00'), new Date(0).getYear()].join(' '); }",
+        );
+        assert_eq!(
+            s.run(&[]),
+            Outcome::Return(
+                "2024-01-01T10:00:00.000Z 2024-01-01T10:00:00.000Z 1704103200000 70".into()
             )
         );
         let s = script(
