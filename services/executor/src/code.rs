@@ -56,6 +56,7 @@ impl Driver {
             ),
             clock_ms: i64::try_from(created.unix_timestamp_nanos() / 1_000_000).unwrap_or(0),
             deadline: Instant::now() + left,
+            turn_limit: engine::TURN_LIMIT,
             abandon: abandon.clone(),
         };
         let mut job = tokio::task::spawn_blocking(move || script.run(&recorded));

@@ -13,7 +13,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rquickjs::{CatchResultExt as _, CaughtError, Context, Ctx, Function, Runtime, Value as Js};
 use serde_json::Value;
@@ -22,6 +22,9 @@ use serde_json::Value;
 pub const MEMORY_LIMIT: usize = 64 << 20;
 /// The interpreter's stack (bytes).
 const STACK_LIMIT: usize = 1 << 20;
+/// The longest one execution (one turn: the replay and the next call) may run: a script
+/// busy for longer holds a thread and a core the executor's other runs need.
+pub const TURN_LIMIT: Duration = Duration::from_secs(30);
 
 /// One execution of a script: its source, the run's first message, the tools bound as
 /// functions, the run's seeds, and when it must stop.
@@ -38,6 +41,8 @@ pub struct Script {
     pub clock_ms: i64,
     /// The run's wall clock: the script is stopped at this instant.
     pub deadline: Instant,
+    /// The longest this execution may run ([`TURN_LIMIT`] in a run).
+    pub turn_limit: Duration,
     /// Set to stop the script at once (the run was cancelled, its lease lost, the process is
     /// stopping).
     pub abandon: Arc<AtomicBool>,
@@ -96,15 +101,22 @@ fn run(script: &Script, recorded: &[Recorded]) -> Outcome {
     rt.set_max_stack_size(STACK_LIMIT);
     let host = Rc::new(RefCell::new(Host::default()));
     let timed_out = Rc::new(Cell::new(false));
+    let turn_over = Rc::new(Cell::new(false));
     {
         let (host, timed_out, deadline) = (host.clone(), timed_out.clone(), script.deadline);
+        let (turn_over, turn_end) = (turn_over.clone(), Instant::now() + script.turn_limit);
         let abandon = script.abandon.clone();
         rt.set_interrupt_handler(Some(Box::new(move || {
             if abandon.load(Ordering::Relaxed) {
                 return true;
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 timed_out.set(true);
+                return true;
+            }
+            if now >= turn_end {
+                turn_over.set(true);
                 return true;
             }
             let h = host.borrow();
@@ -130,6 +142,12 @@ fn run(script: &Script, recorded: &[Recorded]) -> Outcome {
     }
     if timed_out.get() {
         return Outcome::TimedOut;
+    }
+    if turn_over.get() {
+        return Outcome::Failed(format!(
+            "one turn of the script ran longer than {} s (a turn replays the calls made so far and makes the next one; move long computation into a tool or a sub-run)",
+            script.turn_limit.as_secs()
+        ));
     }
     if let Some((name, input)) = &host.next {
         return Outcome::Call {
@@ -404,6 +422,7 @@ mod tests {
             seed: 42,
             clock_ms: 1_700_000_000_000,
             deadline: Instant::now() + wall,
+            turn_limit: TURN_LIMIT,
             abandon: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -493,6 +512,19 @@ mod tests {
             Duration::from_millis(200),
         );
         assert_eq!(caught.run(&[]), Outcome::TimedOut);
+    }
+
+    #[test]
+    fn a_turn_that_runs_too_long_fails_before_the_wall_clock() {
+        let mut s = script_for("function main(i) { for (;;) {} }", Duration::from_secs(600));
+        s.turn_limit = Duration::from_millis(200);
+        let Outcome::Failed(why) = s.run(&[]) else {
+            panic!("a turn past its limit fails");
+        };
+        assert!(
+            why.contains("one turn of the script ran longer than"),
+            "{why}"
+        );
     }
 
     #[test]
