@@ -235,11 +235,12 @@ fn first_task(state: &LoopState) -> String {
     let texts: Vec<String> = state.messages[..state.head.min(state.messages.len())]
         .iter()
         .filter(|m| m.role == Role::User)
-        .map(|m| text_of(&m.content))
+        .map(Message::text)
         .collect();
     texts.join("\n")
 }
 
+/// The text blocks of one tool result, joined.
 fn text_of(blocks: &[ContentBlock]) -> String {
     blocks
         .iter()
