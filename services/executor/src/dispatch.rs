@@ -137,6 +137,10 @@ async fn work(
     let hub_hold = inner.hub.hold(run_id);
     let lost = CancellationToken::new();
     let beat_stop = CancellationToken::new();
+    let span = tracing::info_span!("run", run_id = %run_id, tenant = %lease.run.tenant, epoch = lease.epoch);
+    // The lease joins the trace of whatever dispatched it (the request that created the run, a
+    // schedule fire, a webhook, the lease before it); a redelivered message carries the same.
+    weft_bus::trace::adopt(&span, msg.as_ref().and_then(|m| m.headers.as_ref()));
     let heartbeat = tokio::spawn(heartbeat(
         inner.clone(),
         LeaseKey {
@@ -148,7 +152,6 @@ async fn work(
         lost.clone(),
         beat_stop.clone(),
     ));
-    let span = tracing::info_span!("run", run_id = %run_id, tenant = %lease.run.tenant, epoch = lease.epoch);
     let driver = Driver {
         inner: inner.clone(),
         principal: Principal {
@@ -180,7 +183,10 @@ async fn work(
         gauge: std::sync::Mutex::default(),
         tools_tokens: std::sync::OnceLock::new(),
     };
+    let active = metrics::gauge!("weft_executor_runs_active");
+    active.increment(1.0);
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;
+    active.decrement(1.0);
     beat_stop.cancel();
     let _ = heartbeat.await;
     drop(hub_hold);

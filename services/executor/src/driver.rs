@@ -344,7 +344,12 @@ impl Driver {
                             weft_api::context::CompactTrigger::Auto,
                         ))
                         .await? => {}
-                Action::CallModel => match Box::pin(self.model_turn(&def, &mut state)).await? {
+                Action::CallModel => match Box::pin(tracing::Instrument::instrument(
+                    self.model_turn(&def, &mut state),
+                    tracing::info_span!("model_turn"),
+                ))
+                .await?
+                {
                     Ok(ids) => recorded = self.not_started(ids),
                     Err(e) => {
                         if self.cancel.is_cancelled() {
@@ -817,6 +822,7 @@ impl Driver {
             },
         )
         .await?;
+        metrics::counter!("weft_runs_finished_total", "status" => status.as_str()).increment(1);
         // The admission slot went back with the step.
         if !self.spec.credentials.is_empty() {
             let _ = self.inner.coord.drop_credentials(self.run_id()).await;

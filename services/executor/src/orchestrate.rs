@@ -365,7 +365,23 @@ impl Driver {
             };
         }
         let ctx = ToolCtx::new(self, def, &a.call, iteration);
-        let out = a.tool.call(&ctx, &input).await;
+        // The tool's name and call id only: its input and output stay out of spans.
+        let span = tracing::info_span!(
+            "tool",
+            tool = %a.call.name,
+            tool_use_id = %a.call.id,
+            outcome = tracing::field::Empty
+        );
+        let out = tracing::Instrument::instrument(a.tool.call(&ctx, &input), span.clone()).await;
+        span.record(
+            "outcome",
+            match &out {
+                Ok(ToolOutcome::Done(o)) if o.is_error => "error",
+                Ok(ToolOutcome::Done(_)) => "ok",
+                Ok(ToolOutcome::Ask { .. }) => "ask",
+                Err(_) => "abandoned",
+            },
+        );
         let mut events = ctx.take_events();
         let applicable = hooks::applicable(
             hooks,

@@ -24,6 +24,7 @@ const BATCH: i64 = 256;
 pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
     let every = Duration::from_millis(inner.cfg.sweep_interval_ms);
     loop {
+        sample_backlog(&inner).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
@@ -31,6 +32,18 @@ pub(crate) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
         if let Err(e) = sweep_once(&inner).await {
             tracing::warn!(error = %e, "cannot sweep for stranded runs; trying again later");
         }
+    }
+}
+
+/// Sets the dispatch queue's gauges (every replica reports the one shared consumer's backlog);
+/// they keep their last value while NATS does not answer.
+async fn sample_backlog(inner: &Inner) {
+    match inner.bus.dispatch_backlog().await {
+        Ok((pending, in_flight)) => {
+            metrics::gauge!("weft_dispatch_pending").set(pending as f64);
+            metrics::gauge!("weft_dispatch_in_flight").set(in_flight as f64);
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot read the dispatch backlog"),
     }
 }
 

@@ -645,6 +645,8 @@ async fn observe(mut req: Request, next: Next) -> Response {
         route,
         status = tracing::field::Empty
     );
+    // A caller's W3C `traceparent` makes this request a hop of the caller's trace.
+    weft_telemetry::adopt_http_trace_context(&span, req.headers());
     let mut resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     let status = resp.status();
     ROUTES.record(route, status.as_u16(), start.elapsed().as_secs_f64());

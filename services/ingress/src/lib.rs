@@ -190,8 +190,14 @@ async fn receive_handler(
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> axum::response::Response {
+    // The sender's `traceparent`, if any, is the parent: the run the delivery starts joins it.
+    let span = tracing::info_span!("webhook", tenant = %tenant, webhook = %name);
+    weft_telemetry::adopt_http_trace_context(&span, &headers);
     match sync_param(q.as_deref()) {
-        Ok(sync) => webhooks::receive(&ing, &tenant, &name, sync, &headers, body).await,
+        Ok(sync) => {
+            let received = webhooks::receive(&ing, &tenant, &name, sync, &headers, body);
+            tracing::Instrument::instrument(received, span).await
+        }
         Err(e) => webhooks::closing(webhooks::error_response(&e)),
     }
 }

@@ -173,7 +173,9 @@ pub async fn dispatch(ing: &Ingress, fires: Vec<ClaimedFire>) -> usize {
     }
     let results: Vec<(ClaimedFire, Result<RunId, Error>)> = futures::stream::iter(fires)
         .map(|f| async move {
-            let r = make_run(ing, &f).await;
+            // Each fire starts a trace of its own: the run's lease joins it (docs/operations.md).
+            let span = tracing::info_span!(parent: None, "schedule_fire", tenant = %f.tenant, schedule = %f.name, fire_id = %f.id);
+            let r = tracing::Instrument::instrument(make_run(ing, &f), span).await;
             (f, r)
         })
         .buffer_unordered(ing.cfg.dispatch_concurrency.max(1))

@@ -67,6 +67,7 @@ impl BridgeService {
         if let Some(auth) = req.metadata().get("authorization") {
             out.metadata_mut().insert("authorization", auth.clone());
         }
+        weft_telemetry::inject_trace_context(out.metadata_mut());
         let mut client = weft_proto::transport::substrate_client(self.substrate.clone());
         let v = client.get_def(out).await.map_err(|s| {
             if s.code() == tonic::Code::NotFound {
@@ -203,10 +204,36 @@ fn cut(mut text: String, max: usize) -> String {
     text
 }
 
+/// The span of one bridge RPC, joined to the caller's trace (the executor's `tool` span): the
+/// server's and the tool's names only, never arguments, results or credentials.
+fn rpc_span<T>(rpc: &'static str, req: &Request<T>, server: &str, tool: &str) -> tracing::Span {
+    let span = tracing::info_span!("mcp_bridge", rpc, server, tool);
+    weft_telemetry::adopt_trace_context(&span, req.metadata());
+    span
+}
+
 #[tonic::async_trait]
 impl v1::mcp_bridge_server::McpBridge for BridgeService {
-    #[tracing::instrument(skip_all, fields(server = %request.get_ref().server))]
     async fn list_tools(
+        &self,
+        request: Request<v1::McpListToolsRequest>,
+    ) -> Result<Response<v1::McpListToolsResponse>, Status> {
+        let span = rpc_span("list_tools", &request, &request.get_ref().server, "");
+        tracing::Instrument::instrument(self.list_tools_in(request), span).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: Request<v1::McpCallToolRequest>,
+    ) -> Result<Response<v1::McpCallToolResponse>, Status> {
+        let r = request.get_ref();
+        let span = rpc_span("call_tool", &request, &r.server, &r.tool);
+        tracing::Instrument::instrument(self.call_tool_in(request), span).await
+    }
+}
+
+impl BridgeService {
+    async fn list_tools_in(
         &self,
         request: Request<v1::McpListToolsRequest>,
     ) -> Result<Response<v1::McpListToolsResponse>, Status> {
@@ -244,8 +271,7 @@ impl v1::mcp_bridge_server::McpBridge for BridgeService {
         Ok(Response::new(v1::McpListToolsResponse { tools }))
     }
 
-    #[tracing::instrument(skip_all, fields(server = %request.get_ref().server, tool = %request.get_ref().tool))]
-    async fn call_tool(
+    async fn call_tool_in(
         &self,
         request: Request<v1::McpCallToolRequest>,
     ) -> Result<Response<v1::McpCallToolResponse>, Status> {

@@ -645,6 +645,22 @@ impl Drop for Ledger {
     }
 }
 
+/// `weft_router_tokens_total{provider, kind}`: the tokens providers reported, kind `input` or
+/// `output` (handles kept per provider, a bounded set).
+fn count_tokens(provider: &str, usage: &Usage) {
+    static TOKENS: std::sync::LazyLock<
+        weft_telemetry::handles::Keyed<(metrics::Counter, metrics::Counter)>,
+    > = std::sync::LazyLock::new(weft_telemetry::handles::Keyed::default);
+    let c = TOKENS.get(provider, || {
+        let counter = |kind: &'static str| {
+            metrics::counter!("weft_router_tokens_total", "provider" => provider.to_owned(), "kind" => kind)
+        };
+        (counter("input"), counter("output"))
+    });
+    c.0.increment(usage.prompt_tokens);
+    c.1.increment(usage.completion_tokens);
+}
+
 impl LedgerInner {
     /// Hands the record to the usage sender, which signals `sent` once it is in the NATS
     /// socket and sees to JetStream's ack (a call that never reached a provider has no record:
@@ -656,6 +672,7 @@ impl LedgerInner {
             }
         } else {
             let usage = self.usage.unwrap_or_default();
+            count_tokens(&self.provider, &usage);
             self.deps.usage.send(self.record(outcome, usage), sent);
         }
     }

@@ -58,6 +58,12 @@ struct ProviderMetrics {
 
 impl ProviderMetrics {
     fn new(provider: &str) -> Self {
+        // Shown at 0 from the provider's first call on, so `rate()` over it works before the
+        // first fallback (and a dashboard's query finds the series).
+        metrics::counter!("weft_router_fallbacks_total", "provider" => provider.to_owned())
+            .increment(0);
+        metrics::counter!("weft_router_upstream_retries_total", "provider" => provider.to_owned())
+            .increment(0);
         Self {
             accept_seconds: metrics::histogram!("weft_router_upstream_accept_seconds", "provider" => provider.to_owned()),
             calls_ok: metrics::counter!("weft_router_calls_total", "provider" => provider.to_owned(), "outcome" => "ok"),

@@ -3,6 +3,7 @@
 //! run events (core NATS) and usage records (a JetStream stream to the usage writer).
 
 mod hub;
+pub mod trace;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -278,15 +279,38 @@ impl Bus {
             .map_err(nats_err)
     }
 
-    /// Publishes a dispatch and waits for JetStream to store it.
-    pub async fn dispatch(&self, d: &Dispatch) -> Result<(), BusError> {
-        let payload = serde_json::to_vec(d).map_err(nats_err)?;
-        self.js
-            .publish(self.names.dispatch_subject(), payload.into())
-            .await
-            .map_err(nats_err)?
+    /// The executors' backlog: dispatches no executor has taken yet, and dispatches taken but not
+    /// yet acked (runs being worked, or waiting for a redelivery).
+    pub async fn dispatch_backlog(&self) -> Result<(u64, u64), BusError> {
+        let stream = self
+            .js
+            .get_stream_no_info(self.names.dispatch_stream())
             .await
             .map_err(nats_err)?;
+        let info = stream
+            .consumer_info(self.names.executor_consumer())
+            .await
+            .map_err(nats_err)?;
+        Ok((
+            info.num_pending,
+            u64::try_from(info.num_ack_pending).unwrap_or(u64::MAX),
+        ))
+    }
+
+    /// Publishes a dispatch and waits for JetStream to store it. The current span's trace
+    /// context goes in its headers ([`trace`]): the executor's `run` span joins that trace.
+    pub async fn dispatch(&self, d: &Dispatch) -> Result<(), BusError> {
+        let payload = serde_json::to_vec(d).map_err(nats_err)?;
+        let subject = self.names.dispatch_subject();
+        let sent = match trace::headers() {
+            Some(h) => {
+                self.js
+                    .publish_with_headers(subject, h, payload.into())
+                    .await
+            }
+            None => self.js.publish(subject, payload.into()).await,
+        };
+        sent.map_err(nats_err)?.await.map_err(nats_err)?;
         Ok(())
     }
 

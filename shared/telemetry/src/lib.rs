@@ -1,7 +1,7 @@
 //! Observability for every weft service (logs on stderr, Prometheus `/metrics`, OTLP traces, W3C
-//! trace context in gRPC metadata) and the process plumbing every binary shares: signals,
-//! [`boot`], [`runtime`] and [`alloc`]. Spans and logs carry ids, sizes, codes and timings, never
-//! prompts, completions, tool results or tokens.
+//! trace context in gRPC metadata, HTTP headers and, through `weft_bus`, NATS headers) and the
+//! process plumbing every binary shares: signals, [`boot`], [`runtime`] and [`alloc`]. Spans and
+//! logs carry ids, sizes, codes and timings, never prompts, completions, tool results or tokens.
 
 pub mod alloc;
 pub mod boot;
@@ -27,6 +27,8 @@ pub enum TelemetryError {
     Filter(String, String),
     #[error("telemetry.otlp_endpoint: {0}")]
     Otlp(String),
+    #[error("{0}")]
+    Env(String),
 }
 
 /// Keeps the tracer provider alive; dropping it flushes pending spans.
@@ -82,6 +84,72 @@ fn quieted(log_level: &str) -> String {
     out.join(",")
 }
 
+/// Where and whether spans are exported, from `telemetry.otlp_endpoint` and the standard
+/// OpenTelemetry variables (docs/operations.md, Tracing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    /// The OTLP/gRPC endpoint.
+    pub endpoint: String,
+    /// `service.name`: `OTEL_SERVICE_NAME`, else the binary's name.
+    pub service_name: String,
+}
+
+/// The export `cfg` and the environment (`env` reads one variable) ask for; `None` when spans
+/// are not exported. `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn export off
+/// whatever else is set; otherwise `telemetry.otlp_endpoint` wins over
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, which wins over `OTEL_EXPORTER_OTLP_ENDPOINT`.
+pub fn export_from(
+    service: &str,
+    cfg: &TelemetryConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Export>, TelemetryError> {
+    let set = |k: &str| {
+        env(k)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    if set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    match set("OTEL_TRACES_EXPORTER").as_deref() {
+        None | Some("otlp") => {}
+        Some("none") => return Ok(None),
+        Some(other) => {
+            return Err(TelemetryError::Env(format!(
+                "OTEL_TRACES_EXPORTER={other} is not supported; set it to otlp or none"
+            )));
+        }
+    }
+    let endpoint = cfg
+        .otlp_endpoint
+        .clone()
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"));
+    let Some(endpoint) = endpoint else {
+        return Ok(None);
+    };
+    for var in [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
+        if let Some(p) = set(var) {
+            if p != "grpc" {
+                return Err(TelemetryError::Env(format!(
+                    "{var}={p} is not supported; weft exports OTLP over grpc only: set it to grpc \
+                     and point the endpoint at the collector's gRPC port (4317)"
+                )));
+            }
+            break;
+        }
+    }
+    let service_name = set("OTEL_SERVICE_NAME").unwrap_or_else(|| service.to_owned());
+    Ok(Some(Export {
+        endpoint,
+        service_name,
+    }))
+}
+
 /// Installs the global subscriber once per process; later calls only return a guard.
 pub fn init(
     service: &'static str,
@@ -89,24 +157,30 @@ pub fn init(
 ) -> Result<TelemetryGuard, TelemetryError> {
     let filter = EnvFilter::try_new(quieted(&cfg.log_level))
         .map_err(|e| TelemetryError::Filter(cfg.log_level.clone(), e.to_string()))?;
+    let export = export_from(service, cfg, |k| std::env::var(k).ok())?;
+    // The default resource reads OTEL_RESOURCE_ATTRIBUTES; the sampler comes from
+    // OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (the SDK's default config reads them).
     let mut builder = SdkTracerProvider::builder().with_resource(
         opentelemetry_sdk::Resource::builder()
-            .with_service_name(service)
+            .with_service_name(
+                export
+                    .as_ref()
+                    .map_or_else(|| service.to_owned(), |e| e.service_name.clone()),
+            )
             .build(),
     );
     // OpenTelemetry spans only with an exporter: building them costs allocations per request.
-    if let Some(endpoint) = &cfg.otlp_endpoint {
+    if let Some(export) = &export {
         use opentelemetry_otlp::WithExportConfig as _;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
-            .with_endpoint(endpoint)
+            .with_endpoint(&export.endpoint)
             .build()
             .map_err(|e| TelemetryError::Otlp(e.to_string()))?;
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
-    let otel = cfg
-        .otlp_endpoint
+    let otel = export
         .is_some()
         .then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)));
     let format = match cfg.log_format {
@@ -208,6 +282,62 @@ pub fn inject_trace_context(md: &mut tonic::metadata::MetadataMap) {
 pub fn adopt_trace_context(span: &tracing::Span, md: &tonic::metadata::MetadataMap) {
     let cx = TraceContextPropagator::new().extract(&MetadataExtractor(md));
     let _ = span.set_parent(cx);
+}
+
+/// An [`Injector`] over any `set(key, value)`.
+struct FnInjector<F>(F);
+
+impl<F: FnMut(&str, String)> Injector for FnInjector<F> {
+    fn set(&mut self, key: &str, value: String) {
+        (self.0)(key, value);
+    }
+}
+
+/// An [`Extractor`] over any `get(key)`; the W3C propagator only gets its two keys.
+struct FnExtractor<'a, F>(F, std::marker::PhantomData<&'a ()>);
+
+impl<'a, F: Fn(&str) -> Option<&'a str>> Extractor for FnExtractor<'a, F> {
+    fn get(&self, key: &str) -> Option<&str> {
+        (self.0)(key)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        Vec::new()
+    }
+}
+
+/// Hands the current span's W3C trace context (`traceparent`, and `tracestate` when there is
+/// one) to `set`, for a carrier that is neither gRPC metadata nor HTTP headers (NATS headers:
+/// `weft_bus`). Nothing is set when spans are not exported.
+pub fn inject_trace_context_with(set: impl FnMut(&str, String)) {
+    let cx = tracing::Span::current().context();
+    TraceContextPropagator::new().inject_context(&cx, &mut FnInjector(set));
+}
+
+/// Makes `span` a child of the W3C trace context `get` finds, if any; call it before `span`
+/// is first entered (a started span keeps its parent).
+pub fn adopt_trace_context_with<'a>(span: &tracing::Span, get: impl Fn(&str) -> Option<&'a str>) {
+    let cx = TraceContextPropagator::new().extract(&FnExtractor(get, std::marker::PhantomData));
+    let _ = span.set_parent(cx);
+}
+
+/// Writes the current span's W3C trace context into outgoing HTTP headers (a provider call, the
+/// HTTP tool).
+pub fn inject_http_trace_context(headers: &mut axum::http::HeaderMap) {
+    inject_trace_context_with(|k, v| {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            axum::http::HeaderValue::from_str(&v),
+        ) {
+            headers.insert(k, v);
+        }
+    });
+}
+
+/// Makes `span` a child of the W3C trace context in incoming HTTP headers (`traceparent`), if
+/// there is one; before `span` is first entered.
+pub fn adopt_http_trace_context(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    adopt_trace_context_with(span, |k| headers.get(k).and_then(|v| v.to_str().ok()));
 }
 
 /// The next delivery of a signal; never, when its handler could not be installed.
@@ -316,6 +446,121 @@ mod tests {
                 "the callee joins the caller's trace"
             );
         });
+    }
+}
+
+#[cfg(test)]
+mod export_tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    fn cfg(endpoint: Option<&str>) -> TelemetryConfig {
+        TelemetryConfig {
+            otlp_endpoint: endpoint.map(str::to_owned),
+            ..TelemetryConfig::default()
+        }
+    }
+
+    #[test]
+    fn nothing_configured_exports_nothing() {
+        assert_eq!(
+            export_from("weft-router", &cfg(None), env(&[])).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn the_standard_variables_configure_export_and_the_config_key_wins() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_SERVICE_NAME", "edge"),
+        ];
+        let e = export_from("weft-gateway", &cfg(None), env(&vars))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (e.endpoint.as_str(), e.service_name.as_str()),
+            ("http://a:4317", "edge")
+        );
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:4317"),
+        ];
+        let e = export_from("weft-gateway", &cfg(None), env(&vars))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (e.endpoint.as_str(), e.service_name.as_str()),
+            ("http://t:4317", "weft-gateway")
+        );
+        let e = export_from("weft-gateway", &cfg(Some("http://c:4317")), env(&vars))
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.endpoint, "http://c:4317");
+    }
+
+    #[test]
+    fn disabled_wins_and_other_protocols_are_refused_with_the_fix() {
+        let vars = [("OTEL_SDK_DISABLED", "TRUE")];
+        assert_eq!(
+            export_from("w", &cfg(Some("http://c:4317")), env(&vars)).unwrap(),
+            None
+        );
+        let vars = [
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+        ];
+        assert_eq!(export_from("w", &cfg(None), env(&vars)).unwrap(), None);
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ];
+        let e = export_from("w", &cfg(None), env(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set it to grpc"), "{e}");
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ];
+        assert!(export_from("w", &cfg(None), env(&vars)).unwrap().is_some());
+    }
+
+    #[test]
+    fn trace_context_crosses_http_headers() {
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            use opentelemetry::trace::TraceContextExt as _;
+            let caller = tracing::info_span!("caller");
+            let mut headers = axum::http::HeaderMap::new();
+            caller.in_scope(|| inject_http_trace_context(&mut headers));
+            assert!(headers.contains_key("traceparent"));
+            let callee = tracing::info_span!("callee");
+            adopt_http_trace_context(&callee, &headers);
+            let _entered = callee.enter();
+            assert_eq!(
+                callee.context().span().span_context().trace_id(),
+                caller.context().span().span_context().trace_id()
+            );
+        });
+    }
+
+    #[test]
+    fn without_the_layer_nothing_is_injected() {
+        let mut headers = axum::http::HeaderMap::new();
+        let span = tracing::info_span!("untraced");
+        span.in_scope(|| inject_http_trace_context(&mut headers));
+        assert!(headers.is_empty());
     }
 }
 

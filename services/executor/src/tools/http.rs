@@ -240,10 +240,14 @@ impl HttpTool {
         } = req;
         let mut redirects = 0;
         loop {
+            // Every hop carries the run's trace (the `tool` span's W3C context), whatever the
+            // model set; it is not one of the model's headers, so a redirect does not drop it.
+            let mut sent = headers.clone();
+            weft_telemetry::inject_http_trace_context(&mut sent);
             let mut builder = self
                 .client
                 .request(method.clone(), url.clone())
-                .headers(headers.clone());
+                .headers(sent);
             if let Some(body) = &body {
                 builder = builder.body(body.clone());
             }

@@ -126,13 +126,45 @@ impl Upstream {
         body: &B,
     ) -> Result<reqwest::Response, ProviderError> {
         let body = encode(body)?;
+        // Until the response's head (or the last failure); the provider's name, the attempts and
+        // the status only: never the URL's query, a header or a body.
+        let span = tracing::info_span!(
+            "provider_call",
+            provider = %self.name,
+            attempts = tracing::field::Empty,
+            status = tracing::field::Empty
+        );
+        let resp =
+            tracing::Instrument::instrument(self.post_attempts(url, body), span.clone()).await;
+        match &resp {
+            Ok((r, attempts)) => {
+                span.record("attempts", attempts);
+                span.record("status", r.status().as_u16());
+            }
+            Err((e, attempts)) => {
+                span.record("attempts", attempts);
+                span.record("status", tracing::field::display(&e.error.code));
+            }
+        }
+        resp.map(|(r, _)| r).map_err(|(e, _)| e)
+    }
+
+    /// [`Upstream::post`]'s attempts, each carrying the W3C trace context; with how many were
+    /// made.
+    async fn post_attempts(
+        &self,
+        url: &reqwest::Url,
+        body: bytes::Bytes,
+    ) -> Result<(reqwest::Response, u32), (ProviderError, u32)> {
         let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
         let mut attempt: u32 = 0;
+        let mut headers = self.headers.clone();
+        weft_telemetry::inject_http_trace_context(&mut headers);
         loop {
             let rb = self
                 .client
                 .post(url.clone())
-                .headers(self.headers.clone())
+                .headers(headers.clone())
                 .body(body.clone());
             let (err, may_retry_here) = match tokio::time::timeout(self.idle(), rb.send()).await {
                 Err(_) => (ProviderError::retryable(self.timeout_error()), false),
@@ -146,7 +178,7 @@ impl Upstream {
                         true,
                     )
                 }
-                Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
+                Ok(Ok(resp)) if resp.status().is_success() => return Ok((resp, attempt + 1)),
                 Ok(Ok(resp)) => {
                     let status = resp.status().as_u16();
                     let e = self.status_error(resp).await;
@@ -160,10 +192,10 @@ impl Upstream {
                 }
             };
             if !may_retry_here || attempt >= self.cfg.max_retries {
-                return Err(err);
+                return Err((err, attempt + 1));
             }
             let delay = match err.error.retry_after {
-                Some(d) if d > max_wait => return Err(err),
+                Some(d) if d > max_wait => return Err((err, attempt + 1)),
                 Some(d) => d,
                 None => {
                     Duration::from_millis(self.cfg.backoff_ms.saturating_mul(1 << attempt.min(10)))
