@@ -459,9 +459,14 @@ impl Drop for Reserved {
 }
 
 /// The executor as its own process (`weft-executor`, `weft executor`), in the shared boot shape
-/// ([`weft_telemetry::boot`]): the shared internal key from config, the metrics listener, the
-/// stores and peers connected; then runs until SIGINT/SIGTERM and drains.
-pub struct ExecutorService(Executor);
+/// ([`weft_telemetry::boot`]): the shared internal key from config, the operations listener
+/// (`/metrics`, `/healthz`, `/readyz`), the stores and peers connected; then runs until
+/// SIGINT/SIGTERM and drains.
+pub struct ExecutorService {
+    executor: Executor,
+    ops: Option<tokio::net::TcpListener>,
+    health: weft_telemetry::health::Readiness,
+}
 
 impl weft_telemetry::boot::Service for ExecutorService {
     type Args = ();
@@ -481,27 +486,50 @@ impl weft_telemetry::boot::Service for ExecutorService {
         let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
             .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
         let mcp_bridge = weft_proto::transport::channel(&config.executor.mcp_bridge_url)
+    const DEPENDENCIES: &'static [weft_telemetry::health::Dependency] = &[
+        weft_telemetry::health::Dependency::Postgres,
+        weft_telemetry::health::Dependency::Redis,
+        weft_telemetry::health::Dependency::Nats,
+    ];
+
+    fn ports(config: &Config, (): &()) -> Vec<(std::net::SocketAddr, weft_telemetry::boot::Face)> {
+        config
+            .executor
+            .metrics_listen
+            .map(|a| (a, weft_telemetry::boot::Face::Http))
+            .into_iter()
+            .collect()
+    }
             .map_err(|e| BootError::config(format!("executor.mcp_bridge_url: {e}")))?;
-        if let Some(addr) = config.executor.metrics_listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| BootError::failed(format!("cannot serve metrics on {addr}: {e}")))?;
-            tokio::spawn(weft_telemetry::serve_metrics(l, shutdown));
-        }
-        Executor::connect(&config, jwt, router, substrate, mcp_bridge)
+        let ops = match config.executor.metrics_listen {
+            Some(addr) => Some(boot.listen(addr).await?),
+            None => None,
+        };
+        let executor = Executor::connect(&config, jwt, router, substrate, mcp_bridge)
             .await
-            .map(Self)
             .map_err(|e| match e {
                 ExecutorError::Config(_) => BootError::config(e),
                 e => BootError::failed(e),
-            })
+            })?;
+        Ok(Self {
+            executor,
+            ops,
+            health: boot.health.clone(),
+        })
     }
 
     async fn serve(
         self,
-        shutdown: CancellationToken,
+        boot: &weft_telemetry::boot::Boot,
     ) -> Result<(), weft_telemetry::boot::BootError> {
-        self.0
+        if let Some(l) = self.ops {
+            tokio::spawn(weft_telemetry::health::serve_ops(
+                l,
+                self.health,
+                shutdown.clone(),
+            ));
+        }
+        self.executor
             .run(shutdown)
             .await
             .map_err(weft_telemetry::boot::BootError::failed)

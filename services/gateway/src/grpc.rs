@@ -1,4 +1,5 @@
-//! The public gRPC API (`weft.public.v1.Runs`), on `gateway.grpc_listen` when set.
+//! The public gRPC API (`weft.public.v1.Runs`), on `gateway.grpc_listen` when set, with the
+//! standard health service (`grpc.health.v1.Health`, SERVING when the gateway's `/readyz` is 200).
 //!
 //! Each call is the REST route it names, called in-process on the gateway's own API router with
 //! the caller's `authorization` metadata as its header: the same handlers, checks, limits and
@@ -40,8 +41,28 @@ pub async fn serve(
     };
     let v1 = reflection().build_v1();
     let v1alpha = reflection().build_v1alpha();
+    // The health service says what the gateway's own `/readyz` says.
+    let health = weft_telemetry::health::Readiness::new(shutdown.clone());
+    let probe = api.clone();
+    health.check("gateway", move || {
+        let req = http::Request::builder().uri("/readyz").body(Body::empty());
+        let api = probe.clone();
+        async move {
+            match req {
+                Ok(req) => api
+                    .oneshot(req)
+                    .await
+                    .is_ok_and(|r| r.status().is_success()),
+                Err(_) => false,
+            }
+        }
+    });
+    health.set_started();
+    let health = health.grpc(&[pb::runs_server::SERVICE_NAME]).await;
     let mut server = tonic::transport::Server::builder();
-    let mut router = server.add_service(pb::runs_server::RunsServer::new(PublicRuns { api }));
+    let mut router = server
+        .add_service(pb::runs_server::RunsServer::new(PublicRuns { api }))
+        .add_service(health);
     match (v1, v1alpha) {
         (Ok(v1), Ok(v1alpha)) => router = router.add_service(v1).add_service(v1alpha),
         (Err(e), _) | (_, Err(e)) => {

@@ -1,62 +1,33 @@
-//! `/healthz` (the process is up), `/readyz` (Postgres, the router, NATS and Redis answer),
+//! `/healthz` (the process is up), `/readyz` (Postgres, the router, NATS and Redis answer, not
+//! shutting down),
 //! `/metrics`.
 
-use std::time::Duration;
-
-use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use weft_api::base::{Check, Health, Readiness, ReadyStatus};
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 
 use crate::AppState;
 
 pub async fn healthz() -> Response {
-    Json(Health::default()).into_response()
+    weft_telemetry::health::healthz().await
 }
 
+/// Ready when Postgres, the router, NATS and Redis answer through the gateway's own clients and
+/// it is not shutting down (the shared evaluation of [`weft_telemetry::health`]).
 pub async fn readyz(State(st): State<AppState>) -> Response {
-    let deadline = Duration::from_secs(2);
-    let db = matches!(
-        tokio::time::timeout(deadline, weft_store::ping(&st.pool)).await,
-        Ok(Ok(()))
-    );
-    let router = matches!(
-        tokio::time::timeout(deadline, st.router_ping()).await,
-        Ok(Ok(()))
-    );
-    let nats = matches!(
-        tokio::time::timeout(deadline, st.bus.ping()).await,
-        Ok(Ok(()))
-    );
-    let redis = matches!(
-        tokio::time::timeout(deadline, st.coord.ping()).await,
-        Ok(Ok(()))
-    );
-    let ready = db && router && nats && redis;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let checks = [
-        ("postgres", db),
-        ("router", router),
-        ("nats", nats),
-        ("redis", redis),
+    let checks: [(String, BoxFuture<'_, bool>); 4] = [
+        (
+            "postgres".into(),
+            weft_store::ping(&st.pool).map(|r| r.is_ok()).boxed(),
+        ),
+        ("router".into(), st.router_ping().map(|r| r.is_ok()).boxed()),
+        ("nats".into(), st.bus.ping().map(|r| r.is_ok()).boxed()),
+        ("redis".into(), st.coord.ping().map(|r| r.is_ok()).boxed()),
     ];
-    let body = Readiness {
-        status: if ready {
-            ReadyStatus::Ready
-        } else {
-            ReadyStatus::NotReady
-        },
-        checks: checks
-            .into_iter()
-            .map(|(name, ok)| (name.to_owned(), Check::from(ok)))
-            .collect(),
-    };
-    (status, Json(body)).into_response()
+    weft_telemetry::health::evaluate(checks, true, st.shutdown.is_cancelled())
+        .await
+        .into_response()
 }
 
 pub async fn metrics() -> Response {

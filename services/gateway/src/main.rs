@@ -8,7 +8,8 @@ use clap::{Args, Parser};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
-use weft_telemetry::boot::{BootError, Service, boot};
+use weft_telemetry::boot::{Boot, BootError, Face, Service, boot};
+use weft_telemetry::health::Dependency;
 
 /// The weft gateway (HTTP). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the router.
 #[derive(Parser, Debug)]
@@ -57,21 +58,23 @@ struct Gateway {
 impl Service for Gateway {
     /// `--ready-file`.
     type Args = Option<std::path::PathBuf>;
+    const DEPENDENCIES: &'static [Dependency] =
+        &[Dependency::Postgres, Dependency::Redis, Dependency::Nats];
+
+    fn ports(config: &Config, _: &Self::Args) -> Vec<(std::net::SocketAddr, Face)> {
+        vec![(config.gateway.listen, Face::Http)]
+    }
 
     async fn connect(
         config: Config,
         ready_file: Self::Args,
-        _shutdown: CancellationToken,
+        boot: &Boot,
     ) -> Result<Self, BootError> {
         let secret = config
             .required_jwt_secret("router")
             .map_err(BootError::config)?;
         let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-        let listener = tokio::net::TcpListener::bind(config.gateway.listen)
-            .await
-            .map_err(|e| {
-                BootError::failed(format!("cannot listen on {}: {e}", config.gateway.listen))
-            })?;
+        let listener = boot.listen(config.gateway.listen).await?;
         let router =
             weft_gateway::router_channel(&config.gateway.router_url).map_err(BootError::config)?;
         let substrate = weft_gateway::router_channel(&config.gateway.substrate_url)

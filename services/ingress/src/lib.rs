@@ -213,12 +213,11 @@ pub fn sync_param(raw_query: Option<&str>) -> Result<bool, Error> {
     wants_sync(parsed.sync.as_deref())
 }
 
-/// The routes `weft-ingress` serves: the webhook receiver, `/healthz` and `/metrics`.
+/// The routes `weft-ingress` serves besides health: the webhook receiver and `/metrics`.
 pub fn router(ing: Ingress) -> axum::Router {
     use axum::routing::{get, post};
     axum::Router::new()
         .route("/v1/_webhooks/{tenant}/{name}", post(receive_handler))
-        .route("/healthz", get(|| async { "ok" }))
         .route(
             "/metrics",
             get(|| async { weft_telemetry::prometheus().render() }),
@@ -226,15 +225,17 @@ pub fn router(ing: Ingress) -> axum::Router {
         .with_state(ing)
 }
 
-/// Runs the scheduler and serves the receiver on `listener` until `shutdown`.
+/// Runs the scheduler and serves the receiver, `/healthz` and `/readyz` (of `health`) on
+/// `listener` until `shutdown`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     ing: Ingress,
+    health: weft_telemetry::health::Readiness,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), IngressError> {
     let ticker = tokio::spawn(scheduler::run(ing.clone(), shutdown.child_token()));
     let stop = shutdown.clone();
-    axum::serve(listener, router(ing))
+    axum::serve(listener, router(ing).merge(health.routes()))
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await?;
     shutdown.cancel();
@@ -247,15 +248,28 @@ pub async fn serve(
 pub struct IngressService {
     listener: tokio::net::TcpListener,
     ingress: Ingress,
+    health: weft_telemetry::health::Readiness,
 }
 
 impl weft_telemetry::boot::Service for IngressService {
     type Args = ();
+    const DEPENDENCIES: &'static [weft_telemetry::health::Dependency] = &[
+        weft_telemetry::health::Dependency::Postgres,
+        weft_telemetry::health::Dependency::Redis,
+        weft_telemetry::health::Dependency::Nats,
+    ];
+
+    fn ports(
+        config: &weft_config::Config,
+        (): &(),
+    ) -> Vec<(std::net::SocketAddr, weft_telemetry::boot::Face)> {
+        vec![(config.ingress.listen, weft_telemetry::boot::Face::Http)]
+    }
 
     async fn connect(
         config: weft_config::Config,
         (): (),
-        _shutdown: tokio_util::sync::CancellationToken,
+        boot: &weft_telemetry::boot::Boot,
     ) -> Result<Self, weft_telemetry::boot::BootError> {
         use weft_telemetry::boot::BootError;
         let secret = config
@@ -264,15 +278,15 @@ impl weft_telemetry::boot::Service for IngressService {
         let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
         let substrate = weft_proto::transport::channel(&config.ingress.substrate_url)
             .map_err(|e| BootError::config(format!("ingress.substrate_url: {e}")))?;
+        let listener = boot.listen(config.ingress.listen).await?;
         let ingress = connect(&config, jwt, substrate)
             .await
             .map_err(BootError::failed)?;
-        let listener = tokio::net::TcpListener::bind(config.ingress.listen)
-            .await
-            .map_err(|e| {
-                BootError::failed(format!("cannot listen on {}: {e}", config.ingress.listen))
-            })?;
-        Ok(Self { listener, ingress })
+        Ok(Self {
+            listener,
+            ingress,
+            health: boot.health.clone(),
+        })
     }
 
     async fn serve(
@@ -282,7 +296,7 @@ impl weft_telemetry::boot::Service for IngressService {
         if let Ok(a) = self.listener.local_addr() {
             tracing::info!(addr = %a, replica = %self.ingress.replica, "ingress serving");
         }
-        serve(self.listener, self.ingress, shutdown)
+        serve(self.listener, self.ingress, self.health, shutdown)
             .await
             .map_err(weft_telemetry::boot::BootError::failed)
     }

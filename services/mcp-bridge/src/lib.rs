@@ -106,11 +106,15 @@ impl Bridge {
     }
 }
 
+/// The gRPC services the bridge's port serves, as its health service names them.
+pub const GRPC_SERVICES: &[&str] = &[weft_proto::v1::mcp_bridge_server::SERVICE_NAME];
+
 /// Serves the bridge's gRPC API on `listener` until `shutdown`, closing idle sessions meanwhile.
 pub async fn serve(
     listener: TcpListener,
     bridge: Bridge,
     jwt: InternalJwt,
+    health: weft_telemetry::health::Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), BridgeError> {
     let addr = listener.local_addr().ok();
@@ -119,6 +123,7 @@ pub async fn serve(
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(bridge.grpc_service(jwt))
+        .add_service(health.grpc(GRPC_SERVICES).await)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
-use weft_telemetry::boot::{BootError, Service, boot};
+use weft_telemetry::boot::{Boot, BootError, Face, Service, boot};
 
 /// The weft MCP bridge (gRPC): a pool of sessions to the MCP servers defined in the substrate,
 /// for the executor's runs. Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the fleet.
@@ -48,16 +48,18 @@ struct Bridge {
     listener: TcpListener,
     bridge: weft_mcp_bridge::Bridge,
     jwt: weft_auth::InternalJwt,
+    health: weft_telemetry::health::Readiness,
 }
 
 impl Service for Bridge {
     type Args = ();
+    const GRPC_SERVICES: &'static [&'static str] = weft_mcp_bridge::GRPC_SERVICES;
 
-    async fn connect(
-        config: Config,
-        (): (),
-        _shutdown: CancellationToken,
-    ) -> Result<Self, BootError> {
+    fn ports(config: &Config, (): &()) -> Vec<(std::net::SocketAddr, Face)> {
+        vec![(config.mcp_bridge.listen, Face::Grpc)]
+    }
+
+    async fn connect(config: Config, (): (), boot: &Boot) -> Result<Self, BootError> {
         let secret = config
             .required_jwt_secret("gateway")
             .map_err(BootError::config)?;
@@ -65,23 +67,17 @@ impl Service for Bridge {
         let substrate = weft_proto::transport::channel(&config.mcp_bridge.substrate_url)
             .map_err(BootError::config)?;
         let bridge = weft_mcp_bridge::Bridge::new(&config, substrate).map_err(BootError::config)?;
-        let listener = TcpListener::bind(config.mcp_bridge.listen)
-            .await
-            .map_err(|e| {
-                BootError::failed(format!(
-                    "cannot listen on {}: {e}",
-                    config.mcp_bridge.listen
-                ))
-            })?;
+        let listener = boot.listen(config.mcp_bridge.listen).await?;
         Ok(Self {
             listener,
             bridge,
             jwt,
+            health: boot.health.clone(),
         })
     }
 
     async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
-        weft_mcp_bridge::serve(self.listener, self.bridge, self.jwt, shutdown)
+        weft_mcp_bridge::serve(self.listener, self.bridge, self.jwt, self.health, shutdown)
             .await
             .map_err(BootError::failed)
     }

@@ -81,8 +81,21 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RouterError> {
     let routing = connect(&config).await?;
-    serve(listener, routing, jwt, shutdown).await
+    let health =
+        weft_telemetry::health::Readiness::for_config(&config, DEPENDENCIES, shutdown.clone());
+    health.set_started();
+    serve(listener, routing, jwt, health, shutdown).await
 }
+
+/// What the router needs answering to serve: Redis (quotas, concurrency caps) and NATS (usage
+/// records).
+pub const DEPENDENCIES: &[weft_telemetry::health::Dependency] = &[
+    weft_telemetry::health::Dependency::Redis,
+    weft_telemetry::health::Dependency::Nats,
+];
+
+/// The gRPC services the router's port serves, as its health service names them.
+pub const GRPC_SERVICES: &[&str] = &[weft_proto::v1::router_server::SERVICE_NAME];
 
 /// The router's gRPC service with its JWT check, to mount on a server or to call in-process.
 pub fn grpc_service(
@@ -112,13 +125,21 @@ pub async fn run_until_signal(config: Config) -> Result<(), RouterError> {
     })?;
     let shutdown = CancellationToken::new();
     tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
+    let routing = connect(&config).await?;
+    let health =
+        weft_telemetry::health::Readiness::for_config(&config, DEPENDENCIES, shutdown.clone());
+    health.set_started();
     if let Some(addr) = config.router.metrics_listen {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| RouterError::Config(format!("cannot serve metrics on {addr}: {e}")))?;
-        tokio::spawn(weft_telemetry::serve_metrics(l, shutdown.clone()));
+        tokio::spawn(weft_telemetry::health::serve_ops(
+            l,
+            health.clone(),
+            shutdown.clone(),
+        ));
     }
-    run(listener, config, jwt, shutdown).await
+    serve(listener, routing, jwt, health, shutdown).await
 }
 
 /// Like [`run`], with a routing table already built.
@@ -126,6 +147,7 @@ pub async fn serve(
     listener: TcpListener,
     routing: Arc<Routing>,
     jwt: InternalJwt,
+    health: weft_telemetry::health::Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), RouterError> {
     let addr = listener.local_addr().ok();
@@ -136,6 +158,7 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(svc)
+        .add_service(health.grpc(GRPC_SERVICES).await)
         // `Server::tcp_nodelay` does not reach sockets accepted from our own listener; the
         // incoming stream has to set it, or streamed replies wait on Nagle + delayed ACK (~40 ms).
         .serve_with_incoming_shutdown(

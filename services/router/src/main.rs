@@ -9,7 +9,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
-use weft_telemetry::boot::{BootError, Service, boot};
+use weft_telemetry::boot::{Boot, BootError, Face, Service, boot};
+use weft_telemetry::health::{Dependency, Readiness};
 
 /// The weft provider router (gRPC). Needs WEFT_AUTH__INTERNAL_JWT_SECRET shared with the gateway.
 #[derive(Parser, Debug)]
@@ -45,43 +46,54 @@ struct RouterFlags {
 /// The router, bound and with its routing table built.
 struct Router {
     listener: TcpListener,
+    metrics: Option<TcpListener>,
     routing: std::sync::Arc<weft_router::Routing>,
     jwt: weft_auth::InternalJwt,
+    health: Readiness,
 }
 
 impl Service for Router {
     type Args = ();
+    const DEPENDENCIES: &'static [Dependency] = weft_router::DEPENDENCIES;
+    const GRPC_SERVICES: &'static [&'static str] = weft_router::GRPC_SERVICES;
 
-    async fn connect(
-        config: Config,
-        (): (),
-        shutdown: CancellationToken,
-    ) -> Result<Self, BootError> {
+    fn ports(config: &Config, (): &()) -> Vec<(std::net::SocketAddr, Face)> {
+        let mut ports = vec![(config.router.listen, Face::Grpc)];
+        ports.extend(config.router.metrics_listen.map(|a| (a, Face::Http)));
+        ports
+    }
+
+    async fn connect(config: Config, (): (), boot: &Boot) -> Result<Self, BootError> {
         let secret = config
             .required_jwt_secret("gateway")
             .map_err(BootError::config)?;
         let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-        let listener = TcpListener::bind(config.router.listen).await.map_err(|e| {
-            BootError::failed(format!("cannot listen on {}: {e}", config.router.listen))
-        })?;
-        if let Some(addr) = config.router.metrics_listen {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|e| BootError::failed(format!("cannot serve metrics on {addr}: {e}")))?;
-            tokio::spawn(weft_telemetry::serve_metrics(l, shutdown));
-        }
+        let listener = boot.listen(config.router.listen).await?;
+        let metrics = match config.router.metrics_listen {
+            Some(addr) => Some(boot.listen(addr).await?),
+            None => None,
+        };
         let routing = weft_router::connect(&config)
             .await
             .map_err(BootError::failed)?;
         Ok(Self {
             listener,
+            metrics,
             routing,
             jwt,
+            health: boot.health.clone(),
         })
     }
 
     async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
-        weft_router::serve(self.listener, self.routing, self.jwt, shutdown)
+        if let Some(l) = self.metrics {
+            tokio::spawn(weft_telemetry::health::serve_ops(
+                l,
+                self.health.clone(),
+                shutdown.clone(),
+            ));
+        }
+        weft_router::serve(self.listener, self.routing, self.jwt, self.health, shutdown)
             .await
             .map_err(BootError::failed)
     }

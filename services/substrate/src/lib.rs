@@ -126,6 +126,7 @@ pub async fn serve(
     listener: TcpListener,
     parts: Parts,
     jwt: InternalJwt,
+    health: weft_telemetry::health::Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), SubstrateError> {
     let addr = listener.local_addr().ok();
@@ -144,7 +145,7 @@ pub async fn serve(
         parts.volumes_sweep_every,
         shutdown.clone(),
     ));
-    let routes = grpc_service(&parts, jwt);
+    let routes = grpc_service(&parts, jwt).add_service(health.grpc(GRPC_SERVICES).await);
     tracing::info!(addr = ?addr, "substrate serving");
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -248,6 +249,27 @@ pub async fn connect_parts(
     })
 }
 
+/// The gRPC services the substrate's port serves, as its health service names them.
+pub const GRPC_SERVICES: &[&str] = &[
+    weft_proto::v1::substrate_server::SERVICE_NAME,
+    weft_proto::v1::memory_server::SERVICE_NAME,
+    weft_proto::v1::channels_server::SERVICE_NAME,
+    weft_proto::v1::volumes_server::SERVICE_NAME,
+];
+
+/// Everything the substrate's own binary connects before serving: the store (migrated when
+/// configured), the boot definitions loaded, the parts with the router for embeddings.
+pub async fn connect_all(config: &Config, jwt: InternalJwt) -> Result<Parts, SubstrateError> {
+    let store = connect(config).await?;
+    load_boot_definitions(&store, &config.substrate).await?;
+    let router = weft_proto::transport::channel(&config.substrate.router_url).map_err(|e| {
+        SubstrateError::Boot(format!(
+            "substrate.router_url: {e}; give the router's gRPC URL"
+        ))
+    })?;
+    connect_parts(config, store, Some(router), jwt).await
+}
+
 /// The whole substrate for its own binary: connect, load the boot definitions, serve.
 pub async fn run(
     listener: TcpListener,
@@ -255,13 +277,15 @@ pub async fn run(
     jwt: InternalJwt,
     shutdown: CancellationToken,
 ) -> Result<(), SubstrateError> {
-    let store = connect(&config).await?;
-    load_boot_definitions(&store, &config.substrate).await?;
-    let router = weft_proto::transport::channel(&config.substrate.router_url).map_err(|e| {
-        SubstrateError::Boot(format!(
-            "substrate.router_url: {e}; give the router's gRPC URL"
-        ))
-    })?;
-    let parts = connect_parts(&config, store, Some(router), jwt.clone()).await?;
-    serve(listener, parts, jwt, shutdown).await
+    let parts = connect_all(&config, jwt.clone()).await?;
+    let health = weft_telemetry::health::Readiness::for_config(
+        &config,
+        &[
+            weft_telemetry::health::Dependency::Postgres,
+            weft_telemetry::health::Dependency::Nats,
+        ],
+        shutdown.clone(),
+    );
+    health.set_started();
+    serve(listener, parts, jwt, health, shutdown).await
 }

@@ -9,7 +9,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use weft_config::{CommonArgs, Config, FlagLayer, Overrides};
-use weft_telemetry::boot::{BootError, Service, boot};
+use weft_telemetry::boot::{Boot, BootError, Face, Service, boot};
+use weft_telemetry::health::{Dependency, Readiness};
 
 /// The weft substrate (gRPC): versioned agent definitions and channels (Postgres, and NATS for
 /// channel wake-ups). Needs WEFT_AUTH__INTERNAL_JWT_SECRET
@@ -46,45 +47,47 @@ struct SubstrateFlags {
     agents_dir: Option<std::path::PathBuf>,
 }
 
-/// The substrate, bound; it connects its store and loads its boot definitions as it starts
-/// serving ([`weft_substrate::run`]).
+/// The substrate, bound and connected.
 struct Substrate {
     listener: TcpListener,
-    config: Config,
+    parts: weft_substrate::Parts,
     jwt: weft_auth::InternalJwt,
+    health: Readiness,
 }
 
 impl Service for Substrate {
     type Args = ();
+    const DEPENDENCIES: &'static [Dependency] = &[Dependency::Postgres, Dependency::Nats];
+    const GRPC_SERVICES: &'static [&'static str] = weft_substrate::GRPC_SERVICES;
 
-    async fn connect(
-        config: Config,
-        (): (),
-        _shutdown: CancellationToken,
-    ) -> Result<Self, BootError> {
+    fn ports(config: &Config, (): &()) -> Vec<(std::net::SocketAddr, Face)> {
+        vec![(config.substrate.listen, Face::Grpc)]
+    }
+
+    async fn connect(config: Config, (): (), boot: &Boot) -> Result<Self, BootError> {
         let secret = config
             .required_jwt_secret("gateway")
             .map_err(BootError::config)?;
         let jwt = weft_auth::InternalJwt::from_secret(secret.expose().as_bytes());
-        let listener = TcpListener::bind(config.substrate.listen)
-            .await
-            .map_err(|e| {
-                BootError::failed(format!("cannot listen on {}: {e}", config.substrate.listen))
-            })?;
-        Ok(Self {
-            listener,
-            config,
-            jwt,
-        })
-    }
-
-    async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
-        weft_substrate::run(self.listener, self.config, self.jwt, shutdown)
+        let listener = boot.listen(config.substrate.listen).await?;
+        let parts = weft_substrate::connect_all(&config, jwt.clone())
             .await
             .map_err(|e| match e {
                 weft_substrate::SubstrateError::Boot(_) => BootError::config(e),
                 e => BootError::failed(e),
-            })
+            })?;
+        Ok(Self {
+            listener,
+            parts,
+            jwt,
+            health: boot.health.clone(),
+        })
+    }
+
+    async fn serve(self, shutdown: CancellationToken) -> Result<(), BootError> {
+        weft_substrate::serve(self.listener, self.parts, self.jwt, self.health, shutdown)
+            .await
+            .map_err(BootError::failed)
     }
 }
 

@@ -53,6 +53,9 @@ pub async fn run(args: &CommonArgs, overrides: Overrides) -> Vec<Check> {
     }
     out.push(redis(&config).await);
     out.push(nats(&config).await);
+    if let Some(c) = down(&out) {
+        out.push(c);
+    }
     for l in crate::fleet::Listener::ALL {
         out.push(port(l, l.addr(&config)).await);
     }
@@ -135,6 +138,30 @@ async fn postgres(config: &Config) -> Check {
             "reachable; no migrations applied yet; run `weft migrate`",
         ),
     }
+}
+
+/// One line naming the infrastructure that is down, when any is, and what the services do
+/// meanwhile: they stay up, not ready (`/readyz` 503, gRPC health NOT_SERVING), and start within
+/// about a second of it answering again.
+fn down(checks: &[Check]) -> Option<Check> {
+    let names: Vec<&str> = checks
+        .iter()
+        .filter(|c| {
+            c.verdict == Verdict::Fail && ["postgres", "redis", "nats"].contains(&c.name.as_str())
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(check(
+        "down",
+        Verdict::Fail,
+        format!(
+            "{} down: weft services started now wait for it, not ready (their /readyz names it), and serve within about 1 s of it answering; start it (./deploy/local/deps.sh does locally) or fix its URL",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// How memory search ranks on this database: pgvector when the extension is installed, an
@@ -274,6 +301,25 @@ async fn port(l: crate::fleet::Listener, addr: SocketAddr) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_stopped_nats_is_named_as_down() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let mut config = Config::default();
+        config.nats.url = format!("nats://{addr}");
+        let c = nats(&config).await;
+        assert_eq!(c.verdict, Verdict::Fail, "{}", c.detail);
+        let summary = down(&[c, check("redis", Verdict::Pass, "")]).unwrap();
+        assert_eq!(summary.verdict, Verdict::Fail);
+        assert!(
+            summary.detail.starts_with("nats down:"),
+            "{}",
+            summary.detail
+        );
+        assert!(down(&[check("nats", Verdict::Pass, "")]).is_none());
+    }
 
     #[test]
     fn host_port_handles_users_paths_and_defaults() {

@@ -234,13 +234,32 @@ impl Fleet {
         let (admin_token, minted, saved) =
             bootstrap(&state.tokens, &config.bootstrap.token_file).await?;
 
+        // One readiness for the whole process: its gRPC servers are SERVING while Postgres,
+        // Redis and NATS answer and it is not shutting down.
+        let health = weft_telemetry::health::Readiness::for_config(
+            &config,
+            &[
+                weft_telemetry::health::Dependency::Postgres,
+                weft_telemetry::health::Dependency::Redis,
+                weft_telemetry::health::Dependency::Nats,
+            ],
+            shutdown.clone(),
+        );
+        health.set_started();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(bridge.reap_until(shutdown.clone())));
         let stop = shutdown.clone();
         let substrate_jwt = jwt.clone();
+        let substrate_health = health.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(e) =
-                weft_substrate::serve(substrate_listener, parts, substrate_jwt, stop.clone()).await
+            if let Err(e) = weft_substrate::serve(
+                substrate_listener,
+                parts,
+                substrate_jwt,
+                substrate_health,
+                stop.clone(),
+            )
+            .await
             {
                 tracing::error!(error = %e, "substrate stopped");
                 stop.cancel();
@@ -248,7 +267,7 @@ impl Fleet {
         }));
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = weft_router::serve(router, routing, jwt, stop.clone()).await {
+            if let Err(e) = weft_router::serve(router, routing, jwt, health, stop.clone()).await {
                 tracing::error!(error = %e, "router stopped");
                 stop.cancel();
             }

@@ -141,6 +141,7 @@ async fn killing_an_executor_mid_mcp_call_reruns_the_read_and_not_the_write() {
         bridge_listener,
         bridge,
         jwt,
+        weft_telemetry::health::Readiness::new(stop.clone()),
         stop.clone(),
     ));
 

@@ -6,6 +6,7 @@
 pub mod alloc;
 pub mod boot;
 pub mod handles;
+pub mod health;
 pub mod runtime;
 
 use std::sync::OnceLock;
