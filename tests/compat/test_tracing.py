@@ -189,7 +189,8 @@ def _trace(receiver, trace_id, client_span, complete):
         if spans and not orphans and complete(spans):
             return spans
         if time.monotonic() > deadline:
-            shown = "\n".join(f"  {s['service']} {s['name']} {s['id']} <- {s['parent']}"
+            shown = "\n".join(f"  {s['service']} {s['name']} {s['id']} <- {s['parent']} "
+                              f"{s['attrs'].get('rpc') or s['attrs'].get('tool') or ''}"
                               for s in spans)
             pytest.fail(f"trace {trace_id} incomplete after {SPAN_DEADLINE}s "
                         f"(orphans: {[s['name'] for s in orphans]}):\n{shown}")
@@ -243,7 +244,7 @@ def test_a_chat_completion_is_one_trace_gateway_router_provider(traced, receiver
     call = next(s for s in spans if s["name"] == "provider_call")
     assert call["service"] == "weft-router" and call["attrs"].get("provider") == "canary", call
     assert chat in _ancestors(spans, call)
-    assert call["attrs"].get("status") == 200, call
+    assert str(call["attrs"].get("status")) == "200", call
     _assert_no_secret(receiver, {"canary prompt": CANARY_PROMPT, "provider API key": CANARY_KEY,
                                  "bearer token": traced.token})
 
@@ -266,7 +267,7 @@ def test_a_run_with_http_mcp_and_memory_tools_is_one_trace(traced, receiver, too
         ], "reply": "done"}
         trace_id, client_span, header = _traceparent()
         r = http.post("runs", headers={"traceparent": header}, json={
-            "agent": agent, "input": f"{CANARY_PROMPT} #mock " + json.dumps(script),
+            "agent": agent, "input": "#mock " + json.dumps(script),
             "credentials": {"canary": CANARY_CREDENTIAL}})
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]

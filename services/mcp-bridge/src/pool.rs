@@ -329,14 +329,20 @@ impl Pool {
         let mut delay = Duration::from_millis(100);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let opened = tokio::time::timeout(left, self.open_once(server, &headers))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(BridgeError::Server(format!(
-                        "MCP server `{}` did not start a session within {} ms",
-                        server.name, self.inner.cfg.connect_timeout_ms
-                    )))
-                });
+            // A session outlives the RPC that opened it, and rmcp's session tasks keep (spans
+            // under) the span current at its start: under the RPC's span, that span would stay
+            // open, and never be exported, while the pooled session lives. So a session is a
+            // trace of its own.
+            let once = tracing::Instrument::instrument(
+                self.open_once(server, &headers),
+                tracing::info_span!(parent: None, "mcp_session", server = server.name),
+            );
+            let opened = tokio::time::timeout(left, once).await.unwrap_or_else(|_| {
+                Err(BridgeError::Server(format!(
+                    "MCP server `{}` did not start a session within {} ms",
+                    server.name, self.inner.cfg.connect_timeout_ms
+                )))
+            });
             match opened {
                 Ok(s) => return Ok(s),
                 Err(e) => {
