@@ -158,8 +158,19 @@ impl Upstream {
     ) -> Result<(reqwest::Response, u32), (ProviderError, u32)> {
         let max_wait = Duration::from_secs(self.cfg.max_retry_after_secs);
         let mut attempt: u32 = 0;
-        let mut headers = self.headers.clone();
-        weft_telemetry::inject_http_trace_context(&mut headers);
+        // A copy with the trace context only when there is one to send (spans exported).
+        let mut traced: Option<HeaderMap> = None;
+        weft_telemetry::inject_trace_context_with(|k, v| {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(&v),
+            ) {
+                traced
+                    .get_or_insert_with(|| self.headers.clone())
+                    .insert(k, v);
+            }
+        });
+        let headers = traced.as_ref().unwrap_or(&self.headers);
         loop {
             let rb = self
                 .client
