@@ -12501,6 +12501,187 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a tenant as an archive
+         * @description Scope: admin (an operator) only. The tenant's archive, as `weft tenant export` writes it: a tar of `manifest.json`, one JSONL file per section (definitions with every version, memory, channels and their messages and cursors, named volumes with blobs, changelog and snapshots, evaluations, and the runs evaluations name) and the blobs. Read in one consistent snapshot, built in memory before it is sent. A volume blob kept in a `dir` or `s3` store is answered with 503 naming it: export such a tenant with `weft tenant export`. A tenant without data answers an archive with empty sections.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description also every run with its events and tool ledger (default false) */
+                    runs?: boolean;
+                };
+                header?: never;
+                path: {
+                    /** @example acme */
+                    tenant: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the archive */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/x-tar": string;
+                    };
+                };
+                /** @description a tenant name that is not valid, or an archive that is refused (the message names the section) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{tenant}/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import an archive as a tenant
+         * @description Scope: admin (an operator) only. The body is an archive from `weft tenant export` or `GET /v1/tenants/{tenant}/export`, imported under the tenant of the path (whatever tenant it was exported from), as `weft tenant import --as` does: checked whole first (a section newer than this weft, or whose sha256 does not match the manifest, is refused with a 400 naming the section), then applied in one transaction. An item that exists with other content is a conflict: nothing is written and the answer is 409 with the report. Importing the same archive again adds nothing. The body may be at most 256 MiB; import larger archives with the CLI.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example acme */
+                    tenant: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            responses: {
+                /** @description imported: what was added and what was already there */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TenantImportReport"];
+                    };
+                };
+                /** @description a tenant name that is not valid, or an archive that is refused (the message names the section) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description conflicts; nothing was written */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TenantImportReport"];
+                    };
+                };
+                /** @description the archive is larger than 256 MiB */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tokens": {
         parameters: {
             query?: never;
@@ -16836,6 +17017,33 @@ export interface components {
             /** @description `Bearer` */
             scheme: string;
         };
+        /** @description An archived item that differs from the target's item of the same key: never overwritten. */
+        ImportConflict: {
+            /** @description the item's key, e.g. `agent/triage` or `tenant/city` */
+            item: string;
+            /** @description why it is a conflict */
+            reason: string;
+            /** @description the archive's section, e.g. `memory` */
+            section: string;
+        };
+        /** @description One section of an import. */
+        ImportSectionCounts: {
+            /**
+             * Format: uint64
+             * @description items that were absent and are (or would be) added
+             */
+            added: number;
+            /**
+             * Format: uint64
+             * @description items expired since the export (memory entries, channel messages), left out
+             */
+            skipped: number;
+            /**
+             * Format: uint64
+             * @description items already there with the same content
+             */
+            unchanged: number;
+        };
         /** @description One problem a verdict names. */
         Issue: {
             check?: string | null;
@@ -18800,6 +19008,39 @@ export interface components {
             votes?: number | null;
             /** @description globs of the files it writes: tasks whose globs overlap never run at once */
             writes?: string[];
+        };
+        /**
+         * @description What an import did, or would have done had it had no conflicts.
+         * @example {
+         *       "applied": true,
+         *       "conflicts": [],
+         *       "sections": {
+         *         "memory": {
+         *           "added": 3,
+         *           "skipped": 0,
+         *           "unchanged": 0
+         *         }
+         *       },
+         *       "source_tenant": "acme",
+         *       "tenant": "acme-copy"
+         *     }
+         */
+        TenantImportReport: {
+            /**
+             * @description whether the import was committed; false when there is any conflict (then nothing was
+             *     written)
+             */
+            applied: boolean;
+            /** @description every archived item that differs from the target's item of the same key */
+            conflicts: components["schemas"]["ImportConflict"][];
+            /** @description per section of the archive */
+            sections: {
+                [key: string]: components["schemas"]["ImportSectionCounts"];
+            };
+            /** @description the tenant the archive was exported from */
+            source_tenant: string;
+            /** @description the tenant imported into */
+            tenant: string;
         };
         /** @description A token, as listed; `token` (the secret) only in the answer to `POST /v1/tokens`. */
         Token: {

@@ -26,6 +26,7 @@ mod plans;
 mod responses;
 pub mod runs;
 mod sse_read;
+mod tenant_archive;
 pub mod tokens;
 pub mod ui;
 pub mod usage;
@@ -455,6 +456,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(channels::routes())
         .merge(volumes::routes(&state.volume_caps))
         .merge(ingress::routes())
+        .merge(tenant_archive::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
             BearerAuth::middleware,

@@ -17,6 +17,7 @@ use cmd::mcp::McpArgs;
 use cmd::process::ProcessCmd;
 use cmd::router::RouterArgs;
 use cmd::run::{AttachArgs, ChatArgs, RunArgs};
+use cmd::tenant::TenantCmd;
 use cmd::token::TokenCmd;
 use cmd::up::{ListenArgs, UpArgs};
 
@@ -56,6 +57,10 @@ enum Cmd {
     /// Manage API tokens directly in the database.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Export a tenant to an archive (a tar on standard output) or import one, directly in the
+    /// database (docs/operations.md, "Tenant export and import").
+    #[command(subcommand)]
+    Tenant(TenantCmd),
     /// Check the config, Postgres, Redis, NATS and every port `weft up` binds (give the same
     /// flags as to `weft up`); exit 1 if any check fails. Changes nothing (never creates the
     /// database it checks).
@@ -119,7 +124,7 @@ async fn program() -> ExitCode {
         Cmd::Router(a) => {
             o.flags(&a.listen);
         }
-        Cmd::Migrate | Cmd::Token(_) | Cmd::Executor | Cmd::Ingress => {}
+        Cmd::Migrate | Cmd::Token(_) | Cmd::Tenant(_) | Cmd::Executor | Cmd::Ingress => {}
     }
     let config = match cli.common.shared.load(o) {
         Ok(c) => c,
@@ -136,6 +141,7 @@ async fn program() -> ExitCode {
         Cmd::Up(a) => cmd::up::run(config, a).await,
         Cmd::Migrate => cmd::migrate::run(&config).await,
         Cmd::Token(t) => cmd::token::run(&config, t).await,
+        Cmd::Tenant(t) => cmd::tenant::run(&config, t).await,
         Cmd::Executor => cmd::executor::run(config).await,
         Cmd::Ingress => {
             weft_telemetry::boot::run::<weft_ingress::IngressService>("weft", config, ()).await

@@ -640,6 +640,22 @@ fn expectations() -> Vec<Entry> {
             [401, 401, 401, 403, 403, 403],
         )
         .body(mint_body),
+        // Tenant export and import: operators only; no identity here is one (the scope is
+        // checked before a body is read).
+        entry(
+            get.clone(),
+            "/v1/tenants/{tenant}/export",
+            AnyOf(&["admin"]),
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        ),
+        entry(
+            post.clone(),
+            "/v1/tenants/{tenant}/import",
+            AnyOf(&["admin"]),
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        ),
         // Usage of tenant A, named in the query.
         entry(
             get.clone(),
@@ -1826,6 +1842,7 @@ fn fill(template: &str, p: &Params) -> String {
             ("name", t) if t.starts_with("/v1/hooks/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/schedules/") => p.agent.as_str(),
             ("name", t) if t.starts_with("/v1/webhooks/") => p.agent.as_str(),
+            ("tenant", t) if t.starts_with("/v1/tenants/") => p.tenant.as_str(),
             // The receiver: A's webhook.
             ("tenant", t) if t.starts_with("/v1/_webhooks/") => p.tenant.as_str(),
             ("name", t) if t.starts_with("/v1/_webhooks/") => p.agent.as_str(),

@@ -40,6 +40,7 @@ pub mod processes;
 pub mod responses;
 pub mod runs;
 pub mod skills;
+pub mod tenant_archive;
 pub mod tools;
 pub mod ui;
 pub mod usage;
@@ -82,6 +83,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     volumes::ops,
     mcp::ops,
     ingress::ops,
+    tenant_archive::ops,
     ui::ops,
 ];
 

@@ -9,6 +9,7 @@ mod responses;
 mod runs;
 mod schedules;
 mod steps;
+pub mod tenant_archive;
 mod tokens;
 pub mod usage;
 

@@ -9,6 +9,7 @@ pub mod migrate;
 pub mod process;
 pub mod router;
 pub mod run;
+pub mod tenant;
 pub mod token;
 pub mod up;
 
