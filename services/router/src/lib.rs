@@ -112,34 +112,73 @@ pub fn grpc_service(
     tonic::service::interceptor::InterceptedService::new(server, JwtInterceptor::new(jwt))
 }
 
-/// Runs the router as its own process until SIGINT/SIGTERM: the internal JWT key from config,
-/// gRPC on `router.listen`, Prometheus on `router.metrics_listen` when set. For `weft-router`
-/// and `weft router`.
-pub async fn run_until_signal(config: Config) -> Result<(), RouterError> {
-    let secret = config
-        .required_jwt_secret("gateway")
-        .map_err(|e| RouterError::Config(e.to_string()))?;
-    let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
-    let listener = TcpListener::bind(config.router.listen).await.map_err(|e| {
-        RouterError::Config(format!("cannot listen on {}: {e}", config.router.listen))
-    })?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(weft_telemetry::shutdown_on_signal(shutdown.clone()));
-    let routing = connect(&config).await?;
-    let health =
-        weft_telemetry::health::Readiness::for_config(&config, DEPENDENCIES, shutdown.clone());
-    health.set_started();
-    if let Some(addr) = config.router.metrics_listen {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|e| RouterError::Config(format!("cannot serve metrics on {addr}: {e}")))?;
-        tokio::spawn(weft_telemetry::health::serve_ops(
-            l,
-            health.clone(),
-            shutdown.clone(),
-        ));
+/// The router as its own process (`weft-router`, `weft router`), in the shared boot shape
+/// ([`weft_telemetry::boot`]): the internal JWT key from config, gRPC on `router.listen` with
+/// the health service, `/metrics`, `/healthz` and `/readyz` on `router.metrics_listen` when set.
+pub struct RouterService {
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    routing: Arc<Routing>,
+    jwt: InternalJwt,
+    health: weft_telemetry::health::Readiness,
+}
+
+impl weft_telemetry::boot::Service for RouterService {
+    type Args = ();
+    const DEPENDENCIES: &'static [weft_telemetry::health::Dependency] = DEPENDENCIES;
+    const GRPC_SERVICES: &'static [&'static str] = GRPC_SERVICES;
+
+    fn ports(config: &Config, (): &()) -> Vec<(std::net::SocketAddr, weft_telemetry::boot::Face)> {
+        let mut ports = vec![(config.router.listen, weft_telemetry::boot::Face::Grpc)];
+        ports.extend(
+            config
+                .router
+                .metrics_listen
+                .map(|a| (a, weft_telemetry::boot::Face::Http)),
+        );
+        ports
     }
-    serve(listener, routing, jwt, health, shutdown).await
+
+    async fn connect(
+        config: Config,
+        (): (),
+        boot: &weft_telemetry::boot::Boot,
+    ) -> Result<Self, weft_telemetry::boot::BootError> {
+        use weft_telemetry::boot::BootError;
+        let secret = config
+            .required_jwt_secret("gateway")
+            .map_err(BootError::config)?;
+        let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+        let listener = boot.listen(config.router.listen).await?;
+        let metrics = match config.router.metrics_listen {
+            Some(addr) => Some(boot.listen(addr).await?),
+            None => None,
+        };
+        let routing = connect(&config).await.map_err(BootError::failed)?;
+        Ok(Self {
+            listener,
+            metrics,
+            routing,
+            jwt,
+            health: boot.health.clone(),
+        })
+    }
+
+    async fn serve(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<(), weft_telemetry::boot::BootError> {
+        if let Some(l) = self.metrics {
+            tokio::spawn(weft_telemetry::health::serve_ops(
+                l,
+                self.health.clone(),
+                shutdown.clone(),
+            ));
+        }
+        serve(self.listener, self.routing, self.jwt, self.health, shutdown)
+            .await
+            .map_err(weft_telemetry::boot::BootError::failed)
+    }
 }
 
 /// Like [`run`], with a routing table already built.

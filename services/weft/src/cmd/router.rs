@@ -4,8 +4,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::fail;
-
 /// `weft router`'s flags.
 #[derive(Args, Debug)]
 pub struct RouterArgs {
@@ -14,10 +12,8 @@ pub struct RouterArgs {
     pub listen: weft_config::RouterListenFlags,
 }
 
-/// Runs the router until SIGINT/SIGTERM.
+/// Runs the router until SIGINT/SIGTERM, in the services' boot shape (it waits for Redis and
+/// NATS, answering health meanwhile).
 pub async fn run(config: weft_config::Config) -> ExitCode {
-    match weft_router::run_until_signal(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
-    }
+    weft_telemetry::boot::run::<weft_router::RouterService>("weft", config, ()).await
 }
