@@ -9,6 +9,8 @@ a W3C `traceparent` of the test's, so its trace is found by id, and then:
 - a chat completion through a provider with a canary API key is one trace: gateway → router →
   the provider call (whose outbound `traceparent` the fake upstream does not see, so that hop is
   checked on the HTTP tool below);
+- a signed webhook delivery and the run it starts are one trace: the sender's `traceparent` →
+  gateway (the receiver) → executor;
 - a run whose agent calls the HTTP tool (a loopback server this module serves, which records the
   `traceparent` it receives), an MCP tool (the stdio fixture server, through the MCP bridge) and
   Memory (the substrate) is one trace: gateway → executor (over the JetStream dispatch) →
@@ -21,6 +23,8 @@ The fleet is started once, in the compat step of the split arrangement (WEFT_ARR
 under `weft up` the module is skipped (the same fleet would only be started twice).
 """
 
+import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -52,6 +56,9 @@ RUN_DEADLINE = 120.0
 CANARY_PROMPT = "canary-prompt-" + secrets.token_hex(8)
 CANARY_KEY = "sk-canary-" + secrets.token_hex(12)
 CANARY_CREDENTIAL = "cred-canary-" + secrets.token_hex(12)
+# A webhook's signing secret, read from this variable (the default tenant's namespace).
+HOOK_SECRET_ENV = "WEFT_WEBHOOK_DEFAULT__TRACE_HMAC"
+CANARY_HOOK_SECRET = "whsec-canary-" + secrets.token_hex(12)
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -162,6 +169,7 @@ def traced(receiver, fake_upstream):
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "WEFT_TRACE_CANARY_KEY": CANARY_KEY,
+        HOOK_SECRET_ENV: CANARY_HOOK_SECRET,
     }
     fleet = fleet_harness.Fleet(bin_dir, arrangement="split", name="tracing", config=config,
                                 env=env, logs_dir=logs, label="tracing")
@@ -324,3 +332,39 @@ def test_a_run_with_http_mcp_and_memory_tools_is_one_trace(traced, receiver, too
     _assert_no_secret(receiver, {"canary prompt": CANARY_PROMPT, "run credential":
                                  CANARY_CREDENTIAL, "provider API key": CANARY_KEY,
                                  "bearer token": traced.token})
+
+
+def test_a_webhook_delivery_and_its_run_are_one_trace(traced, receiver):
+    auth = {"authorization": f"Bearer {traced.token}"}
+    agent, hook = f"hooked-{secrets.token_hex(4)}", f"traced-{secrets.token_hex(4)}"
+    with httpx.Client(base_url=f"{traced.url}/v1/", headers=auth, timeout=60) as http:
+        assert http.put(f"agents/{agent}", json={"model": "mock-1"}).status_code == 201
+        r = http.put(f"webhooks/{hook}", json={"agent": agent, "signature": "hmac-sha256",
+                                               "secret_env": HOOK_SECRET_ENV,
+                                               "mapping": {"input": "$.x"}})
+        assert r.status_code in (200, 201), r.text
+        body = json.dumps({"x": "#mock " + json.dumps({"turns": [], "reply": CANARY_PROMPT})})
+        sig = hmac.new(CANARY_HOOK_SECRET.encode(), body.encode(), hashlib.sha256).hexdigest()
+        trace_id, client_span, header = _traceparent()
+        r = httpx.post(f"{traced.url}/v1/_webhooks/default/{hook}", content=body.encode(),
+                       headers={"x-signature": sig, "traceparent": header}, timeout=60)
+        assert r.status_code == 202, r.text
+        run_id = r.json()["run_id"]
+        deadline = time.monotonic() + RUN_DEADLINE
+        while (run := http.get(f"runs/{run_id}").json())["status"] not in (
+                "succeeded", "failed", "cancelled"):
+            assert time.monotonic() < deadline, f"run {run_id} did not finish: {run}"
+            time.sleep(0.1)
+        assert run["status"] == "succeeded", run
+
+    def complete(spans):
+        return {("weft-gateway", "http"), ("weft-executor", "run")} <= {
+            (s["service"], s["name"]) for s in spans}
+
+    spans = _trace(receiver, trace_id, client_span, complete)
+    edge = next(s for s in spans if s["name"] == "http" and s["parent"] == client_span)
+    assert edge["attrs"].get("route") == "/v1/_webhooks/{tenant}/{name}", edge
+    run_span = next(s for s in spans if s["name"] == "run")
+    assert run_span["attrs"].get("run_id") == run_id and edge in _ancestors(spans, run_span)
+    _assert_no_secret(receiver, {"canary prompt": CANARY_PROMPT, "webhook secret":
+                                 CANARY_HOOK_SECRET, "webhook signature": sig})
