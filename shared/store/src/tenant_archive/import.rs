@@ -228,7 +228,8 @@ impl Importer {
         });
     }
 
-    /// Sorts an item: `Ok(true)` when it is to be inserted now.
+    /// Counts an item where it stands; true when it is to be inserted now (absent, and no
+    /// conflict so far).
     fn sort(&mut self, s: Section, f: Found, item: impl FnOnce() -> String) -> bool {
         match f {
             Found::Same => {
@@ -1057,4 +1058,98 @@ async fn import_evaluations(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::tenant_archive::format::SectionEntry;
+
+    /// A tar of `entries`, in order.
+    fn tar_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, name, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn manifest(sections: &[(&str, u32, &[u8])]) -> Vec<u8> {
+        let m = Manifest {
+            format: FORMAT.to_owned(),
+            format_version: FORMAT_VERSION,
+            tenant: "acme".to_owned(),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            weft_version: "0".to_owned(),
+            runs_included: false,
+            sections: sections
+                .iter()
+                .map(|(name, version, data)| {
+                    let entry = SectionEntry {
+                        file: format!("{name}.jsonl"),
+                        version: *version,
+                        count: data.iter().filter(|b| **b == b'\n').count() as u64,
+                        sha256: sha256_hex(data),
+                    };
+                    ((*name).to_owned(), entry)
+                })
+                .collect::<BTreeMap<_, _>>(),
+        };
+        serde_json::to_vec(&m).unwrap()
+    }
+
+    fn refused(tar: &[u8]) -> String {
+        Archive::read(tar).unwrap_err().to_string()
+    }
+
+    const MEMORY: &[u8] = b"{}\n";
+
+    #[test]
+    fn a_well_formed_archive_reads() {
+        let m = manifest(&[("memory", 1, MEMORY)]);
+        let a = Archive::read(&tar_of(&[(MANIFEST, &m), ("memory.jsonl", MEMORY)])[..]).unwrap();
+        assert_eq!(a.manifest.tenant, "acme");
+    }
+
+    #[test]
+    fn a_newer_or_unknown_section_is_refused_by_name() {
+        let m = manifest(&[("memory", 2, MEMORY)]);
+        let e = refused(&tar_of(&[(MANIFEST, &m), ("memory.jsonl", MEMORY)]));
+        assert!(e.starts_with("section `memory`: version 2 is newer"), "{e}");
+        let m = manifest(&[("gadgets", 1, MEMORY)]);
+        let e = refused(&tar_of(&[(MANIFEST, &m), ("gadgets.jsonl", MEMORY)]));
+        assert!(
+            e.starts_with("section `gadgets`: this weft does not know"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_corrupted_archive_is_refused_naming_what() {
+        let m = manifest(&[("memory", 1, MEMORY)]);
+        let e = refused(&tar_of(&[(MANIFEST, &m), ("memory.jsonl", b"[]\n")]));
+        assert!(e.starts_with("section `memory`: its sha256"), "{e}");
+        let e = refused(&tar_of(&[(MANIFEST, &m)]));
+        assert!(e.starts_with("section `memory`: its file"), "{e}");
+        let e = refused(&tar_of(&[
+            (MANIFEST, &m),
+            ("memory.jsonl", MEMORY),
+            ("extra.jsonl", MEMORY),
+        ]));
+        assert!(e.contains("`extra.jsonl` is not in its manifest"), "{e}");
+        let bad_blob = format!("{BLOB_DIR}{}", sha256_hex(b"other"));
+        let e = refused(&tar_of(&[
+            (MANIFEST, &m),
+            ("memory.jsonl", MEMORY),
+            (&bad_blob, b"bytes"),
+        ]));
+        assert!(e.starts_with("section `blobs`: blob"), "{e}");
+        let e = refused(&tar_of(&[("memory.jsonl", MEMORY)]));
+        assert!(e.contains("no manifest.json"), "{e}");
+    }
 }
