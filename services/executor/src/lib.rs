@@ -470,22 +470,6 @@ pub struct ExecutorService {
 
 impl weft_telemetry::boot::Service for ExecutorService {
     type Args = ();
-
-    async fn connect(
-        config: Config,
-        (): (),
-        shutdown: CancellationToken,
-    ) -> Result<Self, weft_telemetry::boot::BootError> {
-        use weft_telemetry::boot::BootError;
-        let secret = config
-            .required_jwt_secret("router")
-            .map_err(BootError::config)?;
-        let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
-        let router = weft_proto::transport::channel(&config.executor.router_url)
-            .map_err(|e| BootError::config(format!("executor.router_url: {e}")))?;
-        let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
-            .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
-        let mcp_bridge = weft_proto::transport::channel(&config.executor.mcp_bridge_url)
     const DEPENDENCIES: &'static [weft_telemetry::health::Dependency] = &[
         weft_telemetry::health::Dependency::Postgres,
         weft_telemetry::health::Dependency::Redis,
@@ -500,6 +484,22 @@ impl weft_telemetry::boot::Service for ExecutorService {
             .into_iter()
             .collect()
     }
+
+    async fn connect(
+        config: Config,
+        (): (),
+        boot: &weft_telemetry::boot::Boot,
+    ) -> Result<Self, weft_telemetry::boot::BootError> {
+        use weft_telemetry::boot::BootError;
+        let secret = config
+            .required_jwt_secret("router")
+            .map_err(BootError::config)?;
+        let jwt = InternalJwt::from_secret(secret.expose().as_bytes());
+        let router = weft_proto::transport::channel(&config.executor.router_url)
+            .map_err(|e| BootError::config(format!("executor.router_url: {e}")))?;
+        let substrate = weft_proto::transport::channel(&config.executor.substrate_url)
+            .map_err(|e| BootError::config(format!("executor.substrate_url: {e}")))?;
+        let mcp_bridge = weft_proto::transport::channel(&config.executor.mcp_bridge_url)
             .map_err(|e| BootError::config(format!("executor.mcp_bridge_url: {e}")))?;
         let ops = match config.executor.metrics_listen {
             Some(addr) => Some(boot.listen(addr).await?),
@@ -520,7 +520,7 @@ impl weft_telemetry::boot::Service for ExecutorService {
 
     async fn serve(
         self,
-        boot: &weft_telemetry::boot::Boot,
+        shutdown: CancellationToken,
     ) -> Result<(), weft_telemetry::boot::BootError> {
         if let Some(l) = self.ops {
             tokio::spawn(weft_telemetry::health::serve_ops(
