@@ -661,6 +661,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_provider_call_carries_the_callers_trace_context_when_spans_are_exported() {
+        use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use weft_testkit::{FixtureServer, Kind};
+        let dir = FixtureServer::fixture_dir(env!("CARGO_MANIFEST_DIR"), Kind::Openai);
+        let server = FixtureServer::start(Kind::Openai, dir).await;
+        let cfg = HttpProviderConfig::new(server.base_url());
+        let up = Upstream::new("p", &cfg, KeyStyle::Bearer, &[]).unwrap();
+        let url = up.endpoint("/chat/completions").unwrap();
+        let body =
+            serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+
+        // No exporter (no OpenTelemetry layer): no header.
+        let _ = up.post(&url, &body).await;
+        let first = server.requests();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].header("traceparent"), None);
+
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let _default = tracing::subscriber::set_default(
+            tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test"))),
+        );
+        let caller = tracing::info_span!("caller");
+        let _ = tracing::Instrument::instrument(up.post(&url, &body), caller.clone()).await;
+        let trace = caller
+            .context()
+            .span()
+            .span_context()
+            .trace_id()
+            .to_string();
+        let sent = server.requests();
+        let header = sent[1].header("traceparent").expect("a traceparent header");
+        assert_eq!(header.split('-').nth(1), Some(trace.as_str()), "{header}");
+    }
+
+    #[tokio::test]
     async fn ndjson_lines_split_across_chunks() {
         let chunks: Vec<Result<bytes::Bytes, reqwest::Error>> = vec![
             Ok(bytes::Bytes::from_static(b"{\"a\":1}\n{\"b\"")),
