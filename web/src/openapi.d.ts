@@ -4087,6 +4087,188 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/fleet/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The fleet's maintenance and where every run is
+         * @description Scope: admin (an operator) only. While in maintenance, runs that have not been told yet are told again.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the maintenance */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /**
+         * Maintenance: drain every tenant, hold schedules and webhooks
+         * @description Scope: admin (an operator) only. No body. Idempotent. As a tenant's drain, for every tenant; besides, schedules hold their fires (a fire that comes due is retried until the resume, so it happens once) and signed webhooks answer 503 with `Retry-After`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description draining; poll GET /v1/fleet/drain */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fleet/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End maintenance: admit runs again and resume the runs it paused
+         * @description Scope: admin (an operator) only. No body. Idempotent. Runs of a tenant still draining stay paused under its drain.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description resumed (or nothing was draining) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/hooks": {
         parameters: {
             query?: never;
@@ -7796,7 +7978,7 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    status?: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
+                    status?: ("queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled") | "paused";
                     /** @example triage */
                     agent?: string;
                     limit?: number;
@@ -8601,6 +8783,101 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a run and its sub-runs at their next step boundary
+         * @description No body. The run parks in status `paused` at its next step boundary (after the model turn or tool calls under way; an effectful call still running after `executor.pause_grace_ms` is abandoned and its outcome is unknown when the run resumes), with a `run_paused` event, and holds no executor until `POST /v1/runs/{id}/resume`. Idempotent. Input sent meanwhile waits for the resume.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description already paused, or ended (nothing to pause) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Run"];
+                    };
+                };
+                /** @description asked: `paused_by` is `run`; watch for `run_paused` */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Run"];
+                    };
+                };
+                /** @description an id that does not decode */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/plan": {
         parameters: {
             query?: never;
@@ -8980,6 +9257,92 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused run
+         * @description No body. A parked run is queued again (a `run_resumed` event) and goes on where it stopped; a run asked to pause that has not parked yet goes on without parking. Its sub-runs paused with it resume too. A run held by its tenant's drain or the fleet's maintenance is a 503 `tenant_paused`: resume that instead.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description resumed, or not paused (nothing to do) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Run"];
+                    };
+                };
+                /** @description an id that does not decode */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no valid bearer token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description no such run in this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description tenant_paused: its tenant drains or the fleet is in maintenance; or the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -12501,6 +12864,164 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A tenant's drain and where its runs are
+         * @description Scope: tenant:admin (its own tenant) or admin (any tenant). While draining, runs that have not been told yet (a lost message, or a run made as the drain began) are told again.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example acme */
+                    tenant: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the drain */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description a tenant name that is not valid */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `tenant:admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description another tenant than the caller's, for a tenant admin */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /**
+         * Drain a tenant: admit no new run and park every running one at a step boundary
+         * @description Scope: tenant:admin (its own tenant) or admin (any tenant). No body. Idempotent (a drain in force keeps its start). New runs, and input that would wake a parked run, get 503 `tenant_paused` with `Retry-After`; every run of the tenant not ended parks in `paused` at its next step boundary (a parked interactive run stays parked, and is paused if woken). Poll `GET` for progress.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example acme */
+                    tenant: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description draining; poll GET for progress */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description a tenant name that is not valid */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `tenant:admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description another tenant than the caller's, for a tenant admin */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tenants/{tenant}/export": {
         parameters: {
             query?: never;
@@ -12666,6 +13187,93 @@ export interface paths {
                     };
                 };
                 /** @description the database is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{tenant}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End a tenant's drain: admit runs again and resume the runs it paused
+         * @description Scope: tenant:admin (its own tenant) or admin (any tenant). No body. Idempotent. Runs paused by the drain are queued again (a `run_resumed` event each); runs paused by themselves stay paused; while the fleet is in maintenance the runs stay paused under it.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @example acme */
+                    tenant: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description resumed (or nothing was draining) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DrainStatus"];
+                    };
+                };
+                /** @description a tenant name that is not valid */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description missing, invalid, expired or revoked token */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the token lacks `tenant:admin` */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description another tenant than the caller's, for a tenant admin */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description the database or Redis is unreachable */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -16790,6 +17398,50 @@ export interface components {
             /** @constant */
             object: "response";
         };
+        /** @description Runs not ended, by status. */
+        DrainRuns: {
+            /** Format: int64 */
+            awaiting_input: number;
+            /** Format: int64 */
+            paused: number;
+            /** Format: int64 */
+            queued: number;
+            /** Format: int64 */
+            running: number;
+        };
+        /** @description Where a drain is: whether it is in force, and where the runs of its scope are. */
+        DrainStatus: {
+            /** @description the subject that began it (null when none is in force) */
+            by?: string | null;
+            /**
+             * @description true while draining once no run of the scope is running or queued: every one is
+             *     parked (`paused`, or `awaiting_input`)
+             */
+            complete: boolean;
+            /** @description whether the drain is in force: no new run is admitted (503 `tenant_paused`) */
+            draining: boolean;
+            /** @description the scope's runs that have not ended, by status */
+            runs: components["schemas"]["DrainRuns"];
+            /** @description the tenant, or `*` for the fleet */
+            scope: string;
+            /**
+             * Format: date-time
+             * @description when the drain began (null when none is in force)
+             */
+            since?: string | null;
+            /** @description the scope's last drains and resumes, newest first */
+            transitions: components["schemas"]["DrainTransition"][];
+        };
+        /** @description One drain or resume. */
+        DrainTransition: {
+            /** @description `drain` or `resume` */
+            action: string;
+            /** Format: date-time */
+            at: string;
+            subject: string;
+            /** @description the tenant and subject of the principal that asked */
+            tenant: string;
+        };
         /** @description OpenAI's embeddings answer. */
         EmbeddingList: {
             data: {
@@ -17621,6 +18273,11 @@ export interface components {
             text?: string | null;
             url?: string | null;
         };
+        /**
+         * @description Who paused a run: the run itself, its tenant's drain or the fleet's maintenance.
+         * @enum {string}
+         */
+        PauseScope: "run" | "tenant" | "fleet";
         /** @description The answer of a peek: the newest messages, oldest first. */
         PeekResult: {
             data: components["schemas"]["ChannelMessage"][];
@@ -17843,11 +18500,8 @@ export interface components {
             replans: number;
             /** Format: uuid */
             run_id: string;
-            /**
-             * @description Where a run is in its life.
-             * @enum {string}
-             */
-            run_status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
+            /** @description Where a run is in its life. */
+            run_status: ("queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled") | "paused";
             /** @description Where a plan is. */
             status: "proposed" | "accepted" | "superseded";
             tasks: components["schemas"]["TaskView"][];
@@ -18421,6 +19075,11 @@ export interface components {
             /** Format: uuid */
             parent_run_id?: string | null;
             /**
+             * @description who asked the run to pause (`run`, `tenant` or `fleet`), while it is asked: it parks in
+             *     `paused` at its next step boundary
+             */
+            paused_by?: components["schemas"]["PauseScope"] | null;
+            /**
              * @description the interruption the run waits on (`id`, and what it asks), when it does
              * @default null
              */
@@ -18431,11 +19090,8 @@ export interface components {
             run_id: string;
             /** Format: date-time */
             started_at?: string | null;
-            /**
-             * @description Where a run is in its life.
-             * @enum {string}
-             */
-            status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
+            /** @description Where a run is in its life. */
+            status: ("queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled") | "paused";
             /**
              * @description Why a run stopped.
              * @enum {string|null}
@@ -18476,11 +19132,8 @@ export interface components {
             next_seq: number | null;
             /** Format: uuid */
             run_id: string;
-            /**
-             * @description Where a run is in its life.
-             * @enum {string}
-             */
-            status: "queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled";
+            /** @description Where a run is in its life. */
+            status: ("queued" | "running" | "awaiting_input" | "succeeded" | "failed" | "cancelled") | "paused";
         };
         /** @description The answer of `GET /v1/runs`: a page of runs, newest first. */
         RunList: {

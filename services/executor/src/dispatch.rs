@@ -182,7 +182,12 @@ async fn work(
         window: tokio::sync::OnceCell::new(),
         gauge: std::sync::Mutex::default(),
         tools_tokens: std::sync::OnceLock::new(),
+        pause: inner.pause_flag(run_id),
     };
+    // A run asked to pause before this lease (or leased while its tenant drains) parks at once.
+    if driver.lease.run.paused_by.is_some() {
+        driver.pause.send_replace(true);
+    }
     let active = metrics::gauge!("weft_executor_runs_active");
     active.increment(1.0);
     let outcome = tracing::Instrument::instrument(driver.drive(), span).await;

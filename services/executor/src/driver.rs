@@ -19,8 +19,8 @@ use weft_bus::{Dispatch, LiveEvent};
 use weft_coord::Admission;
 use weft_core::agent::AgentContent;
 use weft_core::run::{
-    AwaitingInput, ErrorEvent, RunEvent, RunFinished, RunSpec, RunStatus, StopReason, TextDelta,
-    UserInput,
+    AwaitingInput, ErrorEvent, RunEvent, RunFinished, RunPaused, RunSpec, RunStatus, StopReason,
+    TextDelta, UserInput,
 };
 use weft_core::{Error, ErrorCode, Principal, RunId};
 use weft_proto::v1;
@@ -85,6 +85,9 @@ pub(crate) struct Driver {
     /// a run's tools do not change within a lease, and counting them means serializing every
     /// schema.
     pub(crate) tools_tokens: std::sync::OnceLock<u64>,
+    /// True while the run is asked to park at its next step boundary: set by a control message
+    /// or at the lease's start (`runs.paused_by`), cleared when the pause was called off.
+    pub(crate) pause: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Events already folded into the loop state at the seqs that follow the last committed one,
@@ -216,7 +219,9 @@ impl Driver {
         match self.drive_inner().await {
             Ok(()) => Outcome::Done,
             Err(Stop::Lost) => Outcome::LeaseLost,
-            Err(Stop::Shutdown) => match self.release().await {
+            // A pause that abandoned a call outside the loop's own tool step: handed back, and
+            // the next lease parks it at once (its `paused_by` is set).
+            Err(Stop::Shutdown | Stop::Paused) => match self.release().await {
                 Ok(()) => Outcome::Released,
                 Err(_) => Outcome::LeaseLost,
             },
@@ -267,7 +272,16 @@ impl Driver {
             if !cancel_read {
                 self.read_cancel_flag().await;
             }
-            return self.drive_plan(&plan, fresh).await;
+            return match self.drive_plan(&plan, fresh).await {
+                Err(Stop::Paused) => {
+                    if self.park_paused_with(None).await? {
+                        Ok(())
+                    } else {
+                        Err(Stop::Shutdown)
+                    }
+                }
+                done => done,
+            };
         }
         let mut state = LoopState::with_budget(machine::Budget::of(self.spec.compaction.as_ref()));
         let def = match self.agent().await {
@@ -296,6 +310,14 @@ impl Driver {
             }
             if !cancel_read {
                 cancel_read = self.read_cancel_flag().await;
+            }
+            // A pause parks the run here, between steps (a cancel wins over it).
+            if *self.pause.borrow()
+                && !self.cancel.is_cancelled()
+                && !state.finished
+                && self.park_paused(&state).await?
+            {
+                return Ok(());
             }
             let facts = Facts {
                 max_iterations: self.spec.max_iterations.max(1),
@@ -359,11 +381,23 @@ impl Driver {
                     }
                 },
                 Action::RunTools(calls) => {
-                    if let Some(parked) = self
+                    match self
                         .run_tools(&def, &mut state, &mut ledger, &recorded, calls)
-                        .await?
+                        .await
                     {
-                        return self.park(&state, Some(parked)).await;
+                        Ok(Some(parked)) => return self.park(&state, Some(parked)).await,
+                        Ok(None) => {}
+                        // A call outlived the pause's grace and was abandoned: the run parks;
+                        // should the pause have been called off meanwhile, it is handed back,
+                        // and whoever takes it reads the abandoned calls from the ledger.
+                        Err(Stop::Paused) => {
+                            return if self.park_paused(&state).await? {
+                                Ok(())
+                            } else {
+                                Err(Stop::Shutdown)
+                            };
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
             }
@@ -916,6 +950,79 @@ impl Driver {
     }
 
     /// Hands the run back (queued) for another executor.
+    /// Parks the run as `paused` (a `run_paused` event), if it is still asked to: true; false
+    /// when a resume came first (the flag is cleared and the run goes on).
+    pub(crate) async fn park_paused(&self, state: &LoopState) -> Result<bool, Stop> {
+        let iterations = i32::try_from(state.iterations).unwrap_or(i32::MAX);
+        let usage = serde_json::to_value(state.usage).unwrap_or_default();
+        self.park_paused_with(Some((iterations, usage))).await
+    }
+
+    /// [`Driver::park_paused`], recording the run's progress when given (a plan run's is its
+    /// own steps' business).
+    pub(crate) async fn park_paused_with(
+        &self,
+        progress: Option<(i32, Value)>,
+    ) -> Result<bool, Stop> {
+        self.flush_deferred().await?;
+        let mut seq = Arc::clone(&self.seq).lock_owned().await;
+        let mut f = self.inner.store.fenced(&self.lease).await?;
+        let Some(by) = f.pause(progress).await? else {
+            f.commit().await?;
+            self.pause.send_replace(false);
+            return Ok(false);
+        };
+        // Calls the last turn recorded but did not start are run by the resume, not called
+        // unknown.
+        let unstarted = std::mem::take(
+            &mut *self
+                .unstarted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if !unstarted.is_empty() {
+            f.forget_unstarted(&unstarted).await?;
+        }
+        let first = *seq;
+        let mut events = named(vec![RunEvent::RunPaused(RunPaused {
+            by: by.as_str().to_owned(),
+            executor: self.inner.owner.clone(),
+        })]);
+        f.append(first, &mut events).await?;
+        f.commit().await?;
+        *seq += 1;
+        drop(seq);
+        // A paused run holds no admission slot; the resume's lease takes one again.
+        let _ = self
+            .inner
+            .coord
+            .release(&self.lease.run.tenant, self.run_id())
+            .await;
+        tracing::info!(by = by.as_str(), "run paused");
+        self.after_commit(None, first, 0, &events).await;
+        Ok(true)
+    }
+
+    /// Waits until the run is asked to pause and the grace for calls under way has passed
+    /// (`executor.pause_grace_ms`); never, while it is not asked.
+    pub(crate) async fn pause_grace_over(&self) {
+        let mut rx = self.pause.subscribe();
+        loop {
+            if rx.wait_for(|p| *p).await.is_err() {
+                return std::future::pending().await;
+            }
+            let grace = Duration::from_millis(self.inner.cfg.pause_grace_ms);
+            let called_off = tokio::select! {
+                () = tokio::time::sleep(grace) => false,
+                _ = rx.wait_for(|p| !*p) => true,
+            };
+            // Called off meanwhile: wait for the next ask.
+            if !called_off && *rx.borrow() {
+                return;
+            }
+        }
+    }
+
     async fn release(&self) -> Result<(), Stop> {
         // What was deferred is written first: the next executor need not repeat it.
         self.flush_deferred().await?;

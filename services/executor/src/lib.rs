@@ -69,6 +69,8 @@ const STEP_WRITERS: usize = 2;
 struct Held {
     cancel: CancellationToken,
     input: Arc<Notify>,
+    /// True while the run is asked to park at its next step boundary (docs/operations.md).
+    pause: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Shared by every run task of this process.
@@ -123,10 +125,21 @@ impl Inner {
         let held = Held {
             cancel: CancellationToken::new(),
             input: Arc::new(Notify::new()),
+            pause: Arc::new(tokio::sync::watch::Sender::new(false)),
         };
         let out = (held.cancel.clone(), held.input.clone());
         m.insert(run, held);
         Some(out)
+    }
+
+    /// The pause flag of a run held here (a fresh one, never set by a message, for a run that
+    /// is not).
+    fn pause_flag(&self, run: RunId) -> Arc<tokio::sync::watch::Sender<bool>> {
+        self.held
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&run).map(|h| h.pause.clone()))
+            .unwrap_or_else(|| Arc::new(tokio::sync::watch::Sender::new(false)))
     }
 
     fn unhold(&self, run: RunId) {
@@ -152,6 +165,9 @@ impl Inner {
             match op {
                 ControlOp::Cancel => h.cancel.cancel(),
                 ControlOp::Input => h.input.notify_one(),
+                ControlOp::Pause => {
+                    h.pause.send_replace(true);
+                }
             }
         }
     }

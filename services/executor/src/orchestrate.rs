@@ -175,6 +175,9 @@ impl Driver {
                 // A cancelled run stops waiting on its calls (a long Channel wait, say): the
                 // loop finishes it next, whatever is still pending.
                 () = self.cancel.cancelled() => return Ok(None),
+                // A pause lets the calls under way finish, for a grace; then they are
+                // abandoned (an effectful one's outcome is unknown to the resumed run).
+                () = self.pause_grace_over() => return Err(Stop::Paused),
                 n = running.next() => n,
             };
             let Some((a, ran)) = next else { break };

@@ -8,6 +8,8 @@ use weft_store::RunStoreError;
 pub(crate) enum Stop {
     Lost,
     Shutdown,
+    /// Asked to pause, and a tool call outlived the grace for calls under way: abandoned.
+    Paused,
     /// Worth retrying: the database or a peer was unreachable.
     Infra(String),
     /// Never worth retrying: the database refused what this step writes.

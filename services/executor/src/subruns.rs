@@ -338,6 +338,11 @@ impl Driver {
             if record.status.is_terminal() {
                 return Ok(Some(record));
             }
+            // A paused parent whose child parked too has nothing to wait for: it parks (the
+            // resumed parent finds the child by its key and waits again).
+            if record.status == weft_core::run::RunStatus::Paused && *self.pause.borrow() {
+                return Err(Stop::Paused);
+            }
             // A plan run's deadline stops what it waits on: a sub-run that never ends (one
             // that parked, or just runs long) cannot hold the run past its budget.
             let left = self.wall_time_left();
@@ -371,6 +376,7 @@ impl Driver {
                     }
                     () = self.lost.cancelled() => return Err(Stop::Lost),
                     () = self.stop.cancelled() => return Err(Stop::Shutdown),
+                    () = self.pause_grace_over() => return Err(Stop::Paused),
                     m = sub.next(), if open => match m {
                         None => open = false,
                         Some(m) if weft_bus::decode_events(&m.payload)

@@ -46,9 +46,10 @@ pub fn anthropic_type(code: ErrorCode) -> &'static str {
         ErrorCode::Conflict => "conflict_error",
         ErrorCode::RateLimited | ErrorCode::TenantConcurrencyExhausted => "rate_limit_error",
         ErrorCode::UpstreamTimeout => "timeout_error",
-        ErrorCode::Unavailable | ErrorCode::AdmissionUnavailable | ErrorCode::UiNotBuilt => {
-            "overloaded_error"
-        }
+        ErrorCode::Unavailable
+        | ErrorCode::AdmissionUnavailable
+        | ErrorCode::TenantPaused
+        | ErrorCode::UiNotBuilt => "overloaded_error",
         ErrorCode::UpstreamError
         | ErrorCode::ModelOutputInvalid
         | ErrorCode::CodeAgentError

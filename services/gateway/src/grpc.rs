@@ -372,6 +372,7 @@ fn run_of(v: Value) -> pb::Run {
         Some("succeeded") => pb::RunStatus::Succeeded,
         Some("failed") => pb::RunStatus::Failed,
         Some("cancelled") => pb::RunStatus::Cancelled,
+        Some("paused") => pb::RunStatus::Paused,
         _ => pb::RunStatus::Unspecified,
     };
     let object = |k: &str| v.get(k).and_then(json_to_struct);
@@ -396,6 +397,7 @@ fn run_of(v: Value) -> pb::Run {
         created_at: str_of(&v, "created_at").unwrap_or_default(),
         started_at: str_of(&v, "started_at"),
         finished_at: str_of(&v, "finished_at"),
+        paused_by: str_of(&v, "paused_by"),
         json: json_to_struct(&v),
     }
 }

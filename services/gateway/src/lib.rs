@@ -22,6 +22,7 @@ mod memory;
 mod messages;
 mod openai;
 mod openapi;
+mod operations;
 mod plans;
 mod responses;
 pub mod runs;
@@ -456,6 +457,7 @@ fn api_router(state: AppState, max_body_bytes: usize) -> axum::Router {
         .merge(channels::routes())
         .merge(volumes::routes(&state.volume_caps))
         .merge(ingress::routes())
+        .merge(operations::routes())
         .merge(tenant_archive::routes())
         .route_layer(middleware::from_fn_with_state(
             auth(&state, Shape::Native),
@@ -727,6 +729,11 @@ pub async fn serve(
     tokio::spawn(responses::sweep_until(
         state.responses.clone(),
         RESPONSES_SWEEP_EVERY,
+        writer_stop.clone(),
+    ));
+    // And keeps admission's pause keys equal to the drains in force.
+    tokio::spawn(operations::mirror_pauses(
+        state.clone(),
         writer_stop.clone(),
     ));
     tracing::info!("gateway serving");

@@ -178,6 +178,7 @@ pub fn status(s: RunStatus) -> weft_api::runs::RunStatus {
         RunStatus::Queued => Api::Queued,
         RunStatus::Running => Api::Running,
         RunStatus::AwaitingInput => Api::AwaitingInput,
+        RunStatus::Paused => Api::Paused,
         RunStatus::Succeeded => Api::Succeeded,
         RunStatus::Failed => Api::Failed,
         RunStatus::Cancelled => Api::Cancelled,
@@ -217,6 +218,17 @@ pub fn run_view(r: &RunRecord) -> Run {
         created_at: created(r.created_at),
         started_at: r.started_at.and_then(ts),
         finished_at: r.finished_at.and_then(ts),
+        paused_by: r.paused_by.map(pause_scope),
+    }
+}
+
+pub(crate) fn pause_scope(s: weft_core::run::PauseScope) -> weft_api::runs::PauseScope {
+    use weft_api::runs::PauseScope as Api;
+    use weft_core::run::PauseScope;
+    match s {
+        PauseScope::Run => Api::Run,
+        PauseScope::Tenant => Api::Tenant,
+        PauseScope::Fleet => Api::Fleet,
     }
 }
 
@@ -1151,6 +1163,7 @@ mod tests {
             created_at: now,
             started_at: Some(now),
             finished_at: None,
+            paused_by: None,
         };
         let v = serde_json::to_value(run_view(&r)).unwrap();
         assert_eq!(

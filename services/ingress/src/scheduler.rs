@@ -136,6 +136,7 @@ fn transient(e: &Error) -> bool {
         e.code,
         ErrorCode::Unavailable
             | ErrorCode::AdmissionUnavailable
+            | ErrorCode::TenantPaused
             | ErrorCode::TenantConcurrencyExhausted
             | ErrorCode::UpstreamTimeout
             | ErrorCode::Internal

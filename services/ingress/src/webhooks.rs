@@ -687,6 +687,7 @@ fn for_sender(e: &Error) -> Error {
         e.code,
         ErrorCode::Unavailable
             | ErrorCode::AdmissionUnavailable
+            | ErrorCode::TenantPaused
             | ErrorCode::TenantConcurrencyExhausted
             | ErrorCode::RateLimited
             | ErrorCode::UpstreamTimeout

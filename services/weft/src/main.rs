@@ -95,6 +95,14 @@ enum Cmd {
     /// Chat with an agent in an interactive run: each line typed is sent when the agent waits
     /// for input; /exit or Ctrl-D ends the chat and cancels the run.
     Chat(ChatArgs),
+    /// Pause a run (--run: it parks at its next step boundary), drain a tenant (--tenant: no new
+    /// run is admitted and every running one parks) or put the fleet in maintenance (--fleet:
+    /// every tenant drains, schedules hold, webhooks answer 503), over the fleet's HTTP API.
+    Pause(cmd::pause::PauseArgs),
+    /// Resume what `weft pause` paused: the runs it parked go on where they stopped.
+    Resume(cmd::pause::TargetArgs),
+    /// Where a run, a tenant's drain or the fleet's maintenance is.
+    Status(cmd::pause::TargetArgs),
 }
 
 fn main() -> ExitCode {
@@ -118,6 +126,9 @@ async fn program() -> ExitCode {
         Cmd::Run(a) => return cmd::run::start(a).await,
         Cmd::Attach(a) => return cmd::run::attach(a).await,
         Cmd::Chat(a) => return cmd::run::chat(a).await,
+        Cmd::Pause(a) => return cmd::pause::pause(a).await,
+        Cmd::Resume(a) => return cmd::pause::resume(a).await,
+        Cmd::Status(a) => return cmd::pause::status(a).await,
         Cmd::Up(a) => {
             o.flags(&a.listen);
         }
@@ -153,7 +164,10 @@ async fn program() -> ExitCode {
         | Cmd::Process(_)
         | Cmd::Run(_)
         | Cmd::Attach(_)
-        | Cmd::Chat(_) => ExitCode::SUCCESS,
+        | Cmd::Chat(_)
+        | Cmd::Pause(_)
+        | Cmd::Resume(_)
+        | Cmd::Status(_) => ExitCode::SUCCESS,
     }
 }
 

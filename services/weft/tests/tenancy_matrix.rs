@@ -704,6 +704,65 @@ fn expectations() -> Vec<Entry> {
         .body(|_| Some(json!({"reason": "intruder"}))),
         entry(
             post.clone(),
+            "/v1/runs/{id}/pause",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/runs/{id}/resume",
+            AnyOf(&["runs:create"]),
+            Native,
+            OWN_RESOURCE,
+        ),
+        // A tenant's drain: its tenant admins (and operators); tenant B finds no tenant A, bob
+        // and the scope-less token lack `tenant:admin`. Nobody here drains A.
+        entry(
+            post.clone(),
+            "/v1/tenants/{tenant}/drain",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            get.clone(),
+            "/v1/tenants/{tenant}/drain",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        entry(
+            post.clone(),
+            "/v1/tenants/{tenant}/resume",
+            TenantAdmin,
+            Native,
+            TENANT_WRITE,
+        ),
+        // The fleet's maintenance: operators only; no identity here is one.
+        entry(
+            post.clone(),
+            "/v1/fleet/drain",
+            AnyOf(&["admin"]),
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        ),
+        entry(
+            get.clone(),
+            "/v1/fleet/drain",
+            AnyOf(&["admin"]),
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        ),
+        entry(
+            post.clone(),
+            "/v1/fleet/resume",
+            AnyOf(&["admin"]),
+            Native,
+            [401, 401, 401, 403, 403, 403],
+        ),
+        entry(
+            post.clone(),
             "/v1/runs/{id}/input",
             AnyOf(&["runs:create"]),
             Native,

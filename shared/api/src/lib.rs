@@ -34,6 +34,7 @@ pub mod mcp;
 pub mod memory;
 pub mod objects;
 pub mod op;
+pub mod operations;
 pub mod plan_spec;
 pub mod plans;
 pub mod processes;
@@ -83,6 +84,7 @@ pub const FAMILIES: &[fn() -> Vec<Op>] = &[
     volumes::ops,
     mcp::ops,
     ingress::ops,
+    operations::ops,
     tenant_archive::ops,
     ui::ops,
 ];

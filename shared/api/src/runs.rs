@@ -39,6 +39,8 @@ pub enum RunStatus {
     Queued,
     Running,
     AwaitingInput,
+    /// parked by a pause (of the run, its tenant or the fleet) until resumed
+    Paused,
     Succeeded,
     Failed,
     Cancelled,
@@ -89,6 +91,19 @@ pub struct Run {
     pub created_at: Timestamp,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
+    /// who asked the run to pause (`run`, `tenant` or `fleet`), while it is asked: it parks in
+    /// `paused` at its next step boundary
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<PauseScope>,
+}
+
+/// Who paused a run: the run itself, its tenant's drain or the fleet's maintenance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseScope {
+    Run,
+    Tenant,
+    Fleet,
 }
 
 /// An object or null (kept as the JSON it is stored as).
@@ -415,6 +430,19 @@ pub fn ops() -> Vec<Op> {
             .answer::<Run>(200, "already ended (or ended now)")
             .answer::<Run>(202, "the executor holding it is stopping it"),
             &[BAD_BODY, E401, E403, E404, E413, E415, (503, "Redis unreachable")],
+        ),
+        errors(
+            on_run(Op::post("/v1/runs/{id}/pause", "Pause a run and its sub-runs at their next step boundary"))
+                .describe("No body. The run parks in status `paused` at its next step boundary (after the model turn or tool calls under way; an effectful call still running after `executor.pause_grace_ms` is abandoned and its outcome is unknown when the run resumes), with a `run_paused` event, and holds no executor until `POST /v1/runs/{id}/resume`. Idempotent. Input sent meanwhile waits for the resume.")
+                .answer::<Run>(200, "already paused, or ended (nothing to pause)")
+                .answer::<Run>(202, "asked: `paused_by` is `run`; watch for `run_paused`"),
+            &[(400, "an id that does not decode"), E401, E403, E404, (503, "the database or Redis is unreachable")],
+        ),
+        errors(
+            on_run(Op::post("/v1/runs/{id}/resume", "Resume a paused run"))
+                .describe("No body. A parked run is queued again (a `run_resumed` event) and goes on where it stopped; a run asked to pause that has not parked yet goes on without parking. Its sub-runs paused with it resume too. A run held by its tenant's drain or the fleet's maintenance is a 503 `tenant_paused`: resume that instead.")
+                .ok::<Run>("resumed, or not paused (nothing to do)"),
+            &[(400, "an id that does not decode"), E401, E403, E404, (503, "tenant_paused: its tenant drains or the fleet is in maintenance; or the database is unreachable")],
         ),
         errors(
             on_run(Op::post("/v1/runs/{id}/input", "Steer a running run or wake a parked interactive run"))

@@ -60,6 +60,9 @@ pub struct ExecutorConfig {
     /// or changed hook applies to tool calls made at most this much later. 0 = read it for
     /// every turn's tool calls.
     pub hooks_cache_ms: u64,
+    /// How long a paused run's tool calls under way may go on before they are abandoned and the
+    /// run parks, ms (an effectful one's outcome is then unknown to the resumed run).
+    pub pause_grace_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -87,6 +90,7 @@ impl Default for ExecutorConfig {
             http_private_exempt: Vec::new(),
             hook_secret_env_prefix: "WEFT_HOOK_".into(),
             hooks_cache_ms: 1_000,
+            pause_grace_ms: 30_000,
         }
     }
 }
@@ -123,6 +127,12 @@ impl ExecutorConfig {
             return invalid(format!(
                 "executor.step_hold_ms must be at most 10000 (a watcher learns the provider of a turn, or a tool's result, this late at worst), got {}",
                 self.step_hold_ms
+            ));
+        }
+        if self.pause_grace_ms > 3_600_000 {
+            return invalid(format!(
+                "executor.pause_grace_ms must be at most 3600000 (a drain waits this long for a tool call at worst), got {}",
+                self.pause_grace_ms
             ));
         }
         if self.hooks_cache_ms > 60_000 {

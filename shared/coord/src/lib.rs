@@ -59,6 +59,12 @@ impl Keys {
         format!("{}:admission:{tenant}", self.prefix)
     }
 
+    /// Present while `scope` (a tenant id, or `*` for the fleet) is draining: new runs of it are
+    /// not admitted. Postgres's `pauses` holds the record; this mirrors it.
+    pub fn pause(&self, scope: &str) -> String {
+        format!("{}:pause:{scope}", self.prefix)
+    }
+
     /// The fleet-wide set of calls in flight to one provider (its concurrency cap).
     pub fn provider_slots(&self, provider: &str) -> String {
         format!("{}:provider-slots:{provider}", self.prefix)
@@ -122,6 +128,8 @@ pub enum ControlOp {
     Cancel,
     /// New input is waiting for the run.
     Input,
+    /// Park the run at its next step boundary (docs/operations.md).
+    Pause,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,10 +150,21 @@ pub enum Admission {
     Full { retry_after: Duration },
 }
 
-/// Admits `ARGV[3]` into the tenant's set when it holds fewer than `ARGV[2]` live leases.
+/// [`Coord::admit_unless_paused`]'s refusal: the tenant is draining (`fleet: false`) or the
+/// fleet is in maintenance; nothing is admitted until it resumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paused {
+    pub fleet: bool,
+}
+
+/// Admits `ARGV[3]` into the tenant's set when it holds fewer than `ARGV[2]` live leases, unless
+/// one of the pause keys that may follow (`KEYS[2..]`) exists (then `-i` for `KEYS[i]`).
 /// Expired leases are dropped first; re-admitting a member renews it. Time comes from the
 /// Redis server so gateways with skewed clocks agree.
 const ADMIT: &str = r"
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return -i end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -292,6 +311,89 @@ impl Coord {
         .await
     }
 
+    /// [`Coord::admit`] for a run a caller starts or wakes: refused while its tenant drains or
+    /// the fleet is in maintenance (checked in the same script, no extra round trip).
+    pub async fn admit_unless_paused(
+        &self,
+        tenant: &TenantId,
+        member: RunId,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Result<Admission, Paused>, CoordError> {
+        let mut c = self.conn().await?;
+        let wait_ms: i64 = self
+            .admit
+            .key(self.keys.admission(tenant))
+            .key(self.keys.pause(tenant.as_str()))
+            .key(self.keys.pause("*"))
+            .arg(millis(lease))
+            .arg(limit)
+            .arg(member.to_string())
+            .invoke_async(&mut c)
+            .await
+            .map_err(unavailable)?;
+        Ok(match wait_ms {
+            -2 => Err(Paused { fleet: false }),
+            ..-2 => Err(Paused { fleet: true }),
+            ms => Ok(admission(ms)),
+        })
+    }
+
+    /// Mirrors the drains in force (`scopes`: tenant ids, `*` for the fleet) into Redis, so
+    /// admission refuses their runs; the pause keys of other scopes go.
+    pub async fn mirror_pauses(&self, scopes: &[String]) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        // The fleet's key, `<prefix>:pause:*`, read as a pattern matches every pause key.
+        let existing: Vec<String> = {
+            let mut it = c
+                .scan_match::<_, String>(self.keys.pause("*"))
+                .await
+                .map_err(unavailable)?;
+            let mut out = Vec::new();
+            while let Some(k) = it.next_item().await {
+                out.push(k.map_err(unavailable)?);
+            }
+            out
+        };
+        let wanted: std::collections::HashSet<String> =
+            scopes.iter().map(|s| self.keys.pause(s)).collect();
+        let mut pipe = redis::pipe();
+        for k in existing.iter().filter(|k| !wanted.contains(*k)) {
+            pipe.del(k).ignore();
+        }
+        for k in &wanted {
+            pipe.set(k, 1).ignore();
+        }
+        let _: () = pipe.query_async(&mut c).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Sets (`on`) or clears the pause key of one scope.
+    pub async fn set_pause(&self, scope: &str, on: bool) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        let key = self.keys.pause(scope);
+        let _: () = if on {
+            c.set(key, 1).await
+        } else {
+            c.del(key).await
+        }
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Tells the executor holding `run` to park it at its next step boundary.
+    pub async fn pause(&self, run: RunId) -> Result<(), CoordError> {
+        let mut c = self.conn().await?;
+        self.publish(
+            &mut c,
+            Control {
+                run_id: run,
+                op: ControlOp::Pause,
+            },
+        )
+        .await
+    }
+
     /// Takes one of `limit` slots of the set at `key` for `member`, leased for `lease`.
     pub async fn take_slot(
         &self,
@@ -310,13 +412,7 @@ impl Coord {
             .invoke_async(&mut c)
             .await
             .map_err(unavailable)?;
-        Ok(match wait_ms {
-            0 => Admission::Admitted,
-            ..0 => Admission::AlreadyHeld,
-            ms => Admission::Full {
-                retry_after: Duration::from_millis(ms.unsigned_abs()),
-            },
-        })
+        Ok(admission(wait_ms))
     }
 
     /// Extends a held slot; false when it had already lapsed.
@@ -639,6 +735,17 @@ pub enum ControlSignal {
     Message(Control),
     /// The subscription was (re)established; messages sent while it was down are lost.
     Resubscribed,
+}
+
+/// What the admission script's answer means.
+fn admission(wait_ms: i64) -> Admission {
+    match wait_ms {
+        0 => Admission::Admitted,
+        ..0 => Admission::AlreadyHeld,
+        ms => Admission::Full {
+            retry_after: Duration::from_millis(ms.unsigned_abs()),
+        },
+    }
 }
 
 fn millis(d: Duration) -> u64 {

@@ -42,6 +42,9 @@ pub enum ErrorCode {
     TenantConcurrencyExhausted,
     /// Admission cannot be decided (Redis is unreachable); runs fail closed.
     AdmissionUnavailable,
+    /// The tenant is draining or the fleet is in maintenance (docs/operations.md): no new run
+    /// is admitted until it is resumed; retry after `Retry-After`.
+    TenantPaused,
     /// Every upstream candidate failed.
     UpstreamError,
     /// The model's output could not be read: a tool call the provider could not parse (e.g.
@@ -67,7 +70,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         Self::InvalidRequest,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -79,6 +82,7 @@ impl ErrorCode {
         Self::RateLimited,
         Self::TenantConcurrencyExhausted,
         Self::AdmissionUnavailable,
+        Self::TenantPaused,
         Self::UpstreamError,
         Self::ModelOutputInvalid,
         Self::UpstreamTimeout,
@@ -103,6 +107,7 @@ impl ErrorCode {
             Self::RateLimited => "rate_limited",
             Self::TenantConcurrencyExhausted => "tenant_concurrency_exhausted",
             Self::AdmissionUnavailable => "admission_unavailable",
+            Self::TenantPaused => "tenant_paused",
             Self::UpstreamError => "upstream_error",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::ModelOutputInvalid => "model_output_invalid",
@@ -131,7 +136,10 @@ impl ErrorCode {
             Self::RateLimited | Self::TenantConcurrencyExhausted => 429,
             Self::Internal | Self::CodeAgentError | Self::CodeAgentReplayDivergence => 500,
             Self::UpstreamError | Self::ModelOutputInvalid => 502,
-            Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => 503,
+            Self::Unavailable
+            | Self::AdmissionUnavailable
+            | Self::TenantPaused
+            | Self::UiNotBuilt => 503,
             Self::UpstreamTimeout => 504,
         }
     }
@@ -150,7 +158,10 @@ impl ErrorCode {
             Self::RateLimited | Self::TenantConcurrencyExhausted => Code::ResourceExhausted,
             Self::UpstreamError | Self::ModelOutputInvalid => Code::Unknown,
             Self::UpstreamTimeout => Code::DeadlineExceeded,
-            Self::Unavailable | Self::AdmissionUnavailable | Self::UiNotBuilt => Code::Unavailable,
+            Self::Unavailable
+            | Self::AdmissionUnavailable
+            | Self::TenantPaused
+            | Self::UiNotBuilt => Code::Unavailable,
             Self::CodeAgentError => Code::Unknown,
             Self::CodeAgentReplayDivergence => Code::Aborted,
             Self::Internal => Code::Internal,
@@ -190,6 +201,7 @@ impl ErrorCode {
             | Self::UpstreamTimeout
             | Self::Unavailable
             | Self::AdmissionUnavailable
+            | Self::TenantPaused
             | Self::UiNotBuilt
             | Self::CodeAgentError
             | Self::CodeAgentReplayDivergence
@@ -204,6 +216,7 @@ impl ErrorCode {
             Self::RateLimited
                 | Self::TenantConcurrencyExhausted
                 | Self::AdmissionUnavailable
+                | Self::TenantPaused
                 | Self::UpstreamError
                 | Self::ModelOutputInvalid
                 | Self::UpstreamTimeout

@@ -40,11 +40,13 @@ macro_rules! wire_enum {
 }
 
 wire_enum!(
-    /// Where a run is in its life.
+    /// Where a run is in its life. `paused`: parked by a pause (of the run, its tenant or the
+    /// fleet) until resumed.
     RunStatus {
         Queued => "queued",
         Running => "running",
         AwaitingInput => "awaiting_input",
+        Paused => "paused",
         Succeeded => "succeeded",
         Failed => "failed",
         Cancelled => "cancelled",
@@ -126,6 +128,18 @@ wire_enum!(
         BudgetExhausted => "budget_exhausted",
         PeerUpdate => "peer_update",
         HookDecision => "hook_decision",
+        RunPaused => "run_paused",
+        RunResumed => "run_resumed",
+    }
+);
+
+wire_enum!(
+    /// Who paused a run: the run itself (`POST /v1/runs/{id}/pause`), its tenant's drain, or
+    /// the fleet's maintenance.
+    PauseScope {
+        Run => "run",
+        Tenant => "tenant",
+        Fleet => "fleet",
     }
 );
 
@@ -238,6 +252,10 @@ run_events!(
     TaskControl(TaskControl),
     /// A plan run: an attempt started under an older plan version ended; ignored.
     OutcomeStale(OutcomeStale),
+    /// The run parked at a step boundary because it was paused.
+    RunPaused(RunPaused),
+    /// A paused run was resumed and queued again.
+    RunResumed(RunResumed),
     /// A plan run: no task can start.
     PlanStalled(PlanStalled),
     /// A plan run: a replan is asked for.
@@ -273,6 +291,25 @@ pub struct RunStarted {
     pub parent_run_id: Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub depth: Option<i32>,
+}
+
+/// `run_paused`: the run parked at a step boundary (no tool call of it is running) and holds no
+/// executor until resumed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunPaused {
+    /// `run`, `tenant` or `fleet` ([`PauseScope`]).
+    pub by: String,
+    /// The executor that parked the run.
+    pub executor: String,
+}
+
+/// `run_resumed`: a paused run was queued again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunResumed {
+    /// `run`, `tenant` or `fleet`: the pause that was lifted.
+    pub by: String,
 }
 
 /// `context_compacted`: from here on the model is sent the first task (the messages of the

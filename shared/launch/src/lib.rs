@@ -696,10 +696,11 @@ impl Launcher {
     /// Takes an admission slot for run `id`. `Ok(true)` when this call took it (and must give it
     /// back if the run does not start), `Ok(false)` when the run already held one.
     pub async fn admit(&self, p: &Principal, id: RunId) -> Result<bool, Error> {
-        match self.coord.admit(&p.tenant, id, self.tenant_max_runs, self.admission_lease).await {
-        Ok(Admission::Admitted) => Ok(true),
-        Ok(Admission::AlreadyHeld) => Ok(false),
-        Ok(Admission::Full { retry_after }) => Err(Error::new(
+        match self.coord.admit_unless_paused(&p.tenant, id, self.tenant_max_runs, self.admission_lease).await {
+        Ok(Ok(Admission::Admitted)) => Ok(true),
+        Ok(Err(weft_coord::Paused { fleet })) => Err(paused_err(&p.tenant, fleet)),
+        Ok(Ok(Admission::AlreadyHeld)) => Ok(false),
+        Ok(Ok(Admission::Full { retry_after })) => Err(Error::new(
             ErrorCode::TenantConcurrencyExhausted,
             format!(
                 "tenant `{}` already has {} runs admitted (gateway.tenant_max_concurrent_runs); retry after a run finishes",
@@ -795,4 +796,19 @@ pub fn fault_point(name: &str) {
         eprintln!("weft: aborting at fault point `{name}` (WEFT_FAULT_ABORT_AT)");
         std::process::abort();
     }
+}
+
+/// How long a caller refused by a drain is told to wait before trying again.
+pub const PAUSED_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// The refusal of a run while its tenant drains or the fleet is in maintenance.
+pub fn paused_err(tenant: &TenantId, fleet: bool) -> Error {
+    let msg = if fleet {
+        "weft is in maintenance: no new run is admitted until an operator resumes it (weft resume); retry later".to_owned()
+    } else {
+        format!(
+            "tenant `{tenant}` is draining: no new run is admitted until it is resumed (POST /v1/tenants/{tenant}/resume); retry later"
+        )
+    };
+    Error::new(ErrorCode::TenantPaused, msg).with_retry_after(PAUSED_RETRY_AFTER)
 }

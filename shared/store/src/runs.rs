@@ -16,7 +16,7 @@ use serde_json::Value;
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
-use weft_core::run::{ErrorEvent, RunEvent, RunFinished, RunStatus, StopReason};
+use weft_core::run::{ErrorEvent, PauseScope, RunEvent, RunFinished, RunStatus, StopReason};
 use weft_core::{RunId, TenantId};
 
 use crate::StoreError;
@@ -86,11 +86,13 @@ pub struct RunRecord {
     pub created_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub finished_at: Option<OffsetDateTime>,
+    /// Who asked the run to pause, while it is asked (before and while it is `paused`).
+    pub paused_by: Option<PauseScope>,
 }
 
 macro_rules! run_columns {
     () => {
-        "id, tenant_id, subject, agent_name, agent_hash, parent_run_id, root_run_id, depth, status, stop_reason, interactive, spec, idempotency_key, lease_epoch, lease_owner, pending_interrupt, usage, iterations, error, created_at, started_at, finished_at"
+        "id, tenant_id, subject, agent_name, agent_hash, parent_run_id, root_run_id, depth, status, stop_reason, interactive, spec, idempotency_key, lease_epoch, lease_owner, pending_interrupt, usage, iterations, error, created_at, started_at, finished_at, paused_by"
     };
 }
 const RUN_COLUMNS: &str = run_columns!();
@@ -120,6 +122,7 @@ struct RunRow {
     created_at: OffsetDateTime,
     started_at: Option<OffsetDateTime>,
     finished_at: Option<OffsetDateTime>,
+    paused_by: Option<String>,
 }
 
 impl TryFrom<RunRow> for RunRecord {
@@ -152,6 +155,10 @@ impl TryFrom<RunRow> for RunRecord {
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            paused_by: match r.paused_by {
+                Some(s) => Some(PauseScope::parse(&s).ok_or_else(|| decode("paused_by"))?),
+                None => None,
+            },
         })
     }
 }
@@ -658,7 +665,7 @@ impl RunStore {
             "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
                  lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL,
                  finished_at = now(), updated_at = now()
-             WHERE id = $1 AND status IN ('queued', 'running', 'awaiting_input')
+             WHERE id = $1 AND status IN ('queued', 'running', 'awaiting_input', 'paused')
                AND (lease_owner IS NULL OR lease_expires_at < now())
              RETURNING tenant_id, usage",
         )
@@ -792,7 +799,10 @@ impl RunStore {
             "UPDATE runs SET lease_epoch = lease_epoch + 1, lease_owner = $2,
                  lease_expires_at = now() + $3 * interval '1 millisecond', status = 'running',
                  lapses = lapses + CASE WHEN lease_owner IS NOT NULL AND lease_owner <> $2 THEN 1 ELSE 0 END,
-                 sweeps = 0, started_at = COALESCE(started_at, now()), updated_at = now()
+                 sweeps = 0, started_at = COALESCE(started_at, now()), updated_at = now(),
+                 paused_by = COALESCE(paused_by, (SELECT CASE WHEN p.scope = '*' THEN 'fleet' ELSE 'tenant' END
+                                                  FROM pauses p WHERE p.scope IN (runs.tenant_id, '*')
+                                                  ORDER BY p.scope DESC LIMIT 1))
              WHERE id = $1 AND status IN ('queued', 'running')
                AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)
              RETURNING ",
@@ -1178,7 +1188,7 @@ fn columns(first_seq: i64, events: &[(String, Value)]) -> (Vec<i64>, Vec<String>
     (seqs, kinds, datas)
 }
 
-async fn insert_events(
+pub(crate) async fn insert_events(
     tx: &mut Transaction<'static, Postgres>,
     run: RunId,
     tenant: &str,
@@ -1207,7 +1217,7 @@ async fn insert_events(
     Ok(())
 }
 
-async fn next_seq(
+pub(crate) async fn next_seq(
     tx: &mut Transaction<'static, Postgres>,
     run: RunId,
 ) -> Result<i64, RunStoreError> {

@@ -301,12 +301,15 @@ impl ScheduleStore {
         let mut tx = crate::begin(&self.pool).await?;
         let rows: Vec<DueSchedule> = sqlx::query_as(
             "SELECT s.id, s.tenant_id, s.name, s.def_hash, s.content, s.next_fire_at, s.cron_fires,
-                    (COALESCE(r.status IN ('queued', 'running', 'awaiting_input'), false)
+                    (COALESCE(r.status IN ('queued', 'running', 'awaiting_input', 'paused'), false)
                      OR EXISTS (SELECT 1 FROM schedule_fires f
                                 WHERE f.schedule_id = s.id AND f.status = 'claimed')) AS busy,
                     now() AS db_now
              FROM schedules s LEFT JOIN runs r ON r.id = s.last_run_id
              WHERE s.next_fire_at <= now() AND s.enabled AND NOT s.paused AND s.retired_at IS NULL
+               -- A draining tenant's schedules, and every one in maintenance, hold their fires:
+               -- the resume catches them up by their catch_up_max, as after a downtime.
+               AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.scope IN (s.tenant_id, '*'))
              ORDER BY s.next_fire_at
              LIMIT $1
              FOR UPDATE OF s SKIP LOCKED",

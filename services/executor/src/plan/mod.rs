@@ -50,6 +50,13 @@ impl Driver {
             if self.stop.is_cancelled() {
                 return Err(Stop::Shutdown);
             }
+            // A pause parks the plan run between its steps (a cancel wins over it).
+            if *self.pause.borrow()
+                && !self.cancel.is_cancelled()
+                && self.park_paused_with(None).await?
+            {
+                return Ok(());
+            }
             let (state, goal, answers) = self.plan_state(spec, fresh.take()).await?;
             let mut facts = self.plan_facts(spec, &state).await?;
             facts.answers = answers;

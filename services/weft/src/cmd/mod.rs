@@ -6,6 +6,7 @@ pub mod executor;
 pub mod hash;
 pub mod mcp;
 pub mod migrate;
+pub mod pause;
 pub mod process;
 pub mod router;
 pub mod run;

@@ -1,0 +1,361 @@
+//! Pause, drain and resume (docs/operations.md): a run's pause and resume
+//! (`/v1/runs/{id}/pause|resume`), a tenant's drain and resume (`/v1/tenants/{tenant}/…`, its
+//! tenant admin or an operator), the fleet's maintenance (`/v1/fleet/…`, operators), and the
+//! mirror that keeps Redis's pause keys (read by admission) equal to Postgres's `pauses` (the
+//! record) whatever Redis lost.
+
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use time::format_description::well_known::Rfc3339;
+use tokio_util::sync::CancellationToken;
+use weft_api::common::Timestamp;
+use weft_api::operations::{DrainRuns, DrainStatus, DrainTransition};
+use weft_api::runs::Run;
+use weft_bus::Dispatch;
+use weft_core::run::RunStatus;
+use weft_core::{Error, ErrorCode, Principal, RunId, Scope, TenantId};
+use weft_store::FLEET;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::NativePath;
+use crate::runs::{run_view, store_err, visible_run};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// How often a replica makes Redis's pause keys match Postgres's drains.
+const MIRROR_EVERY: Duration = Duration::from_secs(5);
+
+/// The drains shown with a status.
+const TRANSITIONS_SHOWN: i64 = 20;
+
+/// The operator's routes, and a run's pause and resume (the bearer layer is added by the
+/// caller; the run routes' scope check too).
+pub fn routes() -> axum::Router<AppState> {
+    let runs = axum::Router::new()
+        .route("/v1/runs/{id}/pause", post(pause_run_handler))
+        .route("/v1/runs/{id}/resume", post(resume_run_handler))
+        .route_layer(axum::middleware::from_fn(crate::runs::require_run_scope));
+    axum::Router::new()
+        .merge(runs)
+        .route(
+            "/v1/tenants/{tenant}/drain",
+            post(drain_tenant_handler).get(tenant_status_handler),
+        )
+        .route("/v1/tenants/{tenant}/resume", post(resume_tenant_handler))
+        .route(
+            "/v1/fleet/drain",
+            post(drain_fleet_handler).get(fleet_status_handler),
+        )
+        .route("/v1/fleet/resume", post(resume_fleet_handler))
+}
+
+fn coord_err(e: &weft_coord::CoordError) -> ApiError {
+    tracing::warn!(error = %e, "redis unavailable");
+    ApiError::native(Error::new(
+        ErrorCode::AdmissionUnavailable,
+        "Redis is unreachable, so the pause cannot be told to admission and the executors; retry shortly",
+    ))
+}
+
+/// Tells the executors holding `runs` to park them at their next step boundary.
+pub(crate) async fn tell_paused(st: &AppState, runs: &[RunId]) -> Result<()> {
+    for run in runs {
+        st.coord.pause(*run).await.map_err(|e| coord_err(&e))?;
+    }
+    Ok(())
+}
+
+/// Dispatches a run queued again by a resume.
+pub(crate) async fn dispatch(st: &AppState, run: RunId, tenant: &TenantId) -> Result<()> {
+    st.bus
+        .dispatch(&Dispatch {
+            run_id: run,
+            tenant: tenant.clone(),
+        })
+        .await
+        .map_err(|e| crate::runs::bus_err(&e))
+}
+
+/// The tenant of a tenant route, if the caller administers it (another tenant is a 404).
+fn administered(p: &Principal, tenant: &str) -> Result<TenantId> {
+    p.require(Scope::TenantAdmin).map_err(ApiError::native)?;
+    let tenant = TenantId::parse(tenant).map_err(|e| ApiError::native(e.with_param("tenant")))?;
+    if !p.administers(&tenant) {
+        return Err(ApiError::native(
+            Error::not_found(format!(
+                "no tenant `{tenant}` is visible to you; a tenant admin drains only its own tenant"
+            ))
+            .with_param("tenant"),
+        ));
+    }
+    Ok(tenant)
+}
+
+fn operator(p: &Principal) -> Result<()> {
+    p.require(Scope::Admin).map_err(ApiError::native)
+}
+
+fn ts(t: time::OffsetDateTime) -> Timestamp {
+    Timestamp(t.format(&Rfc3339).unwrap_or_default())
+}
+
+/// Where `scope`'s drain is.
+async fn status(st: &AppState, scope: &str) -> Result<DrainStatus> {
+    let pause = st.runs.pause_of(scope).await.map_err(store_err)?;
+    let progress = st.runs.pause_progress(scope).await.map_err(store_err)?;
+    let transitions = st
+        .runs
+        .transitions(scope, TRANSITIONS_SHOWN)
+        .await
+        .map_err(store_err)?;
+    let draining = pause.is_some();
+    Ok(DrainStatus {
+        scope: scope.to_owned(),
+        draining,
+        since: pause.as_ref().map(|p| ts(p.since)),
+        by: pause.map(|p| p.subject),
+        complete: draining && progress.running == 0 && progress.queued == 0,
+        runs: DrainRuns {
+            running: progress.running,
+            queued: progress.queued,
+            paused: progress.paused,
+            awaiting_input: progress.awaiting_input,
+        },
+        transitions: transitions
+            .into_iter()
+            .map(|t| DrainTransition {
+                action: t.action,
+                tenant: t.tenant,
+                subject: t.subject,
+                at: ts(t.at),
+            })
+            .collect(),
+    })
+}
+
+/// Begins (or keeps) the drain of `scope`: admission refuses first, then every run is asked.
+async fn drain(st: &AppState, p: &Principal, scope: &str) -> Result<DrainStatus> {
+    let marked = st
+        .runs
+        .drain(scope, (&p.tenant, &p.subject))
+        .await
+        .map_err(store_err)?;
+    st.coord
+        .set_pause(scope, true)
+        .await
+        .map_err(|e| coord_err(&e))?;
+    tracing::info!(scope, subject = %p.subject, runs = marked.held.len() + marked.unheld.len(), "drain began");
+    // Runs admitted while the drain began (their admission passed before the key was set) are
+    // asked now; held ones are told.
+    let late = st.runs.drain_stragglers(scope).await.map_err(store_err)?;
+    let mut held = marked.held;
+    for r in late.held {
+        if !held.contains(&r) {
+            held.push(r);
+        }
+    }
+    tell_paused(st, &held).await?;
+    status(st, scope).await
+}
+
+/// While `scope` drains, the runs not told yet are told (again).
+async fn nudge(st: &AppState, scope: &str) -> Result<()> {
+    if st.runs.pause_of(scope).await.map_err(store_err)?.is_some() {
+        let late = st.runs.drain_stragglers(scope).await.map_err(store_err)?;
+        tell_paused(st, &late.held).await?;
+    }
+    Ok(())
+}
+
+/// Ends the drain of `scope`: admission first, then the runs it paused are queued again.
+async fn resume(st: &AppState, p: &Principal, scope: &str) -> Result<DrainStatus> {
+    let resumed = st
+        .runs
+        .resume_scope(scope, (&p.tenant, &p.subject))
+        .await
+        .map_err(store_err)?;
+    st.coord
+        .set_pause(scope, false)
+        .await
+        .map_err(|e| coord_err(&e))?;
+    if let Some(runs) = resumed {
+        tracing::info!(scope, subject = %p.subject, runs = runs.len(), "drain ended");
+        for (run, tenant) in runs {
+            dispatch(st, run, &tenant).await?;
+        }
+    }
+    status(st, scope).await
+}
+
+/// `POST /v1/tenants/{tenant}/drain`.
+pub async fn drain_tenant_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(tenant): NativePath<String>,
+) -> Result<(StatusCode, Json<DrainStatus>)> {
+    let tenant = administered(&p, &tenant)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(drain(&st, &p, tenant.as_str()).await?),
+    ))
+}
+
+/// `GET /v1/tenants/{tenant}/drain`.
+pub async fn tenant_status_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(tenant): NativePath<String>,
+) -> Result<Json<DrainStatus>> {
+    let tenant = administered(&p, &tenant)?;
+    nudge(&st, tenant.as_str()).await?;
+    Ok(Json(status(&st, tenant.as_str()).await?))
+}
+
+/// `POST /v1/tenants/{tenant}/resume`.
+pub async fn resume_tenant_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(tenant): NativePath<String>,
+) -> Result<Json<DrainStatus>> {
+    let tenant = administered(&p, &tenant)?;
+    Ok(Json(resume(&st, &p, tenant.as_str()).await?))
+}
+
+/// `POST /v1/fleet/drain`.
+pub async fn drain_fleet_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<(StatusCode, Json<DrainStatus>)> {
+    operator(&p)?;
+    Ok((StatusCode::ACCEPTED, Json(drain(&st, &p, FLEET).await?)))
+}
+
+/// `GET /v1/fleet/drain`.
+pub async fn fleet_status_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<DrainStatus>> {
+    operator(&p)?;
+    nudge(&st, FLEET).await?;
+    Ok(Json(status(&st, FLEET).await?))
+}
+
+/// `POST /v1/fleet/resume`.
+pub async fn resume_fleet_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<DrainStatus>> {
+    operator(&p)?;
+    Ok(Json(resume(&st, &p, FLEET).await?))
+}
+
+/// `POST /v1/runs/{id}/pause`: asks the run and its live sub-runs to park at their next step
+/// boundary (docs/operations.md).
+pub async fn pause_run_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(id): NativePath<String>,
+) -> Result<(StatusCode, Json<Run>)> {
+    let run = visible_run(&st, &p, &id).await?;
+    if run.status.is_terminal() || run.status == RunStatus::Paused {
+        return Ok((StatusCode::OK, Json(run_view(&run))));
+    }
+    let mut targets = vec![run.id];
+    targets.extend(
+        st.runs
+            .live_descendants(&p.tenant, run.id)
+            .await
+            .map_err(store_err)?,
+    );
+    let marked = st
+        .runs
+        .request_pause(&p.tenant, &targets)
+        .await
+        .map_err(store_err)?;
+    tell_paused(&st, &marked.held).await?;
+    let now = st
+        .runs
+        .get(&p.tenant, run.id)
+        .await
+        .map_err(store_err)?
+        .unwrap_or(run);
+    let code = if now.status == RunStatus::Paused {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((code, Json(run_view(&now))))
+}
+
+/// `POST /v1/runs/{id}/resume`: resumes a run paused by itself, and its sub-runs paused with it.
+pub async fn resume_run_handler(
+    State(st): State<AppState>,
+    Extension(p): Extension<Principal>,
+    NativePath(id): NativePath<String>,
+) -> Result<Json<Run>> {
+    let run = visible_run(&st, &p, &id).await?;
+    let mut targets = vec![run.id];
+    targets.extend(
+        st.runs
+            .live_descendants(&p.tenant, run.id)
+            .await
+            .map_err(store_err)?,
+    );
+    for (i, target) in targets.into_iter().enumerate() {
+        match st
+            .runs
+            .resume_run(&p.tenant, target)
+            .await
+            .map_err(store_err)?
+        {
+            Ok(true) => dispatch(&st, target, &p.tenant).await?,
+            Ok(false) => {}
+            // The run asked for is held by a drain: say so. A sub-run held by one is left.
+            Err(weft_store::ResumeRefused::ScopePaused(scope)) if i == 0 => {
+                return Err(ApiError::native(weft_launch::paused_err(
+                    &p.tenant,
+                    scope == weft_core::run::PauseScope::Fleet,
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    let now = st
+        .runs
+        .get(&p.tenant, run.id)
+        .await
+        .map_err(store_err)?
+        .unwrap_or(run);
+    Ok(Json(run_view(&now)))
+}
+
+/// Keeps Redis's pause keys equal to Postgres's drains until `stop`: a Redis that restarted
+/// (and lost them) refuses a draining tenant's runs again within [`MIRROR_EVERY`], and a key a
+/// failed resume left behind goes. (Runs admitted meanwhile are paused when leased: the
+/// executor reads the drains from Postgres.)
+pub async fn mirror_pauses(st: AppState, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(MIRROR_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let scopes = match st.runs.pauses().await {
+            Ok(rows) => rows.into_iter().map(|r| r.scope).collect::<Vec<_>>(),
+            Err(e) => {
+                tracing::debug!(error = %e, "drains not read; mirroring later");
+                continue;
+            }
+        };
+        if let Err(e) = st.coord.mirror_pauses(&scopes).await {
+            tracing::debug!(error = %e, "drains not mirrored to Redis; trying later");
+        }
+    }
+}
