@@ -232,6 +232,43 @@ test('cancel a run that waits for input', async ({ page }) => {
   await expect(page.getByRole('list', { name: 'Run transcript' }).getByText(/^run cancelled/)).toBeVisible();
 });
 
+test('pause a run that waits for input: a reply wakes it into paused, Resume takes the reply', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.goto('/ui/runs');
+  await page.getByLabel('Agent to run').selectOption('ui-helper');
+  await page.getByLabel('Input', { exact: true }).fill('hello there');
+  await page.getByLabel('interactive').check();
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  await page.getByRole('button', { name: 'Pause' }).click();
+  // Asked while parked for input: it stays waiting until woken.
+  await expect(page.getByTestId('run-pause-note')).toContainText('pause asked');
+  await expect(page.getByRole('button', { name: 'Resume' })).toBeVisible();
+  await expect(page.getByRole('button', { name: 'Pause' })).toHaveCount(0);
+  await page.getByLabel('Your reply').fill('and again');
+  await page.getByRole('button', { name: 'Send' }).click();
+  await expect(page.getByTestId('run-status')).toHaveText('paused');
+  await expect(page.getByTestId('run-pause-note')).toHaveText(/held by a pause of this run/);
+  const terminal = page.getByRole('list', { name: 'Run transcript' });
+  await expect(terminal.getByText(/^⏸ run paused/)).toBeVisible();
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await expect(terminal.getByText(/^▶ run resumed/)).toBeVisible();
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  await expect(page.getByRole('button', { name: 'Pause' })).toBeVisible();
+  await page.getByRole('button', { name: 'Cancel' }).click();
+  await expect(page.getByTestId('run-status')).toHaveText('cancelled');
+});
+
+test('operations: the tenant drain and the fleet maintenance, idle, with Drain offered', async ({ page }) => {
+  await login(page, TOKEN);
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Operations' }).click();
+  await expect(page.getByTestId('tenant-drain-state')).toHaveText('not draining');
+  await expect(page.getByTestId('tenant-drain-counts')).toContainText('running');
+  await expect(page.getByTestId('tenant-drain').getByRole('button', { name: 'Drain' })).toBeVisible();
+  await expect(page.getByTestId('fleet-drain-state')).toHaveText('not draining');
+  await expect(page.getByTestId('fleet-drain').getByRole('button', { name: 'Drain' })).toBeVisible();
+});
+
 test('a tenant B session sees none of tenant A runs', async ({ page, request }) => {
   const minted = await api(request, 'POST', '/v1/tokens', TOKEN, {
     name: 'ui-e2e-beta',
@@ -570,6 +607,7 @@ test('nothing is cut off at 420 px wide: every page fits, tables scroll inside t
     ['/ui/tokens', (p) => p.getByRole('table')],
     ['/ui/usage', (p) => p.getByRole('table', { name: 'Usage by group' })],
     ['/ui/playground', (p) => p.getByRole('list', { name: 'Conversation' })],
+    ['/ui/operations', (p) => p.getByTestId('fleet-drain-state')],
   ];
   for (const [path, ready] of pages) {
     await page.goto(path);

@@ -7,6 +7,7 @@ import { FilesPage } from './pages/Files';
 import { DefinitionPage, LibraryPage } from './pages/Library';
 import { Login } from './pages/Login';
 import { MemoryPage } from './pages/Memory';
+import { OperationsPage } from './pages/Operations';
 import { PlaygroundPage } from './pages/Playground';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
@@ -65,6 +66,7 @@ function Shell({ session, theme }: { session: Session; theme: ReturnType<typeof 
           {can(session, 'tenant:admin') && <NavLink to="/webhooks">Webhooks</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/tokens">Tokens</NavLink>}
           {can(session, 'tenant:admin') && <NavLink to="/usage">Usage</NavLink>}
+          {can(session, 'tenant:admin') && <NavLink to="/operations">Operations</NavLink>}
           {can(session, 'llm:call') && <NavLink to="/playground">Playground</NavLink>}
         </nav>
         <span className="who" title={session.scopes.join(' ')}>
@@ -100,6 +102,7 @@ function Shell({ session, theme }: { session: Session; theme: ReturnType<typeof 
           <Route path="/webhooks" element={<WebhooksPage session={session} />} />
           <Route path="/tokens" element={<TokensPage session={session} />} />
           <Route path="/usage" element={<UsagePage />} />
+          <Route path="/operations" element={<OperationsPage session={session} />} />
           <Route path="/playground" element={<PlaygroundPage />} />
           <Route
             path="*"

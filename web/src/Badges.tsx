@@ -1,4 +1,5 @@
 import type { Health } from './ingress';
+import { statusClass, statusLabel, type RunPauseView } from './pause';
 
 /** A definition's verdict in a word or two, coloured by its tone. */
 export function HealthBadge({ health, testId }: { health: Health; testId?: string }) {
@@ -21,6 +22,16 @@ export function Warnings({ warnings }: { warnings: string[] }) {
           ⚠ {w}
         </span>
       ))}
+    </span>
+  );
+}
+
+/** A run's status as the run page shows it: the status, or `pausing…` while a pause is asked
+ * of a run still queued or running (`web/src/pause.ts`). */
+export function RunStatusBadge({ run, testId }: { run: RunPauseView; testId?: string }) {
+  return (
+    <span className={statusClass(run)} data-testid={testId}>
+      {statusLabel(run)}
     </span>
   );
 }

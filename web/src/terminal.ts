@@ -1,5 +1,6 @@
 import type { FileDiff } from './diff';
 import type { RunEvent } from './sse';
+import { pauseEventText } from './pause';
 
 /** One line of the live terminal. */
 export type Line =
@@ -30,6 +31,8 @@ export type Line =
   /** `context_compacted`: earlier turns became a summary (the transcript keeps them whole). */
   | { type: 'compacted'; seq: number; trigger: string; before: number; after: number; turns: number; summary: string }
   | { type: 'awaiting'; seq: number; reason: string }
+  /** `run_paused` / `run_resumed`: the run parked at a step boundary, or went on. */
+  | { type: 'pause'; seq: number; paused: boolean; text: string }
   | { type: 'error'; seq: number; text: string }
   | { type: 'finished'; seq: number; status: string; stopReason: string };
 
@@ -163,6 +166,10 @@ export function apply(t: Terminal, e: RunEvent): Terminal {
     case 'awaiting_input':
       lines.push({ type: 'awaiting', seq: e.seq, reason: str(d.reason) });
       break;
+    case 'run_paused':
+    case 'run_resumed':
+      lines.push({ type: 'pause', seq: e.seq, paused: e.kind === 'run_paused', text: pauseEventText(e.kind, d) ?? e.kind });
+      break;
     case 'error':
       lines.push({ type: 'error', seq: e.seq, text: `${str(d.code)}: ${str(d.message)}` });
       break;
@@ -233,6 +240,8 @@ export interface RunFacts {
   stop_reason?: string | null;
   usage?: unknown;
   pending_interrupt?: unknown;
+  /** Who asked the run to pause (`run_paused` says; `run_resumed` clears it). */
+  paused_by?: string | null;
   /** When the newest of these facts arrived (`Date.now()`), set by the page. */
   at?: number;
 }
@@ -269,6 +278,11 @@ export function follow(f: RunFacts, e: RunEvent): RunFacts {
     }
     case 'awaiting_input':
       return { ...f, status: 'awaiting_input', pending_interrupt: d.interrupt ?? null };
+    case 'run_paused':
+      return { ...f, status: 'paused', paused_by: typeof d.by === 'string' && d.by ? d.by : 'run' };
+    case 'run_resumed':
+      // Queued again; its first working event says it runs.
+      return { ...f, status: 'queued', paused_by: null };
     case 'user_input':
       // Also the first event of a queued run: only a reply to a waiting run makes it run.
       return f.status === 'awaiting_input' ? { ...f, status: 'running', pending_interrupt: null } : f;

@@ -22,6 +22,8 @@ import { UnifiedDiff } from '../UnifiedDiff';
 import { RUN_VOLUME } from '../files';
 import { refreshesPlan } from '../plan';
 import { PlanPanel, useIsPlanRun } from './Plan';
+import { RunStatusBadge } from '../Badges';
+import { pauseNote, runPauseActions } from '../pause';
 
 const saveKey = (runId: string) => `weft-run:${runId}`;
 
@@ -164,6 +166,19 @@ function RunOf({ id }: { id: string }) {
   };
   const cancel = () =>
     act(() => ok(api.POST('/v1/runs/{id}/cancel', { params: { path: { id } }, body: { reason: 'cancelled from the UI' } })));
+  // Both answer the run: it goes into the cache at once, so the badge and the buttons follow
+  // without waiting for the next poll (a 503 `tenant_paused` shows its message).
+  const pauseOrResume = (which: 'pause' | 'resume') =>
+    act(async () => {
+      const askedAt = Date.now();
+      const r =
+        which === 'pause'
+          ? await ok(api.POST('/v1/runs/{id}/pause', { params: { path: { id } } }))
+          : await ok(api.POST('/v1/runs/{id}/resume', { params: { path: { id } } }));
+      client.setQueryData(['run', id], { run: r, askedAt });
+    });
+  const pauseActions = head ? runPauseActions(head) : { pause: false, resume: false };
+  const note = head ? pauseNote(head) : null;
 
   // A failed poll keeps the last answer on screen; only a run never fetched is an error page.
   if (run.isError && !run.data) {
@@ -187,10 +202,14 @@ function RunOf({ id }: { id: string }) {
           <dd>{head.agent}</dd>
           <dt>Status</dt>
           <dd>
-            <span className={`status status-${head.status}`} data-testid="run-status">
-              {head.status}
-            </span>
+            <RunStatusBadge run={head} testId="run-status" />
             {head.stop_reason ? ` (${head.stop_reason})` : ''}
+            {note && (
+              <span className="t-muted" data-testid="run-pause-note">
+                {' '}
+                — {note}
+              </span>
+            )}
           </dd>
           <dt>Tokens in / out</dt>
           <dd data-testid="run-usage">
@@ -209,9 +228,21 @@ function RunOf({ id }: { id: string }) {
         </dl>
       )}
       {head && !done && (
-        <button type="button" onClick={cancel}>
-          Cancel
-        </button>
+        <div className="row">
+          <button type="button" onClick={cancel}>
+            Cancel
+          </button>
+          {pauseActions.pause && (
+            <button type="button" onClick={() => pauseOrResume('pause')} title="Park the run (and its sub-runs) at its next step boundary">
+              Pause
+            </button>
+          )}
+          {pauseActions.resume && (
+            <button type="button" onClick={() => pauseOrResume('resume')}>
+              Resume
+            </button>
+          )}
+        </div>
       )}
       <ErrorNote error={error} />
       <PlanPanel runId={id} runStatus={head?.status} planSeq={planSeq} streamLive={state === 'live'} />
@@ -327,6 +358,12 @@ function TerminalLine({
       );
     case 'awaiting':
       return <li className="t-muted">waiting for input ({line.reason})</li>;
+    case 'pause':
+      return (
+        <li className="t-notice" role="status">
+          {line.text}
+        </li>
+      );
     case 'error':
       return <li className="t-bad">{line.text}</li>;
     case 'finished':

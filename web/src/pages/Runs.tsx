@@ -3,6 +3,7 @@ import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
 import { Link, useNavigate, useSearchParams } from 'react-router';
 import { api, ok, type Schemas } from '../api';
 import { ErrorNote } from '../ErrorNote';
+import { RunStatusBadge } from '../Badges';
 import { tokens } from '../terminal';
 import type { paths } from '../openapi';
 
@@ -14,6 +15,7 @@ export const STATUSES = [
   'queued',
   'running',
   'awaiting_input',
+  'paused',
   'succeeded',
   'failed',
   'cancelled',
@@ -126,7 +128,7 @@ export function RunsPage() {
                   </td>
                   <td>{r.agent}</td>
                   <td>
-                    <span className={`status status-${r.status}`}>{r.status}</span>
+                    <RunStatusBadge run={r} />
                     {r.stop_reason ? ` (${r.stop_reason})` : ''}
                   </td>
                   <td>
