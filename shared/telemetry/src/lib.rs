@@ -338,6 +338,10 @@ pub fn inject_http_trace_context(headers: &mut axum::http::HeaderMap) {
 /// Makes `span` a child of the W3C trace context in incoming HTTP headers (`traceparent`), if
 /// there is one; before `span` is first entered.
 pub fn adopt_http_trace_context(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    // Most requests carry none: they pay one header lookup.
+    if !headers.contains_key("traceparent") {
+        return;
+    }
     adopt_trace_context_with(span, |k| headers.get(k).and_then(|v| v.to_str().ok()));
 }
 
