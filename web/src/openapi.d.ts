@@ -13031,7 +13031,7 @@ export interface paths {
         };
         /**
          * Export a tenant as an archive
-         * @description Scope: admin (an operator) only. The tenant's archive, as `weft tenant export` writes it: a tar of `manifest.json`, one JSONL file per section (definitions with every version, memory, channels and their messages and cursors, named volumes with blobs, changelog and snapshots, evaluations, and the runs evaluations name) and the blobs. Read in one consistent snapshot, built in memory before it is sent. A volume blob kept in a `dir` or `s3` store is answered with 503 naming it: export such a tenant with `weft tenant export`. A tenant without data answers an archive with empty sections.
+         * @description Scope: admin (an operator) only. The tenant's archive, as `weft tenant export` writes it: a tar of `manifest.json`, one JSONL file per section (definitions with every version, memory, channels and their messages and cursors, named volumes with blobs, changelog and snapshots, evaluations, and the runs evaluations name) and the blobs. Read in one consistent snapshot and streamed: every section is read before the answer starts (an error there is an error status); a blob that cannot be read ends the stream early, and import refuses the truncated archive. A volume blob kept in a `dir` or `s3` store cannot be read here: export such a tenant with `weft tenant export`. A tenant without data answers an archive with empty sections.
          */
         get: {
             parameters: {

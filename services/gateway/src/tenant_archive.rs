@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use tokio::io::AsyncReadExt as _;
 use weft_core::{Error, Principal, Scope, TenantId};
 use weft_store::tenant_archive::{self, Archive, ExportOptions};
 
@@ -22,6 +23,9 @@ type Result<T> = std::result::Result<T, ApiError>;
 /// The largest archive `POST …/import` takes (it is held in memory while imported); larger
 /// ones go through `weft tenant import`.
 const MAX_IMPORT_BYTES: usize = 256 * 1024 * 1024;
+
+/// Bytes of an export in flight between the writer and the answer (the pipe's bound).
+const STREAM_BUFFER: usize = 256 * 1024;
 
 /// The routes (the bearer layer is added by the caller); `admin` is checked before a body is
 /// read.
@@ -66,7 +70,10 @@ pub struct ExportQuery {
     runs: bool,
 }
 
-/// `GET /v1/tenants/{tenant}/export[?runs=true]`: the tenant's archive.
+/// `GET /v1/tenants/{tenant}/export[?runs=true]`: the tenant's archive, streamed. Every section
+/// is read before the answer starts (an error there is an error status); the blobs are read while
+/// it is sent (an error there ends the stream early, and the truncated archive is refused by
+/// import, which finds blobs missing).
 #[tracing::instrument(skip_all)]
 pub async fn export_handler(
     State(st): State<AppState>,
@@ -74,20 +81,49 @@ pub async fn export_handler(
     NativeQuery(q): NativeQuery<ExportQuery>,
 ) -> Result<Response> {
     let t = tenant(&name)?;
-    let mut tar = Vec::new();
     let opts = ExportOptions { runs: q.runs };
-    tenant_archive::export_tenant(&st.pool, &t, opts, None, &mut tar)
+    let prepared = tenant_archive::prepare_export(&st.pool, &t, opts)
         .await
         .map_err(|e| archive_err(&e))?;
+    let (tx, rx) = tokio::io::duplex(STREAM_BUFFER);
+    // Owned by the answer: it ends when the archive is written, when the client goes away (the
+    // pipe's reader is dropped) or at shutdown.
+    let stop = st.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            r = prepared.write_to(None, tx) => {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "tenant export ended early");
+                }
+            }
+            () = stop.cancelled() => {}
+        }
+    });
     let disposition = format!("attachment; filename=\"{}.tar\"", t.as_str());
     Ok((
         [
             (CONTENT_TYPE, "application/x-tar".to_owned()),
             (CONTENT_DISPOSITION, disposition),
         ],
-        tar,
+        axum::body::Body::from_stream(chunks(rx)),
     )
         .into_response())
+}
+
+/// The bytes of `rx` as they come, until its writer is done or gone.
+fn chunks(
+    rx: tokio::io::DuplexStream,
+) -> impl futures::Stream<Item = std::io::Result<axum::body::Bytes>> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(axum::body::Bytes::from(buf)), rx))
+            }
+        }
+    })
 }
 
 /// `POST /v1/tenants/{tenant}/import`: imports the body's archive as `{tenant}`; 409 with the

@@ -89,7 +89,7 @@ pub async fn run(config: &weft_config::Config, cmd: TenantCmd) -> ExitCode {
                 Ok(b) => SubstrateBlobs(b),
                 Err(e) => return fail(e),
             };
-            let out = std::io::BufWriter::new(std::io::stdout());
+            let out = tokio::io::BufWriter::new(tokio::io::stdout());
             let opts = ExportOptions { runs };
             match tenant_archive::export_tenant(&pool, &tenant, opts, Some(&blobs), out).await {
                 Ok(summary) => {

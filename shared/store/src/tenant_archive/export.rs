@@ -1,11 +1,15 @@
 //! Export: one consistent read (a repeatable-read, read-only transaction) of every section of a
-//! tenant, written as a tar to any `Write`. Sections are built in memory (JSONL); blobs are read
-//! in batches and written one entry each, so a tenant's blobs are never all in memory at once.
+//! tenant, streamed as a tar to any `AsyncWrite`. [`prepare_export`] reads every section (an
+//! error there comes before the first byte); [`PreparedExport::write_to`] writes them and then
+//! the blobs, read in batches and written one entry each, so a tenant's blobs are never all in
+//! memory at once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::io::Write;
 use std::pin::Pin;
+
+use sqlx::{Postgres, Transaction};
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -47,14 +51,37 @@ pub struct ExportSummary {
     pub sections: BTreeMap<String, u64>,
 }
 
-/// Writes the archive of `tenant` to `out`.
-pub async fn export_tenant<W: Write>(
+/// Every section of a tenant, read and encoded, with the snapshot the blobs are read in.
+pub struct PreparedExport {
+    tx: Transaction<'static, Postgres>,
+    tenant: String,
+    manifest: Manifest,
+    files: Vec<(Section, Vec<u8>)>,
+    /// (sha256, size, store) of every blob to write.
+    blob_rows: Vec<(String, i64, String)>,
+}
+
+/// Writes the archive of `tenant` to `out`: [`prepare_export`], then
+/// [`PreparedExport::write_to`].
+pub async fn export_tenant<W: AsyncWrite + Unpin + Send>(
     pool: &sqlx::PgPool,
     tenant: &TenantId,
     opts: ExportOptions,
     external: Option<&dyn ExternalBlobs>,
     out: W,
 ) -> Result<ExportSummary, ArchiveError> {
+    prepare_export(pool, tenant, opts)
+        .await?
+        .write_to(external, out)
+        .await
+}
+
+/// Reads every section of `tenant` in one snapshot, kept open for the blobs.
+pub async fn prepare_export(
+    pool: &sqlx::PgPool,
+    tenant: &TenantId,
+    opts: ExportOptions,
+) -> Result<PreparedExport, ArchiveError> {
     let t = tenant.as_str();
     let mut tx = crate::begin(pool).await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -134,64 +161,96 @@ pub async fn export_tenant<W: Write>(
             })
             .collect(),
     };
-    let mut tar = tar::Builder::new(out);
-    let manifest_bytes = serde_json::to_vec_pretty(&manifest)
-        .map_err(|e| ArchiveError::Format(format!("manifest: {e}")))?;
-    append(&mut tar, MANIFEST, &manifest_bytes)?;
-    for (s, bytes, _) in &files {
-        append(&mut tar, &s.file(), bytes)?;
-    }
-    for batch in blob_rows.chunks(BLOB_BATCH) {
-        let want: Vec<String> = batch.iter().map(|(sha, _, _)| sha.clone()).collect();
-        let in_pg: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
-            "SELECT sha256, data FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
-        )
-        .bind(t)
-        .bind(&want)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut in_pg: BTreeMap<String, Option<Vec<u8>>> = in_pg.into_iter().collect();
-        for (sha, _, store) in batch {
-            let data = match in_pg.remove(sha).flatten() {
-                Some(d) => d,
-                None => match external {
-                    Some(ext) => {
-                        ext.get(store, t, sha)
-                            .await
-                            .map_err(|message| ArchiveError::Blob {
-                                sha256: sha.clone(),
-                                message,
-                            })?
-                    }
-                    None => {
-                        return Err(ArchiveError::Blob {
-                            sha256: sha.clone(),
-                            message: format!(
-                                "it is kept in the `{store}` blob store, which this exporter cannot read; export with `weft tenant export` and the substrate's volumes.blobs config"
-                            ),
-                        });
-                    }
-                },
-            };
-            if sha256_hex(&data) != *sha {
-                return Err(ArchiveError::Blob {
-                    sha256: sha.clone(),
-                    message: "its stored bytes do not match its sha256".to_owned(),
-                });
-            }
-            append(&mut tar, &format!("{BLOB_DIR}{sha}"), &data)?;
-        }
-    }
-    tar.into_inner()?.flush()?;
-    tx.rollback().await?;
-    Ok(ExportSummary {
+    Ok(PreparedExport {
+        tx,
         tenant: t.to_owned(),
-        sections: manifest
-            .sections
-            .iter()
-            .map(|(k, v)| (k.clone(), v.count))
-            .collect(),
+        manifest,
+        files: files.into_iter().map(|(s, b, _)| (s, b)).collect(),
+        blob_rows,
     })
+}
+
+impl PreparedExport {
+    /// The manifest the archive starts with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Writes the archive to `out`: the manifest, the sections, then the blobs (from Postgres,
+    /// or through `external` for those kept in a `dir` or `s3` store).
+    pub async fn write_to<W: AsyncWrite + Unpin + Send>(
+        self,
+        external: Option<&dyn ExternalBlobs>,
+        mut out: W,
+    ) -> Result<ExportSummary, ArchiveError> {
+        let PreparedExport {
+            mut tx,
+            tenant,
+            manifest,
+            files,
+            blob_rows,
+        } = self;
+        let t = tenant.as_str();
+        let manifest_bytes = serde_json::to_vec_pretty(&manifest)
+            .map_err(|e| ArchiveError::Format(format!("manifest: {e}")))?;
+        append(&mut out, MANIFEST, &manifest_bytes).await?;
+        for (s, bytes) in &files {
+            append(&mut out, &s.file(), bytes).await?;
+        }
+        for batch in blob_rows.chunks(BLOB_BATCH) {
+            let want: Vec<String> = batch.iter().map(|(sha, _, _)| sha.clone()).collect();
+            let in_pg: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
+                "SELECT sha256, data FROM volume_blobs WHERE tenant_id = $1 AND sha256 = ANY($2)",
+            )
+            .bind(t)
+            .bind(&want)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut in_pg: BTreeMap<String, Option<Vec<u8>>> = in_pg.into_iter().collect();
+            for (sha, _, store) in batch {
+                let data = match in_pg.remove(sha).flatten() {
+                    Some(d) => d,
+                    None => {
+                        match external {
+                            Some(ext) => ext.get(store, t, sha).await.map_err(|message| {
+                                ArchiveError::Blob {
+                                    sha256: sha.clone(),
+                                    message,
+                                }
+                            })?,
+                            None => {
+                                return Err(ArchiveError::Blob {
+                                    sha256: sha.clone(),
+                                    message: format!(
+                                        "it is kept in the `{store}` blob store, which this exporter cannot read; export with `weft tenant export` and the substrate's volumes.blobs config"
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                };
+                if sha256_hex(&data) != *sha {
+                    return Err(ArchiveError::Blob {
+                        sha256: sha.clone(),
+                        message: "its stored bytes do not match its sha256".to_owned(),
+                    });
+                }
+                append(&mut out, &format!("{BLOB_DIR}{sha}"), &data).await?;
+            }
+        }
+        // The end of a tar: two zero blocks.
+        out.write_all(&[0u8; 1024]).await?;
+        out.flush().await?;
+        tx.rollback().await?;
+        Ok(ExportSummary {
+            tenant,
+            sections: manifest
+                .sections
+                .iter()
+                .map(|(k, v)| (k.clone(), v.count))
+                .collect(),
+        })
+    }
 }
 
 /// One JSON line per record.
@@ -205,12 +264,27 @@ fn jsonl<T: Serialize>(s: Section, items: &[T]) -> Result<(Vec<u8>, u64), Archiv
     Ok((out, items.len() as u64))
 }
 
-/// A regular file entry: mode 0644, mtime 0, so the same content makes the same bytes.
-fn append<W: Write>(tar: &mut tar::Builder<W>, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// One regular file entry (its header, a GNU long name when needed, its bytes and their
+/// padding): mode 0644, mtime 0, so the same content makes the same bytes.
+async fn append<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(tar::EntryType::Regular);
     h.set_size(bytes.len() as u64);
     h.set_mode(0o644);
     h.set_mtime(0);
-    tar.append_data(&mut h, name, bytes)
+    // The builder encodes the header (with a GNU long name before it when needed) and its
+    // checksum; the body is written here, so only the header bytes are taken from it, before it
+    // could write the archive's end.
+    let mut b = tar::Builder::new(Vec::with_capacity(1024));
+    b.append_data(&mut h, name, std::io::empty())?;
+    let header = std::mem::take(b.get_mut());
+    drop(b);
+    out.write_all(&header).await?;
+    out.write_all(bytes).await?;
+    let pad = (512 - bytes.len() % 512) % 512;
+    out.write_all(&[0u8; 512][..pad]).await
 }

@@ -13,7 +13,9 @@ mod format;
 mod import;
 mod records;
 
-pub use export::{ExportOptions, ExportSummary, ExternalBlobs, export_tenant};
+pub use export::{
+    ExportOptions, ExportSummary, ExternalBlobs, PreparedExport, export_tenant, prepare_export,
+};
 pub use format::{
     ArchiveError, BLOB_DIR, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, Section, SectionEntry,
 };
