@@ -9,6 +9,7 @@ a W3C `traceparent` of the test's, so its trace is found by id, and then:
 - a chat completion through a provider with a canary API key is one trace: gateway → router →
   the provider call (whose outbound `traceparent` the fake upstream does not see, so that hop is
   checked on the HTTP tool below);
+- a run created over the public gRPC API with `traceparent` metadata joins the caller's trace;
 - a signed webhook delivery and the run it starts are one trace: the sender's `traceparent` →
   gateway (the receiver) → executor;
 - a run whose agent calls the HTTP tool (a loopback server this module serves, which records the
@@ -26,6 +27,7 @@ under `weft up` the module is skipped (the same fleet would only be started twic
 import hashlib
 import hmac
 import http.server
+import importlib
 import json
 import os
 import secrets
@@ -172,7 +174,7 @@ def traced(receiver, fake_upstream):
         HOOK_SECRET_ENV: CANARY_HOOK_SECRET,
     }
     fleet = fleet_harness.Fleet(bin_dir, arrangement="split", name="tracing", config=config,
-                                env=env, logs_dir=logs, label="tracing")
+                                env=env, logs_dir=logs, label="tracing", grpc=True)
     fleet.start()
     try:
         yield fleet
@@ -368,3 +370,43 @@ def test_a_webhook_delivery_and_its_run_are_one_trace(traced, receiver):
     assert run_span["attrs"].get("run_id") == run_id and edge in _ancestors(spans, run_span)
     _assert_no_secret(receiver, {"canary prompt": CANARY_PROMPT, "webhook secret":
                                  CANARY_HOOK_SECRET, "webhook signature": sig})
+
+
+def test_a_run_created_over_the_public_grpc_api_joins_the_callers_trace(
+        traced, receiver, tmp_path_factory):
+    from grpc_tools import protoc
+    import grpc_tools
+
+    out = tmp_path_factory.mktemp("grpc-gen")
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    assert protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", f"--python_out={out}",
+                        f"--grpc_python_out={out}", "weft/public/v1/runs.proto"]) == 0
+    sys.path.insert(0, str(out))
+    try:
+        pb2 = importlib.import_module("weft.public.v1.runs_pb2")
+        pb2_grpc = importlib.import_module("weft.public.v1.runs_pb2_grpc")
+    finally:
+        sys.path.remove(str(out))
+    auth = {"authorization": f"Bearer {traced.token}"}
+    agent = f"grpc-traced-{secrets.token_hex(4)}"
+    r = httpx.put(f"{traced.url}/v1/agents/{agent}", json={"model": "mock-1"}, headers=auth,
+                  timeout=60)
+    assert r.status_code == 201, r.text
+    trace_id, client_span, header = _traceparent()
+    script = "#mock " + json.dumps({"turns": [], "reply": CANARY_PROMPT})
+    with grpc.insecure_channel(traced.grpc_addr) as channel:
+        run = pb2_grpc.RunsStub(channel).CreateRun(
+            pb2.CreateRunRequest(agent=agent, input=script),
+            metadata=[("authorization", f"Bearer {traced.token}"), ("traceparent", header)],
+            timeout=60)
+    run_id = run.run_id
+
+    def complete(spans):
+        return any(s["name"] == "run" and s["attrs"].get("run_id") == run_id for s in spans)
+
+    spans = _trace(receiver, trace_id, client_span, complete)
+    edge = next(s for s in spans if s["name"] == "http" and s["parent"] == client_span)
+    assert edge["attrs"].get("route") == "/v1/runs", edge
+    run_span = next(s for s in spans if s["name"] == "run")
+    assert edge in _ancestors(spans, run_span), run_span
+    _assert_no_secret(receiver, {"canary prompt": CANARY_PROMPT, "bearer token": traced.token})

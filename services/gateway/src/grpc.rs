@@ -2,10 +2,11 @@
 //! standard health service (`grpc.health.v1.Health`, SERVING when the gateway's `/readyz` is 200).
 //!
 //! Each call is the REST route it names, called in-process on the gateway's own API router with
-//! the caller's `authorization` metadata as its header: the same handlers, checks, limits and
-//! errors as REST, by construction. Answers are the REST JSON, typed into the proto's messages
-//! (and kept whole in their `json` field); a REST error becomes the gRPC status of its code, with
-//! the REST message, `weft-error-code` and (for a 429/503) `retry-after` metadata.
+//! the caller's `authorization` metadata (and W3C trace context) as its headers: the same
+//! handlers, checks, limits and errors as REST, by construction. Answers are the REST JSON, typed
+//! into the proto's messages (and kept whole in their `json` field); a REST error becomes the gRPC
+//! status of its code, with the REST message, `weft-error-code` and (for a 429/503)
+//! `retry-after` metadata.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -89,7 +90,8 @@ impl PublicRuns {
         sse: bool,
     ) -> Result<http::Response<Body>, Status> {
         let mut req = http::Request::builder().method(method).uri(path);
-        for name in ["authorization", "x-request-id"] {
+        // The caller's W3C trace context too: the route's `http` span joins the caller's trace.
+        for name in ["authorization", "x-request-id", "traceparent", "tracestate"] {
             if let Some(v) = md.get(name)
                 && let Ok(v) = http::HeaderValue::from_bytes(v.as_bytes())
             {
