@@ -129,6 +129,17 @@ def test_every_service_waits_for_nats_not_ready_then_serves(tmp_path):
             assert status == NOT_SERVING, (name, status)
         assert _grpc_status(grpc_faces["weft-router"], "weft.v1.Router") == NOT_SERVING
         assert _grpc_status(grpc_faces["weft-substrate"], "weft.v1.Memory") == NOT_SERVING
+        # Anything else is "not yet", which clients retry: 503 with Retry-After over HTTP,
+        # UNAVAILABLE over gRPC.
+        r = http.post(f"{http_faces['weft-gateway']}/v1/chat/completions", json={})
+        assert r.status_code == 503 and r.headers.get("retry-after") == "1", r.text
+        assert r.json()["error"]["code"] == "unavailable", r.text
+        with grpc.insecure_channel(grpc_faces["weft-router"]) as ch:
+            call = ch.unary_unary("/weft.v1.Router/ListModels", request_serializer=lambda b: b,
+                                  response_deserializer=lambda b: b)
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"", timeout=3)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
         # The MCP bridge needs no NATS: it serves.
         assert _until("weft-mcp-bridge answers gRPC health",
                       lambda: _grpc_status(grpc_faces["weft-mcp-bridge"])) == SERVING

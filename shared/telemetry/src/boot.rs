@@ -26,6 +26,13 @@ const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// attempt) of its last dependency coming back.
 pub const RETRY_CAP: Duration = Duration::from_secs(1);
 
+/// What a request other than health gets while the service waits for its dependencies.
+const NOT_YET: &str =
+    "the service is starting: it waits for a dependency (GET /readyz names it); retry shortly";
+
+/// [`NOT_YET`] in the error shape of weft's HTTP API.
+const NOT_YET_JSON: &str = r#"{"error":{"message":"the service is starting: it waits for a dependency (GET /readyz names it); retry shortly","type":"unavailable","code":"unavailable"}}"#;
+
 /// How long the health-only servers of the wait may take to close their connections.
 const WAIT_SERVER_CLOSE: Duration = Duration::from_secs(2);
 
@@ -263,29 +270,33 @@ impl WaitServers {
                 }
             };
             let stop = stop.clone();
-            match face {
-                Face::Http => {
-                    let app: axum::Router = health.routes();
-                    tasks.spawn(async move {
-                        let _ = axum::serve(l, app)
-                            .with_graceful_shutdown(stop.cancelled_owned())
-                            .await;
-                    });
-                }
+            // Anything but health is refused as "not yet" (503 + Retry-After, gRPC UNAVAILABLE),
+            // which clients retry, rather than a 404 or UNIMPLEMENTED, which they would not.
+            let app: axum::Router = match face {
+                Face::Http => health.routes().fallback(|| async {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        [
+                            (axum::http::header::RETRY_AFTER, "1"),
+                            (axum::http::header::CONTENT_TYPE, "application/json"),
+                        ],
+                        NOT_YET_JSON,
+                    )
+                }),
                 Face::Grpc => {
-                    let svc = crate::health::not_serving(grpc_services).await;
-                    tasks.spawn(async move {
-                        let _ = tonic::transport::Server::builder()
-                            .add_service(svc)
-                            .serve_with_incoming_shutdown(
-                                tonic::transport::server::TcpIncoming::from(l)
-                                    .with_nodelay(Some(true)),
-                                stop.cancelled_owned(),
-                            )
-                            .await;
-                    });
+                    tonic::service::Routes::new(crate::health::not_serving(grpc_services).await)
+                        .prepare()
+                        .into_axum_router()
+                        .fallback(|| async {
+                            tonic::Status::unavailable(NOT_YET).into_http::<axum::body::Body>()
+                        })
                 }
-            }
+            };
+            tasks.spawn(async move {
+                let _ = axum::serve(l, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+            });
         }
         Self { stop, tasks }
     }
