@@ -259,14 +259,36 @@ test('pause a run that waits for input: a reply wakes it into paused, Resume tak
   await expect(page.getByTestId('run-status')).toHaveText('cancelled');
 });
 
-test('operations: the tenant drain and the fleet maintenance, idle, with Drain offered', async ({ page }) => {
+test('operations: drain the tenant until drained (a waiting run cannot be resumed alone meanwhile), then resume it; the fleet maintenance offered to admin', async ({
+  page,
+  request,
+}) => {
+  const waiting = await api(request, 'POST', '/v1/runs', TOKEN, { agent: 'ui-helper', input: 'hello', interactive: true });
   await login(page, TOKEN);
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Operations' }).click();
+  const tenant = page.getByTestId('tenant-drain');
   await expect(page.getByTestId('tenant-drain-state')).toHaveText('not draining');
   await expect(page.getByTestId('tenant-drain-counts')).toContainText('running');
-  await expect(page.getByTestId('tenant-drain').getByRole('button', { name: 'Drain' })).toBeVisible();
   await expect(page.getByTestId('fleet-drain-state')).toHaveText('not draining');
   await expect(page.getByTestId('fleet-drain').getByRole('button', { name: 'Drain' })).toBeVisible();
+  page.once('dialog', (d) => void d.accept());
+  await tenant.getByRole('button', { name: 'Drain' }).click();
+  // Nothing of the tenant is left running (the waiting run stays parked): drained once polled.
+  await expect(page.getByTestId('tenant-drain-state')).toHaveText('drained');
+  await expect(tenant.getByText(/^Draining since/)).toBeVisible();
+  await expect(tenant.getByRole('table')).toContainText('drain');
+  // The waiting run is held by the drain: its own Resume is refused, and the page says why.
+  await page.goto(`/ui/runs/${waiting.run_id}`);
+  await expect(page.getByTestId('run-status')).toHaveText('awaiting_input');
+  await expect(page.getByTestId('run-pause-note')).toContainText('its tenant drains');
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await expect(page.getByRole('alert')).toContainText('is draining');
+  await page.goto('/ui/operations');
+  await tenant.getByRole('button', { name: 'Resume' }).click();
+  await expect(page.getByTestId('tenant-drain-state')).toHaveText('not draining');
+  await expect(tenant.getByRole('table').locator('tbody tr').first()).toContainText('resume');
+  await expect(tenant.getByRole('button', { name: 'Drain' })).toBeVisible();
+  await api(request, 'POST', `/v1/runs/${waiting.run_id}/cancel`, TOKEN, {});
 });
 
 test('a tenant B session sees none of tenant A runs', async ({ page, request }) => {
