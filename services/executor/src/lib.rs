@@ -297,12 +297,22 @@ impl Executor {
                 };
                 match sig {
                     Some(ControlSignal::Message(c)) => ctl_inner.control(c.run_id, c.op),
-                    // Messages sent while the subscription was down are lost: re-check flags.
+                    // Messages sent while the subscription was down are lost: re-check flags (cancel in
+                    // Redis, pause in Postgres).
                     Some(ControlSignal::Resubscribed) => {
-                        for run in ctl_inner.held_runs() {
-                            if ctl_inner.coord.is_cancelled(run).await.unwrap_or(false) {
-                                ctl_inner.control(run, ControlOp::Cancel);
+                        let held = ctl_inner.held_runs();
+                        for run in &held {
+                            if ctl_inner.coord.is_cancelled(*run).await.unwrap_or(false) {
+                                ctl_inner.control(*run, ControlOp::Cancel);
                             }
+                        }
+                        for run in ctl_inner
+                            .store
+                            .asked_to_pause(&held)
+                            .await
+                            .unwrap_or_default()
+                        {
+                            ctl_inner.control(run, ControlOp::Pause);
                         }
                     }
                     None => return,

@@ -371,3 +371,49 @@ async fn a_run_paused_while_parked_for_input_keeps_the_input_until_it_is_resumed
     let r = finished_as(&f, &f.admin, &run).await;
     assert_eq!(r["status"], "cancelled", "{r}");
 }
+
+/// `weft pause|status|resume` against the fleet, as an operator types them.
+fn weft_cli(f: &TestFleet, token: &str, args: &[&str]) -> (bool, String, String) {
+    let out = common::weft_command(f)
+        .args(args)
+        .args(["--url", &f.url])
+        .env("WEFT_TOKEN", token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_drains_reports_and_resumes_a_tenant_and_the_fleet() {
+    let f = TestFleet::start().await;
+    let acme = tenant_admin(&f, "acme").await;
+    let cli =
+        |token: &str, args: &[&str]| tokio::task::block_in_place(|| weft_cli(&f, token, args));
+    let (ok, out, err) = cli(&acme, &["pause", "--tenant", "acme", "--wait", "60"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("tenant acme: draining since"), "{out}");
+    assert!(out.contains("complete"), "{out}");
+    let (ok, out, err) = cli(&acme, &["status", "--tenant", "acme", "--json"]);
+    assert!(ok, "{out}{err}");
+    let status: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(status["draining"], true, "{status}");
+    let (ok, out, err) = cli(&acme, &["resume", "--tenant", "acme"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("tenant acme: not draining"), "{out}");
+    // A tenant admin is not an operator: the fleet is not theirs to drain.
+    let (ok, _, err) = cli(&acme, &["pause", "--fleet"]);
+    assert!(!ok);
+    assert!(err.contains("403"), "{err}");
+    let (ok, out, err) = cli(&f.admin, &["pause", "--fleet"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.starts_with("fleet: draining"), "{out}");
+    let (ok, out, err) = cli(&f.admin, &["resume", "--fleet"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.starts_with("fleet: not draining"), "{out}");
+}

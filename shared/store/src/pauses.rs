@@ -199,6 +199,18 @@ impl RunStore {
         Ok(marked)
     }
 
+    /// Those of `ids` asked to pause (for an executor whose control messages may have been
+    /// lost).
+    pub async fn asked_to_pause(&self, ids: &[RunId]) -> Result<Vec<RunId>, RunStoreError> {
+        let ids: Vec<Uuid> = ids.iter().map(|r| r.0).collect();
+        let asked: Vec<Uuid> =
+            sqlx::query_scalar("SELECT id FROM runs WHERE id = ANY($1) AND paused_by IS NOT NULL")
+                .bind(&ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(asked.into_iter().map(RunId).collect())
+    }
+
     /// The drain in force for `scope`, if any.
     pub async fn pause_of(&self, scope: &str) -> Result<Option<PauseRow>, RunStoreError> {
         let row: Option<(String, OffsetDateTime, String, String)> =

@@ -42,6 +42,11 @@ impl Api {
         })
     }
 
+    /// The token this client calls with.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// The same client against another base URL (one gateway replica) or with another token.
     pub fn with(&self, base: Option<&str>, token: Option<&str>) -> Self {
         Self {

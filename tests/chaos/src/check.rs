@@ -658,6 +658,71 @@ async fn published(db: &PgPool, channel: &str) -> anyhow::Result<HashMap<String,
     Ok(out)
 }
 
+/// The maintenance's promises, read from Postgres: while every run was parked no run did any
+/// work (no model turn, no tool call was recorded), every run the drain parked was resumed, and
+/// the schedule's slots of the window were held until the resume.
+pub async fn maintenance(
+    db: &PgPool,
+    w: &crate::maintenance::Window,
+) -> anyhow::Result<(u64, Vec<String>)> {
+    let mut v = w.violations.clone();
+    if w.parked_at == 0.0 || w.resumed_at == 0.0 {
+        return Ok((0, v));
+    }
+    // A step committed just as the drain completed may carry a time a hair later.
+    let (from, to) = (w.parked_at + 1.0, w.resumed_at - 0.5);
+    let worked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM run_events
+          WHERE kind IN ('assistant_message', 'tool_call', 'tool_result')
+            AND created_at > to_timestamp($1) AND created_at < to_timestamp($2)",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_one(db)
+    .await?;
+    if worked > 0 {
+        v.push(format!(
+            "{worked} model turns or tool calls were recorded while every run was parked"
+        ));
+    }
+    let unresumed: Vec<String> = sqlx::query_scalar(
+        "SELECT r.id::text FROM runs r
+          WHERE EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.kind = 'run_paused'
+                          AND e.data->>'by' = 'fleet')
+            AND NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.kind = 'run_resumed')
+            AND r.status NOT IN ('cancelled')",
+    )
+    .fetch_all(db)
+    .await?;
+    for id in unresumed.iter().take(10) {
+        v.push(format!(
+            "run {id} was parked by the maintenance and never resumed"
+        ));
+    }
+    let early: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM f.fire_at)::float8 FROM schedule_fires f
+           JOIN schedules s ON s.id = f.schedule_id
+          WHERE s.name = 'tick' AND f.kind = 'cron'
+            AND f.fire_at > to_timestamp($1) AND f.fire_at < to_timestamp($2)
+            AND f.claimed_at < to_timestamp($2)",
+    )
+    .bind(w.parked_at)
+    .bind(w.resumed_at - 0.5)
+    .fetch_all(db)
+    .await?;
+    for at in &early {
+        v.push(format!(
+            "the schedule's slot {at:.0} fired during the maintenance, not after it"
+        ));
+    }
+    let paused_runs: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT run_id) FROM run_events WHERE kind = 'run_paused' AND data->>'by' = 'fleet'",
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((u64::try_from(paused_runs).unwrap_or(0), v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ mod faults;
 mod fleet;
 mod lb;
 mod load;
+mod maintenance;
 mod netns;
 
 use std::path::PathBuf;
@@ -85,6 +86,12 @@ struct RunArgs {
     /// How long the fleet may take to finish every accepted run after the faults stop.
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     settle: Duration,
+    /// The fleet's maintenance (POST /v1/fleet/drain) begins this long into the load (0s: no
+    /// maintenance); it is held this long once every run is parked, then resumed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    maintenance_at: Duration,
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
+    maintenance_hold: Duration,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -242,6 +249,8 @@ async fn run(
         chat_workers,
         chat_rate,
         settle,
+        maintenance_at,
+        maintenance_hold,
     } = *args;
     let t0 = Instant::now();
     let t0_wall = std::time::SystemTime::now();
@@ -272,6 +281,12 @@ async fn run(
         let (s, t) = (Arc::clone(&setup), Arc::clone(&tally));
         tasks.spawn(async move { load::quota_worker(&s, &t, stop, per_sec).await });
     }
+    let maintenance = (!maintenance_at.is_zero() && maintenance_at < duration).then(|| {
+        let s = Arc::clone(&setup);
+        tokio::spawn(
+            async move { maintenance::run(&s, t0 + maintenance_at, maintenance_hold).await },
+        )
+    });
     let plan = faults::Plan {
         duration,
         kill_every,
@@ -285,6 +300,10 @@ async fn run(
     )
     .await;
     while tasks.join_next().await.is_some() {}
+    let window = match maintenance {
+        Some(m) => Some(m.await?),
+        None => None,
+    };
     let held = t0.elapsed();
 
     // Settle: every process up, every accepted run ended.
@@ -313,7 +332,7 @@ async fn run(
         ));
     }
     let echo_seen = echo.seen.lock().map(|m| m.clone()).unwrap_or_default();
-    let report = check::check(
+    let mut report = check::check(
         &db,
         &tally,
         &echo_seen,
@@ -323,6 +342,14 @@ async fn run(
         &injected,
     )
     .await?;
+    if let Some(w) = &window {
+        let (parked, v) = check::maintenance(&db, w).await?;
+        report.lines.push((
+            "maintenance: nothing worked while every run was parked, every parked run resumed, the schedule held its slots until the resume, new runs and webhooks got 503 with Retry-After".to_owned(),
+            parked,
+            v,
+        ));
+    }
 
     // The report.
     let secs = held.as_secs_f64();
@@ -425,6 +452,12 @@ async fn run(
         );
         for line in v.iter().take(10) {
             println!("        {line}");
+        }
+    }
+    if let Some(w) = &window {
+        println!("maintenance:");
+        for l in &w.log {
+            println!("  {l}");
         }
     }
     println!("fault log:");
