@@ -63,7 +63,16 @@ pub(crate) async fn handle(inner: Arc<Inner>, msg: jetstream::Message, stop: Can
         }
     };
     let msg = Arc::new(msg);
-    let outcome = work(inner, lease, None, cancel, input, Some(msg.clone()), stop).await;
+    let outcome = work(
+        inner,
+        lease,
+        None,
+        Carrier::Message(msg.clone()),
+        cancel,
+        input,
+        stop,
+    )
+    .await;
     match outcome {
         Outcome::Done => {
             let _ = msg.ack().await;
@@ -88,6 +97,7 @@ pub(crate) async fn work_local(
     inner: Arc<Inner>,
     lease: Lease,
     events: Vec<(String, serde_json::Value)>,
+    trace: Vec<(String, String)>,
     cancel: CancellationToken,
     input: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
@@ -98,9 +108,9 @@ pub(crate) async fn work_local(
         inner.clone(),
         lease,
         Some(events),
+        Carrier::Local(trace),
         cancel,
         input,
-        None,
         stop.clone(),
     )
     .await;
@@ -121,16 +131,24 @@ pub(crate) async fn work_local(
     }
 }
 
+/// Where a lease comes from: a dispatch message (kept alive while the run is worked; its headers
+/// carry the dispatcher's trace context), or the launcher of this process (the creating
+/// request's trace context, as `(key, value)` pairs).
+enum Carrier {
+    Message(Arc<jetstream::Message>),
+    Local(Vec<(String, String)>),
+}
+
 /// Works on a run under `lease` until it ends here: the heartbeat, the driver, the run's
 /// registration with the process's live hub. `fresh` is the transcript of a run created leased
-/// (nothing to read back); `msg` the dispatch message to keep alive, if any.
+/// (nothing to read back); `from` where the lease came from.
 async fn work(
     inner: Arc<Inner>,
     lease: Lease,
     fresh: Option<Vec<(String, serde_json::Value)>>,
+    from: Carrier,
     cancel: CancellationToken,
     input: Arc<tokio::sync::Notify>,
-    msg: Option<Arc<jetstream::Message>>,
     stop: CancellationToken,
 ) -> Outcome {
     let run_id = lease.run.id;
@@ -140,7 +158,18 @@ async fn work(
     let span = tracing::info_span!("run", run_id = %run_id, tenant = %lease.run.tenant, epoch = lease.epoch);
     // The lease joins the trace of whatever dispatched it (the request that created the run, a
     // schedule fire, a webhook, the lease before it); a redelivered message carries the same.
-    weft_bus::trace::adopt(&span, msg.as_ref().and_then(|m| m.headers.as_ref()));
+    let msg = match from {
+        Carrier::Message(m) => {
+            weft_bus::trace::adopt(&span, m.headers.as_ref());
+            Some(m)
+        }
+        Carrier::Local(trace) => {
+            weft_telemetry::adopt_trace_context_with(&span, |k| {
+                trace.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+            });
+            None
+        }
+    };
     let heartbeat = tokio::spawn(heartbeat(
         inner.clone(),
         LeaseKey {

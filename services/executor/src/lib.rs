@@ -452,9 +452,12 @@ impl LocalStart for Reserved {
             epoch: run.lease_epoch,
             run,
         };
+        // The creating request's trace context, as a dispatch would carry it in its headers.
+        let mut trace = Vec::new();
+        weft_telemetry::inject_trace_context_with(|k, v| trace.push((k.to_owned(), v)));
         // Boxed, as in the pull loop: the run's future is not copied when spawned or ended.
         self.inner.local_tasks.spawn(Box::pin(async move {
-            dispatch::work_local(inner, lease, events, cancel, input, stop).await;
+            dispatch::work_local(inner, lease, events, trace, cancel, input, stop).await;
             drop(permit);
         }));
     }
