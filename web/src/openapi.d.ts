@@ -942,7 +942,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Postgres and the router answer */
+        /** Ready: the dependencies answer, started, not shutting down */
         get: {
             parameters: {
                 query?: never;
@@ -961,7 +961,7 @@ export interface paths {
                         "application/json": components["schemas"]["Readiness"];
                     };
                 };
-                /** @description a dependency is unreachable */
+                /** @description a dependency is unreachable, the process is still connecting, or it is shutting down */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -18868,9 +18868,16 @@ export interface components {
             cursor: string;
             messages: components["schemas"]["ChannelMessage"][];
         };
-        /** @description The answer of `/readyz`: ready only when every dependency answers. */
+        /**
+         * @description The answer of `/readyz`: ready only when every dependency answers, the process has started
+         *     (stores opened, migrations applied) and it is not shutting down.
+         */
         Readiness: {
-            /** @description Each dependency by name (`postgres`, `router`, `nats`, `redis`). */
+            /**
+             * @description Each check by name: the dependencies the service uses (the gateway's: `postgres`,
+             *     `router`, `nats`, `redis`), `started` (connected, migrations applied) and `accepting`
+             *     (`unavailable` once a SIGTERM began the drain).
+             */
             checks: {
                 [key: string]: "ok" | "unavailable";
             };

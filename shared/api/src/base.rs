@@ -609,12 +609,15 @@ pub enum HealthStatus {
     Ok,
 }
 
-/// The answer of `/readyz`: ready only when every dependency answers.
+/// The answer of `/readyz`: ready only when every dependency answers, the process has started
+/// (stores opened, migrations applied) and it is not shutting down.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[schemars(transform = tidy)]
 pub struct Readiness {
     pub status: ReadyStatus,
-    /// Each dependency by name (`postgres`, `router`, `nats`, `redis`).
+    /// Each check by name: the dependencies the service uses (the gateway's: `postgres`,
+    /// `router`, `nats`, `redis`), `started` (connected, migrations applied) and `accepting`
+    /// (`unavailable` once a SIGTERM began the drain).
     pub checks: BTreeMap<String, Check>,
 }
 
@@ -749,11 +752,11 @@ pub fn ops() -> Vec<Op> {
             .tag("ops")
             .security(Security::Open)
             .ok::<Health>("the process is up"),
-        Op::get("/readyz", "Postgres and the router answer")
+        Op::get("/readyz", "Ready: the dependencies answer, started, not shutting down")
             .tag("ops")
             .security(Security::Open)
             .ok::<Readiness>("ready")
-            .answer::<Readiness>(503, "a dependency is unreachable"),
+            .answer::<Readiness>(503, "a dependency is unreachable, the process is still connecting, or it is shutting down"),
         Op::get("/metrics", "Prometheus metrics")
             .tag("ops")
             .security(Security::Open)
