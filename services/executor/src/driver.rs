@@ -19,8 +19,8 @@ use weft_bus::{Dispatch, LiveEvent};
 use weft_coord::Admission;
 use weft_core::agent::AgentContent;
 use weft_core::run::{
-    AwaitingInput, ErrorEvent, RunEvent, RunFinished, RunPaused, RunSpec, RunStatus, StopReason,
-    TextDelta, UserInput,
+    AwaitingInput, ErrorEvent, EventKind, RunEvent, RunFinished, RunPaused, RunSpec, RunStatus,
+    StopReason, TextDelta, UserInput,
 };
 use weft_core::{Error, ErrorCode, Principal, RunId};
 use weft_proto::v1;
@@ -264,6 +264,14 @@ impl Driver {
         // A run works only while it holds one of its tenant's slots: the gateway took it for a
         // new root run, a parent for its sub-run; a run resumed after a crash or after lending
         // its slot to its sub-runs takes one again here, waiting while the tenant is full.
+        // A run asked to pause (or leased while its tenant drains) parks before anything,
+        // a slot included.
+        if *self.pause.borrow()
+            && !self.cancel.is_cancelled()
+            && self.park_paused_with(None).await?
+        {
+            return Ok(());
+        }
         if fresh.is_none() {
             self.wait_for_slot(self.run_id()).await?;
         }
@@ -983,14 +991,15 @@ impl Driver {
         if !unstarted.is_empty() {
             f.forget_unstarted(&unstarted).await?;
         }
-        let first = *seq;
+        // Parked before its transcript was read (at the lease's start): the seq is read here.
+        let first = if *seq > 0 { *seq } else { f.next_seq().await? };
         let mut events = named(vec![RunEvent::RunPaused(RunPaused {
             by: by.as_str().to_owned(),
             executor: self.inner.owner.clone(),
         })]);
         f.append(first, &mut events).await?;
         f.commit().await?;
-        *seq += 1;
+        *seq = first + 1;
         drop(seq);
         // A paused run holds no admission slot; the resume's lease takes one again.
         let _ = self
@@ -1000,6 +1009,30 @@ impl Driver {
             .await;
         tracing::info!(by = by.as_str(), "run paused");
         self.after_commit(None, first, 0, &events).await;
+        // A cancel that came while the park committed found the run still held, and left it to
+        // this executor: the run, parked now, is ended as a parked one is.
+        let cancelled = self.cancel.is_cancelled()
+            || self
+                .inner
+                .coord
+                .is_cancelled(self.run_id())
+                .await
+                .unwrap_or(false);
+        if cancelled
+            && let Ok(Some((seq, data))) = self
+                .inner
+                .store
+                .cancel_unheld_event(self.run_id(), Some("cancelled while pausing"))
+                .await
+        {
+            self.publish_live(vec![LiveEvent {
+                seq,
+                kind: EventKind::RunFinished.as_str().to_owned(),
+                persisted: true,
+                data,
+            }])
+            .await;
+        }
         Ok(true)
     }
 
@@ -1016,9 +1049,16 @@ impl Driver {
                 () = tokio::time::sleep(grace) => false,
                 _ = rx.wait_for(|p| !*p) => true,
             };
-            // Called off meanwhile: wait for the next ask.
-            if !called_off && *rx.borrow() {
-                return;
+            // Called off meanwhile (a resume's message), or in Postgres (a message lost): the
+            // calls go on; wait for the next ask.
+            if called_off || !*rx.borrow() {
+                continue;
+            }
+            match self.inner.store.asked_to_pause(&[self.run_id()]).await {
+                Ok(asked) if asked.is_empty() => {
+                    self.pause.send_replace(false);
+                }
+                _ => return,
             }
         }
     }

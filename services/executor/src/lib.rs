@@ -168,6 +168,9 @@ impl Inner {
                 ControlOp::Pause => {
                     h.pause.send_replace(true);
                 }
+                ControlOp::Resume => {
+                    h.pause.send_replace(false);
+                }
             }
         }
     }

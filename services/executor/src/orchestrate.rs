@@ -168,6 +168,9 @@ impl Driver {
         // A result is recorded as soon as its call returns, so a crash or an abort of a sibling
         // later in the turn cannot turn a known outcome into an unknown one.
         let mut asks = Vec::new();
+        // One grace for the calls under way, not one per call that returns.
+        let grace = self.pause_grace_over();
+        tokio::pin!(grace);
         loop {
             let next = tokio::select! {
                 () = self.lost.cancelled() => return Err(Stop::Lost),
@@ -177,7 +180,7 @@ impl Driver {
                 () = self.cancel.cancelled() => return Ok(None),
                 // A pause lets the calls under way finish, for a grace; then they are
                 // abandoned (an effectful one's outcome is unknown to the resumed run).
-                () = self.pause_grace_over() => return Err(Stop::Paused),
+                () = &mut grace => return Err(Stop::Paused),
                 n = running.next() => n,
             };
             let Some((a, ran)) = next else { break };

@@ -328,6 +328,9 @@ impl Driver {
             tokio::time::Instant::now() + Duration::from_secs(2),
             Duration::from_secs(2),
         );
+        // One grace for the wait, however often the child's row is read again.
+        let grace = self.pause_grace_over();
+        tokio::pin!(grace);
         // Whether the child's event subscription is still open; once closed, the 2 s recheck
         // alone notices its end.
         let mut open = true;
@@ -376,7 +379,7 @@ impl Driver {
                     }
                     () = self.lost.cancelled() => return Err(Stop::Lost),
                     () = self.stop.cancelled() => return Err(Stop::Shutdown),
-                    () = self.pause_grace_over() => return Err(Stop::Paused),
+                    () = &mut grace => return Err(Stop::Paused),
                     m = sub.next(), if open => match m {
                         None => open = false,
                         Some(m) if weft_bus::decode_events(&m.payload)

@@ -17,9 +17,10 @@ use weft_api::common::Timestamp;
 use weft_api::operations::{DrainRuns, DrainStatus, DrainTransition};
 use weft_api::runs::Run;
 use weft_bus::Dispatch;
-use weft_core::run::RunStatus;
-use weft_core::{Error, ErrorCode, Principal, RunId, Scope, TenantId};
-use weft_store::FLEET;
+use weft_coord::ControlOp;
+use weft_core::run::{EventKind, RunStatus};
+use weft_core::{Error, Principal, RunId, Scope, TenantId};
+use weft_store::{FLEET, Resumed};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -55,20 +56,34 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/v1/fleet/resume", post(resume_fleet_handler))
 }
 
-fn coord_err(e: &weft_coord::CoordError) -> ApiError {
-    tracing::warn!(error = %e, "redis unavailable");
-    ApiError::native(Error::new(
-        ErrorCode::AdmissionUnavailable,
-        "Redis is unreachable, so the pause cannot be told to admission and the executors; retry shortly",
-    ))
+/// Tells the executors holding `runs` that they are asked to park them (`Pause`), or no longer
+/// (`Resume`). Best effort: the record is in Postgres, which a lease, a resubscribed executor,
+/// the grace's end and `GET …/drain` read again.
+async fn tell(st: &AppState, runs: &[RunId], op: ControlOp) {
+    for run in runs {
+        if let Err(e) = st.coord.tell(*run, op).await {
+            tracing::warn!(error = %e, run = %run, "a run's executor was not told of its pause; it reads it again from Postgres");
+            return;
+        }
+    }
 }
 
-/// Tells the executors holding `runs` to park them at their next step boundary.
-pub(crate) async fn tell_paused(st: &AppState, runs: &[RunId]) -> Result<()> {
-    for run in runs {
-        st.coord.pause(*run).await.map_err(|e| coord_err(&e))?;
-    }
-    Ok(())
+/// Publishes a `run_resumed` the store appended to the run's live watchers.
+fn publish_resumed(st: &AppState, run: RunId, seq: i64, data: serde_json::Value) {
+    let live: weft_bus::LiveBatch = vec![weft_bus::LiveEvent {
+        seq,
+        kind: EventKind::RunResumed.as_str().to_owned(),
+        persisted: true,
+        data,
+    }]
+    .into();
+    st.hub.publish(run, &live);
+    let bus = st.bus.clone();
+    tokio::spawn(async move {
+        if let Err(e) = bus.publish_events(run, &live).await {
+            tracing::debug!(error = %e, "run_resumed not published; watchers read it from the transcript");
+        }
+    });
 }
 
 /// Dispatches a run queued again by a resume.
@@ -105,8 +120,16 @@ fn ts(t: time::OffsetDateTime) -> Timestamp {
     Timestamp(t.format(&Rfc3339).unwrap_or_default())
 }
 
-/// Where `scope`'s drain is.
-async fn status(st: &AppState, scope: &str) -> Result<DrainStatus> {
+/// Where `scope`'s drain is, as `viewer` may see it: an operator's identity is shown to
+/// operators and its own tenant only.
+async fn status(st: &AppState, viewer: &Principal, scope: &str) -> Result<DrainStatus> {
+    let shown = |tenant: &str, subject: String| {
+        if viewer.is_admin() || tenant == viewer.tenant.as_str() {
+            (tenant.to_owned(), subject)
+        } else {
+            ("".to_owned(), "an operator".to_owned())
+        }
+    };
     let pause = st.runs.pause_of(scope).await.map_err(store_err)?;
     let progress = st.runs.pause_progress(scope).await.map_err(store_err)?;
     let transitions = st
@@ -119,7 +142,7 @@ async fn status(st: &AppState, scope: &str) -> Result<DrainStatus> {
         scope: scope.to_owned(),
         draining,
         since: pause.as_ref().map(|p| ts(p.since)),
-        by: pause.map(|p| p.subject),
+        by: pause.map(|p| shown(&p.tenant, p.subject).1),
         complete: draining && progress.running == 0 && progress.queued == 0,
         runs: DrainRuns {
             running: progress.running,
@@ -129,11 +152,14 @@ async fn status(st: &AppState, scope: &str) -> Result<DrainStatus> {
         },
         transitions: transitions
             .into_iter()
-            .map(|t| DrainTransition {
-                action: t.action,
-                tenant: t.tenant,
-                subject: t.subject,
-                at: ts(t.at),
+            .map(|t| {
+                let (tenant, subject) = shown(&t.tenant, t.subject);
+                DrainTransition {
+                    action: t.action,
+                    tenant,
+                    subject,
+                    at: ts(t.at),
+                }
             })
             .collect(),
     })
@@ -146,10 +172,11 @@ async fn drain(st: &AppState, p: &Principal, scope: &str) -> Result<DrainStatus>
         .drain(scope, (&p.tenant, &p.subject))
         .await
         .map_err(store_err)?;
-    st.coord
-        .set_pause(scope, true)
-        .await
-        .map_err(|e| coord_err(&e))?;
+    // Admission refuses from here (best effort: the mirror sets the key within its period if
+    // Redis cannot be reached now, and a run admitted meanwhile parks when leased).
+    if let Err(e) = st.coord.set_pause(scope, true).await {
+        tracing::warn!(error = %e, scope, "the drain's admission key was not set; the mirror sets it");
+    }
     tracing::info!(scope, subject = %p.subject, runs = marked.held.len() + marked.unheld.len(), "drain began");
     // Runs admitted while the drain began (their admission passed before the key was set) are
     // asked now; held ones are told.
@@ -160,15 +187,15 @@ async fn drain(st: &AppState, p: &Principal, scope: &str) -> Result<DrainStatus>
             held.push(r);
         }
     }
-    tell_paused(st, &held).await?;
-    status(st, scope).await
+    tell(st, &held, ControlOp::Pause).await;
+    status(st, p, scope).await
 }
 
 /// While `scope` drains, the runs not told yet are told (again).
 async fn nudge(st: &AppState, scope: &str) -> Result<()> {
     if st.runs.pause_of(scope).await.map_err(store_err)?.is_some() {
         let late = st.runs.drain_stragglers(scope).await.map_err(store_err)?;
-        tell_paused(st, &late.held).await?;
+        tell(st, &late.held, ControlOp::Pause).await;
     }
     Ok(())
 }
@@ -180,17 +207,20 @@ async fn resume(st: &AppState, p: &Principal, scope: &str) -> Result<DrainStatus
         .resume_scope(scope, (&p.tenant, &p.subject))
         .await
         .map_err(store_err)?;
-    st.coord
-        .set_pause(scope, false)
-        .await
-        .map_err(|e| coord_err(&e))?;
-    if let Some(runs) = resumed {
-        tracing::info!(scope, subject = %p.subject, runs = runs.len(), "drain ended");
-        for (run, tenant) in runs {
+    if let Some(r) = resumed {
+        tracing::info!(scope, subject = %p.subject, runs = r.queued.len(), "drain ended");
+        tell(st, &r.unasked_held, ControlOp::Resume).await;
+        for (run, tenant, seq, data) in r.queued {
+            publish_resumed(st, run, seq, data);
             dispatch(st, run, &tenant).await?;
         }
     }
-    status(st, scope).await
+    // Admission admits again (best effort: the mirror clears the key if Redis cannot be
+    // reached now).
+    if let Err(e) = st.coord.set_pause(scope, false).await {
+        tracing::warn!(error = %e, scope, "the drain's admission key was not cleared; the mirror clears it");
+    }
+    status(st, p, scope).await
 }
 
 /// `POST /v1/tenants/{tenant}/drain`.
@@ -214,7 +244,7 @@ pub async fn tenant_status_handler(
 ) -> Result<Json<DrainStatus>> {
     let tenant = administered(&p, &tenant)?;
     nudge(&st, tenant.as_str()).await?;
-    Ok(Json(status(&st, tenant.as_str()).await?))
+    Ok(Json(status(&st, &p, tenant.as_str()).await?))
 }
 
 /// `POST /v1/tenants/{tenant}/resume`.
@@ -243,7 +273,7 @@ pub async fn fleet_status_handler(
 ) -> Result<Json<DrainStatus>> {
     operator(&p)?;
     nudge(&st, FLEET).await?;
-    Ok(Json(status(&st, FLEET).await?))
+    Ok(Json(status(&st, &p, FLEET).await?))
 }
 
 /// `POST /v1/fleet/resume`.
@@ -263,7 +293,9 @@ pub async fn pause_run_handler(
     NativePath(id): NativePath<String>,
 ) -> Result<(StatusCode, Json<Run>)> {
     let run = visible_run(&st, &p, &id).await?;
-    if run.status.is_terminal() || run.status == RunStatus::Paused {
+    // A run parked by a drain is asked too: paused by itself as well, it stays paused when
+    // the drain ends.
+    if run.status.is_terminal() {
         return Ok((StatusCode::OK, Json(run_view(&run))));
     }
     let mut targets = vec![run.id];
@@ -278,7 +310,7 @@ pub async fn pause_run_handler(
         .request_pause(&p.tenant, &targets)
         .await
         .map_err(store_err)?;
-    tell_paused(&st, &marked.held).await?;
+    tell(&st, &marked.held, ControlOp::Pause).await;
     let now = st
         .runs
         .get(&p.tenant, run.id)
@@ -314,8 +346,14 @@ pub async fn resume_run_handler(
             .await
             .map_err(store_err)?
         {
-            Ok(true) => dispatch(&st, target, &p.tenant).await?,
-            Ok(false) => {}
+            Ok(Resumed::Queued { seq, data }) => {
+                publish_resumed(&st, target, seq, data);
+                dispatch(&st, target, &p.tenant).await?;
+            }
+            Ok(Resumed::Unasked { held: true }) => {
+                tell(&st, &[target], ControlOp::Resume).await;
+            }
+            Ok(Resumed::Unasked { held: false }) => {}
             // The run asked for is held by a drain: say so. A sub-run held by one is left.
             Err(weft_store::ResumeRefused::ScopePaused(scope)) if i == 0 => {
                 return Err(ApiError::native(weft_launch::paused_err(
@@ -335,10 +373,10 @@ pub async fn resume_run_handler(
     Ok(Json(run_view(&now)))
 }
 
-/// Keeps Redis's pause keys equal to Postgres's drains until `stop`: a Redis that restarted
-/// (and lost them) refuses a draining tenant's runs again within [`MIRROR_EVERY`], and a key a
-/// failed resume left behind goes. (Runs admitted meanwhile are paused when leased: the
-/// executor reads the drains from Postgres.)
+/// Keeps Redis's pause keys set for Postgres's drains until `stop`: a Redis that restarted (and
+/// lost them) refuses a draining tenant's runs again within [`MIRROR_EVERY`], and a key a failed
+/// resume could not delete expires ([`weft_coord::PAUSE_KEY_TTL_SECS`]). (Runs admitted
+/// meanwhile are paused when leased: the lease reads the drains from Postgres.)
 pub async fn mirror_pauses(st: AppState, stop: CancellationToken) {
     let mut tick = tokio::time::interval(MIRROR_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

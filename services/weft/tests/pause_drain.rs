@@ -177,6 +177,13 @@ async fn a_drain_parks_every_run_at_a_boundary_and_its_resume_finishes_them_all_
         assert_eq!(s, 503, "{e}");
         assert_eq!(e["error"]["code"], "tenant_paused");
     }
+    // One parked run is paused by itself too: the tenant's resume leaves it paused.
+    let kept = parked[0].clone();
+    let (s, k) = f
+        .post(&format!("/v1/runs/{kept}/pause"), &acme, json!({}))
+        .await;
+    assert_eq!(s, 200, "{k}");
+    assert_eq!(k["paused_by"], "run", "{k}");
     // The other tenant's runs went on to their end meanwhile.
     for run in &beta_runs {
         let r = finished_as(&f, &beta, run).await;
@@ -188,6 +195,12 @@ async fn a_drain_parks_every_run_at_a_boundary_and_its_resume_finishes_them_all_
     assert_eq!(s, 200, "{resumed}");
     assert_eq!(resumed["draining"], false);
     assert_eq!(resumed["transitions"][0]["action"], "resume");
+    let (_, k) = f.get(&format!("/v1/runs/{kept}"), &acme).await;
+    assert_eq!(k["status"], "paused", "{k}");
+    let (s, k) = f
+        .post(&format!("/v1/runs/{kept}/resume"), &acme, json!({}))
+        .await;
+    assert_eq!(s, 200, "{k}");
     for run in &acme_runs {
         let r = finished_as(&f, &acme, run).await;
         assert_eq!(r["status"], "succeeded", "{r}");
@@ -203,6 +216,7 @@ async fn a_drain_parks_every_run_at_a_boundary_and_its_resume_finishes_them_all_
         let k = kinds(&events);
         let paused = k.iter().filter(|k| **k == "run_paused").count();
         let resumed = k.iter().filter(|k| **k == "run_resumed").count();
+        // The run kept paused was resumed once: by its own resume, not the tenant's.
         if parked.contains(run) {
             assert_eq!((paused, resumed), (1, 1), "{k:?}");
             let p = k.iter().position(|k| *k == "run_paused").unwrap();
@@ -309,6 +323,65 @@ async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_res
         k.iter().position(|k| *k == "run_paused") < k.iter().position(|k| *k == "run_resumed"),
         "{k:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_called_off_within_the_grace_lets_the_call_under_way_finish() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let release = CancellationToken::new();
+    let addr = holding_endpoint(calls.clone(), arrived.clone(), release.clone()).await;
+    let f = TestFleet::start_with(|c| {
+        c.executor.allowed_hosts = vec!["127.0.0.1".into()];
+        c.executor.http_private_exempt = vec!["127.0.0.1/32".into()];
+        c.executor.http_timeout_ms = 60_000;
+        c.executor.pause_grace_ms = 200;
+    })
+    .await;
+    put_agent(
+        &f,
+        &f.admin,
+        "poster",
+        json!({"model": "mock-1", "tools": ["HTTP"]}),
+    )
+    .await;
+    let post = json!({"name": "HTTP", "input": {"method": "POST", "url": format!("http://{addr}/hook"), "body": "ship it"}});
+    let input = common::script(json!([[post]]), "done");
+    let run = create(&f, &f.admin, json!({"agent": "poster", "input": input})).await;
+    tokio::time::timeout(Duration::from_secs(60), arrived.notified())
+        .await
+        .expect("the POST was made");
+    let (s, asked) = f
+        .post(&format!("/v1/runs/{run}/pause"), &f.admin, json!({}))
+        .await;
+    assert_eq!(s, 202, "{asked}");
+    let (s, resumed) = f
+        .post(&format!("/v1/runs/{run}/resume"), &f.admin, json!({}))
+        .await;
+    assert_eq!(s, 200, "{resumed}");
+    assert_eq!(resumed["status"], "running", "{resumed}");
+    assert!(resumed.get("paused_by").is_none(), "{resumed}");
+    // The grace the pause began runs out while the call is still under way: called off, it
+    // must not abandon the call. (The grace is time; so is this wait, five graces long.)
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    release.cancel();
+    let r = finished_as(&f, &f.admin, &run).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let events = all_events_as(&f, &f.admin, &run).await;
+    let result = events
+        .iter()
+        .find(|e| e["kind"] == "tool_result")
+        .expect("a result");
+    assert_eq!(result["data"]["is_error"], false, "{result}");
+    assert!(
+        result["data"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("taken"),
+        "{result}"
+    );
+    assert!(!kinds(&events).contains(&"run_paused"), "{events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -130,6 +130,8 @@ pub enum ControlOp {
     Input,
     /// Park the run at its next step boundary (docs/operations.md).
     Pause,
+    /// The pause was called off before the run parked: its calls under way go on.
+    Resume,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,29 +342,18 @@ impl Coord {
     }
 
     /// Mirrors the drains in force (`scopes`: tenant ids, `*` for the fleet) into Redis, so
-    /// admission refuses their runs; the pause keys of other scopes go.
+    /// admission refuses their runs: each key is set for [`PAUSE_KEY_TTL_SECS`], renewed by
+    /// every mirror. A key is never deleted here (a drain that began after the read would be
+    /// undone): a resume deletes its own, and one it could not delete expires.
     pub async fn mirror_pauses(&self, scopes: &[String]) -> Result<(), CoordError> {
-        let mut c = self.conn().await?;
-        // The fleet's key, `<prefix>:pause:*`, read as a pattern matches every pause key.
-        let existing: Vec<String> = {
-            let mut it = c
-                .scan_match::<_, String>(self.keys.pause("*"))
-                .await
-                .map_err(unavailable)?;
-            let mut out = Vec::new();
-            while let Some(k) = it.next_item().await {
-                out.push(k.map_err(unavailable)?);
-            }
-            out
-        };
-        let wanted: std::collections::HashSet<String> =
-            scopes.iter().map(|s| self.keys.pause(s)).collect();
-        let mut pipe = redis::pipe();
-        for k in existing.iter().filter(|k| !wanted.contains(*k)) {
-            pipe.del(k).ignore();
+        if scopes.is_empty() {
+            return Ok(());
         }
-        for k in &wanted {
-            pipe.set(k, 1).ignore();
+        let mut c = self.conn().await?;
+        let mut pipe = redis::pipe();
+        for s in scopes {
+            pipe.set_ex(self.keys.pause(s), 1, PAUSE_KEY_TTL_SECS)
+                .ignore();
         }
         let _: () = pipe.query_async(&mut c).await.map_err(unavailable)?;
         Ok(())
@@ -373,7 +364,7 @@ impl Coord {
         let mut c = self.conn().await?;
         let key = self.keys.pause(scope);
         let _: () = if on {
-            c.set(key, 1).await
+            c.set_ex(key, 1, PAUSE_KEY_TTL_SECS).await
         } else {
             c.del(key).await
         }
@@ -381,17 +372,11 @@ impl Coord {
         Ok(())
     }
 
-    /// Tells the executor holding `run` to park it at its next step boundary.
-    pub async fn pause(&self, run: RunId) -> Result<(), CoordError> {
+    /// Tells the executor holding `run` to park it at its next step boundary (`Pause`), or
+    /// that the pause was called off (`Resume`).
+    pub async fn tell(&self, run: RunId, op: ControlOp) -> Result<(), CoordError> {
         let mut c = self.conn().await?;
-        self.publish(
-            &mut c,
-            Control {
-                run_id: run,
-                op: ControlOp::Pause,
-            },
-        )
-        .await
+        self.publish(&mut c, Control { run_id: run, op }).await
     }
 
     /// Takes one of `limit` slots of the set at `key` for `member`, leased for `lease`.
@@ -736,6 +721,10 @@ pub enum ControlSignal {
     /// The subscription was (re)established; messages sent while it was down are lost.
     Resubscribed,
 }
+
+/// How long a pause key lives unless a mirror renews it (every 5 s while its drain is in
+/// force): a key a failed resume could not delete refuses runs at most this long.
+pub const PAUSE_KEY_TTL_SECS: u64 = 30;
 
 /// What the admission script's answer means.
 fn admission(wait_ms: i64) -> Admission {

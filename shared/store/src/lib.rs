@@ -21,7 +21,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, QueryBuilder};
 
 pub use evaluations::{EvaluationRow, EvaluationTotals, Recorded, evaluation_totals};
-pub use pauses::{FLEET, Marked, PauseProgress, PauseRow, ResumeRefused, Transition};
+pub use pauses::{
+    FLEET, Marked, PauseProgress, PauseRow, ResumeRefused, Resumed, ScopeResumed, Transition,
+};
 pub use plans::{Approved, EvaluationCount, NewEvaluation, PlanControl, PlanRow};
 pub use recall::{RecallFrom, RecalledEvent, SEARCHED_BYTES, event_text};
 pub use responses::{Chain, MAX_CHAIN, MAX_CHAIN_BYTES, NewResponse, ResponseStore};

@@ -51,6 +51,25 @@ pub struct Transition {
     pub at: OffsetDateTime,
 }
 
+/// What a resume did to one run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resumed {
+    /// It was parked: it is queued again, with its `run_resumed` event at this seq (to be
+    /// dispatched, and published to live watchers).
+    Queued { seq: i64, data: Value },
+    /// It was asked but had not parked yet: no longer asked. `held`: an executor works on it
+    /// (to be told, so the calls under way go on).
+    Unasked { held: bool },
+}
+
+/// What a scope's resume did: runs queued again (each with its `run_resumed` event), and held
+/// runs no longer asked (to be told).
+#[derive(Clone, Debug, Default)]
+pub struct ScopeResumed {
+    pub queued: Vec<(RunId, TenantId, i64, Value)>,
+    pub unasked_held: Vec<RunId>,
+}
+
 /// Why a run could not be resumed.
 #[derive(Debug)]
 pub enum ResumeRefused {
@@ -110,16 +129,17 @@ impl RunStore {
         Ok(split(rows))
     }
 
-    /// Resumes a run paused by itself: parked, it is queued again (with a `run_resumed` event;
-    /// true: dispatch it); not parked yet, it is no longer asked to park (false).
+    /// Resumes a run paused by itself: parked, it is queued again (with a `run_resumed` event);
+    /// not parked yet, it is no longer asked to park. A run in `paused` that nothing holds
+    /// paused any more (imported so, say) is queued again too.
     pub async fn resume_run(
         &self,
         tenant: &TenantId,
         id: RunId,
-    ) -> Result<Result<bool, ResumeRefused>, RunStoreError> {
+    ) -> Result<Result<Resumed, ResumeRefused>, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
-        let row: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(
-            "SELECT r.status, r.paused_by,
+        let row: Option<(String, Option<String>, bool, Option<String>)> = sqlx::query_as(
+            "SELECT r.status, r.paused_by, r.lease_owner IS NOT NULL,
                     (SELECT p.scope FROM pauses p WHERE p.scope IN (r.tenant_id, '*')
                      ORDER BY p.scope DESC LIMIT 1)
              FROM runs r WHERE r.id = $1 AND r.tenant_id = $2 FOR UPDATE",
@@ -128,17 +148,17 @@ impl RunStore {
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((status, paused_by, in_force)) = row else {
+        let Some((status, paused_by, held, in_force)) = row else {
             return Ok(Err(ResumeRefused::NotPaused(RunStatus::Cancelled)));
         };
         let status = RunStatus::parse(&status).unwrap_or(RunStatus::Cancelled);
         if let Some(scope) = in_force {
             return Ok(Err(ResumeRefused::ScopePaused(kind_of(&scope))));
         }
-        if paused_by.is_none() {
+        let parked = status == RunStatus::Paused;
+        if paused_by.is_none() && !parked {
             return Ok(Err(ResumeRefused::NotPaused(status)));
         }
-        let parked = status == RunStatus::Paused;
         sqlx::query(
             "UPDATE runs SET paused_by = NULL,
                  status = CASE WHEN status = 'paused' THEN 'queued' ELSE status END, updated_at = now()
@@ -147,11 +167,14 @@ impl RunStore {
         .bind(id.0)
         .execute(&mut *tx)
         .await?;
-        if parked {
-            resumed_event(&mut tx, id, tenant.as_str(), PauseScope::Run).await?;
-        }
+        let resumed = if parked {
+            let (seq, data) = resumed_event(&mut tx, id, tenant.as_str(), PauseScope::Run).await?;
+            Resumed::Queued { seq, data }
+        } else {
+            Resumed::Unasked { held }
+        };
         tx.commit().await?;
-        Ok(Ok(parked))
+        Ok(Ok(resumed))
     }
 
     /// Starts a drain of `scope` (a tenant id, or [`FLEET`]) asked by `by`: records it (a drain
@@ -159,7 +182,7 @@ impl RunStore {
     /// pause. Runs already asked by another pause keep it.
     pub async fn drain(&self, scope: &str, by: (&TenantId, &str)) -> Result<Marked, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
-        sqlx::query(
+        let began = sqlx::query(
             "INSERT INTO pauses (scope, tenant_id, subject) VALUES ($1, $2, $3)
              ON CONFLICT (scope) DO NOTHING",
         )
@@ -167,8 +190,12 @@ impl RunStore {
         .bind(by.0.as_str())
         .bind(by.1)
         .execute(&mut *tx)
-        .await?;
-        transition(&mut tx, scope, "drain", by).await?;
+        .await?
+        .rows_affected();
+        // A drain asked again keeps its start, and is no new transition.
+        if began == 1 {
+            transition(&mut tx, scope, "drain", by).await?;
+        }
         let marked = mark(&mut tx, scope).await?;
         tx.commit().await?;
         Ok(marked)
@@ -181,14 +208,12 @@ impl RunStore {
         let mut tx = crate::begin(&self.pool).await?;
         let mut marked = mark(&mut tx, scope).await?;
         tx.commit().await?;
-        let kind = kind_of(scope).as_str();
         let held: Vec<Uuid> = sqlx::query_scalar(
             "SELECT id FROM runs
-             WHERE ($1 = '*' OR tenant_id = $1) AND paused_by = $2
+             WHERE ($1 = '*' OR tenant_id = $1) AND paused_by IS NOT NULL
                AND status = 'running' AND lease_owner IS NOT NULL",
         )
         .bind(scope)
-        .bind(kind)
         .fetch_all(&self.pool)
         .await?;
         for id in held {
@@ -299,7 +324,7 @@ impl RunStore {
         &self,
         scope: &str,
         by: (&TenantId, &str),
-    ) -> Result<Option<Vec<(RunId, TenantId)>>, RunStoreError> {
+    ) -> Result<Option<ScopeResumed>, RunStoreError> {
         let mut tx = crate::begin(&self.pool).await?;
         let gone = sqlx::query("DELETE FROM pauses WHERE scope = $1")
             .bind(scope)
@@ -322,7 +347,7 @@ impl RunStore {
         .bind(kind)
         .execute(&mut *tx)
         .await?;
-        let rows: Vec<(Uuid, String, String)> = sqlx::query_as(
+        let rows: Vec<(Uuid, String, String, bool)> = sqlx::query_as(
             "WITH before AS (
                  SELECT id, status FROM runs
                  WHERE paused_by = $2 AND ($1 = '*' OR tenant_id = $1) FOR UPDATE
@@ -331,25 +356,28 @@ impl RunStore {
                  status = CASE WHEN r.status = 'paused' THEN 'queued' ELSE r.status END,
                  updated_at = now()
              FROM before b WHERE r.id = b.id
-             RETURNING r.id, r.tenant_id, b.status",
+             RETURNING r.id, r.tenant_id, b.status, r.lease_owner IS NOT NULL",
         )
         .bind(scope)
         .bind(kind)
         .fetch_all(&mut *tx)
         .await?;
-        let mut queued = Vec::new();
-        for (id, tenant, before) in rows {
+        let mut out = ScopeResumed::default();
+        for (id, tenant, before, held) in rows {
+            let id = RunId(id);
             if before != RunStatus::Paused.as_str() {
+                if held {
+                    out.unasked_held.push(id);
+                }
                 continue;
             }
-            let id = RunId(id);
-            resumed_event(&mut tx, id, &tenant, kind_of(scope)).await?;
+            let (seq, data) = resumed_event(&mut tx, id, &tenant, kind_of(scope)).await?;
             if let Ok(t) = TenantId::parse(&tenant) {
-                queued.push((id, t));
+                out.queued.push((id, t, seq, data));
             }
         }
         tx.commit().await?;
-        Ok(Some(queued))
+        Ok(Some(out))
     }
 }
 
@@ -414,16 +442,19 @@ async fn transition(
     Ok(())
 }
 
+/// Appends `run_resumed`; its seq and data.
 async fn resumed_event(
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
     id: RunId,
     tenant: &str,
     by: PauseScope,
-) -> Result<(), RunStoreError> {
+) -> Result<(i64, Value), RunStoreError> {
     let seq = next_seq(tx, id).await?;
     let mut events = [RunEvent::RunResumed(RunResumed {
         by: by.as_str().to_owned(),
     })
     .into_parts()];
-    insert_events(tx, id, tenant, 0, seq, &mut events).await
+    insert_events(tx, id, tenant, 0, seq, &mut events).await?;
+    let [(_, data)] = events;
+    Ok((seq, data))
 }

@@ -663,7 +663,7 @@ impl RunStore {
         let mut tx = crate::begin(&self.pool).await?;
         let r: Option<Ended> = sqlx::query_as(
             "UPDATE runs SET status = 'cancelled', stop_reason = 'cancelled', lease_epoch = lease_epoch + 1,
-                 lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL,
+                 lease_owner = NULL, lease_expires_at = NULL, pending_interrupt = NULL, paused_by = NULL,
                  finished_at = now(), updated_at = now()
              WHERE id = $1 AND status IN ('queued', 'running', 'awaiting_input', 'paused')
                AND (lease_owner IS NULL OR lease_expires_at < now())
@@ -1020,6 +1020,13 @@ impl Fenced {
         Ok(())
     }
 
+    /// The run's next free seq, read under the fence (for a writer that has not read the
+    /// transcript).
+    pub async fn next_seq(&mut self) -> Result<i64, RunStoreError> {
+        let run = self.run;
+        next_seq(&mut self.tx, run).await
+    }
+
     /// Appends events; `first_seq` is the next free seq. The events are made storable in place
     /// (see [`storable`]), so the caller holds what was stored.
     pub async fn append(
@@ -1260,13 +1267,18 @@ async fn insert_run<'e>(
         "WITH run AS (
              INSERT INTO runs (id, tenant_id, subject, agent_name, agent_hash, parent_run_id,
                  root_run_id, depth, status, interactive, spec, idempotency_key,
-                 lease_owner, lease_epoch, lease_expires_at, started_at)
+                 lease_owner, lease_epoch, lease_expires_at, started_at, paused_by)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
                  CASE WHEN $15::text IS NULL THEN 'queued' ELSE 'running' END, $9, $10, $11,
                  $15, CASE WHEN $15::text IS NULL THEN 0 ELSE 1 END,
                  CASE WHEN $15::text IS NULL THEN NULL
                       ELSE now() + $16::bigint * interval '1 millisecond' END,
-                 CASE WHEN $15::text IS NULL THEN NULL ELSE now() END)
+                 CASE WHEN $15::text IS NULL THEN NULL ELSE now() END,
+                 -- A run made leased takes no lease later: it reads the drains in force now,
+                 -- as acquire_lease does.
+                 CASE WHEN $15::text IS NULL THEN NULL
+                      ELSE (SELECT CASE WHEN p.scope = '*' THEN 'fleet' ELSE 'tenant' END
+                            FROM pauses p WHERE p.scope IN ($2, '*') ORDER BY p.scope DESC LIMIT 1) END)
              ON CONFLICT (tenant_id, subject, idempotency_key) WHERE idempotency_key IS NOT NULL
              DO NOTHING
              RETURNING *),

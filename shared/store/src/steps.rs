@@ -348,6 +348,7 @@ impl StepShape {
             lease_owner = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_owner END,
             lease_expires_at = CASE WHEN req.mode >= 2 THEN NULL ELSE runs.lease_expires_at END,
             finished_at = CASE WHEN req.mode = 3 THEN now() ELSE runs.finished_at END,
+            paused_by = CASE WHEN req.mode = 3 THEN NULL ELSE runs.paused_by END,
             lapses = 0, updated_at = now()
         FROM req WHERE runs.id = req.id AND runs.lease_epoch = req.epoch AND req.mode > 0
         RETURNING runs.id, runs.tenant_id, runs.lease_epoch)",

@@ -733,7 +733,8 @@ pub(super) fn input_text(m: &Message) -> Result<String, Fail> {
 fn state_of(run: &Value) -> TaskState {
     match run.get("status").and_then(Value::as_str) {
         Some("queued") => TaskState::Submitted,
-        Some("running") => TaskState::Working,
+        // A paused run is still the agent's work: it goes on when resumed.
+        Some("running" | "paused") => TaskState::Working,
         Some("awaiting_input") => TaskState::InputRequired,
         Some("succeeded") => TaskState::Completed,
         Some("failed") => TaskState::Failed,

@@ -135,6 +135,22 @@ impl<O: Write, E: Write> Render<O, E> {
             RunEvent::Interruption(i) => {
                 self.line(&format!("? {}", fold(&i.question, 4 * FOLD)), Style::Plain);
             }
+            RunEvent::RunPaused(p) => {
+                self.line(
+                    &format!(
+                        "⏸ run paused (by its {}); `weft resume --run` goes on",
+                        if p.by == "run" {
+                            "own pause"
+                        } else {
+                            p.by.as_str()
+                        }
+                    ),
+                    Style::Dim,
+                );
+            }
+            RunEvent::RunResumed(_) => {
+                self.line("▶ run resumed", Style::Dim);
+            }
             RunEvent::SubRunStarted(s) => {
                 self.line(
                     &format!(
