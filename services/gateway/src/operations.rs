@@ -25,7 +25,7 @@ use weft_store::{FLEET, Resumed};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::NativePath;
-use crate::runs::{run_view, store_err, visible_run};
+use crate::runs::{reread, run_view, store_err, visible_run, with_live_descendants};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -298,25 +298,14 @@ pub async fn pause_run_handler(
     if run.status.is_terminal() {
         return Ok((StatusCode::OK, Json(run_view(&run))));
     }
-    let mut targets = vec![run.id];
-    targets.extend(
-        st.runs
-            .live_descendants(&p.tenant, run.id)
-            .await
-            .map_err(store_err)?,
-    );
+    let targets = with_live_descendants(&st, &p, run.id).await?;
     let marked = st
         .runs
         .request_pause(&p.tenant, &targets)
         .await
         .map_err(store_err)?;
     tell(&st, &marked.held, ControlOp::Pause).await;
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     let code = if now.status == RunStatus::Paused {
         StatusCode::OK
     } else {
@@ -332,13 +321,7 @@ pub async fn resume_run_handler(
     NativePath(id): NativePath<String>,
 ) -> Result<Json<Run>> {
     let run = visible_run(&st, &p, &id).await?;
-    let mut targets = vec![run.id];
-    targets.extend(
-        st.runs
-            .live_descendants(&p.tenant, run.id)
-            .await
-            .map_err(store_err)?,
-    );
+    let targets = with_live_descendants(&st, &p, run.id).await?;
     for (i, target) in targets.into_iter().enumerate() {
         match st
             .runs
@@ -364,12 +347,7 @@ pub async fn resume_run_handler(
             Err(_) => {}
         }
     }
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     Ok(Json(run_view(&now)))
 }
 

@@ -750,13 +750,7 @@ pub async fn cancel_run_handler(
         return Ok((StatusCode::OK, Json(run_view(&run))));
     }
     let reason = body.reason;
-    let mut targets = vec![run.id];
-    targets.extend(
-        st.runs
-            .live_descendants(&p.tenant, run.id)
-            .await
-            .map_err(store_err)?,
-    );
+    let targets = with_live_descendants(&st, &p, run.id).await?;
     for target in targets {
         st.coord
             .cancel(target)
@@ -785,18 +779,39 @@ pub async fn cancel_run_handler(
             }
         }
     }
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     let code = if now.status.is_terminal() {
         StatusCode::OK
     } else {
         StatusCode::ACCEPTED
     };
     Ok((code, Json(run_view(&now))))
+}
+
+/// `run` and its sub-runs that have not ended (what a cancel or a pause reaches).
+pub(crate) async fn with_live_descendants(
+    st: &AppState,
+    p: &Principal,
+    run: RunId,
+) -> Result<Vec<RunId>> {
+    let mut targets = vec![run];
+    targets.extend(
+        st.runs
+            .live_descendants(&p.tenant, run)
+            .await
+            .map_err(store_err)?,
+    );
+    Ok(targets)
+}
+
+/// `run` as it is now (as it was, should it be gone).
+pub(crate) async fn reread(st: &AppState, p: &Principal, run: RunRecord) -> Result<RunRecord> {
+    Ok(st
+        .runs
+        .get(&p.tenant, run.id)
+        .await
+        .map_err(store_err)?
+        .unwrap_or(run))
 }
 
 /// `POST /v1/runs/{id}/input`: steers a running run or wakes a parked one.
@@ -819,12 +834,7 @@ pub async fn input_handler(
         )));
     }
     queue(&st, &p, &run, InputKind::Text, &body.text).await?;
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
 }
 
@@ -917,12 +927,7 @@ pub async fn compact_handler(
     }
     let after_seq = st.runs.last_seq(run.id).await.map_err(store_err)?;
     queue(&st, &p, &run, InputKind::Compact, "").await?;
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(CompactAccepted {
@@ -1028,12 +1033,7 @@ pub async fn answer_interrupt_handler(
         })
         .await
         .map_err(|e| bus_err(&e))?;
-    let now = st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run);
+    let now = reread(&st, &p, run).await?;
     Ok((StatusCode::ACCEPTED, Json(run_view(&now))))
 }
 

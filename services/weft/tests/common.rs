@@ -444,6 +444,12 @@ pub async fn finished(f: &TestFleet, run: &str) -> Value {
 /// [`finished`], read with `token`.
 pub async fn finished_as(f: &TestFleet, token: &str, run: &str) -> Value {
     // The run's stream ends at its `run_finished`, wherever it finished.
+    follow_until(f, token, run, &["run_finished"]).await;
+    f.get(&format!("/v1/runs/{run}"), token).await.1
+}
+
+/// Follows the run's stream (from its start) until an event of one of `kinds`; its kind.
+pub async fn follow_until(f: &TestFleet, token: &str, run: &str, kinds: &[&str]) -> String {
     let r = f
         .http
         .get(format!("{}/v1/runs/{run}/stream", f.url))
@@ -455,15 +461,15 @@ pub async fn finished_as(f: &TestFleet, token: &str, run: &str) -> Value {
     let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
     tokio::time::timeout(Duration::from_secs(240), async {
         while let Some(ev) = futures::StreamExt::next(&mut events).await {
-            if ev.unwrap().event == "run_finished" {
-                return;
+            let ev = ev.unwrap();
+            if kinds.contains(&ev.event.as_str()) {
+                return ev.event;
             }
         }
-        panic!("the stream of {run} ended before run_finished");
+        panic!("the stream of {run} ended before any of {kinds:?}");
     })
     .await
-    .expect("the run finished in time");
-    f.get(&format!("/v1/runs/{run}"), token).await.1
+    .expect("the run got there in time")
 }
 
 /// Every event of the run, in seq order.

@@ -21,7 +21,6 @@ use std::time::Duration;
 use common::{
     TestFleet, all_events_as, create, executor_process, finished_as, put_agent, slow_model,
 };
-use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -45,26 +44,7 @@ fn counting(key: &str) -> String {
 
 /// Follows the run's stream until it parks (`run_paused`) or ends (`run_finished`); the kind.
 async fn parked_or_finished(f: &TestFleet, token: &str, run: &str) -> String {
-    let r = f
-        .http
-        .get(format!("{}/v1/runs/{run}/stream", f.url))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let mut events = eventsource_stream::EventStream::new(r.bytes_stream());
-    tokio::time::timeout(Duration::from_secs(120), async {
-        while let Some(ev) = events.next().await {
-            let ev = ev.unwrap();
-            if ev.event == "run_paused" || ev.event == "run_finished" {
-                return ev.event;
-            }
-        }
-        panic!("the stream of {run} ended before it parked or finished");
-    })
-    .await
-    .expect("the run parked or finished in time")
+    common::follow_until(f, token, run, &["run_paused", "run_finished"]).await
 }
 
 fn kinds(events: &[Value]) -> Vec<&str> {
@@ -255,9 +235,16 @@ async fn holding_endpoint(
     addr
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_resume_does_not_repeat_it()
- {
+/// A fleet (executor grace `grace_ms`) with a run whose effectful POST has reached
+/// [`holding_endpoint`] and is held there.
+struct Posting {
+    f: TestFleet,
+    run: String,
+    calls: Arc<AtomicUsize>,
+    release: CancellationToken,
+}
+
+async fn posting(grace_ms: u64) -> Posting {
     let calls = Arc::new(AtomicUsize::new(0));
     let arrived = Arc::new(tokio::sync::Notify::new());
     let release = CancellationToken::new();
@@ -266,7 +253,7 @@ async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_res
         c.executor.allowed_hosts = vec!["127.0.0.1".into()];
         c.executor.http_private_exempt = vec!["127.0.0.1/32".into()];
         c.executor.http_timeout_ms = 60_000;
-        c.executor.pause_grace_ms = 300;
+        c.executor.pause_grace_ms = grace_ms;
     })
     .await;
     put_agent(
@@ -282,6 +269,23 @@ async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_res
     tokio::time::timeout(Duration::from_secs(60), arrived.notified())
         .await
         .expect("the POST was made");
+    Posting {
+        f,
+        run,
+        calls,
+        release,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_resume_does_not_repeat_it()
+ {
+    let Posting {
+        f,
+        run,
+        calls,
+        release,
+    } = posting(300).await;
 
     let (s, asked) = f
         .post(&format!("/v1/runs/{run}/pause"), &f.admin, json!({}))
@@ -327,30 +331,12 @@ async fn a_run_paused_during_an_effectful_call_parks_after_the_grace_and_its_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pause_called_off_within_the_grace_lets_the_call_under_way_finish() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let release = CancellationToken::new();
-    let addr = holding_endpoint(calls.clone(), arrived.clone(), release.clone()).await;
-    let f = TestFleet::start_with(|c| {
-        c.executor.allowed_hosts = vec!["127.0.0.1".into()];
-        c.executor.http_private_exempt = vec!["127.0.0.1/32".into()];
-        c.executor.http_timeout_ms = 60_000;
-        c.executor.pause_grace_ms = 200;
-    })
-    .await;
-    put_agent(
-        &f,
-        &f.admin,
-        "poster",
-        json!({"model": "mock-1", "tools": ["HTTP"]}),
-    )
-    .await;
-    let post = json!({"name": "HTTP", "input": {"method": "POST", "url": format!("http://{addr}/hook"), "body": "ship it"}});
-    let input = common::script(json!([[post]]), "done");
-    let run = create(&f, &f.admin, json!({"agent": "poster", "input": input})).await;
-    tokio::time::timeout(Duration::from_secs(60), arrived.notified())
-        .await
-        .expect("the POST was made");
+    let Posting {
+        f,
+        run,
+        calls,
+        release,
+    } = posting(200).await;
     let (s, asked) = f
         .post(&format!("/v1/runs/{run}/pause"), &f.admin, json!({}))
         .await;
