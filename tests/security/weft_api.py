@@ -263,6 +263,29 @@ class Prerequisites:
         raise AssertionError(f"plan run {run} did not park for approval")
 
 
+def undo_drain(method: str, path: str, path_parameters: dict[str, Any] | None) -> None:
+    """Resumes what a drain request just drained (it may have been refused: resuming is
+    idempotent), so a later operation is not refused for a drain left in force."""
+    if method.lower() != "post":
+        return
+    if path == "/v1/fleet/drain":
+        url = f"{base_url()}/v1/fleet/resume"
+    elif path == "/v1/tenants/{tenant}/drain" and path_parameters and "tenant" in path_parameters:
+        tenant = requests.utils.quote(str(path_parameters["tenant"]), safe="")
+        url = f"{base_url()}/v1/tenants/{tenant}/resume"
+    else:
+        return
+    requests.post(url, headers={"Authorization": f"Bearer {admin_token()}"}, timeout=30)
+
+
+def tenant_archive(tenant: str) -> bytes:
+    """The archive `GET /v1/tenants/{tenant}/export` answers (an operator's call)."""
+    r = requests.get(f"{base_url()}/v1/tenants/{requests.utils.quote(tenant, safe='')}/export",
+                     headers={"Authorization": f"Bearer {admin_token()}"}, timeout=60)
+    assert r.status_code == 200, f"export {tenant}: {r.status_code} {r.text[:300]}"
+    return r.content
+
+
 def path_values(op: Operation, pre: Prerequisites, run: str | None = None) -> dict[str, str]:
     """Real values for an operation's path parameters: the examples' agent, `run` (or the
     finished run) for run routes, `run` (or the finished A2A task) for A2A task routes, the
