@@ -131,6 +131,29 @@ pub async fn wait_port(name: &str, ip: IpAddr, port: u16, within: Duration) -> a
     }
 }
 
+/// Waits until `GET <url>/readyz` answers 200.
+pub async fn wait_ready(url: &str, within: Duration) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let deadline = Instant::now() + within;
+    loop {
+        let status = http
+            .get(format!("{url}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .ok();
+        if status == Some(200) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{url} was not ready within {within:?} (last: {status:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A free port on `ip` (bound, then released).
 pub fn free_port(ip: IpAddr) -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind((ip, 0))?;
@@ -488,6 +511,11 @@ log_format = "text"
             .enumerate()
             .map(|(i, p)| format!("http://{}", SocketAddr::new(addr_of("gateway", i), *p)))
             .collect();
+        // A replica listens before it has connected (it answers 503 meanwhile): the fleet is up
+        // once every gateway replica says it is ready.
+        for url in &fleet.gateway_replicas {
+            wait_ready(url, Duration::from_secs(60)).await?;
+        }
         Ok(fleet)
     }
 

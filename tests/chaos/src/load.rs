@@ -176,16 +176,15 @@ async fn token(
     subject: &str,
     scopes: &[&str],
 ) -> anyhow::Result<String> {
-    let ans = admin
-        .post(
-            "/v1/tokens",
-            &json!({"name": subject, "tenant": tenant, "subject": subject, "scopes": scopes}),
-        )
-        .await;
-    ans.body["token"]
+    let body = json!({"name": subject, "tenant": tenant, "subject": subject, "scopes": scopes});
+    let ans = must(&format!("token for {tenant}/{subject}"), async || {
+        admin.post("/v1/tokens", &body).await
+    })
+    .await?;
+    ans["token"]
         .as_str()
         .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("token for {tenant}/{subject}: {} {}", ans.status, ans.body))
+        .ok_or_else(|| anyhow::anyhow!("token for {tenant}/{subject}: {ans}"))
 }
 
 /// Retries a setup call through faults-free start-up hiccups (a replica still warming up).
