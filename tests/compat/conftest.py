@@ -28,6 +28,16 @@ JS_DIR = Path(__file__).resolve().parent / "readme-js"
 TIMEOUT = 30.0
 
 
+def run_finished(http, run_id):
+    """Waits for a run's end by reading its stream to `run_finished` (the stream ends there);
+    the run as `GET /v1/runs/{id}` then answers. `http` is an httpx client on `…/v1/`."""
+    with http.stream("GET", f"runs/{run_id}/stream") as s:
+        assert s.status_code == 200
+        for _ in s.iter_lines():
+            pass
+    return http.get(f"runs/{run_id}").json()
+
+
 def pytest_report_header(config):
     return (
         f"weft arrangement: {os.environ.get('WEFT_ARRANGEMENT', '?')}, "

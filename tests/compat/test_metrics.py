@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import run_finished
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "operations.md"
@@ -116,11 +117,7 @@ def test_a_fleet_exposes_every_series_the_dashboard_queries(root_url, token, fak
                                     "input": "#mock " + json.dumps({"turns": [], "reply": "ok"})})
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]
-        deadline = time.monotonic() + METRICS_DEADLINE
-        while http.get(f"runs/{run_id}").json()["status"] not in ("succeeded", "failed",
-                                                                   "cancelled"):
-            assert time.monotonic() < deadline, f"run {run_id} did not finish"
-            time.sleep(0.1)
+        run_finished(http, run_id)
     want = dashboard_series()
     deadline = time.monotonic() + METRICS_DEADLINE
     while missing := sorted(want - exposed(root_url)):

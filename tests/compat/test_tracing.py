@@ -40,6 +40,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from conftest import run_finished
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,6 @@ pytestmark = pytest.mark.skipif(
 
 # How long exported spans may take to arrive (the batch exporter flushes every 100 ms here).
 SPAN_DEADLINE = 60.0
-RUN_DEADLINE = 120.0
 
 CANARY_PROMPT = "canary-prompt-" + secrets.token_hex(8)
 CANARY_KEY = "sk-canary-" + secrets.token_hex(12)
@@ -67,13 +67,26 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     """Keeps every ExportTraceServiceRequest it is sent."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.requests = []
 
     def Export(self, request, context):  # noqa: N802 (the RPC's name)
         with self.lock:
             self.requests.append(request)
+            self.lock.notify_all()
         return trace_service_pb2.ExportTraceServiceResponse()
+
+    def count(self):
+        """How many requests have come."""
+        with self.lock:
+            return len(self.requests)
+
+    def wait_export(self, seen, timeout):
+        """Waits until more than `seen` requests have come (or `timeout` seconds pass); how
+        many have."""
+        with self.lock:
+            self.lock.wait_for(lambda: len(self.requests) > seen, timeout=timeout)
+            return len(self.requests)
 
     def raw(self):
         """Every request as it came over the wire."""
@@ -192,7 +205,9 @@ def _trace(receiver, trace_id, client_span, complete):
     """The spans of `trace_id` once `complete(spans)` holds and every span's parent is in the
     trace (or is the client's span): waited for, up to SPAN_DEADLINE."""
     deadline = time.monotonic() + SPAN_DEADLINE
+    seen = 0
     while True:
+        seen = receiver.count()
         spans = [s for s in receiver.spans() if s["trace"] == trace_id]
         ids = {s["id"] for s in spans} | {client_span}
         orphans = [s for s in spans if s["parent"] not in ids]
@@ -204,7 +219,8 @@ def _trace(receiver, trace_id, client_span, complete):
                               for s in spans)
             pytest.fail(f"trace {trace_id} incomplete after {SPAN_DEADLINE}s "
                         f"(orphans: {[s['name'] for s in orphans]}):\n{shown}")
-        time.sleep(0.1)
+        # The next export may complete it.
+        receiver.wait_export(seen, max(0.0, deadline - time.monotonic()))
 
 
 def _by_id(spans):
@@ -281,11 +297,7 @@ def test_a_run_with_http_mcp_and_memory_tools_is_one_trace(traced, receiver, too
             "credentials": {"canary": CANARY_CREDENTIAL}})
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]
-        deadline = time.monotonic() + RUN_DEADLINE
-        while (run := http.get(f"runs/{run_id}").json())["status"] not in (
-                "succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, f"run {run_id} did not finish: {run}"
-            time.sleep(0.1)
+        run = run_finished(http, run_id)
         assert run["status"] == "succeeded", run
         events = http.get(f"runs/{run_id}/events", params={"limit": 500}).json()["events"]
         results = {e["data"]["name"]: e["data"] for e in events if e["kind"] == "tool_result"}
@@ -352,11 +364,7 @@ def test_a_webhook_delivery_and_its_run_are_one_trace(traced, receiver):
                        headers={"x-signature": sig, "traceparent": header}, timeout=60)
         assert r.status_code == 202, r.text
         run_id = r.json()["run_id"]
-        deadline = time.monotonic() + RUN_DEADLINE
-        while (run := http.get(f"runs/{run_id}").json())["status"] not in (
-                "succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, f"run {run_id} did not finish: {run}"
-            time.sleep(0.1)
+        run = run_finished(http, run_id)
         assert run["status"] == "succeeded", run
 
     def complete(spans):

@@ -12,7 +12,7 @@ import tarfile
 import httpx
 import pytest
 
-from conftest import TIMEOUT
+from conftest import TIMEOUT, run_finished
 
 
 
@@ -28,20 +28,11 @@ def _volume(http, **body):
     return name
 
 
-def _finish(http, run_id):
-    """Waits for the run's end by reading its stream to `run_finished` (the stream ends there)."""
-    with http.stream("GET", f"runs/{run_id}/stream") as s:
-        assert s.status_code == 200
-        for _ in s.iter_lines():
-            pass
-    return http.get(f"runs/{run_id}").json()
-
-
 def _run(http, agent, script, **body):
     r = http.post("runs", json={"agent": agent, "input": "#mock " + json.dumps(script), **body})
     assert r.status_code == 201, r.text
     run_id = r.json()["run_id"]
-    run = _finish(http, run_id)
+    run = run_finished(http, run_id)
     events = http.get(f"runs/{run_id}/events", params={"limit": 500}).json()["events"]
     return run, events
 
