@@ -804,7 +804,7 @@ pub(crate) async fn with_live_descendants(
     Ok(targets)
 }
 
-/// `run` as it is now (as it was, should it be gone).
+/// `run` as it is now (after a wake, a cancel, a pause), or as it was read should it be gone.
 pub(crate) async fn reread(st: &AppState, p: &Principal, run: RunRecord) -> Result<RunRecord> {
     Ok(st
         .runs

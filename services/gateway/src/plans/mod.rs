@@ -27,7 +27,7 @@ use weft_store::{Approved, PlanRow, RunRecord};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{NativeJson, NativePath, NativeQuery, ValidJson};
-use crate::runs::{bus_err, created, run_id, status, store_err, visible_run};
+use crate::runs::{bus_err, created, reread, run_id, status, store_err, visible_run};
 
 pub(crate) mod create;
 
@@ -338,16 +338,6 @@ async fn dispatch_or_notify(
         let _ = st.coord.notify_input(run.id).await;
     }
     Ok(())
-}
-
-/// The run as it is now (after a wake), or as it was read.
-async fn reread(st: &AppState, p: &Principal, run: RunRecord) -> Result<RunRecord> {
-    Ok(st
-        .runs
-        .get(&p.tenant, run.id)
-        .await
-        .map_err(store_err)?
-        .unwrap_or(run))
 }
 
 // --- PUT /v1/runs/{id}/plan ----------------------------------------------------------------------
