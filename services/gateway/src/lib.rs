@@ -643,6 +643,7 @@ async fn observe(mut req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let span = tracing::info_span!(
+        target: weft_telemetry::REQUEST_SPANS,
         "http",
         request_id = rid.to_str().unwrap_or_default(),
         method = %req.method(),
@@ -656,7 +657,15 @@ async fn observe(mut req: Request, next: Next) -> Response {
     ROUTES.record(route, status.as_u16(), start.elapsed().as_secs_f64());
     span.record("status", status.as_u16());
     if status.is_server_error() {
-        span.in_scope(|| tracing::warn!("request failed"));
+        // The line names its request itself: at `info` the log layer does not see spans.
+        span.in_scope(|| {
+            tracing::warn!(
+                request_id = rid.to_str().unwrap_or_default(),
+                route,
+                status = status.as_u16(),
+                "request failed"
+            );
+        });
     }
     resp.headers_mut().entry(X_REQUEST_ID).or_insert(rid);
     resp

@@ -27,7 +27,7 @@ impl RouterService {
 type ChatStream = Pin<Box<dyn Stream<Item = Result<v1::ChatEvent, Status>> + Send>>;
 
 fn chat_span(p: &Principal) -> tracing::Span {
-    tracing::info_span!("router.chat", tenant = %p.tenant, model = tracing::field::Empty)
+    tracing::info_span!(target: weft_telemetry::REQUEST_SPANS, "router.chat", tenant = %p.tenant, model = tracing::field::Empty)
 }
 
 /// One chat call for `p`, as both faces serve it: the gRPC service (after its JWT check) and
@@ -100,7 +100,7 @@ impl v1::router_server::Router for RouterService {
         request: Request<v1::EmbedRequest>,
     ) -> Result<Response<v1::EmbedResponse>, Status> {
         let p = caller(&request)?;
-        let span = tracing::info_span!("router.embed", tenant = %p.tenant);
+        let span = tracing::info_span!(target: weft_telemetry::REQUEST_SPANS, "router.embed", tenant = %p.tenant);
         weft_telemetry::adopt_trace_context(&span, request.metadata());
         let req = weft_proto::embed_request_from_proto(request.into_inner());
         let (res, headers) = self.routing.embed_as(&p, &req).instrument(span).await?;

@@ -181,32 +181,93 @@ pub fn init(
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
-    let otel = export
-        .is_some()
-        .then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)));
+    let otel = export.is_some().then(|| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(service))
+            .boxed()
+    });
     let format = match cfg.log_format {
         LogFormat::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => LogFormat::Text,
         LogFormat::Auto => LogFormat::Json,
         f => f,
     };
-    let fmt = match format {
+    // A second init in the same process fails harmlessly: the first subscriber stays.
+    let _ = subscriber(filter, format, std::io::stderr, otel).try_init();
+    Ok(TelemetryGuard { provider })
+}
+
+/// The target of the spans made once per request on the hot paths (the gateway's `http`, the
+/// router's `router.chat` and `provider_call`): what [`logs_carry_spans`] keeps from the log
+/// layer at `info`.
+pub const REQUEST_SPANS: &str = "weft::request";
+
+/// Whether the log lines carry the per-request spans ([`REQUEST_SPANS`]: the request's id,
+/// method and route on every line logged while serving it): only when `filter` lets debug
+/// through somewhere. At `info` and quieter no per-request line is logged, and formatting every
+/// request's spans for lines that are never written cost ~16% of a chat request's CPU (issue
+/// 49), so the log layer then skips them; a line that needs its request says so in its own
+/// fields (the gateway's "request failed"). Other spans (a run's, with its id) stay on the
+/// lines, and every span still reaches the OpenTelemetry layer when it exports.
+pub fn logs_carry_spans(filter: &EnvFilter) -> bool {
+    filter
+        .max_level_hint()
+        .is_none_or(|l| l >= tracing::level_filters::LevelFilter::DEBUG)
+}
+
+/// A filter by callsite, as a plain function.
+type CallsiteFilter = tracing_subscriber::filter::FilterFn<fn(&tracing::Metadata<'_>) -> bool>;
+
+/// What the log and OpenTelemetry layers sit on: the level filter over the registry, then (when
+/// nothing reads them) the filter that turns the per-request spans off.
+pub type Filtered = tracing_subscriber::layer::Layered<
+    Option<CallsiteFilter>,
+    tracing_subscriber::layer::Layered<EnvFilter, tracing_subscriber::Registry>,
+>;
+
+/// Not a per-request span ([`REQUEST_SPANS`]).
+fn not_a_request_span(m: &tracing::Metadata<'_>) -> bool {
+    m.is_event() || m.target() != REQUEST_SPANS
+}
+
+/// A layer over [`Filtered`], boxed (the OpenTelemetry layer, when it exports).
+pub type BoxedLayer = Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>;
+
+/// The subscriber [`init`] installs: `filter` over everything, the log layer writing `format`
+/// to `writer` (with the per-request spans per [`logs_carry_spans`]), and the OpenTelemetry layer when given.
+pub fn subscriber<W>(
+    filter: EnvFilter,
+    format: LogFormat,
+    writer: W,
+    otel: Option<BoxedLayer>,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let spans = logs_carry_spans(&filter);
+    let fmt: BoxedLayer = match format {
         LogFormat::Json | LogFormat::Auto => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .json()
             .with_current_span(true)
             .with_span_list(false)
             .boxed(),
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(writer).boxed(),
     };
-    // A second init in the same process fails harmlessly: the first subscriber stays.
-    let _ = tracing_subscriber::registry()
+    let keep: fn(&tracing::Metadata<'_>) -> bool = not_a_request_span;
+    // With no exporter nobody reads them: off altogether (never built). With one, built for it
+    // and kept from the log layer.
+    let off = (!spans && otel.is_none()).then(|| tracing_subscriber::filter::filter_fn(keep));
+    let fmt = if !spans && otel.is_some() {
+        fmt.with_filter(tracing_subscriber::filter::filter_fn(keep))
+            .boxed()
+    } else {
+        fmt
+    };
+    let layers: Vec<BoxedLayer> = std::iter::once(fmt).chain(otel).collect();
+    tracing_subscriber::registry()
         .with(filter)
-        .with(fmt)
-        .with(otel)
-        .try_init();
-    Ok(TelemetryGuard { provider })
+        .with(off)
+        .with(layers)
 }
 
 /// The process-wide Prometheus recorder (installed on first use) for `/metrics`.
@@ -421,6 +482,90 @@ mod tests {
     use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::*;
+
+    /// Log lines written to memory.
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// One request's span with an event inside it, under the subscriber `init` builds at
+    /// `level`, with or without the OpenTelemetry layer: (span disabled?, the log output).
+    fn one_request(level: &str, with_otel: bool) -> (bool, String) {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let provider = SdkTracerProvider::builder().build();
+        let otel = with_otel.then(|| {
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("test"))
+                .boxed()
+        });
+        let filter = EnvFilter::try_new(quieted(level)).unwrap();
+        let sub = subscriber(filter, LogFormat::Json, move || writer.clone(), otel);
+        let disabled = tracing::subscriber::with_default(sub, || {
+            let run = tracing::info_span!("run", run_id = "run-7");
+            let _run = run.enter();
+            let span = tracing::info_span!(
+                target: REQUEST_SPANS,
+                "http",
+                request_id = "r-1",
+                route = "/v1/x"
+            );
+            span.in_scope(|| tracing::warn!(status = 503, "request failed"));
+            span.is_disabled()
+        });
+        (disabled, lines.text())
+    }
+
+    #[test]
+    fn at_info_the_log_layer_builds_no_spans_and_still_logs() {
+        let (disabled, out) = one_request("info", false);
+        assert!(
+            disabled,
+            "nothing reads a request's span at info without export"
+        );
+        assert!(
+            out.contains("request failed") && out.contains("503"),
+            "{out}"
+        );
+        assert!(!out.contains("r-1"), "no request span on the line: {out}");
+        assert!(out.contains("run-7"), "other spans stay on the line: {out}");
+    }
+
+    #[test]
+    fn at_debug_the_lines_carry_their_request() {
+        let (disabled, out) = one_request("info,weft::request=debug", false);
+        assert!(!disabled);
+        assert!(
+            out.contains("request failed") && out.contains("r-1"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn exported_spans_exist_at_info_without_being_formatted() {
+        let (disabled, out) = one_request("info", true);
+        assert!(!disabled, "the exporter reads the span");
+        assert!(
+            out.contains("request failed") && !out.contains("r-1"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn trace_context_crosses_grpc_metadata() {

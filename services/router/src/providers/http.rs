@@ -129,6 +129,7 @@ impl Upstream {
         // Until the response's head (or the last failure); the provider's name, the attempts and
         // the status only: never the URL's query, a header or a body.
         let span = tracing::info_span!(
+            target: weft_telemetry::REQUEST_SPANS,
             "provider_call",
             provider = %self.name,
             attempts = tracing::field::Empty,
