@@ -294,9 +294,9 @@ def have(*tools):
     return all(shutil.which(t) for t in tools)
 
 
-def upstream_config(port):
+def upstream_config(port, log_level="warn"):
     """A fleet config with one `openai` provider `up` in front of the fake upstream on `port`,
-    aliased `bench` (the chat and streams scenarios)."""
+    aliased `bench` (the chat and streams scenarios), logging at `log_level`."""
     return f"""
 [router.providers.up]
 kind = "openai"
@@ -307,7 +307,7 @@ models = ["bench-model"]
 bench = ["up/bench-model"]
 
 [telemetry]
-log_level = "warn"
+log_level = "{log_level}"
 """
 
 

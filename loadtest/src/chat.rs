@@ -77,6 +77,7 @@ pub async fn run(args: &ChatArgs) -> anyhow::Result<Report> {
         door: args.door,
         timeout: args.timeout,
         connections: usize::try_from(connections).unwrap_or(usize::MAX),
+        headers: &args.headers,
     })?);
     if !args.no_preflight {
         target

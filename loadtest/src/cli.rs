@@ -461,6 +461,10 @@ pub struct StreamsArgs {
     /// goes into the report, per frame forwarded, next to their memory. Repeat for several.
     #[arg(long = "server-pid")]
     pub server_pids: Vec<u32>,
+    /// An extra header on every request, `Name: value` (a peer gateway's routing headers).
+    /// Repeat for several.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -527,6 +531,10 @@ pub struct ChatArgs {
     /// goes into the report, per request, next to their memory. Repeat for several.
     #[arg(long = "server-pid")]
     pub server_pids: Vec<u32>,
+    /// An extra header on every request, `Name: value` (a peer gateway's routing headers, e.g.
+    /// `x-portkey-provider: openai`). Repeat for several.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -39,6 +39,8 @@ pub struct Target {
     uri: Uri,
     body: Bytes,
     auth: Option<HeaderValue>,
+    /// Extra headers on every request (a peer gateway's routing headers).
+    extra: Vec<(http::HeaderName, HeaderValue)>,
     stream: bool,
     door: Door,
     timeout: Duration,
@@ -55,6 +57,20 @@ pub struct TargetSpec<'a> {
     pub timeout: Duration,
     /// Expected number of concurrent connections, so the pool keeps them all.
     pub connections: usize,
+    /// Extra headers, each `Name: value`.
+    pub headers: &'a [String],
+}
+
+/// `Name: value` as a header, or what is wrong with it.
+fn parse_header(h: &str) -> anyhow::Result<(http::HeaderName, HeaderValue)> {
+    let (name, value) = h
+        .split_once(':')
+        .with_context(|| format!("`{h}` is not a header; write `Name: value`"))?;
+    let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+        .with_context(|| format!("`{}` is not a header name", name.trim()))?;
+    let value = HeaderValue::from_str(value.trim())
+        .with_context(|| format!("the value of `{name}` is not a header value"))?;
+    Ok((name, value))
 }
 
 /// The `POST /chat/completions` body: one user message, and the usage chunk asked for when
@@ -101,6 +117,11 @@ impl Target {
                 anyhow::Ok(v)
             })
             .transpose()?;
+        let extra = spec
+            .headers
+            .iter()
+            .map(|h| parse_header(h))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let body = Bytes::from(match spec.door {
             Door::Chat => serde_json::to_vec(&chat_body(spec.model, spec.prompt, spec.stream))?,
             Door::Responses | Door::ResponsesStored => serde_json::to_vec(&responses_body(
@@ -124,6 +145,7 @@ impl Target {
             uri,
             body,
             auth,
+            extra,
             stream: spec.stream,
             door: spec.door,
             timeout: spec.timeout,
@@ -142,6 +164,9 @@ impl Target {
         }
         if let Some(auth) = &self.auth {
             headers.insert(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in &self.extra {
+            headers.insert(name.clone(), value.clone());
         }
         req
     }

@@ -491,6 +491,7 @@ fn target(args: &StreamsArgs, prompt: &str) -> anyhow::Result<Target> {
         door: crate::client::Door::Chat,
         timeout: Duration::from_secs(10),
         connections: usize::try_from(args.concurrency).unwrap_or(usize::MAX),
+        headers: &args.headers,
     })
 }
 

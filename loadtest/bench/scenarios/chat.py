@@ -1,7 +1,9 @@
 """`chat`: the chat door. What weft adds in front of an instant OpenAI-compatible upstream
-(closed loop at each concurrency, direct vs through weft, and streaming), the floor under it
-(the same runs through `weft-loadtest proxy`, a bare reverse proxy), and the highest fixed rate
-whose p99 stays under a limit, through weft and directly. With `--doors chat,responses` (the
+(closed loop at each concurrency, direct vs through weft, and streaming), the peers beside it in
+the same sitting (`--peers`: the floor of one hop, `weft-loadtest proxy` and nginx as reverse
+proxies, and the gateways users would pick instead, Portkey's and LiteLLM's; each one's CPU per
+request and added latency against weft's), and the highest fixed rate whose p99 stays under a
+limit, through weft and directly. With `--doors chat,responses` (the
 default) every closed-loop and streaming run through weft is also sent to the Responses door
 (`POST /v1/responses`, `store: false`) right after the chat one, so the two doors' CPU per
 request compare in the same sitting.
@@ -11,10 +13,11 @@ import shutil
 import subprocess
 import time
 
+from .. import peers as peer_mod
 from ..common import (SPLIT_BINARIES, BenchError, duration, get, int_list, log, rnd, seconds,
-                      status_kib, table, upstream_config)
+                      status_kib, table, upstream_config, word_list)
 
-HELP = "the chat door: added latency, the proxy floor, max RPS"
+HELP = "the chat door: added latency, CPU per request beside nginx and peer gateways, max RPS"
 DURATION = "10s"
 BINARIES_UP = ["weft"]
 BINARIES_SPLIT = SPLIT_BINARIES
@@ -32,8 +35,23 @@ def add_args(p):
                         "(store true, one insert per request); default chat,responses")
     p.add_argument("--arrangement", choices=["up", "split"], default="up",
                    help="`weft up`, or split (tests/harness/fleet.py: every service its own process; weft's CPU and memory are then the gateway's and the router's together)")
+    p.add_argument("--peers", type=word_list, default=["proxy", "nginx"],
+                   help="what else the closed-loop (and streaming) runs go through, each in front "
+                        "of the same upstream: proxy (`weft-loadtest proxy`, a bare hyper reverse "
+                        "proxy), nginx (reverse proxy, the floor of one hop), portkey (Portkey's "
+                        "gateway, pinned in loadtest/peers/portkey, npm-installed on first use), "
+                        "litellm (LiteLLM's proxy, pip-installed on first use into "
+                        "target/peers); default proxy,nginx (a peer not installed here is "
+                        "skipped with a note)")
     p.add_argument("--no-proxy", action="store_true",
-                   help="skip the floor (the closed-loop runs through `weft-loadtest proxy`)")
+                   help="no peers at all (the same as --peers '')")
+    p.add_argument("--wrk", action="store_true",
+                   help="also send each closed-loop level with wrk (-t1, keep-alive, the same "
+                        "request) to direct, weft and every peer, each one's CPU per request read "
+                        "from /proc over wrk's run: the figures of a generator nobody here wrote "
+                        "beside weft-loadtest's")
+    p.add_argument("--log-level", default="info",
+                   help="weft's telemetry.log_level (default info, weft's own default)")
     p.add_argument("--no-rates", action="store_true", help="skip the max-RPS search")
     p.add_argument("--rates", type=int_list, default=int_list(RATES),
                    help="rates tried in turn until one fails (default %(default)s)")
@@ -45,6 +63,9 @@ def add_args(p):
     p.add_argument("--p99-limit-us", type=int, default=20000)
     p.add_argument("--max-error-ratio", type=float, default=0.001)
     p.add_argument("--upstream-threads", type=int, default=1)
+    p.add_argument("--upstream", choices=["loadtest", "nginx"], default="loadtest",
+                   help="the upstream: `weft-loadtest upstream` (default), or nginx returning "
+                        "that upstream's answer as a fixed body (no streaming runs then)")
     p.add_argument("--soak", metavar="SECONDS", type=int,
                    help="a memory soak instead of the pairs and the rate search: one run at "
                         "--soak-rate through weft for this long, weft's RSS and open fds sampled "
@@ -69,15 +90,27 @@ def run(s):
     upstream = s.serve("upstream", "upstream", "--threads", a.upstream_threads)
     direct_url = upstream.ready["base_url"]
     port = direct_url.rsplit(":", 1)[1].split("/")[0]
-    proxy = None
-    if not a.no_proxy and not a.soak:
-        proxy = s.serve("proxy", "proxy", "--upstream", f"http://127.0.0.1:{port}")
-    fleet = s.fleet(upstream_config(port), arrangement=a.arrangement)
+    if a.upstream == "nginx":
+        port, upstream = nginx_upstream(s, direct_url)
+        direct_url = f"http://127.0.0.1:{port}/v1"
+        a.stream_concurrency = []
+    peers, skipped = [], {}
+    for name in ([] if a.no_proxy or a.soak else a.peers):
+        why = peer_mod.available(name)
+        if why:
+            log(f"peer {name} skipped: {why}")
+            skipped[name] = why
+        else:
+            peers.append(peer_mod.start(s, name, port))
+    a.peers_run, a.peers_skipped = [p.name for p in peers], skipped
+    fleet = s.fleet(upstream_config(port, a.log_level), arrangement=a.arrangement)
     weft_url = fleet.url + "/v1"
     server_pids = s.server_pids(fleet, ["gateway", "router"])
     log(f"weft ({a.arrangement}) at {weft_url}, pids {server_pids}")
     idle_rss = sum(status_kib(p, "VmRSS") or 0 for p in server_pids)
     top = max(a.concurrency) if a.concurrency else None
+
+    by_name = {p.name: p for p in peers}
 
     def chat(target, name, *args):
         out = s.out / f"{name}.json"
@@ -87,8 +120,10 @@ def run(s):
             env["WEFT_LOADTEST_TOKEN"] = fleet.token
             if target != "weft":
                 args = (*args, "--door", target.removeprefix("weft-"))
-        elif target == "proxy":
-            url, model, pids = proxy.ready["base_url"], "bench-model", [proxy.pid]
+        elif target in by_name:
+            peer = by_name[target]
+            url, model, pids = peer.url, peer.model, peer.pids
+            args = (*args, *[x for h in peer.headers for x in ("--header", h)])
         else:
             # The upstream's own CPU per request: one bare axum server, the floor of a hop.
             url, model, pids = direct_url, "bench-model", [upstream.pid]
@@ -120,19 +155,52 @@ def run(s):
     length = ["--duration", a.duration, "--warmup", a.warmup]
     for c in a.concurrency:
         pair(f"c{c}", "--concurrency", c, *length)
-    if proxy:
+    a.peer_failures = {}
+
+    def through_peer(p, name, *args):
+        """A peer's run; one that fails (a peer's own bug) is noted in the summary, not fatal."""
+        try:
+            chat(p.name, f"{p.name}-{name}", *args)
+        except BenchError as e:
+            log(f"{p.name}: the {name} run failed: {e}")
+            a.peer_failures[f"{p.name} {name}"] = str(e).splitlines()[0][:300]
+            return
+        s.loadtest_compare(f"direct-{name}", f"{p.name}-{name}", f"compare-{p.name}-{name}")
+
+    for p in peers:
         for c in a.concurrency:
-            chat("proxy", f"proxy-c{c}", "--concurrency", c, *length)
-            s.loadtest_compare(f"direct-c{c}", f"proxy-c{c}", f"compare-proxy-c{c}")
+            through_peer(p, f"c{c}", "--concurrency", c, *length)
     for c in a.stream_concurrency:
         pair(f"stream-c{c}", "--concurrency", c, "--stream", *length)
+        for p in peers:
+            through_peer(p, f"stream-c{c}", "--concurrency", c, "--stream", *length)
 
+    if a.wrk:
+        a.wrk_rows = wrk_runs(s, a, upstream, direct_url, weft_url, fleet.token, server_pids, peers,
+                              length)
     searches = {}
     if not a.no_rates:
         for target in ("weft", "direct"):
             searches[target] = search(a, target, chat)
             s.write_json(f"max-rps-{target}.json", searches[target])
     return summarise(s, idle_rss, searches)
+
+
+def nginx_upstream(s, loadtest_url):
+    """nginx in place of the upstream, answering what `weft-loadtest upstream` answers."""
+    import json
+    import urllib.request
+    if not shutil.which("nginx"):
+        raise BenchError("--upstream nginx needs nginx (apt-get install nginx-light)")
+    body = json.dumps({"model": "bench-model", "messages": [
+        {"role": "user", "content": "Say hello to the load generator in a few words."}]}).encode()
+    req = urllib.request.Request(loadtest_url + "/chat/completions", body, method="POST",
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        answer = r.read().decode()
+    port, proc = peer_mod.fixed_answer_upstream(s, answer)
+    proc.ready = {"base_url": f"http://127.0.0.1:{port}/v1"}
+    return port, proc
 
 
 def soak(s, chat, pids, idle_rss):
@@ -317,20 +385,16 @@ def summarise(s, idle_rss, searches):
                             f"{name} {door} ÷ chat CPU": ratio})
         lines += [table(["run", "weft p50", "added p50", "weft p99", "added p99", "weft rps",
                          "weft errors", f"{door} CPU µs/req", "chat CPU µs/req", "ratio"], rows)]
-    if not a.no_proxy:
-        lines += ["", "The floor: the same runs through `weft-loadtest proxy`, a bare axum + hyper "
-                  "reverse proxy to the same upstream (no parsing, auth, routing or accounting); "
-                  "*added* is over direct, CPU is the proxy's.", ""]
-        rows = []
-        for c in a.concurrency:
-            x, p, w = (s.read_json(f"{k}-c{c}.json") for k in ("compare-proxy", "proxy", "weft"))
-            pc, wc = get(p, "server.cpu_us_per_request"), get(w, "server.cpu_us_per_request")
-            rows.append([f"c{c}", x["through_latency_us"]["p50"], x["added_latency_us"]["p50"],
-                         x["through_latency_us"]["p99"], x["added_latency_us"]["p99"], p["rps"],
-                         pc, rnd(wc - pc, 1) if None not in (pc, wc) else None])
-            figures[f"c{c} weft CPU µs/req − proxy's"] = rnd(wc - pc, 1) if None not in (pc, wc) else None
-        lines += [table(["run", "proxy p50", "added p50", "proxy p99", "added p99", "proxy rps",
-                         "proxy CPU µs/req", "weft CPU µs/req − proxy's"], rows)]
+    if a.peers_run or a.peers_skipped:
+        lines += ["", peers_table(s, names, figures)]
+    if getattr(a, "wrk_rows", None):
+        lines += ["", "The same closed-loop levels sent with wrk (`-t1`, one connection per "
+                  "worker kept alive, the same request body; no warm-up: its window includes "
+                  "connecting), CPU per request read from /proc over wrk's run:", "",
+                  table(["run", "target", "rps", "p50", "p99", "errors", "CPU µs/req",
+                         "weft-loadtest CPU µs/req"], a.wrk_rows)]
+        for r in a.wrk_rows:
+            figures[f"wrk {r[0]} {r[1]} CPU µs/req"] = r[6] or None
     if searches:
         lines += ["", f"Highest fixed rate with p99 < {a.p99_limit_us // 1000} ms and errors ≤ "
                   f"{a.max_error_ratio}:", ""]
@@ -350,3 +414,115 @@ def summarise(s, idle_rss, searches):
             lines += ["", f"weft's CPU by stage at c{max(a.concurrency)} (perf):", "",
                       (s.out / name).read_text().strip()]
     return "\n".join(lines) + "\n", figures
+
+
+PEER_WHAT = {
+    "proxy": "`weft-loadtest proxy`, a bare hyper reverse proxy (no parsing, auth, routing or "
+             "accounting)",
+    "nginx": "nginx as a reverse proxy (keep-alive upstream, no access log, no buffering), "
+             "the floor of one hop",
+    "portkey": "Portkey's gateway (Node), the version pinned in loadtest/peers/portkey",
+    "litellm": f"LiteLLM's proxy (Python, one worker) {peer_mod.LITELLM_VERSION}",
+}
+
+
+def peers_table(s, names, figures):
+    """Every peer beside weft, run by run: its latency added over direct and its CPU per request
+    (all of its processes), and weft's as a multiple of each."""
+    a = s.args
+    out = ["The peers, in front of the same upstream in the same sitting; *added* is over "
+           "direct; CPU is each one's own (all its processes) per request; *weft ÷* is weft's "
+           "figure over the peer's.", ""]
+    for p in a.peers_run:
+        out.append(f"- {p}: {PEER_WHAT[p]}")
+    for p, why in a.peers_skipped.items():
+        out.append(f"- {p}: not run ({why})")
+    for run, why in a.peer_failures.items():
+        out.append(f"- {run}: failed ({why})")
+    rows = []
+    for name in names:
+        wc_doc, wx = s.read_json(f"weft-{name}.json"), s.read_json(f"compare-{name}.json")
+        wc, wadd = get(wc_doc, "server.cpu_us_per_request"), wx["added_latency_us"]["p50"]
+        rows.append([name, "weft", wx["through_latency_us"]["p50"], wadd,
+                     wx["through_latency_us"]["p99"], wc_doc["rps"], wc_doc["errors"], wc, "", "",
+                     ""])
+        for p in a.peers_run:
+            try:
+                doc, x = (s.read_json(f"{k}-{name}.json") for k in (p, f"compare-{p}"))
+            except OSError:
+                continue
+            pc, padd = get(doc, "server.cpu_us_per_request"), x["added_latency_us"]["p50"]
+            cpu_ratio = rnd(wc / pc, 2) if wc and pc else None
+            add_ratio = rnd(wadd / padd, 2) if wadd and padd and padd > 0 else None
+            rps_ratio = rnd(wc_doc["rps"] / doc["rps"], 2) if doc["rps"] else None
+            rows.append([name, p, x["through_latency_us"]["p50"], padd,
+                         x["through_latency_us"]["p99"], doc["rps"], doc["errors"], pc, cpu_ratio,
+                         add_ratio, rps_ratio])
+            figures.update({f"{name} {p} CPU µs/req": pc, f"{name} {p} added p50 µs": padd,
+                            f"{name} {p} rps": doc["rps"],
+                            f"{name} weft ÷ {p} CPU": cpu_ratio,
+                            f"{name} weft ÷ {p} added p50": add_ratio,
+                            f"{name} weft ÷ {p} rps": rps_ratio})
+    out += ["", table(["run", "target", "p50", "added p50", "p99", "rps", "errors", "CPU µs/req",
+                       "weft ÷ CPU", "weft ÷ added p50", "weft ÷ rps"], rows)]
+    return "\n".join(out)
+
+
+WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+for k, v in string.gmatch(os.getenv("WRK_HEADERS") or "", "([^:\\n]+):%s*([^\\n]*)\\n") do
+  wrk.headers[k] = v
+end
+wrk.body = os.getenv("WRK_BODY")
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.stderr:write(string.format(
+    '{"requests":%d,"errors":%d,"p50":%d,"p99":%d,"duration_us":%d}\\n',
+    summary.requests, e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(99), summary.duration))
+end
+"""
+
+
+def wrk_runs(s, a, upstream, direct_url, weft_url, token, weft_pids, peers, length):
+    """Each closed-loop level with wrk against direct, weft and every peer. The request is the
+    one `weft-loadtest chat` sends; CPU is read from /proc around wrk's whole run."""
+    import json
+    import os
+    from ..common import HZ, proc_ticks
+    if not shutil.which("wrk"):
+        raise BenchError("--wrk needs wrk (apt-get install wrk)")
+    script = s.tmp / "chat.lua"
+    script.write_text(WRK_LUA)
+    prompt = "Say hello to the load generator in a few words."
+    targets = [("direct", direct_url, "bench-model", [upstream.pid], [])]
+    targets.append(("weft", weft_url, "bench", weft_pids, [f"authorization: Bearer {token}"]))
+    targets += [(p.name, p.url, p.model, p.pids, p.headers) for p in peers]
+    d = seconds(a.duration)
+    rows = []
+    for c in a.concurrency:
+        for name, url, model, pids, headers in targets:
+            body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
+                               "stream": False})
+            env = dict(os.environ, WRK_BODY=body, WRK_HEADERS="".join(h + "\n" for h in headers))
+            t0 = sum(map(proc_ticks, pids))
+            r = subprocess.run(["wrk", "-t1", f"-c{c}", f"-d{int(d)}s", "-s", str(script),
+                                f"{url}/chat/completions"], env=env, capture_output=True,
+                               text=True)
+            cpu_s = (sum(map(proc_ticks, pids)) - t0) / HZ
+            (s.out / f"wrk-{name}-c{c}.txt").write_text(r.stdout + r.stderr)
+            doc = next((json.loads(x) for x in r.stderr.splitlines() if x.startswith("{")), None)
+            if r.returncode or not doc or not doc["requests"]:
+                log(f"wrk against {name} failed: {r.stderr.strip()[-400:]}")
+                rows.append([f"c{c}", name, "failed", "", "", "", "", ""])
+                continue
+            try:
+                lt = get(s.read_json(f"{name}-c{c}.json"), "server.cpu_us_per_request")
+            except OSError:
+                lt = None
+            rows.append([f"c{c}", name, round(doc["requests"] * 1e6 / doc["duration_us"]),
+                         doc["p50"], doc["p99"], doc["errors"],
+                         round(cpu_s * 1e6 / doc["requests"], 1), lt])
+            time.sleep(1)
+    return rows
