@@ -93,13 +93,29 @@ def start(s, name, upstream_port):
 def nginx(s, port, upstream_port):
     """nginx as a reverse proxy to the upstream: keep-alive upstream connections, no access log,
     no buffering (streams pass frame by frame), a worker per core."""
-    d = s.tmp / "nginx"
+    return spawn_nginx(s, "nginx", "auto", f"""
+  upstream up {{ server 127.0.0.1:{upstream_port}; keepalive 256; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}""")
+
+
+def spawn_nginx(s, name, workers, servers):
+    """nginx in the foreground with a scratch directory of its own, `workers` worker processes,
+    no access log, and the `servers` block(s) inside `http`."""
+    d = s.tmp / name
     d.mkdir()
     user = "user root;" if os.geteuid() == 0 else ""
     (d / "nginx.conf").write_text(f"""
 {user}
 daemon off;
-worker_processes auto;
+worker_processes {workers};
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 8192; }}
@@ -111,19 +127,10 @@ http {{
   uwsgi_temp_path {d}/uwsgi;
   scgi_temp_path {d}/scgi;
   keepalive_requests 1000000;
-  upstream up {{ server 127.0.0.1:{upstream_port}; keepalive 256; keepalive_requests 1000000; }}
-  server {{
-    listen 127.0.0.1:{port} backlog=4096;
-    location / {{
-      proxy_pass http://up;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }}
-  }}
+{servers}
 }}
 """)
-    return s.spawn("nginx", ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")])
+    return s.spawn(name, ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")])
 
 
 def node():
@@ -176,35 +183,15 @@ def fixed_answer_upstream(s, body):
     benchmark whose upstream must not be ours; returns its port."""
     from fleet import free_ports  # noqa: the shared harness
     (port,) = free_ports(1)
-    d = s.tmp / "nginx-upstream"
-    d.mkdir()
-    user = "user root;" if os.geteuid() == 0 else ""
     quoted = body.replace("\\", "\\\\").replace("'", "\\'")
-    (d / "nginx.conf").write_text(f"""
-{user}
-daemon off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  keepalive_requests 1000000;
+    proc = spawn_nginx(s, "nginx-upstream", 1, f"""
   server {{
     listen 127.0.0.1:{port} backlog=4096;
     location / {{
       default_type application/json;
       return 200 '{quoted}';
     }}
-  }}
-}}
-""")
-    proc = s.spawn("nginx-upstream", ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")])
+  }}""")
     s.wait_until("nginx upstream", lambda: answers(f"http://127.0.0.1:{port}/v1"), proc, 30)
     log(f"nginx upstream at 127.0.0.1:{port} (pid {proc.pid}), a fixed answer")
     return port, proc
