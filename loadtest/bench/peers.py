@@ -22,6 +22,8 @@ PORTKEY_DIR = ROOT / "loadtest" / "peers" / "portkey"
 # `litellm-proxy` package the index does not have).
 LITELLM_VERSION = "1.106.12"
 LITELLM_VENV = ROOT / "target" / "peers" / "litellm-venv"
+# LiteLLM refuses to start without a master key of some strength; the bench's own.
+LITELLM_KEY = "sk-weft-bench-0f3c9a7e5d1b2486"
 
 
 class Peer:
@@ -80,14 +82,14 @@ def start(s, name, upstream_port):
         proc, headers = portkey(s, port), {"x-portkey-provider": "openai",
                                             "x-portkey-custom-host": f"{up}/v1"}
     elif name == "litellm":
-        proc, headers = litellm(s, port, upstream_port), {}
+        proc, headers = litellm(s, port, upstream_port), {"authorization": f"Bearer {LITELLM_KEY}"}
     else:
         raise BenchError(f"unknown peer {name!r}; known: {', '.join(KNOWN)}")
-    s.wait_until(name, lambda: answers(url, headers), proc, 120)
+    s.wait_until(name, lambda: answers(url, headers), proc, 180)
     pids = descendants(proc.pid)
     log(f"{name} at {url} (pids {pids})")
-    return Peer(name, url, "bench-model", pids,
-                [f"{k}: {v}" for k, v in headers.items()] + ["authorization: Bearer sk-bench"])
+    headers = {"authorization": "Bearer sk-bench", **headers}
+    return Peer(name, url, "bench-model", pids, [f"{k}: {v}" for k, v in headers.items()])
 
 
 def nginx(s, port, upstream_port):
@@ -133,24 +135,16 @@ http {{
     return s.spawn(name, ["nginx", "-p", str(d), "-c", str(d / "nginx.conf")])
 
 
-def node():
-    """The newest Node here: the Node 24 that `tests/mcp/node24.sh` installs when it has (Portkey's
-    streaming answers fail on Node 20's fetch: "immutable" headers), else `node` on the PATH."""
-    n24 = ROOT / "target" / "mcp-tools" / "node24-bin" / "node"
-    return str(n24) if n24.exists() else "node"
-
-
 def portkey(s, port):
     """Portkey's gateway at the version `loadtest/peers/portkey` pins, installed on first use.
-    Run by Node 24 when `tests/mcp/node24.sh` installed it (`source tests/mcp/node24.sh`)."""
+    Its streamed answers fail here (`TypeError: immutable` from its header update, on Node 20
+    and 24 alike): the streaming run through it is reported as failed."""
     start = PORTKEY_DIR / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
     if not start.exists():
         log("installing Portkey's gateway (npm ci in loadtest/peers/portkey)")
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
                        cwd=PORTKEY_DIR, check=True, stdout=sys.stderr)
-    exe = node()
-    log(f"Portkey's gateway on {subprocess.run([exe, '--version'], capture_output=True, text=True).stdout.strip()}")
-    return s.spawn("portkey", [exe, str(start), f"--port={port}", "--headless"],
+    return s.spawn("portkey", ["node", str(start), f"--port={port}", "--headless"],
                    env={"NODE_ENV": "production"})
 
 
@@ -174,7 +168,8 @@ litellm_settings:
 """)
     return s.spawn("litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1",
                                "--port", str(port), "--num_workers", "1"],
-                   env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"})
+                   env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+                        "LITELLM_MASTER_KEY": LITELLM_KEY})
 
 
 

@@ -90,9 +90,11 @@ def run(s):
     upstream = s.serve("upstream", "upstream", "--threads", a.upstream_threads)
     direct_url = upstream.ready["base_url"]
     port = direct_url.rsplit(":", 1)[1].split("/")[0]
+    upstream_pids = [upstream.pid]
     if a.upstream == "nginx":
         port, upstream = nginx_upstream(s, direct_url)
         direct_url = f"http://127.0.0.1:{port}/v1"
+        upstream_pids = peer_mod.descendants(upstream.pid)  # the master and its worker
         a.stream_concurrency = []
     peers, skipped = [], {}
     for name in ([] if a.no_proxy or a.soak else a.peers):
@@ -101,7 +103,11 @@ def run(s):
             log(f"peer {name} skipped: {why}")
             skipped[name] = why
         else:
-            peers.append(peer_mod.start(s, name, port))
+            try:
+                peers.append(peer_mod.start(s, name, port))
+            except BenchError as e:
+                log(f"peer {name} skipped: {e}")
+                skipped[name] = f"did not start: {str(e).splitlines()[0][:200]}"
     a.peers_run, a.peers_skipped = [p.name for p in peers], skipped
     fleet = s.fleet(upstream_config(port, a.log_level), arrangement=a.arrangement)
     weft_url = fleet.url + "/v1"
@@ -126,7 +132,7 @@ def run(s):
             args = (*args, *[x for h in peer.headers for x in ("--header", h)])
         else:
             # The upstream's own CPU per request: one bare axum server, the floor of a hop.
-            url, model, pids = direct_url, "bench-model", [upstream.pid]
+            url, model, pids = direct_url, "bench-model", upstream_pids
         perf = None
         if a.profile and target == "weft" and name == f"weft-c{top}":
             perf = start_perf(s, server_pids)
@@ -176,8 +182,8 @@ def run(s):
             through_peer(p, f"stream-c{c}", "--concurrency", c, "--stream", *length)
 
     if a.wrk:
-        a.wrk_rows = wrk_runs(s, a, upstream, direct_url, weft_url, fleet.token, server_pids, peers,
-                              length)
+        a.wrk_rows = wrk_runs(s, a, upstream_pids, direct_url, weft_url, fleet.token, server_pids,
+                              peers)
     searches = {}
     if not a.no_rates:
         for target in ("weft", "direct"):
@@ -485,7 +491,7 @@ end
 """
 
 
-def wrk_runs(s, a, upstream, direct_url, weft_url, token, weft_pids, peers, length):
+def wrk_runs(s, a, upstream_pids, direct_url, weft_url, token, weft_pids, peers):
     """Each closed-loop level with wrk against direct, weft and every peer. The request is the
     one `weft-loadtest chat` sends; CPU is read from /proc around wrk's whole run."""
     import json
@@ -496,7 +502,7 @@ def wrk_runs(s, a, upstream, direct_url, weft_url, token, weft_pids, peers, leng
     script = s.tmp / "chat.lua"
     script.write_text(WRK_LUA)
     prompt = "Say hello to the load generator in a few words."
-    targets = [("direct", direct_url, "bench-model", [upstream.pid], [])]
+    targets = [("direct", direct_url, "bench-model", upstream_pids, [])]
     targets.append(("weft", weft_url, "bench", weft_pids, [f"authorization: Bearer {token}"]))
     targets += [(p.name, p.url, p.model, p.pids, p.headers) for p in peers]
     d = seconds(a.duration)
