@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 from .common import ROOT, BenchError, have, log
 
@@ -66,6 +65,23 @@ def available(name):
     if name == "portkey" and not have("node", "npm"):
         return "Portkey's gateway needs node and npm"
     return None
+
+
+def start_all(s, names, upstream_port):
+    """Starts each peer of `names` that can run here: (the peers started, {name: why not} for
+    the others: not installed, or did not start)."""
+    peers, skipped = [], {}
+    for name in names:
+        why = available(name)
+        if not why:
+            try:
+                peers.append(start(s, name, upstream_port))
+                continue
+            except BenchError as e:
+                why = f"did not start: {str(e).splitlines()[0][:200]}"
+        log(f"peer {name} skipped: {why}")
+        skipped[name] = why
+    return peers, skipped
 
 
 def start(s, name, upstream_port):

@@ -96,18 +96,7 @@ def run(s):
         direct_url = f"http://127.0.0.1:{port}/v1"
         upstream_pids = peer_mod.descendants(upstream.pid)  # the master and its worker
         a.stream_concurrency = []
-    peers, skipped = [], {}
-    for name in ([] if a.no_proxy or a.soak else a.peers):
-        why = peer_mod.available(name)
-        if why:
-            log(f"peer {name} skipped: {why}")
-            skipped[name] = why
-        else:
-            try:
-                peers.append(peer_mod.start(s, name, port))
-            except BenchError as e:
-                log(f"peer {name} skipped: {e}")
-                skipped[name] = f"did not start: {str(e).splitlines()[0][:200]}"
+    peers, skipped = peer_mod.start_all(s, [] if a.no_proxy or a.soak else a.peers, port)
     a.peers_run, a.peers_skipped = [p.name for p in peers], skipped
     fleet = s.fleet(upstream_config(port, a.log_level), arrangement=a.arrangement)
     weft_url = fleet.url + "/v1"

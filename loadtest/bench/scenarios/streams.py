@@ -38,13 +38,7 @@ def run(s):
                  "--gap-ms", a.gap_ms)
     direct_url = up.ready["base_url"]
     port = direct_url.rsplit(":", 1)[1].split("/")[0]
-    peers = []
-    for name in a.peers:
-        why = peer_mod.available(name)
-        if why:
-            log(f"peer {name} skipped: {why}")
-        else:
-            peers.append(peer_mod.start(s, name, port))
+    peers, _ = peer_mod.start_all(s, a.peers, port)
     a.peers_run = [p.name for p in peers]
     by_name = {p.name: p for p in peers}
     fleet = s.fleet(upstream_config(port, a.log_level))

@@ -197,18 +197,18 @@ pub fn init(
 }
 
 /// The target of the spans made once per request on the hot paths (the gateway's `http`, the
-/// router's `router.chat` and `provider_call`): what [`logs_carry_spans`] keeps from the log
-/// layer at `info`.
+/// router's `router.chat`, `router.embed` and `provider_call`): what [`logs_carry_spans`] keeps
+/// off below `debug`.
 pub const REQUEST_SPANS: &str = "weft::request";
 
-/// Whether the log lines carry the per-request spans ([`REQUEST_SPANS`]: the request's id,
-/// method and route on every line logged while serving it): only when `filter` lets debug
-/// through somewhere. At `info` and quieter no per-request line is logged, and formatting every
-/// request's spans for lines that are never written cost ~16% of a chat request's CPU (issue
-/// 49), so the log layer then skips them; a line that needs its request says so in its own
-/// fields (the gateway's "request failed"). Other spans (a run's, with its id) stay on the
-/// lines, and every span still reaches the OpenTelemetry layer when it exports.
-pub fn logs_carry_spans(filter: &EnvFilter) -> bool {
+/// Whether the per-request spans ([`REQUEST_SPANS`]: the request's id, method and route on
+/// every line logged while serving it) are on for the log lines: only when `filter` lets debug
+/// through somewhere. At `info` and quieter no per-request line is logged, and building and
+/// formatting those spans for lines never written cost 13% of a chat request's CPU at c=64
+/// (loadtest/results/chat.md), so they are then off, or kept from the log layer when exported.
+/// A line that needs its request names it in its own fields (the gateway's "request failed");
+/// other spans (a run's, with its id) stay on the lines.
+fn logs_carry_spans(filter: &EnvFilter) -> bool {
     filter
         .max_level_hint()
         .is_none_or(|l| l >= tracing::level_filters::LevelFilter::DEBUG)
@@ -219,7 +219,7 @@ type CallsiteFilter = tracing_subscriber::filter::FilterFn<fn(&tracing::Metadata
 
 /// What the log and OpenTelemetry layers sit on: the level filter over the registry, then (when
 /// nothing reads them) the filter that turns the per-request spans off.
-pub type Filtered = tracing_subscriber::layer::Layered<
+type Filtered = tracing_subscriber::layer::Layered<
     Option<CallsiteFilter>,
     tracing_subscriber::layer::Layered<EnvFilter, tracing_subscriber::Registry>,
 >;
@@ -230,11 +230,12 @@ fn not_a_request_span(m: &tracing::Metadata<'_>) -> bool {
 }
 
 /// A layer over [`Filtered`], boxed (the OpenTelemetry layer, when it exports).
-pub type BoxedLayer = Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>;
+type BoxedLayer = Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>;
 
 /// The subscriber [`init`] installs: `filter` over everything, the log layer writing `format`
-/// to `writer` (with the per-request spans per [`logs_carry_spans`]), and the OpenTelemetry layer when given.
-pub fn subscriber<W>(
+/// to `writer` (with the per-request spans per [`logs_carry_spans`]), and the OpenTelemetry
+/// layer when given.
+fn subscriber<W>(
     filter: EnvFilter,
     format: LogFormat,
     writer: W,
