@@ -88,6 +88,42 @@ impl std::ops::Deref for AppState {
     }
 }
 
+/// The substrate's memory service: its gRPC client, or (`weft up`) its implementation in this
+/// process, called with a request from [`AppState::memory_request`].
+#[derive(Clone)]
+pub enum MemoryCalls {
+    Grpc(v1::memory_client::MemoryClient<RouterTransport>),
+    Direct(Arc<dyn v1::memory_server::Memory>),
+}
+
+/// Each of the memory service's calls, on either face.
+macro_rules! memory_calls {
+    ($($rpc:ident($req:ident) -> $resp:ident;)*) => {
+        impl MemoryCalls {
+            $(
+                pub async fn $rpc(
+                    &self,
+                    req: tonic::Request<v1::$req>,
+                ) -> Result<tonic::Response<v1::$resp>, tonic::Status> {
+                    match self {
+                        Self::Grpc(c) => c.clone().$rpc(req).await,
+                        Self::Direct(s) => s.$rpc(req).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+memory_calls! {
+    get(MemoryGetRequest) -> MemoryEntry;
+    set(MemorySetRequest) -> MemoryEntry;
+    delete(MemoryDeleteRequest) -> MemoryDeleteResponse;
+    incr(MemoryIncrRequest) -> MemoryEntry;
+    list(MemoryListRequest) -> MemoryListResponse;
+    search(MemorySearchRequest) -> MemorySearchResponse;
+}
+
 /// What [`AppState`] shares.
 pub struct State {
     pub pool: PgPool,
@@ -100,8 +136,8 @@ pub struct State {
     direct_router: Option<Arc<dyn DirectRouter>>,
     /// The substrate (definitions), over gRPC.
     pub substrate: SubstrateClient<RouterTransport>,
-    /// The substrate's memory service, over the same transport.
-    pub memory: weft_proto::v1::memory_client::MemoryClient<RouterTransport>,
+    /// The substrate's memory service, over the same transport or in this process.
+    pub memory: MemoryCalls,
     /// The substrate's channels, over gRPC (the same transport).
     pub channels: v1::channels_client::ChannelsClient<RouterTransport>,
     /// The substrate's volumes, over gRPC (the same transport).
@@ -189,7 +225,7 @@ impl AppState {
             jwt: jwt.clone(),
             router: weft_proto::transport::router_client(router),
             direct_router: None,
-            memory: weft_proto::transport::memory_client(substrate.clone()),
+            memory: MemoryCalls::Grpc(weft_proto::transport::memory_client(substrate.clone())),
             channels: weft_proto::transport::channels_client(substrate.clone()),
             volumes: weft_proto::transport::volumes_client(substrate.clone()),
             volume_caps: config.volumes.clone(),
@@ -234,6 +270,29 @@ impl AppState {
         let state = Arc::get_mut(&mut self.0).expect("with_direct_router before any clone");
         state.direct_router = Some(router);
         self
+    }
+
+    /// Memory calls go to this substrate's memory service in the same process, with no
+    /// encoding and no internal JWT: the principal rides in the request's extensions, where the
+    /// substrate's JWT check puts the one it verified (`weft_auth::rpc::in_process`).
+    ///
+    /// # Panics
+    /// When the state was already cloned (call it while building the state).
+    #[must_use]
+    pub fn with_direct_memory(mut self, memory: Arc<dyn v1::memory_server::Memory>) -> Self {
+        #[expect(clippy::expect_used, reason = "a wiring mistake, caught by every test")]
+        let state = Arc::get_mut(&mut self.0).expect("with_direct_memory before any clone");
+        state.memory = MemoryCalls::Direct(memory);
+        self
+    }
+
+    /// A memory request from `p`: carrying its internal JWT and the trace context over gRPC;
+    /// in-process, the principal itself (the current span is the call's parent).
+    pub fn memory_request<T>(&self, p: &Principal, msg: T) -> Result<tonic::Request<T>, Error> {
+        match &self.memory {
+            MemoryCalls::Grpc(_) => self.internal(p, msg),
+            MemoryCalls::Direct(_) => Ok(weft_auth::rpc::in_process(p, msg)),
+        }
     }
 
     /// The executor of this process takes the runs `POST /v1/runs` creates while it has room

@@ -1,7 +1,8 @@
 //! The memory routes (`/v1/memory/…`): thin handlers over the substrate's `weft.v1.Memory`.
 //! They check the token's scope (`memory:read` for reads and search, `memory:write` for
-//! writes) before any body is parsed, shape the request, forward it with the caller's internal
-//! JWT and render the answer. The substrate validates, decides whether the caller may use the
+//! writes) before any body is parsed, shape the request, forward it ([`crate::MemoryCalls`]: with
+//! the caller's internal JWT over gRPC, or to the substrate in this process without encoding)
+//! and render the answer. The substrate validates, decides whether the caller may use the
 //! scope id (another tenant's or user's is a 404) and stores.
 
 use axum::Extension;
@@ -169,7 +170,7 @@ pub async fn get_handler(
     NativePath((scope, scope_id, key)): NativePath<(String, String, String)>,
 ) -> Result<Response> {
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemoryGetRequest {
                 scope,
@@ -178,9 +179,8 @@ pub async fn get_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let e = st
-        .substrate_call(client.get(req))
+        .substrate_call(st.memory.get(req))
         .await
         .map_err(ApiError::native)?;
     Ok(entry_response(&e))
@@ -200,7 +200,7 @@ pub async fn put_handler(
         )
     })?;
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemorySetRequest {
                 scope,
@@ -215,9 +215,8 @@ pub async fn put_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let e = st
-        .substrate_call(client.set(req))
+        .substrate_call(st.memory.set(req))
         .await
         .map_err(ApiError::native)?;
     Ok(entry_response(&e))
@@ -232,7 +231,7 @@ pub async fn delete_handler(
     NativeQuery(q): NativeQuery<DeleteQuery>,
 ) -> Result<Response> {
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemoryDeleteRequest {
                 scope,
@@ -244,9 +243,8 @@ pub async fn delete_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let d = st
-        .substrate_call(client.delete(req))
+        .substrate_call(st.memory.delete(req))
         .await
         .map_err(ApiError::native)?;
     Ok(Json(MemoryDeleted {
@@ -266,7 +264,7 @@ pub async fn incr_handler(
     OptionalNativeJson(body): OptionalNativeJson<IncrBody>,
 ) -> Result<Response> {
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemoryIncrRequest {
                 scope,
@@ -279,9 +277,8 @@ pub async fn incr_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let e = st
-        .substrate_call(client.incr(req))
+        .substrate_call(st.memory.incr(req))
         .await
         .map_err(ApiError::native)?;
     Ok(entry_response(&e))
@@ -301,7 +298,7 @@ pub async fn list_handler(
         ));
     }
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemoryListRequest {
                 scope,
@@ -312,9 +309,8 @@ pub async fn list_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let r = st
-        .substrate_call(client.list(req))
+        .substrate_call(st.memory.list(req))
         .await
         .map_err(ApiError::native)?;
     Ok(entries_response(
@@ -337,7 +333,7 @@ pub async fn search_handler(
         ));
     }
     let req = st
-        .internal(
+        .memory_request(
             &p,
             v1::MemorySearchRequest {
                 scope: body.scope.0,
@@ -347,9 +343,8 @@ pub async fn search_handler(
             },
         )
         .map_err(ApiError::native)?;
-    let mut client = st.memory.clone();
     let r = st
-        .substrate_call(client.search(req))
+        .substrate_call(st.memory.search(req))
         .await
         .map_err(ApiError::native)?;
     Ok(entries_response(

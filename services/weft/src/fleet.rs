@@ -192,8 +192,9 @@ impl Fleet {
         .await?;
         let substrate =
             weft_proto::transport::in_process(weft_substrate::grpc_service(&parts, jwt.clone()));
-        // Chat calls reach the router directly (no gRPC); embeddings and the model list go
-        // through its gRPC service in-process.
+        // Chat calls reach the router directly (no gRPC), and memory calls the substrate's
+        // memory; embeddings, the model list and the other substrate calls go through their
+        // gRPC services in-process.
         let state = weft_gateway::connect_on(
             &config,
             pool.clone(),
@@ -204,7 +205,10 @@ impl Fleet {
         .await?
         .with_direct_router(std::sync::Arc::new(weft_router::grpc::Direct::new(
             routing.clone(),
-        )));
+        )))
+        .with_direct_memory(std::sync::Arc::new(
+            weft_substrate::memory::grpc::MemoryService::new(parts.memory.clone()),
+        ));
         let bridge = weft_mcp_bridge::Bridge::new(&config, substrate.clone())?;
         let executor = if config.executor.embedded {
             Some(

@@ -26,7 +26,7 @@ use crate::PING_IF_IDLE;
 
 /// Connections kept by one store: see the module documentation.
 #[derive(Debug)]
-pub(crate) struct Kept {
+pub struct Kept {
     pool: PgPool,
     cap: usize,
     /// Idle kept connections, each with when it was last given back.
@@ -69,7 +69,8 @@ pub(crate) struct KeptConn<'a> {
 }
 
 impl Kept {
-    pub(crate) fn new(pool: PgPool, cap: usize) -> Self {
+    /// Keeps up to `cap` connections of `pool` between statements.
+    pub fn new(pool: PgPool, cap: usize) -> Self {
         Self {
             pool,
             cap,
@@ -102,8 +103,10 @@ impl Kept {
     }
 
     /// Runs `statements` on a kept connection (or a pool one) and keeps the connection when they
-    /// succeeded; see the module documentation.
-    pub(crate) async fn run<T, E: From<sqlx::Error>>(
+    /// succeeded; see the module documentation. A statement Postgres answered with an error
+    /// (`sqlx::Error::Database`) leaves the connection ready for the next: `statements` may
+    /// return that as part of its `Ok` to keep it.
+    pub async fn run<T, E: From<sqlx::Error>>(
         &self,
         statements: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
     ) -> Result<T, E> {

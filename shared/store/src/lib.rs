@@ -2,7 +2,7 @@
 //! `migrations/` embedded at build time, and one narrow store per table family.
 
 mod evaluations;
-mod kept;
+pub mod kept;
 mod pauses;
 mod plans;
 mod recall;

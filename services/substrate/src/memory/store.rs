@@ -13,11 +13,14 @@
 //! `weft_memory_set`; without an op key that statement is the whole transaction, so the hot
 //! path of `PUT /v1/memory/...` is one round trip instead of six.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use weft_core::{Error, ErrorCode, TenantId};
 use weft_store::StoreError;
+use weft_store::kept::Kept;
 
 /// How many times a write is attempted when Postgres aborts it for a deadlock or a
 /// serialization failure.
@@ -203,8 +206,14 @@ struct Gone {
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     pool: PgPool,
+    /// Connections kept for the single statements of a get and a set, which would otherwise
+    /// each pay the pool's test (a round trip) on release.
+    kept: Arc<Kept>,
     quotas: Quotas,
 }
+
+/// At most this many connections kept by a [`MemoryStore`] beside its pool.
+const KEPT_CONNECTIONS: usize = 8;
 
 macro_rules! entry_columns {
     () => {
@@ -241,7 +250,11 @@ pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
 
 impl MemoryStore {
     pub fn new(pool: PgPool, quotas: Quotas) -> Self {
-        Self { pool, quotas }
+        Self {
+            kept: Arc::new(Kept::new(pool.clone(), KEPT_CONNECTIONS)),
+            pool,
+            quotas,
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -276,13 +289,17 @@ impl MemoryStore {
              WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND key = $4
                AND (expires_at IS NULL OR expires_at > now())"
         );
-        Ok(sqlx::query_as(sql)
-            .bind(at.tenant.as_str())
-            .bind(at.scope.as_str())
-            .bind(at.scope_id)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?)
+        self.kept
+            .run(async |conn| {
+                Ok(sqlx::query_as(sql)
+                    .bind(at.tenant.as_str())
+                    .bind(at.scope.as_str())
+                    .bind(at.scope_id)
+                    .bind(key)
+                    .fetch_optional(conn)
+                    .await?)
+            })
+            .await
     }
 
     /// Live entries whose key starts with `prefix` and is greater than `after`, in key order,
@@ -402,8 +419,18 @@ impl MemoryStore {
         // Without an op key the write is one statement (its own transaction): one round trip.
         if meta.op_key.is_none() {
             let entry = self
-                .set_statement(&self.pool, at, input, meta.agent)
-                .await?;
+                .kept
+                .run(async |conn| {
+                    // Postgres's own answer (an entry, or a rule it enforced) leaves the
+                    // connection ready for the next statement: kept.
+                    match self.set_statement(conn, at, input, meta.agent).await {
+                        Err(MemError::Db(e)) if !matches!(e, sqlx::Error::Database(_)) => {
+                            Err(MemError::Db(e))
+                        }
+                        answered => Ok(answered),
+                    }
+                })
+                .await??;
             return Ok(Recorded::Entry(entry));
         }
         let mut tx = self.pool.begin().await?;
