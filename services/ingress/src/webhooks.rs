@@ -563,18 +563,20 @@ async fn receive_def(
     // body's own id is burned too, and it is the one that makes the run, so one signed body
     // starts one run whatever id header came with it.
     let body_id = delivery_id(None, &bytes);
-    let burn: Vec<&str> = if id_signed || body_id == id {
-        vec![id.as_str()]
+    let (run_id_key, other_id) = if id_signed || body_id == id {
+        (id.as_str(), None)
     } else {
-        vec![body_id.as_str(), id.as_str()]
+        (body_id.as_str(), Some(id.as_str()))
     };
-    // 4. A replay of an accepted delivery answers with what it made.
-    for key in &burn {
-        match ing.deliveries.find(tenant, name, key).await {
-            Ok(Some(a)) => return replayed(ing, tenant, name, def, &id, &a).await,
-            Ok(None) => {}
-            Err(e) => return error_response(&e.to_api()),
-        }
+    // 4. A replay of an accepted delivery (under any of its ids) answers with what it made.
+    match ing
+        .deliveries
+        .find(tenant, name, run_id_key, other_id)
+        .await
+    {
+        Ok(Some(a)) => return replayed(ing, tenant, name, def, &id, &a).await,
+        Ok(None) => {}
+        Err(e) => return error_response(&e.to_api()),
     }
     // 5. Parse and map.
     let mapped = match parse_payload(headers, &bytes).and_then(|payload| {
@@ -604,7 +606,7 @@ async fn receive_def(
         return error_response(&e);
     }
     // 7. Deliver, then burn the id.
-    let delivered = match deliver(ing, tenant, name, def, &id, burn[0], mapped).await {
+    let delivered = match deliver(ing, tenant, name, def, &id, run_id_key, mapped).await {
         Ok(d) => d,
         Err(e) => {
             triage(
@@ -618,24 +620,22 @@ async fn receive_def(
         }
     };
     let run_uuid = delivered.run_id.map(|r| r.0);
+    // Every id in one statement: a replay under any of them is caught.
     let (accepted, first) = match ing
         .deliveries
-        .accept(tenant, name, burn[0], run_uuid, delivered.channel_seq)
+        .accept(
+            tenant,
+            name,
+            run_id_key,
+            other_id,
+            run_uuid,
+            delivered.channel_seq,
+        )
         .await
     {
         Ok(a) => a,
         Err(e) => return error_response(&e.to_api()),
     };
-    for key in &burn[1..] {
-        if let Err(e) = ing
-            .deliveries
-            .accept(tenant, name, key, accepted.run_id, accepted.channel_seq)
-            .await
-        {
-            // The body's id is burned: a replay under this header id is still caught by it.
-            tracing::warn!(error = %e, "webhook delivery id not recorded");
-        }
-    }
     if !first {
         return replayed(ing, tenant, name, def, &id, &accepted).await;
     }

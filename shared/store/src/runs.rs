@@ -358,7 +358,8 @@ pub struct RunFilter {
 pub struct RunStore {
     pub(crate) pool: PgPool,
     /// Connections kept for the single statements made for every run (insert, read, page of
-    /// events, live sub-runs), which would otherwise each pay the pool's test on release.
+    /// events, live sub-runs, the idempotency lookup), which would otherwise each pay the
+    /// pool's test on release.
     kept: Arc<Kept>,
 }
 
@@ -933,16 +934,21 @@ impl RunStore {
         subject: &str,
         key: &str,
     ) -> Result<Option<RunRecord>, RunStoreError> {
-        let r: Option<RunRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
-        ))
-        .bind(tenant.as_str())
-        .bind(subject)
-        .bind(key)
-        .fetch_optional(&self.pool)
-        .await?;
+        let r: Option<RunRow> = self
+            .kept
+            .run(async |conn| {
+                sqlx::query_as(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
+                ))
+                .bind(tenant.as_str())
+                .bind(subject)
+                .bind(key)
+                .fetch_optional(conn)
+                .await
+            })
+            .await?;
         r.map(RunRecord::try_from).transpose()
     }
 

@@ -8,6 +8,8 @@
 //! `next_fire_at` before it commits. The run is made after the commit; a fire whose replica died
 //! before making it stays `claimed` and [`ScheduleStore::reclaim_stale`] hands it to another.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -15,6 +17,7 @@ use uuid::Uuid;
 use weft_core::TenantId;
 
 use crate::StoreError;
+use crate::kept::Kept;
 
 /// A schedule's live row.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -538,7 +541,13 @@ impl ScheduleStore {
 #[derive(Clone)]
 pub struct DeliveryStore {
     pool: PgPool,
+    /// Connections kept for the two statements of every delivery (its lookup and its burn),
+    /// which would otherwise each pay the pool's test on release.
+    kept: Arc<Kept>,
 }
+
+/// At most this many connections kept by a [`DeliveryStore`] beside its pool.
+const KEPT_CONNECTIONS: usize = 4;
 
 /// What an accepted delivery made.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
@@ -550,48 +559,84 @@ pub struct Accepted {
 
 impl DeliveryStore {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            kept: Arc::new(Kept::new(pool.clone(), KEPT_CONNECTIONS)),
+            pool,
+        }
     }
 
-    /// The accepted delivery `id` of the webhook, if any.
+    /// The accepted delivery of the webhook under id `first` or else `other`; one statement.
+    /// (Two lookups of the primary key, not `= ANY($ids)`: a cached generic plan for that,
+    /// made while the table looked empty, scans the whole table for ever after.)
     pub async fn find(
         &self,
         tenant: &TenantId,
         webhook: &str,
-        id: &str,
+        first: &str,
+        other: Option<&str>,
     ) -> Result<Option<Accepted>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT run_id, channel_seq, accepted_at FROM webhook_deliveries
-             WHERE tenant_id = $1 AND webhook = $2 AND delivery_id = $3",
-        )
-        .bind(tenant.as_str())
-        .bind(webhook)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?)
+        self.kept
+            .run(async |conn| {
+                Ok(sqlx::query_as(
+                    "(SELECT run_id, channel_seq, accepted_at FROM webhook_deliveries
+                      WHERE tenant_id = $1 AND webhook = $2 AND delivery_id = $3)
+                     UNION ALL
+                     (SELECT run_id, channel_seq, accepted_at FROM webhook_deliveries
+                      WHERE tenant_id = $1 AND webhook = $2 AND delivery_id = $4)
+                     LIMIT 1",
+                )
+                .bind(tenant.as_str())
+                .bind(webhook)
+                .bind(first)
+                .bind(other)
+                .fetch_optional(conn)
+                .await?)
+            })
+            .await
     }
 
-    /// Burns delivery `id` with what it made. When a concurrent twin burned it first, returns
-    /// the twin's record and `false`.
+    /// Burns the delivery's ids with what it made, in one statement: `first` (the one a
+    /// concurrent twin races for), and `other` with it. When a twin burned `first` first, burns
+    /// nothing and returns the twin's record (the twin burned the other) and `false`.
     pub async fn accept(
         &self,
         tenant: &TenantId,
         webhook: &str,
-        id: &str,
+        first: &str,
+        other: Option<&str>,
         run_id: Option<Uuid>,
         channel_seq: Option<i64>,
     ) -> Result<(Accepted, bool), StoreError> {
-        let accepted_at: Option<OffsetDateTime> = sqlx::query_scalar(
-            "INSERT INTO webhook_deliveries (tenant_id, webhook, delivery_id, run_id, channel_seq)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING accepted_at",
-        )
-        .bind(tenant.as_str())
-        .bind(webhook)
-        .bind(id)
-        .bind(run_id)
-        .bind(channel_seq)
-        .fetch_optional(&self.pool)
-        .await?;
+        let accepted_at: Option<OffsetDateTime> = self
+            .kept
+            .run(async |conn| {
+                Ok::<_, StoreError>(
+                    sqlx::query_scalar(
+                        "WITH first AS (
+                           INSERT INTO webhook_deliveries
+                             (tenant_id, webhook, delivery_id, run_id, channel_seq)
+                           VALUES ($1, $2, $3, $4, $5)
+                           ON CONFLICT DO NOTHING RETURNING accepted_at
+                         ), other AS (
+                           INSERT INTO webhook_deliveries
+                             (tenant_id, webhook, delivery_id, run_id, channel_seq)
+                           SELECT $1, $2, $6, $4, $5
+                           WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM first)
+                           ON CONFLICT DO NOTHING
+                         )
+                         SELECT accepted_at FROM first",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(webhook)
+                    .bind(first)
+                    .bind(run_id)
+                    .bind(channel_seq)
+                    .bind(other)
+                    .fetch_optional(conn)
+                    .await?,
+                )
+            })
+            .await?;
         if let Some(accepted_at) = accepted_at {
             return Ok((
                 Accepted {
@@ -602,7 +647,7 @@ impl DeliveryStore {
                 true,
             ));
         }
-        let existing = self.find(tenant, webhook, id).await?;
+        let existing = self.find(tenant, webhook, first, None).await?;
         existing
             .map(|a| (a, false))
             .ok_or(StoreError::Db(sqlx::Error::RowNotFound))
@@ -617,5 +662,60 @@ impl DeliveryStore {
         .execute(&self.pool)
         .await?
         .rows_affected())
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is how a test fails"
+)]
+mod tests {
+    use weft_testkit::TestDb;
+
+    use super::*;
+
+    /// A delivery burns both its ids in one statement; a replay under either finds it; a twin
+    /// that burns the same first id later gets the first's record and burns nothing.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_delivery_burns_both_ids_at_once_and_a_twin_gets_the_first() {
+        let db = TestDb::new().await;
+        let store = DeliveryStore::new(db.pool.clone());
+        let acme = TenantId::parse("acme").unwrap();
+        let (run, twin_run) = (Uuid::now_v7(), Uuid::now_v7());
+        let none = store.find(&acme, "gh", "body", Some("hdr")).await.unwrap();
+        assert_eq!(none, None);
+        let (a, first) = store
+            .accept(&acme, "gh", "body", Some("hdr"), Some(run), None)
+            .await
+            .unwrap();
+        assert!(first);
+        assert_eq!(a.run_id, Some(run));
+        for (one, other) in [("body", None), ("hdr", None), ("other", Some("hdr"))] {
+            let found = store.find(&acme, "gh", one, other).await.unwrap();
+            assert_eq!(found.map(|f| f.run_id), Some(Some(run)), "{one} {other:?}");
+        }
+        let (b, first) = store
+            .accept(&acme, "gh", "body", Some("late"), Some(twin_run), None)
+            .await
+            .unwrap();
+        assert!(!first);
+        assert_eq!(b, a);
+        assert_eq!(store.find(&acme, "gh", "late", None).await.unwrap(), None);
+        // The first id wins when both are burned, by different deliveries.
+        store
+            .accept(&acme, "gh", "late", None, Some(twin_run), Some(7))
+            .await
+            .unwrap();
+        let found = store.find(&acme, "gh", "late", Some("body")).await.unwrap();
+        assert_eq!(found.map(|f| f.run_id), Some(Some(twin_run)));
+        // Another tenant's and another webhook's ids are their own.
+        let other = TenantId::parse("other").unwrap();
+        assert_eq!(store.find(&other, "gh", "body", None).await.unwrap(), None);
+        assert_eq!(
+            store.find(&acme, "slack", "body", None).await.unwrap(),
+            None
+        );
     }
 }
