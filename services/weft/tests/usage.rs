@@ -607,6 +607,45 @@ async fn a_record_is_spooled_before_send_returns() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A caller that waits for its record is released only once the record is in the spool (a
+/// guard for any change to where the append happens: it must come before the release).
+#[tokio::test(flavor = "current_thread")]
+async fn waited_records_are_spooled_before_their_callers_are_released() {
+    let f = within("fleet start", TestFleet::start()).await;
+    let bus = within("connect to NATS", bus(&f)).await;
+    let dir = std::env::temp_dir().join(format!("weft-spool-{}", Uuid::now_v7().simple()));
+    let spool = weft_router::spool::Spool::open(&dir).unwrap();
+    let sender = weft_router::accounting::UsageSender::spawn(bus, Some(spool));
+    let c = ACME_ONE;
+    let mut ids = Vec::new();
+    let mut released = Vec::new();
+    for _ in 0..5 {
+        let rec = record(&c, now_ms());
+        ids.push(rec.id.to_string());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        sender.send(rec, Some(tx));
+        released.push(rx);
+    }
+    for rx in released {
+        within("a caller's release", rx)
+            .await
+            .expect("every caller is released");
+    }
+    let spooled: String = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    for id in &ids {
+        assert!(
+            spooled.contains(id.as_str()),
+            "{id} is not in {}",
+            dir.display()
+        );
+    }
+    drop(sender);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A router that dies while NATS is unreachable leaves its records in the usage spool; a
 /// router sharing the directory (here the fleet's own) publishes them, each stored once even
 /// when JetStream already had it, and removes the file.
