@@ -4,13 +4,10 @@
 //! `tenant_id` except the expiry sweeps, which are maintenance over all tenants and return
 //! nothing.
 
-use std::sync::Arc;
-
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use weft_core::TenantId;
 use weft_store::StoreError;
-use weft_store::kept::Kept;
 
 use super::rules::{Bounds, ChannelScope, MAX_CHANNELS_PER_TENANT};
 
@@ -135,20 +132,11 @@ fn as_i64(v: u64) -> i64 {
 #[derive(Clone, Debug)]
 pub struct ChannelStore {
     pool: PgPool,
-    /// Connections kept for a publish without an op key (one statement), which would otherwise
-    /// pay the pool's test on release.
-    kept: Arc<Kept>,
 }
-
-/// At most this many connections kept by a [`ChannelStore`] beside its pool.
-const KEPT_CONNECTIONS: usize = 4;
 
 impl ChannelStore {
     pub fn new(pool: PgPool) -> Self {
-        Self {
-            kept: Arc::new(Kept::new(pool.clone(), KEPT_CONNECTIONS)),
-            pool,
-        }
+        Self { pool }
     }
 
     /// Creates the channel, or updates the bounds of an existing one of the same scope.
@@ -253,9 +241,6 @@ impl ChannelStore {
         published_by: &str,
     ) -> Result<Option<Published>, StoreError> {
         let tenant = part.tenant.as_str();
-        if op_key.is_none() {
-            return self.publish_one(part, channel, payload, published_by).await;
-        }
         let mut tx = self.pool.begin().await?;
         let seq: Result<i64, sqlx::Error> = sqlx::query_scalar(
             "INSERT INTO channel_partitions (tenant_id, channel_id, partition, next_seq) \
@@ -322,68 +307,6 @@ impl ChannelStore {
             published_at,
             replayed: false,
         }))
-    }
-
-    /// [`Self::publish`] without an op key: the same steps (the partition's next seq, its row
-    /// locked until commit; the message; the trim) as one statement, one round trip.
-    async fn publish_one(
-        &self,
-        part: Part<'_>,
-        channel: &ChannelRecord,
-        payload: &str,
-        published_by: &str,
-    ) -> Result<Option<Published>, StoreError> {
-        let row: Result<(i64, OffsetDateTime), sqlx::Error> = self
-            .kept
-            .run(async |conn| {
-                // Postgres's own refusal (the channel deleted meanwhile) leaves the connection
-                // ready: kept.
-                match sqlx::query_as(
-                    "WITH s AS ( \
-                       INSERT INTO channel_partitions (tenant_id, channel_id, partition, next_seq) \
-                       VALUES ($1, $2, $3, 2) \
-                       ON CONFLICT (channel_id, partition) DO UPDATE \
-                         SET next_seq = channel_partitions.next_seq + 1 \
-                       RETURNING next_seq - 1 AS seq \
-                     ), m AS ( \
-                       INSERT INTO channel_messages \
-                         (tenant_id, channel_id, partition, seq, payload, published_by, \
-                          published_at, expires_at) \
-                       SELECT $1, $2, $3, s.seq, $4, $5, now(), now() + $6 * interval '1 second' \
-                       FROM s \
-                       RETURNING seq, published_at \
-                     ), trimmed AS ( \
-                       DELETE FROM channel_messages \
-                       WHERE (SELECT seq FROM s) > $7 \
-                         AND tenant_id = $1 AND channel_id = $2 AND partition = $3 \
-                         AND seq <= (SELECT seq FROM s) - $7 \
-                     ) \
-                     SELECT seq, published_at FROM m",
-                )
-                .bind(part.tenant.as_str())
-                .bind(part.channel)
-                .bind(part.partition)
-                .bind(payload)
-                .bind(published_by)
-                .bind(channel.ttl_seconds)
-                .bind(channel.max_messages)
-                .fetch_one(conn)
-                .await
-                {
-                    Err(e) if !matches!(e, sqlx::Error::Database(_)) => Err(e),
-                    answered => Ok(answered),
-                }
-            })
-            .await?;
-        match row {
-            Ok((seq, published_at)) => Ok(Some(Published {
-                seq,
-                published_at,
-                replayed: false,
-            })),
-            Err(e) if is_fk_violation(&e) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Unexpired messages after `after`, oldest first, at most `limit`.
