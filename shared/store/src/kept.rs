@@ -103,9 +103,9 @@ impl Kept {
     }
 
     /// Runs `statements` on a kept connection (or a pool one) and keeps the connection when they
-    /// succeeded; see the module documentation. A statement Postgres answered with an error
-    /// (`sqlx::Error::Database`) leaves the connection ready for the next: `statements` may
-    /// return that as part of its `Ok` to keep it.
+    /// succeeded; see the module documentation. A statement Postgres refused ([`answered`])
+    /// leaves the connection ready for the next: `statements` may return that as part of its
+    /// `Ok` to keep it.
     pub async fn run<T, E: From<sqlx::Error>>(
         &self,
         statements: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
@@ -120,6 +120,19 @@ impl Kept {
     #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `e` is Postgres's own refusal of a statement (an error it answered, after which the
+/// connection is ready for the next statement), not a failure of the connection: a database
+/// error outside SQLSTATE classes 08 (connection exception) and 57 (operator intervention, e.g.
+/// an administrator's shutdown, after which the server closes the socket).
+pub fn answered(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => !d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57")),
+        _ => false,
     }
 }
 

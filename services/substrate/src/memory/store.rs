@@ -424,7 +424,7 @@ impl MemoryStore {
                     // Postgres's own answer (an entry, or a rule it enforced) leaves the
                     // connection ready for the next statement: kept.
                     match self.set_statement(conn, at, input, meta.agent).await {
-                        Err(MemError::Db(e)) if !matches!(e, sqlx::Error::Database(_)) => {
+                        Err(MemError::Db(e)) if !weft_store::kept::answered(&e) => {
                             Err(MemError::Db(e))
                         }
                         answered => Ok(answered),
