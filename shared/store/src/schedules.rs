@@ -596,8 +596,9 @@ impl DeliveryStore {
     }
 
     /// Burns the delivery's ids with what it made, in one statement: `first` (the one a
-    /// concurrent twin races for), and `other` with it. When a twin burned `first` first, burns
-    /// nothing and returns the twin's record (the twin burned the other) and `false`.
+    /// concurrent twin races for), and `other` with it. When a twin burned `first` first,
+    /// returns the twin's record and `false`, and burns `other` (the twin's header id may have
+    /// been another) with the twin's record.
     pub async fn accept(
         &self,
         tenant: &TenantId,
@@ -647,10 +648,29 @@ impl DeliveryStore {
                 true,
             ));
         }
-        let existing = self.find(tenant, webhook, first, None).await?;
-        existing
-            .map(|a| (a, false))
-            .ok_or(StoreError::Db(sqlx::Error::RowNotFound))
+        let twin = self
+            .find(tenant, webhook, first, None)
+            .await?
+            .ok_or(StoreError::Db(sqlx::Error::RowNotFound))?;
+        if let Some(other) = other {
+            self.kept
+                .run(async |conn| {
+                    sqlx::query(
+                        "INSERT INTO webhook_deliveries
+                           (tenant_id, webhook, delivery_id, run_id, channel_seq)
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(tenant.as_str())
+                    .bind(webhook)
+                    .bind(other)
+                    .bind(twin.run_id)
+                    .bind(twin.channel_seq)
+                    .execute(conn)
+                    .await
+                })
+                .await?;
+        }
+        Ok((twin, false))
     }
 
     /// Forgets accepted deliveries older than `days` (a replay after that starts a new run).
@@ -696,19 +716,21 @@ mod tests {
             let found = store.find(&acme, "gh", one, other).await.unwrap();
             assert_eq!(found.map(|f| f.run_id), Some(Some(run)), "{one} {other:?}");
         }
+        // A twin with another header id: the first's record, and its header id burned with it.
         let (b, first) = store
             .accept(&acme, "gh", "body", Some("late"), Some(twin_run), None)
             .await
             .unwrap();
         assert!(!first);
         assert_eq!(b, a);
-        assert_eq!(store.find(&acme, "gh", "late", None).await.unwrap(), None);
+        let late = store.find(&acme, "gh", "late", None).await.unwrap();
+        assert_eq!(late.map(|f| f.run_id), Some(Some(run)));
         // The first id wins when both are burned, by different deliveries.
         store
-            .accept(&acme, "gh", "late", None, Some(twin_run), Some(7))
+            .accept(&acme, "gh", "new", None, Some(twin_run), Some(7))
             .await
             .unwrap();
-        let found = store.find(&acme, "gh", "late", Some("body")).await.unwrap();
+        let found = store.find(&acme, "gh", "new", Some("body")).await.unwrap();
         assert_eq!(found.map(|f| f.run_id), Some(Some(twin_run)));
         // Another tenant's and another webhook's ids are their own.
         let other = TenantId::parse("other").unwrap();
