@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 use weft_core::run::{ErrorEvent, PauseScope, RunEvent, RunFinished, RunStatus, StopReason};
@@ -353,6 +353,25 @@ pub struct RunFilter {
     pub limit: i64,
 }
 
+/// The run `subject` of `tenant` created with idempotency key `key`.
+async fn run_by_key(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    subject: &str,
+    key: &str,
+) -> Result<Option<RunRow>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        run_columns!(),
+        " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
+    ))
+    .bind(tenant.as_str())
+    .bind(subject)
+    .bind(key)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Runs, events, ledger and inputs in Postgres.
 #[derive(Clone, Debug)]
 pub struct RunStore {
@@ -387,16 +406,9 @@ impl RunStore {
                     return Ok((run, true));
                 }
                 let key = new.idempotency_key.as_deref().unwrap_or_default();
-                let r: RunRow = sqlx::query_as(concat!(
-                    "SELECT ",
-                    run_columns!(),
-                    " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
-                ))
-                .bind(new.tenant.as_str())
-                .bind(&new.subject)
-                .bind(key)
-                .fetch_one(conn)
-                .await?;
+                let r = run_by_key(conn, &new.tenant, &new.subject, key)
+                    .await?
+                    .ok_or(sqlx::Error::RowNotFound)?;
                 Ok((r.try_into()?, false))
             })
             .await
@@ -934,20 +946,9 @@ impl RunStore {
         subject: &str,
         key: &str,
     ) -> Result<Option<RunRecord>, RunStoreError> {
-        let r: Option<RunRow> = self
+        let r = self
             .kept
-            .run(async |conn| {
-                sqlx::query_as(concat!(
-                    "SELECT ",
-                    run_columns!(),
-                    " FROM runs WHERE tenant_id = $1 AND subject = $2 AND idempotency_key = $3"
-                ))
-                .bind(tenant.as_str())
-                .bind(subject)
-                .bind(key)
-                .fetch_optional(conn)
-                .await
-            })
+            .run(async |conn| run_by_key(conn, tenant, subject, key).await)
             .await?;
         r.map(RunRecord::try_from).transpose()
     }
